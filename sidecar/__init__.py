@@ -1,0 +1,3 @@
+"""compaction-sidecar: a JSON-RPC daemon owning an agent's conversation store and compaction engine."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,23 @@
+"""The base Struct every wire and stored type derives from.
+
+OpenCode's wire names are camelCase with an upper-case ``ID`` suffix (``sessionID``,
+``callID``, ``tailStartID``); Python attributes stay snake_case and ``wire_name`` maps them.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+def wire_name(name: str) -> str:
+    """snake_case -> OpenCode camelCase, with ``_id`` segments written as ``ID``."""
+    head, *rest = name.split("_")
+    return head + "".join("ID" if word == "id" else word[:1].upper() + word[1:] for word in rest)
+
+
+class Base(msgspec.Struct, kw_only=True, omit_defaults=True, rename=wire_name):
+    """Optional fields left at their default are omitted on the wire."""
+
+
+class Dense(msgspec.Struct, kw_only=True, rename=wire_name):
+    """Every field is written, defaults included (token counts must always be visible)."""

@@ -1,0 +1,249 @@
+"""Params, results and notifications of the wire protocol (DESIGN §4), one Struct each.
+
+Handlers receive these already validated; a field that fails validation is reported as
+-32602 with msgspec's path (``$.message.role``). ``message`` and ``part`` payloads are kept as
+``msgspec.Raw`` so that fields this version does not know survive a round trip through the store.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from sidecar.model.base import Base, Dense
+from sidecar.model.messages import ModelRef
+from sidecar.model.session import Session
+from sidecar.model.tokens import ModelLimit, Tokens
+
+ContextFormat = Literal["parts", "openai", "anthropic"]
+PROTOCOL_VERSION = "1.0"
+
+
+class Empty(Base, kw_only=True):
+    """Params of methods that take none; unknown keys are ignored."""
+
+
+# -- lifecycle ---------------------------------------------------------------------------------
+
+
+class ClientCapabilities(Base, kw_only=True):
+    compacting_hook: bool = False
+    summarizer: bool = False
+
+
+class ClientInfo(Base, kw_only=True):
+    name: str
+    version: str | None = None
+
+
+class InitializeParams(Base, kw_only=True):
+    process_id: int | None = None
+    client_info: ClientInfo | None = None
+    capabilities: ClientCapabilities = msgspec.field(default_factory=ClientCapabilities)
+    initialization_options: dict[str, Any] | None = None
+
+
+class ServerInfo(Base, kw_only=True):
+    name: str
+    version: str
+
+
+class InitializeResult(Base, kw_only=True):
+    server_info: ServerInfo
+    capabilities: dict[str, Any]
+    protocol_version: str = PROTOCOL_VERSION
+
+
+class CancelParams(Base, kw_only=True):
+    id: int | str
+
+
+# -- sessions ----------------------------------------------------------------------------------
+
+
+class SessionCreateParams(Base, kw_only=True):
+    id: str | None = None
+    title: str | None = None
+    parent_id: str | None = None
+    directory: str | None = None
+
+
+class SessionRef(Base, kw_only=True):
+    session_id: str
+
+
+class SessionListParams(Base, kw_only=True):
+    limit: int | None = None
+    cursor: str | None = None
+
+
+class SessionList(Base, kw_only=True):
+    sessions: list[Session]
+    next_cursor: str | None = None
+
+
+class SessionForkParams(Base, kw_only=True):
+    session_id: str
+    message_id: str | None = None
+
+
+class SessionMessagesParams(Base, kw_only=True):
+    session_id: str
+    limit: int | None = None
+    cursor: str | None = None
+
+
+class StoredMessage(msgspec.Struct, kw_only=True):
+    """``{info, parts}`` exactly as stored (unknown fields included)."""
+
+    info: msgspec.Raw
+    parts: list[msgspec.Raw]
+
+
+class MessagesPage(Base, kw_only=True):
+    messages: list[StoredMessage]
+    next_cursor: str | None = None
+
+
+class SessionContextParams(Base, kw_only=True):
+    session_id: str
+    format: ContextFormat = "parts"
+
+
+class ContextResult(Dense, kw_only=True):
+    format: ContextFormat
+    messages: list[Any]
+    estimated_tokens: int
+    system: list[str] = msgspec.field(default_factory=list)
+    boundary_message_id: str | None = None
+
+
+class OverflowModel(Base, kw_only=True):
+    limit: ModelLimit
+
+
+class SessionOverflowParams(Base, kw_only=True):
+    session_id: str | None = None
+    tokens: Tokens | None = None
+    model: OverflowModel | None = None
+
+
+class OverflowResult(Dense, kw_only=True):
+    overflow: bool
+    count: int
+    usable: int
+    known: bool = True
+
+
+class PruneResult(Dense, kw_only=True):
+    part_ids: list[str]
+    tokens_saved: int
+
+
+class SessionCompactParams(Base, kw_only=True):
+    session_id: str
+    model: ModelRef | None = None
+    auto: bool = False
+    instructions: str | None = None
+
+
+class CompactResult(Dense, kw_only=True):
+    status: Literal["continue", "stop"]
+    summary_message_id: str | None
+    error: str | None = None
+
+
+class SessionRevertParams(Base, kw_only=True):
+    session_id: str
+    message_id: str
+    part_id: str | None = None
+
+
+# -- messages and parts ------------------------------------------------------------------------
+
+
+class MessageUpdateParams(Base, kw_only=True):
+    message: msgspec.Raw
+
+
+class MessageRemoveParams(Base, kw_only=True):
+    session_id: str
+    message_id: str
+
+
+class PartUpdateParams(Base, kw_only=True):
+    part: msgspec.Raw
+
+
+class PartRemoveParams(Base, kw_only=True):
+    session_id: str
+    message_id: str
+    part_id: str
+
+
+class ConfigUpdateParams(Base, kw_only=True):
+    config: dict[str, Any]
+
+
+# -- notifications (daemon -> client) ----------------------------------------------------------
+
+
+class CompactedEvent(Dense, kw_only=True):
+    session_id: str
+    message_id: str
+    auto: bool
+
+
+class PrunedEvent(Dense, kw_only=True):
+    session_id: str
+    part_ids: list[str]
+    tokens_saved: int
+
+
+class StatusEvent(Base, kw_only=True):
+    session_id: str
+    status: Literal["idle", "compacting", "error"]
+    error: str | None = None
+
+
+class MessageUpdatedEvent(msgspec.Struct, kw_only=True):
+    message: msgspec.Raw
+
+
+class MessageRemovedEvent(Dense, kw_only=True):
+    session_id: str
+    message_id: str
+
+
+class PartUpdatedEvent(msgspec.Struct, kw_only=True):
+    part: msgspec.Raw
+
+
+class PartRemovedEvent(Dense, kw_only=True):
+    session_id: str
+    message_id: str
+    part_id: str
+
+
+# -- requests daemon -> client -----------------------------------------------------------------
+
+
+class CompactingHookParams(Dense, kw_only=True):
+    session_id: str
+
+
+class CompactingHookResult(Base, kw_only=True):
+    context: list[str] = msgspec.field(default_factory=list)
+    prompt: str | None = None
+
+
+class SummarizerCompleteParams(Dense, kw_only=True):
+    system: str
+    messages: list[Any]
+    max_tokens: int
+
+
+class SummarizerCompleteResult(Base, kw_only=True):
+    text: str
+    tokens: Tokens | None = None

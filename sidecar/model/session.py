@@ -1,0 +1,28 @@
+"""Sessions."""
+
+from __future__ import annotations
+
+import msgspec
+
+from sidecar.model.base import Base
+
+
+class SessionTime(Base, kw_only=True):
+    created: int = 0
+    updated: int = 0
+
+
+class RevertInfo(Base, kw_only=True):
+    """Messages from ``messageID`` on (or parts from ``partID`` on, in that message) are hidden."""
+
+    message_id: str
+    part_id: str | None = None
+
+
+class Session(Base, kw_only=True):
+    id: str
+    title: str = ""
+    parent_id: str | None = None
+    directory: str | None = None
+    time: SessionTime = msgspec.field(default_factory=SessionTime)
+    revert: RevertInfo | None = None
