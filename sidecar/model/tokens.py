@@ -13,7 +13,7 @@ class CacheTokens(Dense, kw_only=True):
 
 
 class Tokens(Dense, kw_only=True):
-    """Usage of one model call. ``cache`` counts are partitioned from ``input`` (Anthropic style)."""
+    """Usage of one model call; ``cache`` counts are apart from ``input`` (Anthropic style)."""
 
     input: int = 0
     output: int = 0

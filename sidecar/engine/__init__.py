@@ -1,0 +1,1 @@
+"""The compaction engine: token estimates, overflow, pruning, filtering and context rendering."""

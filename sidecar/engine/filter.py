@@ -1,0 +1,88 @@
+"""``filterCompacted``: the part of the history the model still sees after compaction.
+
+A compaction marker (a user message with a ``compaction`` part) cuts history only once its
+summary reply has finished without error, so a pending or failed compaction never loses
+anything. Collapse compaction appends its marker and summary at the end and points back, with
+``tailStartID``, at the oldest message it kept verbatim; the window then reads
+``marker, summary, tail..., newer...`` (opencode-facts §2.2, May 2026).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
+from sidecar.model.parts import CompactionPart
+
+
+def _is_finished_summary(msg: WithParts) -> bool:
+    info = msg.info
+    return (
+        isinstance(info, AssistantMessage)
+        and bool(info.summary)
+        and bool(info.finish)
+        and info.error is None
+    )
+
+
+def _compaction_part(msg: WithParts) -> CompactionPart | None:
+    if not isinstance(msg.info, UserMessage):
+        return None
+    for part in msg.parts:
+        if isinstance(part, CompactionPart):
+            return part
+    return None
+
+
+def _cut(chronological: Sequence[WithParts]) -> tuple[int, int] | None:
+    """(marker index, index of its earliest finished summary) of the newest effective marker."""
+    summaries: dict[str, int] = {}  # marker id -> earliest finished summary index seen so far
+    for i in range(len(chronological) - 1, -1, -1):
+        msg = chronological[i]
+        info = msg.info
+        if isinstance(info, UserMessage) and info.id in summaries and _compaction_part(msg):
+            return i, summaries[info.id]
+        if isinstance(info, AssistantMessage) and _is_finished_summary(msg):
+            summaries[info.parent_id] = i
+    return None
+
+
+def find_boundary(chronological: Sequence[WithParts]) -> int | None:
+    """Index of the marker that cuts the history, or None when nothing is cut."""
+    cut = _cut(chronological)
+    return None if cut is None else cut[0]
+
+
+def filter_compacted(chronological: Sequence[WithParts]) -> list[WithParts]:
+    """The context window, in the order the model must read it.
+
+    Standard: everything from the newest effective marker on (the marker included). Collapse
+    (marker has ``tail_start_id`` found before it): ``[marker..summary] ++ [tail..marker)
+    ++ (summary..end]``, so the summary of the old part precedes the verbatim tail.
+    """
+    cut = _cut(chronological)
+    if cut is None:
+        return list(chronological)
+    marker_at, summary_at = cut
+    marker = chronological[marker_at]
+    compaction = _compaction_part(marker)
+    tail_id = compaction.tail_start_id if compaction else None
+    tail_at = next(
+        (i for i in range(marker_at) if chronological[i].info.id == tail_id), None
+    ) if tail_id else None
+    if tail_at is None:
+        return list(chronological[marker_at:])
+    head = list(chronological[marker_at : summary_at + 1])
+    pair = {m.info.id for m in head}
+    tail = [
+        m
+        for m in chronological[tail_at:marker_at]
+        if m.info.id not in pair and not _answers(m, marker.info.id)
+    ]
+    return head + tail + list(chronological[summary_at + 1 :])
+
+
+def _answers(msg: WithParts, marker_id: str) -> bool:
+    """A summary attempt for ``marker_id`` (it belongs with the marker, never in the tail)."""
+    info = msg.info
+    return isinstance(info, AssistantMessage) and bool(info.summary) and info.parent_id == marker_id

@@ -1,0 +1,37 @@
+"""Overflow detection (DESIGN §5): seed 000's ``isOverflow`` plus ``reserved`` and ``trigger``.
+
+Measured on the token usage the provider reported for the last finished assistant message, so
+it is exact where the provider is, and never runs the heuristic estimate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sidecar.model.config import CompactionConfig
+from sidecar.model.tokens import ModelLimit, Tokens
+
+
+@dataclass(frozen=True)
+class Overflow:
+    """``overflow`` is the decision; ``count`` and ``usable`` are reported even when it is off."""
+
+    overflow: bool
+    count: int
+    usable: int
+
+
+def check(tokens: Tokens, limit: ModelLimit, cfg: CompactionConfig) -> Overflow:
+    """Is the context over budget after the call that used ``tokens``?
+
+    ``count = input + cache.read + output`` (OpenCode's sum: cache.write is not counted).
+    The output reserve is the model's output limit capped at ``output_token_max``; a model
+    without an output limit (0) reserves the full ``output_token_max``. A separate input cap
+    replaces ``context - output``. ``context == 0`` means "unknown/unlimited": never overflow.
+    """
+    count = tokens.input + tokens.cache.read + tokens.output
+    output = min(limit.output, cfg.output_token_max) or cfg.output_token_max
+    usable = (limit.input or limit.context - output) - cfg.reserved
+    if not cfg.auto or limit.context == 0:
+        return Overflow(False, count, usable)
+    return Overflow(count > cfg.effective_trigger() * usable, count, usable)

@@ -1,0 +1,309 @@
+"""Context rendering: a filtered window as stored parts, OpenAI chat messages or Anthropic
+Messages (DESIGN §5, opencode-facts §2.3).
+
+Both chat formats go through one neutral form (``_turns``), so they share every rule: which
+assistant messages are skipped, how ``step-start`` splits a message, what a pending, failed or
+pruned tool call sends, and that each call is answered exactly once, right after it. Providers
+reject a window that breaks that pairing, and a session that hits it cannot recover.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
+from sidecar.model.parts import (
+    CompactionPart,
+    FilePart,
+    Part,
+    ReasoningPart,
+    StepStartPart,
+    SubtaskPart,
+    TextPart,
+    ToolCompleted,
+    ToolError,
+    ToolPart,
+)
+
+CLEARED = "[Old tool result content cleared]"
+COMPACTION_TEXT = "What did we do so far?"
+INTERRUPTED = "[Tool execution was interrupted]"
+CONTINUE_TEXT = "Continue if you have next steps"
+SUBTASK_TEXT = "The following tool was executed by the user"
+TOOL_MEDIA_TEXT = "Attached media from tool result:"
+ABORTED = "MessageAbortedError"
+
+# Files OpenCode has already inlined as synthetic text parts (file contents, directory listings).
+SKIPPED_FILE_MIMES = frozenset({"text/plain", "application/x-directory"})
+# Image types both providers accept as image input; others are described in text instead.
+IMAGE_MIMES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+
+
+def is_skipped_file(mime: str) -> bool:
+    return mime in SKIPPED_FILE_MIMES
+
+
+def is_media(mime: str) -> bool:
+    """Binary media: what ``strip_media`` turns into a text line."""
+    return mime.startswith("image/") or mime == "application/pdf"
+
+
+def attached_text(part: FilePart) -> str:
+    return f"[Attached {part.mime}: {part.filename or 'file'}]"
+
+
+# -- parts -------------------------------------------------------------------------------------
+
+
+def _clear(part: Part) -> Part:
+    if isinstance(part, ToolPart):
+        state = part.state
+        if isinstance(state, ToolCompleted) and state.time.compacted:
+            state = msgspec.structs.replace(state, output=CLEARED, attachments=None)
+            return msgspec.structs.replace(part, state=state)
+    return part
+
+
+def to_parts(window: Sequence[WithParts]) -> list[dict[str, Any]]:
+    """The window as stored ``{info, parts}`` (wire names), pruned outputs cleared, nothing
+    dropped: for frontends that do their own provider conversion, as OpenCode does."""
+    return [
+        {
+            "info": msgspec.to_builtins(m.info),
+            "parts": [msgspec.to_builtins(_clear(p)) for p in m.parts],
+        }
+        for m in window
+    ]
+
+
+# -- neutral form ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Call:
+    id: str
+    name: str
+    input: dict[str, Any]
+    result: str
+    is_error: bool
+    attachments: list[FilePart] = field(default_factory=list)
+
+
+@dataclass
+class _User:
+    items: list[str | FilePart]
+
+
+@dataclass
+class _Assistant:
+    texts: list[str] = field(default_factory=list)
+    calls: list[_Call] = field(default_factory=list)
+
+
+def _call_id(part: ToolPart) -> str:
+    return part.call_id or part.id
+
+
+def _sent(msg: WithParts) -> bool:
+    """OpenCode skips failed assistant messages, except an abort that produced something."""
+    info = msg.info
+    if not isinstance(info, AssistantMessage) or info.error is None:
+        return True
+    return info.error.name == ABORTED and any(
+        not isinstance(p, StepStartPart | ReasoningPart) for p in msg.parts
+    )
+
+
+def _has_text(part: TextPart) -> bool:
+    # Whitespace-only blocks are rejected by Anthropic and carry nothing for anyone else.
+    return not part.ignored and bool(part.text.strip())
+
+
+def _call(part: ToolPart) -> _Call:
+    state = part.state
+    cid, name = _call_id(part), part.tool
+    if isinstance(state, ToolCompleted):
+        if state.time.compacted:
+            return _Call(cid, name, state.input, CLEARED, False)
+        return _Call(cid, name, state.input, state.output, False, list(state.attachments or ()))
+    if isinstance(state, ToolError):
+        return _Call(cid, name, state.input, state.error, True)
+    return _Call(cid, name, state.input, INTERRUPTED, True)  # pending/running: never finished
+
+
+def _turns(window: Sequence[WithParts]) -> list[_User | _Assistant]:
+    sent = [_sent(m) for m in window]
+    # Duplicate callIDs (OpenCode #40235): the last part with an id wins, earlier ones vanish.
+    keeper: dict[str, ToolPart] = {}
+    for msg, ok in zip(window, sent, strict=True):
+        if ok and isinstance(msg.info, AssistantMessage):
+            for part in msg.parts:
+                if isinstance(part, ToolPart):
+                    keeper[_call_id(part)] = part
+    out: list[_User | _Assistant] = []
+    for msg, ok in zip(window, sent, strict=True):
+        if isinstance(msg.info, UserMessage):
+            items = _user_items(msg.parts)
+            if items:
+                out.append(_User(items))
+        elif ok:
+            segment = _Assistant()
+            for part in msg.parts:
+                if isinstance(part, StepStartPart):
+                    if segment.texts or segment.calls:
+                        out.append(segment)
+                    segment = _Assistant()
+                elif isinstance(part, TextPart) and _has_text(part):
+                    segment.texts.append(part.text)
+                elif isinstance(part, ToolPart) and keeper.get(_call_id(part)) is part:
+                    segment.calls.append(_call(part))
+            if segment.texts or segment.calls:
+                out.append(segment)
+    return out
+
+
+def _user_items(parts: Sequence[Part]) -> list[str | FilePart]:
+    items: list[str | FilePart] = []
+    for part in parts:
+        if isinstance(part, TextPart):
+            if _has_text(part):
+                items.append(part.text)
+        elif isinstance(part, FilePart):
+            if not is_skipped_file(part.mime):
+                items.append(part)
+        elif isinstance(part, CompactionPart):
+            items.append(COMPACTION_TEXT)
+        elif isinstance(part, SubtaskPart):
+            items.append(SUBTASK_TEXT)
+    return items
+
+
+def _media(part: FilePart, strip_media: bool) -> tuple[str, str] | None:
+    """(kind, mime) when ``part`` can go as media: ("image", ...) or ("pdf", ...)."""
+    if strip_media:
+        return None
+    mime = "image/jpeg" if part.mime == "image/jpg" else part.mime
+    scheme = part.url.split(":", 1)[0].lower()
+    if scheme not in ("http", "https", "data"):  # file:// and the like mean nothing remotely
+        return None
+    if scheme == "data" and _data_url(part.url) is None:
+        return None
+    if mime in IMAGE_MIMES:
+        return "image", mime
+    if mime == "application/pdf":
+        return "pdf", mime
+    return None
+
+
+def _data_url(url: str) -> tuple[str, str] | None:
+    """(media type, base64 payload) of a ``data:<mime>;base64,<payload>`` URL."""
+    head, sep, payload = url.partition(",")
+    if not sep or not head.lower().endswith(";base64"):
+        return None
+    return head[len("data:") : -len(";base64")], payload
+
+
+# -- OpenAI chat completions -------------------------------------------------------------------
+
+
+def _openai_content(items: Sequence[str | FilePart], strip_media: bool) -> str | list[Any]:
+    """A plain string when everything is text (lines joined with "\\n", what every
+    OpenAI-compatible server accepts), a content-part array only when an image is present."""
+    pieces: list[dict[str, Any]] = []
+    for item in items:
+        if isinstance(item, str):
+            pieces.append({"type": "text", "text": item})
+        elif (media := _media(item, strip_media)) and media[0] == "image":
+            pieces.append({"type": "image_url", "image_url": {"url": item.url}})
+        else:
+            pieces.append({"type": "text", "text": attached_text(item)})
+    if all(p["type"] == "text" for p in pieces):
+        return "\n".join(p["text"] for p in pieces)
+    return pieces
+
+
+def to_openai(window: Sequence[WithParts], *, strip_media: bool = False) -> list[dict[str, Any]]:
+    """Chat-completions ``messages``: each step is an assistant message with its ``tool_calls``,
+    then one ``tool`` message per call; reasoning is not sent (the format has no slot for it)."""
+    out: list[dict[str, Any]] = []
+    for turn in _turns(window):
+        if isinstance(turn, _User):
+            out.append({"role": "user", "content": _openai_content(turn.items, strip_media)})
+            continue
+        msg: dict[str, Any] = {"role": "assistant", "content": "\n".join(turn.texts) or None}
+        if turn.calls:
+            msg["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": msgspec.json.encode(c.input).decode()},
+                }
+                for c in turn.calls
+            ]
+        out.append(msg)
+        out.extend({"role": "tool", "tool_call_id": c.id, "content": c.result} for c in turn.calls)
+        media = [a for c in turn.calls for a in c.attachments]
+        if media:  # tool messages are text-only: media follows as a user message
+            out.append(
+                {"role": "user", "content": _openai_content([TOOL_MEDIA_TEXT, *media], strip_media)}
+            )
+    return out
+
+
+# -- Anthropic Messages ------------------------------------------------------------------------
+
+
+def _anthropic_block(item: str | FilePart, strip_media: bool) -> dict[str, Any]:
+    if isinstance(item, str):
+        return {"type": "text", "text": item}
+    media = _media(item, strip_media)
+    if media is None:
+        return {"type": "text", "text": attached_text(item)}
+    kind, mime = media
+    data = _data_url(item.url) if item.url.lower().startswith("data:") else None
+    if data is None:
+        source: dict[str, Any] = {"type": "url", "url": item.url}
+    else:
+        source = {"type": "base64", "media_type": mime, "data": data[1]}
+    return {"type": "image" if kind == "image" else "document", "source": source}
+
+
+def to_anthropic(
+    window: Sequence[WithParts], *, strip_media: bool = False
+) -> list[dict[str, Any]]:
+    """Messages API ``messages``: ``tool_use`` blocks answered by ``tool_result`` blocks at the
+    head of the next user message; same-role neighbours merged, since roles must alternate."""
+    out: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+
+    for turn in _turns(window):
+        if isinstance(turn, _User):
+            add("user", [_anthropic_block(i, strip_media) for i in turn.items])
+            continue
+        blocks = [{"type": "text", "text": t} for t in turn.texts]
+        blocks += [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": c.input} for c in turn.calls
+        ]
+        add("assistant", blocks)
+        if not turn.calls:
+            continue
+        results: list[dict[str, Any]] = []
+        for c in turn.calls:
+            result: dict[str, Any] = {"type": "tool_result", "tool_use_id": c.id, "content": c.result}
+            if c.is_error:
+                result["is_error"] = True
+            results.append(result)
+        media = [a for c in turn.calls for a in c.attachments]
+        if media:
+            results += [_anthropic_block(i, strip_media) for i in [TOOL_MEDIA_TEXT, *media]]
+        add("user", results)
+    return out

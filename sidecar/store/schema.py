@@ -1,0 +1,45 @@
+"""Schema and forward-only migrations.
+
+``schema_version`` holds one row; each migration runs in its own transaction and bumps it, so a
+crash mid-upgrade leaves the database at a consistent earlier version.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[str] = [
+    # 1: sessions, messages, parts
+    """
+    CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        parent_id TEXT,
+        created INTEGER NOT NULL,
+        updated INTEGER NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX sessions_by_updated ON sessions (updated, id);
+
+    CREATE TABLE messages (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        created INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        parent_id TEXT,
+        summary_ok INTEGER NOT NULL DEFAULT 0,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX messages_by_time ON messages (session_id, created, id);
+    CREATE INDEX messages_summaries ON messages (parent_id) WHERE summary_ok = 1;
+
+    CREATE TABLE parts (
+        id TEXT PRIMARY KEY,
+        message_id TEXT NOT NULL REFERENCES messages (id) ON DELETE CASCADE,
+        session_id TEXT NOT NULL,
+        type TEXT NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX parts_by_message ON parts (message_id, id);
+    CREATE INDEX parts_compaction ON parts (session_id) WHERE type = 'compaction';
+    """,
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,538 @@
+"""The session store: sessions, messages and parts in SQLite (WAL) through aiosqlite.
+
+Two connections: a writer owned by ``Writer`` (group commit) and a reader, which WAL lets run
+beside it. Stored ``data`` is the client's JSON as given (plus the ids and times the daemon
+filled in), so fields this version does not model survive a round trip; indexed columns are
+copied out of it. Messages order by ``(time.created, id)`` — a ``Key`` — never by id alone.
+No compaction logic lives here: the store answers range queries the engine asks.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import aiosqlite
+import msgspec
+
+from sidecar.errors import UnknownMessage, UnknownSession
+from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithParts
+from sidecar.model.parts import Part, ToolCompleted, ToolPart
+from sidecar.model.rpc import StoredMessage
+from sidecar.model.session import Session
+from sidecar.store.schema import MIGRATIONS, SCHEMA_VERSION
+from sidecar.store.writer import Statement, Writer
+
+_message_decoder = msgspec.json.Decoder(Message)
+_part_decoder = msgspec.json.Decoder(Part)
+_session_decoder = msgspec.json.Decoder(Session)
+_encoder = msgspec.json.Encoder()
+
+# Rows fetched per round trip when the store walks a session backwards.
+PAGE = 128
+
+
+class Key(NamedTuple):
+    """A message's position: ``(time.created, id)``."""
+
+    created: int
+    id: str
+
+    def cursor(self) -> str:
+        return f"{self.created}:{self.id}"
+
+    @staticmethod
+    def parse(cursor: str) -> Key:
+        created, _, ident = cursor.partition(":")
+        if not created.lstrip("-").isdigit() or not ident:
+            raise ValueError(f"malformed cursor {cursor!r}")
+        return Key(int(created), ident)
+
+
+class Boundary(NamedTuple):
+    """The latest compaction marker whose summary finished without error."""
+
+    marker: Key
+    tail_start_id: str | None
+
+
+def is_summary_ok(info: Message) -> bool:
+    """A finished, error-free compaction summary: the only kind that cuts history."""
+    return (
+        isinstance(info, AssistantMessage)
+        and bool(info.summary)
+        and info.finish is not None
+        and info.error is None
+    )
+
+
+def decode_message(raw: str | bytes) -> Message:
+    return _message_decoder.decode(raw)
+
+
+def decode_part(raw: str | bytes) -> Part:
+    return _part_decoder.decode(raw)
+
+
+def _text(raw: bytes | str) -> str:
+    return raw if isinstance(raw, str) else raw.decode()
+
+
+def message_row(info: Message, raw: bytes | str) -> tuple[Any, ...]:
+    parent = info.parent_id if isinstance(info, AssistantMessage) else None
+    return (
+        info.id,
+        info.session_id,
+        info.time.created,
+        "user" if isinstance(info, UserMessage) else "assistant",
+        parent,
+        1 if is_summary_ok(info) else 0,
+        _text(raw),
+    )
+
+
+def part_row(part: Part, raw: bytes | str) -> tuple[Any, ...]:
+    tag = type(part).__struct_config__.tag
+    return (part.id, part.message_id, part.session_id, tag, _text(raw))
+
+
+_UPSERT_MESSAGE = (
+    "INSERT INTO messages (id, session_id, created, role, parent_id, summary_ok, data) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+    "created = excluded.created, role = excluded.role, parent_id = excluded.parent_id, "
+    "summary_ok = excluded.summary_ok, data = excluded.data "
+    "WHERE messages.session_id = excluded.session_id"
+)
+_UPSERT_PART = (
+    "INSERT INTO parts (id, message_id, session_id, type, data) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (id) DO UPDATE SET type = excluded.type, data = excluded.data "
+    "WHERE parts.message_id = excluded.message_id"
+)
+_TOUCH_SESSION = "UPDATE sessions SET updated = max(updated, ?) WHERE id = ?"
+
+
+class Store:
+    """Async façade over the database; safe to share between all connections of the daemon."""
+
+    def __init__(self, path: str, reader: aiosqlite.Connection, writer: Writer) -> None:
+        self.path = path
+        self._reader = reader
+        self._writer = writer
+        self._writer_db: aiosqlite.Connection | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, path: str | Path, *, synchronous: str = "FULL") -> Store:
+        """Open (create, migrate); ``synchronous=FULL`` fsyncs each group commit."""
+        path = str(path)
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        wdb = await aiosqlite.connect(path, isolation_level=None)
+        for pragma in (
+            "journal_mode=WAL",
+            f"synchronous={synchronous}",
+            "busy_timeout=5000",
+            "foreign_keys=ON",
+            "temp_store=MEMORY",
+        ):
+            await wdb.execute(f"PRAGMA {pragma}")
+        await _migrate(wdb)
+        rdb = await aiosqlite.connect(path, isolation_level=None)
+        await rdb.execute("PRAGMA busy_timeout=5000")
+        await rdb.execute("PRAGMA query_only=ON")
+        writer = Writer(wdb)
+        writer.start()
+        store = cls(path, rdb, writer)
+        store._writer_db = wdb
+        return store
+
+    async def close(self) -> None:
+        await self._writer.stop()
+        await self._reader.close()
+        if self._writer_db is not None:
+            await self._writer_db.close()
+
+    @property
+    def commits(self) -> int:
+        return self._writer.commits
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    async def put_session(self, session: Session) -> None:
+        await self._writer.submit(
+            [
+                (
+                    "INSERT INTO sessions (id, parent_id, created, updated, data) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+                    "parent_id = excluded.parent_id, updated = excluded.updated, "
+                    "data = excluded.data",
+                    [
+                        (
+                            session.id,
+                            session.parent_id,
+                            session.time.created,
+                            session.time.updated,
+                            _encoder.encode(session).decode(),
+                        )
+                    ],
+                )
+            ]
+        )
+
+    async def get_session(self, session_id: str) -> Session | None:
+        rows = await self._reader.execute_fetchall(
+            "SELECT data, updated FROM sessions WHERE id = ?", (session_id,)
+        )
+        if not rows:
+            return None
+        session = _session_decoder.decode(rows[0][0])
+        session.time.updated = max(session.time.updated, rows[0][1])
+        return session
+
+    async def require_session(self, session_id: str) -> Session:
+        session = await self.get_session(session_id)
+        if session is None:
+            raise UnknownSession(session_id)
+        return session
+
+    async def list_sessions(
+        self, limit: int | None = None, cursor: str | None = None
+    ) -> tuple[list[Session], str | None]:
+        """Newest first by ``(created, id)``; ``nextCursor`` continues after the last one."""
+        sql = "SELECT data, updated, created, id FROM sessions"
+        args: list[Any] = []
+        if cursor:
+            key = Key.parse(cursor)
+            sql += " WHERE (created, id) < (?, ?)"
+            args += [key.created, key.id]
+        sql += " ORDER BY created DESC, id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(limit + 1)
+        rows = list(await self._reader.execute_fetchall(sql, args))
+        more = limit is not None and len(rows) > limit
+        rows = rows[:limit] if limit is not None else rows
+        sessions = []
+        for data, updated, _, _ in rows:
+            s = _session_decoder.decode(data)
+            s.time.updated = max(s.time.updated, updated)
+            sessions.append(s)
+        nxt = Key(rows[-1][2], rows[-1][3]).cursor() if more and rows else None
+        return sessions, nxt
+
+    async def delete_session(self, session_id: str) -> bool:
+        counts = await self._writer.submit(
+            [("DELETE FROM sessions WHERE id = ?", [(session_id,)])], needs_counts=True
+        )
+        return counts[0] > 0
+
+    # -- messages and parts --------------------------------------------------------------------
+
+    async def put_message(self, info: Message, raw: bytes | str) -> None:
+        await self._writer.submit(
+            [
+                (_UPSERT_MESSAGE, [message_row(info, raw)]),
+                (_TOUCH_SESSION, [(info.time.created, info.session_id)]),
+            ],
+            on_integrity=lambda _e: UnknownSession(info.session_id),
+        )
+
+    async def put_part(self, part: Part, raw: bytes | str) -> None:
+        await self._writer.submit(
+            [(_UPSERT_PART, [part_row(part, raw)])],
+            on_integrity=lambda _e: UnknownMessage(part.message_id),
+        )
+
+    async def put_many(
+        self,
+        messages: Sequence[tuple[Message, bytes | str]],
+        parts: Sequence[tuple[Part, bytes | str]],
+    ) -> None:
+        """Several messages and parts in one transaction (markers, summaries, forks)."""
+        statements: list[Statement] = []
+        if messages:
+            statements.append((_UPSERT_MESSAGE, [message_row(m, r) for m, r in messages]))
+        if parts:
+            statements.append((_UPSERT_PART, [part_row(p, r) for p, r in parts]))
+        if statements:
+            await self._writer.submit(statements)
+
+    async def get_message(self, message_id: str) -> tuple[Message, str] | None:
+        rows = await self._reader.execute_fetchall(
+            "SELECT data FROM messages WHERE id = ?", (message_id,)
+        )
+        return (decode_message(rows[0][0]), rows[0][0]) if rows else None
+
+    async def get_part(self, part_id: str) -> tuple[Part, str] | None:
+        rows = await self._reader.execute_fetchall(
+            "SELECT data FROM parts WHERE id = ?", (part_id,)
+        )
+        return (decode_part(rows[0][0]), rows[0][0]) if rows else None
+
+    async def message_key(self, message_id: str) -> Key | None:
+        rows = await self._reader.execute_fetchall(
+            "SELECT created, id FROM messages WHERE id = ?", (message_id,)
+        )
+        return Key(*rows[0]) if rows else None
+
+    async def remove_message(self, session_id: str, message_id: str) -> bool:
+        counts = await self._writer.submit(
+            [
+                (
+                    "DELETE FROM messages WHERE id = ? AND session_id = ?",
+                    [(message_id, session_id)],
+                )
+            ],
+            needs_counts=True,
+        )
+        return counts[0] > 0
+
+    async def remove_part(self, session_id: str, message_id: str, part_id: str) -> bool:
+        counts = await self._writer.submit(
+            [
+                (
+                    "DELETE FROM parts WHERE id = ? AND message_id = ? AND session_id = ?",
+                    [(part_id, message_id, session_id)],
+                )
+            ],
+            needs_counts=True,
+        )
+        return counts[0] > 0
+
+    async def mark_compacted(self, part_ids: Sequence[str], ts: int) -> list[str]:
+        """Set ``state.time.compacted`` in place (JSON patch in SQL, so concurrent edits and
+        unknown fields are kept) for completed tool outputs; returns the updated parts' JSON."""
+        if not part_ids:
+            return []
+        await self._writer.submit(
+            [
+                (
+                    "UPDATE parts SET data = json_set(data, '$.state.time.compacted', ?) "
+                    "WHERE id = ? AND type = 'tool' "
+                    "AND json_extract(data, '$.state.status') = 'completed'",
+                    [(ts, pid) for pid in part_ids],
+                )
+            ]
+        )
+        out: list[str] = []
+        for chunk in _chunks(list(part_ids), 500):
+            marks = ",".join("?" * len(chunk))
+            rows = await self._reader.execute_fetchall(
+                f"SELECT data FROM parts WHERE id IN ({marks}) ORDER BY id", chunk
+            )
+            out.extend(r[0] for r in rows)
+        return out
+
+    async def delete_from(
+        self, session_id: str, start: Key, part_cut: tuple[str, str] | None
+    ) -> int:
+        """Delete every message at or after ``start`` (revert cleanup). With ``part_cut =
+        (message_id, part_id)`` that message itself is kept and only its parts from ``part_id``
+        on are deleted."""
+        statements: list[Statement] = []
+        if part_cut is not None:
+            mid, pid = part_cut
+            statements.append(
+                ("DELETE FROM parts WHERE message_id = ? AND id >= ?", [(mid, pid)])
+            )
+            statements.append(
+                (
+                    "DELETE FROM messages WHERE session_id = ? AND (created, id) > (?, ?)",
+                    [(session_id, start.created, start.id)],
+                )
+            )
+        else:
+            statements.append(
+                (
+                    "DELETE FROM messages WHERE session_id = ? AND (created, id) >= (?, ?)",
+                    [(session_id, start.created, start.id)],
+                )
+            )
+        counts = await self._writer.submit(statements, needs_counts=True)
+        return counts[-1]
+
+    # -- range reads ---------------------------------------------------------------------------
+
+    async def boundary(self, session_id: str, before: Key | None = None) -> Boundary | None:
+        """The latest marker (before ``before``, if given) with a finished, error-free summary."""
+        sql = (
+            "SELECT m.created, m.id, json_extract(p.data, '$.tailStartID') "
+            "FROM parts p JOIN messages m ON m.id = p.message_id "
+            "WHERE p.session_id = ? AND p.type = 'compaction' AND m.role = 'user' "
+            "AND EXISTS (SELECT 1 FROM messages s WHERE s.parent_id = m.id AND s.summary_ok = 1 "
+            "AND s.session_id = m.session_id"
+        )
+        args: list[Any] = [session_id]
+        if before is not None:
+            sql += " AND (s.created, s.id) < (?, ?)) AND (m.created, m.id) < (?, ?)"
+            args += [before.created, before.id, before.created, before.id]
+        else:
+            sql += ")"
+        sql += " ORDER BY m.created DESC, m.id DESC LIMIT 1"
+        rows = await self._reader.execute_fetchall(sql, args)
+        if not rows:
+            return None
+        created, mid, tail = rows[0]
+        return Boundary(Key(created, mid), tail)
+
+    async def window(
+        self, session_id: str, start: Key | None = None, end: Key | None = None
+    ) -> list[WithParts]:
+        """Messages with ``start <= key < end`` and their parts, chronological; two queries."""
+        cond = "m.session_id = ?"
+        args: list[Any] = [session_id]
+        if start is not None:
+            cond += " AND (m.created, m.id) >= (?, ?)"
+            args += [start.created, start.id]
+        if end is not None:
+            cond += " AND (m.created, m.id) < (?, ?)"
+            args += [end.created, end.id]
+        msgs = await self._reader.execute_fetchall(
+            f"SELECT m.id, m.data FROM messages m WHERE {cond} ORDER BY m.created, m.id", args
+        )
+        parts = await self._reader.execute_fetchall(
+            f"SELECT p.message_id, p.data FROM messages m JOIN parts p ON p.message_id = m.id "
+            f"WHERE {cond} ORDER BY p.message_id, p.id",
+            args,
+        )
+        return _assemble(msgs, parts)
+
+    async def newest_first(
+        self, session_id: str, end: Key | None = None, page: int = PAGE
+    ) -> AsyncIterator[list[WithParts]]:
+        """Pages of messages walking backwards from ``end`` (exclusive); each page newest first."""
+        cursor = end
+        while True:
+            cond = "m.session_id = ?"
+            args: list[Any] = [session_id]
+            if cursor is not None:
+                cond += " AND (m.created, m.id) < (?, ?)"
+                args += [cursor.created, cursor.id]
+            msgs = list(
+                await self._reader.execute_fetchall(
+                    f"SELECT m.id, m.data, m.created FROM messages m WHERE {cond} "
+                    "ORDER BY m.created DESC, m.id DESC LIMIT ?",
+                    [*args, page],
+                )
+            )
+            if not msgs:
+                return
+            oldest = Key(msgs[-1][2], msgs[-1][0])
+            newest = Key(msgs[0][2], msgs[0][0])
+            parts = await self._reader.execute_fetchall(
+                "SELECT p.message_id, p.data FROM messages m JOIN parts p ON p.message_id = m.id "
+                "WHERE m.session_id = ? AND (m.created, m.id) >= (?, ?) "
+                "AND (m.created, m.id) <= (?, ?) ORDER BY p.message_id, p.id",
+                [session_id, oldest.created, oldest.id, newest.created, newest.id],
+            )
+            yield _assemble([(r[0], r[1]) for r in msgs], parts)
+            if len(msgs) < page:
+                return
+            cursor = oldest
+
+    async def page_raw(
+        self, session_id: str, limit: int | None, cursor: str | None
+    ) -> tuple[list[StoredMessage], str | None]:
+        """Full history, chronological, as stored; ``limit=None`` returns everything."""
+        cond = "m.session_id = ?"
+        args: list[Any] = [session_id]
+        if cursor:
+            key = Key.parse(cursor)
+            cond += " AND (m.created, m.id) > (?, ?)"
+            args += [key.created, key.id]
+        sql = (
+            f"SELECT m.id, m.data, m.created FROM messages m WHERE {cond} "
+            "ORDER BY m.created, m.id"
+        )
+        if limit is not None:
+            sql += " LIMIT ?"
+        rows = list(
+            await self._reader.execute_fetchall(sql, [*args, limit + 1] if limit else args)
+        )
+        more = limit is not None and len(rows) > limit
+        if limit is not None:
+            rows = rows[:limit]
+        if not rows:
+            return [], None
+        first, last = Key(rows[0][2], rows[0][0]), Key(rows[-1][2], rows[-1][0])
+        parts = await self._reader.execute_fetchall(
+            "SELECT p.message_id, p.data FROM messages m JOIN parts p ON p.message_id = m.id "
+            "WHERE m.session_id = ? AND (m.created, m.id) >= (?, ?) "
+            "AND (m.created, m.id) <= (?, ?) ORDER BY p.message_id, p.id",
+            [session_id, first.created, first.id, last.created, last.id],
+        )
+        by_message: dict[str, list[msgspec.Raw]] = {}
+        for mid, data in parts:
+            by_message.setdefault(mid, []).append(msgspec.Raw(data.encode()))
+        out = [
+            StoredMessage(info=msgspec.Raw(data.encode()), parts=by_message.get(mid, []))
+            for mid, data, _ in rows
+        ]
+        return out, (last.cursor() if more else None)
+
+    async def count_messages(self, session_id: str) -> int:
+        rows = await self._reader.execute_fetchall(
+            "SELECT count(*) FROM messages WHERE session_id = ?", (session_id,)
+        )
+        return int(rows[0][0])
+
+    async def raw_messages(self, message_ids: Sequence[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for chunk in _chunks(list(message_ids), 500):
+            marks = ",".join("?" * len(chunk))
+            rows = await self._reader.execute_fetchall(
+                f"SELECT id, data FROM messages WHERE id IN ({marks})", chunk
+            )
+            out.update({r[0]: r[1] for r in rows})
+        return out
+
+
+def _assemble(msgs: Any, parts: Any) -> list[WithParts]:
+    by_message: dict[str, list[Part]] = {}
+    for mid, data in parts:
+        by_message.setdefault(mid, []).append(_part_decoder.decode(data))
+    return [
+        WithParts(info=_message_decoder.decode(data), parts=by_message.get(mid, []))
+        for mid, data in msgs
+    ]
+
+
+def _chunks(items: list[str], size: int) -> list[list[str]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def completed_tool(part: Part) -> ToolCompleted | None:
+    if isinstance(part, ToolPart) and isinstance(part.state, ToolCompleted):
+        return part.state
+    return None
+
+
+async def _migrate(db: aiosqlite.Connection) -> None:
+    await db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    rows = await db.execute_fetchall("SELECT version FROM schema_version")
+    if not rows:
+        await db.execute("INSERT INTO schema_version (version) VALUES (0)")
+        version = 0
+    else:
+        version = int(rows[0][0])
+    if version > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"database schema v{version} is newer than this daemon (v{SCHEMA_VERSION})"
+        )
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            for stmt in _split(MIGRATIONS[target - 1]):
+                await db.execute(stmt)
+            await db.execute("UPDATE schema_version SET version = ?", (target,))
+            await db.execute("COMMIT")
+        except sqlite3.Error:
+            await db.execute("ROLLBACK")
+            raise
+
+
+def _split(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
