@@ -1,3 +1,3 @@
-"""compaction-sidecar: a JSON-RPC daemon owning an agent's conversation store and compaction engine."""
+"""compaction-sidecar: a JSON-RPC daemon that owns a coding agent's store and compaction engine."""
 
 __version__ = "0.1.0"

@@ -21,7 +21,7 @@ class RevertInfo(Base, kw_only=True):
 
 class Session(Base, kw_only=True):
     id: str
-    title: str = ""
+    title: str
     parent_id: str | None = None
     directory: str | None = None
     time: SessionTime = msgspec.field(default_factory=SessionTime)

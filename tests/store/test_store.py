@@ -49,7 +49,10 @@ async def test_schema_version_recorded(tmp_path: Path) -> None:
 
 async def test_unknown_fields_survive_round_trip(store: Store) -> None:
     await _session(store)
-    raw = b'{"id":"msg_1","sessionID":"ses_1","role":"user","time":{"created":5},"futureField":{"x":1}}'
+    raw = (
+        b'{"id":"msg_1","sessionID":"ses_1","role":"user","time":{"created":5},'
+        b'"futureField":{"x":1}}'
+    )
     info = msgspec.json.decode(raw, type=UserMessage)
     await store.put_message(info, raw)
     page, _ = await store.page_raw("ses_1", None, None)
@@ -192,7 +195,8 @@ async def test_delete_from_with_part_cut(store: Store) -> None:
 
 async def test_list_sessions_pages_newest_first(store: Store) -> None:
     for i in range(5):
-        await store.put_session(Session(id=f"ses_{i}", time=SessionTime(created=i, updated=i)))
+        s = Session(id=f"ses_{i}", title="", time=SessionTime(created=i, updated=i))
+        await store.put_session(s)
     first, cur = await store.list_sessions(limit=2)
     assert [s.id for s in first] == ["ses_4", "ses_3"] and cur
     rest, cur2 = await store.list_sessions(limit=10, cursor=cur)

@@ -1,0 +1,1 @@
+"""Compaction methods; filled in with the engine."""

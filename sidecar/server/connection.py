@@ -1,0 +1,100 @@
+"""One client connection: a pygls server/protocol pair bound to the shared ``App``.
+
+Each connection (the stdio peer, or each socket client of a shared daemon) has its own
+protocol state — initialization, capabilities, in-flight requests — while the store, the
+engine and the subscriptions live once in ``App``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import logging
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
+from pygls.protocol import default_converter
+from pygls.server import JsonRPCServer
+
+from sidecar.model.rpc import ClientCapabilities
+from sidecar.server.framing import FrameReader
+from sidecar.server.protocol import MethodSpec, SidecarProtocol
+from sidecar.server.routes import ROUTES, bind
+
+if TYPE_CHECKING:
+    from sidecar.server.app import App
+
+log = logging.getLogger("sidecar.connection")
+T = TypeVar("T")
+
+_numbers = itertools.count(1)
+
+
+@functools.cache
+def _converter() -> Any:
+    return default_converter()
+
+
+class Connection:
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self.number = next(_numbers)
+        self.server = JsonRPCServer(protocol_cls=SidecarProtocol, converter_factory=_converter)
+        self.protocol: SidecarProtocol = self.server.protocol  # type: ignore[assignment]
+        self.protocol.on_exit = self._on_exit
+        self.capabilities = ClientCapabilities()
+        self.closed = asyncio.Event()
+        self.exit_requested = False
+        self._transport: asyncio.BaseTransport | None = None
+        for r in ROUTES.values():
+            self.protocol.specs[r.method] = MethodSpec(msgspec.json.Decoder(r.params))
+            self.protocol.fm.feature(r.method)(bind(self, r))
+
+    def reader(self, *, duplex: bool = False) -> FrameReader:
+        """The asyncio protocol that feeds this connection's frames.
+
+        With ``duplex`` (sockets) the same transport also carries our replies.
+        """
+        return FrameReader(
+            self.protocol.handle_frame,
+            self.protocol.frame_error,
+            self._on_lost,
+            self.app.config.current.server.max_frame_bytes,
+            on_open=(lambda t: self.attach(t, t)) if duplex else None,
+        )
+
+    def attach(self, transport: asyncio.BaseTransport, writer: Any) -> None:
+        self._transport = transport
+        self.protocol.set_writer(writer)
+        self.app.connections.add(self)
+
+    @property
+    def clean_exit(self) -> bool:
+        return self.exit_requested and self.protocol.shutting_down
+
+    def notify(self, method: str, params: Any) -> None:
+        self.protocol.notify(method, params)
+
+    async def request(self, method: str, params: Any, result: type[T], timeout: float) -> T:
+        """Ask the client something; the reply is validated into ``result``."""
+        raw = await asyncio.wait_for(self.protocol.send_request_async(method, params), timeout)
+        return msgspec.convert(raw, result)
+
+    def close(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+        self._on_lost()
+
+    def _on_exit(self) -> None:
+        self.exit_requested = True
+        self.close()
+
+    def _on_lost(self) -> None:
+        if self.closed.is_set():
+            return
+        self.closed.set()
+        self.app.connections.discard(self)
+        self.app.hub.drop(self)
+        for fut in list(self.protocol._request_futures.values()):
+            fut.cancel()

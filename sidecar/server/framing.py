@@ -1,0 +1,120 @@
+"""LSP base-protocol framing (``Content-Length`` headers) as an ``asyncio.Protocol``.
+
+pygls' stdio reader pays three thread hops per message; parsing frames in ``data_received``
+on the event loop is what lets pipelined ingest keep up. A frame over the size cap is skipped
+as it streams in, never buffered whole; a malformed header is reported and reading resumes
+at the next header block, so one bad frame never ends the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+MAX_HEADER_BYTES = 64 * 1024
+
+
+class FrameError(Exception):
+    """A framing problem to report to the peer; ``code`` is the JSON-RPC error code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def encode_frame(body: bytes) -> bytes:
+    return b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
+
+
+class FrameReader(asyncio.Protocol):
+    def __init__(
+        self,
+        on_frame: Callable[[bytes], None],
+        on_error: Callable[[FrameError], None],
+        on_close: Callable[[], None],
+        max_frame_bytes: int,
+        on_open: Callable[[asyncio.BaseTransport], None] | None = None,
+    ) -> None:
+        self._on_open = on_open
+        self._on_frame = on_frame
+        self._on_error = on_error
+        self._on_close = on_close
+        self.max_frame_bytes = max_frame_bytes
+        self._buf = bytearray()
+        self._need = -1  # body bytes still expected; -1 = reading headers
+        self._discard = 0  # bytes of an oversized body still to drop
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self._on_open is not None:
+            self._on_open(transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self._discard:
+            if len(data) <= self._discard:
+                self._discard -= len(data)
+                return
+            data = data[self._discard :]
+            self._discard = 0
+        self._buf += data
+        while self._step():
+            pass
+
+    def eof_received(self) -> bool | None:
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._on_close()
+
+    def _step(self) -> bool:
+        buf = self._buf
+        if self._need < 0:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_HEADER_BYTES:
+                    buf.clear()
+                    self._on_error(FrameError(-32700, "header block exceeds 64 KiB"))
+                return False
+            header = bytes(buf[:end])
+            del buf[: end + 4]
+            try:
+                length = _content_length(header)
+            except FrameError as err:
+                self._on_error(err)
+                return True
+            if length > self.max_frame_bytes:
+                self._on_error(
+                    FrameError(
+                        -32600,
+                        f"frame of {length} bytes exceeds the limit of {self.max_frame_bytes} "
+                        "bytes (config server.maxFrameBytes)",
+                    )
+                )
+                drop = min(length, len(buf))
+                del buf[:drop]
+                self._discard = length - drop
+                return bool(buf) and not self._discard
+            self._need = length
+        if len(buf) < self._need:
+            return False
+        body = bytes(buf[: self._need])
+        del buf[: self._need]
+        self._need = -1
+        self._on_frame(body)
+        return True
+
+
+def _content_length(header: bytes) -> int:
+    length: int | None = None
+    for line in header.split(b"\r\n"):
+        name, sep, value = line.partition(b":")
+        if not sep:
+            raise FrameError(-32700, f"malformed header line {line[:80]!r}")
+        if name.strip().lower() == b"content-length":
+            text = value.strip()
+            if not text.isdigit():
+                raise FrameError(-32700, f"Content-Length is not a non-negative integer: {text!r}")
+            length = int(text)
+    if length is None:
+        raise FrameError(-32700, "missing Content-Length header")
+    return length

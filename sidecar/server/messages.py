@@ -1,0 +1,118 @@
+"""``message/update|remove`` and ``part/update|remove``: the ingest path.
+
+Payloads arrive as raw JSON. They are validated against the typed model, but what is stored
+(and echoed back) is the client's own JSON, so fields unknown to this version survive. Only
+when the daemon must fill something in (a missing id or creation time) is it re-encoded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from sidecar.errors import UnknownMessage, UnknownPart
+from sidecar.model.ids import new_id, now_ms
+from sidecar.model.messages import Message
+from sidecar.model.parts import Part
+from sidecar.model.rpc import (
+    MessageRemovedEvent,
+    MessageRemoveParams,
+    MessageUpdatedEvent,
+    MessageUpdateParams,
+    PartRemovedEvent,
+    PartRemoveParams,
+    PartUpdatedEvent,
+    PartUpdateParams,
+)
+from sidecar.server.connection import Connection
+from sidecar.server.routes import route
+
+_message_decoder = msgspec.json.Decoder(Message)
+_part_decoder = msgspec.json.Decoder(Part)
+_dict_decoder = msgspec.json.Decoder(dict[str, Any])
+_encoder = msgspec.json.Encoder()
+
+
+def reroot(exc: msgspec.ValidationError, field: str) -> msgspec.ValidationError:
+    """Make msgspec's path relative to the request params (``$.message.role``)."""
+    text = str(exc)
+    if "`$" in text:
+        return msgspec.ValidationError(text.replace("`$", f"`$.{field}"))
+    return msgspec.ValidationError(f"{text} - at `$.{field}`")
+
+
+def decode_message(raw: msgspec.Raw) -> Message:
+    try:
+        return _message_decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise reroot(exc, "message") from None
+
+
+def decode_part(raw: msgspec.Raw) -> Part:
+    try:
+        return _part_decoder.decode(raw)
+    except msgspec.ValidationError as exc:
+        raise reroot(exc, "part") from None
+
+
+@route("message/update", MessageUpdateParams)
+async def message_update(conn: Connection, p: MessageUpdateParams) -> msgspec.Raw:
+    info = decode_message(p.message)
+    raw = bytes(p.message)
+    if not info.id or not info.time.created:
+        data = _dict_decoder.decode(raw)
+        if not info.id:
+            info.id = data["id"] = new_id("msg")
+        if not info.time.created:
+            known = await conn.app.store.message_key(info.id)
+            info.time.created = known.created if known else now_ms()
+            data["time"] = {**(data.get("time") or {}), "created": info.time.created}
+        raw = _encoder.encode(data)
+    await conn.app.store.put_message(info, raw)
+    stored = msgspec.Raw(raw)
+    conn.app.hub.subscribe(conn, info.session_id)
+    conn.app.publish(info.session_id, "message/updated", MessageUpdatedEvent(message=stored))
+    conn.app.engine.message_stored(info)
+    return stored
+
+
+@route("part/update", PartUpdateParams)
+async def part_update(conn: Connection, p: PartUpdateParams) -> msgspec.Raw:
+    part = decode_part(p.part)
+    raw = bytes(p.part)
+    if not part.id:
+        data = _dict_decoder.decode(raw)
+        part.id = data["id"] = new_id("prt")
+        raw = _encoder.encode(data)
+    await conn.app.store.put_part(part, raw)
+    stored = msgspec.Raw(raw)
+    conn.app.hub.subscribe(conn, part.session_id)
+    conn.app.publish(part.session_id, "part/updated", PartUpdatedEvent(part=stored))
+    return stored
+
+
+@route("message/remove", MessageRemoveParams)
+async def message_remove(conn: Connection, p: MessageRemoveParams) -> None:
+    await conn.app.store.require_session(p.session_id)
+    if not await conn.app.store.remove_message(p.session_id, p.message_id):
+        raise UnknownMessage(p.message_id)
+    conn.app.publish(
+        p.session_id,
+        "message/removed",
+        MessageRemovedEvent(session_id=p.session_id, message_id=p.message_id),
+    )
+    return None
+
+
+@route("part/remove", PartRemoveParams)
+async def part_remove(conn: Connection, p: PartRemoveParams) -> None:
+    await conn.app.store.require_session(p.session_id)
+    if not await conn.app.store.remove_part(p.session_id, p.message_id, p.part_id):
+        raise UnknownPart(p.part_id)
+    conn.app.publish(
+        p.session_id,
+        "part/removed",
+        PartRemovedEvent(session_id=p.session_id, message_id=p.message_id, part_id=p.part_id),
+    )
+    return None

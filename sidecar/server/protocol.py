@@ -1,0 +1,247 @@
+"""pygls' JSON-RPC dispatcher with a msgspec byte path.
+
+pygls keeps what it does well — handler dispatch, one task per request, ``$/cancelRequest``,
+response futures for daemon→client requests, exception→error mapping. This subclass replaces
+its codec: frames are decoded with msgspec straight into each method's params Struct, and
+replies are encoded with msgspec. It also closes stock pygls' silent gaps, so every request
+gets exactly one reply: a request without ``params``, params that fail validation (-32602 with
+the field's path), an unserialisable result (-32603), requests before ``initialize`` (-32002)
+and after ``shutdown`` (-32600).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import msgspec
+from lsprotocol.types import ResponseError, ResponseErrorMessage
+from msgspec import UNSET, UnsetType
+from pygls.protocol import JsonRPCProtocol
+from pygls.protocol.json_rpc import (
+    JsonRPCNotification,
+    JsonRPCRequestMessage,
+    JsonRPCResponseMessage,
+)
+
+from sidecar.server.framing import FrameError, encode_frame
+
+if TYPE_CHECKING:
+    from pygls.server import JsonRPCServer
+
+log = logging.getLogger("sidecar.rpc")
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+SERVER_NOT_INITIALIZED = -32002
+
+# Methods allowed before ``initialize`` has been answered.
+_PRE_INIT = frozenset({"initialize", "exit", "$/cancelRequest"})
+
+
+class _Envelope(msgspec.Struct):
+    jsonrpc: str | UnsetType = UNSET
+    id: int | str | UnsetType | None = UNSET
+    method: str | UnsetType = UNSET
+    params: msgspec.Raw = msgspec.Raw()
+    result: msgspec.Raw = msgspec.Raw()
+    error: msgspec.Raw = msgspec.Raw()
+
+
+class _Response(msgspec.Struct):
+    jsonrpc: str
+    id: int | str | None
+    result: Any
+
+
+class _ErrorBody(msgspec.Struct, omit_defaults=True):
+    code: int
+    message: str
+    data: Any = None
+
+
+class _ErrorResponse(msgspec.Struct):
+    jsonrpc: str
+    id: int | str | None
+    error: _ErrorBody
+
+
+class _Notification(msgspec.Struct):
+    jsonrpc: str
+    method: str
+    params: Any
+
+
+class _Request(msgspec.Struct):
+    jsonrpc: str
+    id: int | str
+    method: str
+    params: Any
+
+
+_envelope_decoder = msgspec.json.Decoder(_Envelope)
+_any_decoder = msgspec.json.Decoder()
+_EMPTY = b"{}"
+
+
+@dataclass(frozen=True, slots=True)
+class MethodSpec:
+    """What the protocol needs to know about a method before dispatching it."""
+
+    decoder: msgspec.json.Decoder[Any]
+
+
+class SidecarProtocol(JsonRPCProtocol):
+    """One per connection. ``specs`` maps method names to params decoders."""
+
+    def __init__(self, server: JsonRPCServer, converter: Any) -> None:
+        super().__init__(server, converter)
+        self.specs: dict[str, MethodSpec] = {}
+        self.initialized = False
+        self.shutting_down = False
+        self.on_exit: Callable[[], None] = lambda: None
+        self._encoder = msgspec.json.Encoder()
+
+    # -- inbound ---------------------------------------------------------------------------
+
+    def handle_frame(self, body: bytes) -> None:
+        """Decode one frame and dispatch it; never raises (a raise would close the pipe)."""
+        try:
+            self._handle_frame(body)
+        except Exception:  # pragma: no cover - a bug here must not end the connection
+            log.exception("unexpected error while handling a frame")
+
+    def frame_error(self, err: FrameError) -> None:
+        self.send_error(None, err.code, err.message)
+
+    def _handle_frame(self, body: bytes) -> None:
+        try:
+            env = _envelope_decoder.decode(body)
+        except msgspec.ValidationError as exc:
+            self.send_error(None, INVALID_REQUEST, f"invalid JSON-RPC message: {exc}")
+            return
+        except msgspec.DecodeError as exc:
+            self.send_error(None, PARSE_ERROR, f"invalid JSON: {exc}")
+            return
+        msg_id = None if env.id is UNSET else env.id
+        if env.jsonrpc != "2.0":
+            self.send_error(msg_id, INVALID_REQUEST, 'invalid request: "jsonrpc" must be "2.0"')
+            return
+        if env.method is UNSET:
+            self._handle_reply(env)
+            return
+        method = env.method
+        is_request = env.id is not UNSET
+        if is_request and msg_id is None:
+            self.send_error(None, INVALID_REQUEST, 'invalid request: "id" must not be null')
+            return
+        if not self.initialized and method not in _PRE_INIT:
+            if is_request:
+                self.send_error(
+                    msg_id, SERVER_NOT_INITIALIZED, f"{method}: server not initialized"
+                )
+            return
+        if self.shutting_down and method != "exit":
+            if is_request:
+                self.send_error(msg_id, INVALID_REQUEST, f"{method}: server is shutting down")
+            return
+        if method == "exit":
+            self.on_exit()
+            return
+        spec = self.specs.get(method)
+        if spec is None:
+            if is_request:
+                self.send_error(msg_id, -32601, f"unknown method: {method}")
+            else:
+                log.info("ignoring notification for unknown method %r", method)
+            return
+        raw = bytes(env.params) if len(env.params) else _EMPTY
+        if raw == b"null":
+            raw = _EMPTY
+        try:
+            params = spec.decoder.decode(raw)
+        except msgspec.ValidationError as exc:
+            if is_request:
+                self.send_error(msg_id, INVALID_PARAMS, f"invalid params for {method}: {exc}")
+            else:
+                log.warning("invalid params for notification %s: %s", method, exc)
+            return
+        if is_request:
+            assert msg_id is not None
+            self.handle_message(JsonRPCRequestMessage(msg_id, method, "2.0", params))
+        else:
+            self.handle_message(JsonRPCNotification(method, "2.0", params))
+
+    def _handle_reply(self, env: _Envelope) -> None:
+        if env.id is UNSET or env.id is None or (not len(env.result) and not len(env.error)):
+            self.send_error(None, INVALID_REQUEST, "invalid request: no method, result or error")
+            return
+        if len(env.error):
+            try:
+                err = _any_decoder.decode(env.error)
+                error = ResponseError(code=int(err["code"]), message=str(err.get("message", "")))
+            except (msgspec.DecodeError, KeyError, TypeError, ValueError):
+                error = ResponseError(code=INTERNAL_ERROR, message="malformed error response")
+            self.handle_message(ResponseErrorMessage(id=env.id, error=error))
+            return
+        result = _any_decoder.decode(env.result)
+        self.handle_message(JsonRPCResponseMessage(env.id, "2.0", result))
+
+    # -- outbound --------------------------------------------------------------------------
+
+    def send_error(self, msg_id: int | str | None, code: int, message: str) -> None:
+        self._write(_ErrorResponse("2.0", msg_id, _ErrorBody(code, message)))
+
+    def notify(self, method: str, params: Any | None = None) -> None:
+        self._write(_Notification("2.0", method, self._plain(params)))
+
+    def _send_data(self, data: Any) -> None:
+        if isinstance(data, JsonRPCResponseMessage):
+            try:
+                body = self._encoder.encode(_Response("2.0", data.id, self._plain(data.result)))
+            except (TypeError, ValueError, msgspec.EncodeError) as exc:
+                log.error("result of request %s could not be serialised: %s", data.id, exc)
+                self.send_error(data.id, INTERNAL_ERROR, f"result could not be serialised: {exc}")
+                return
+            self._write_bytes(body)
+        elif isinstance(data, ResponseErrorMessage):
+            err = data.error
+            # Tracebacks are not sent: they are for the daemon's log, not for clients.
+            extra = err.data
+            if isinstance(extra, dict) and "traceback" in extra:
+                extra = None
+            self._write(_ErrorResponse("2.0", data.id, _ErrorBody(err.code, err.message, extra)))
+        elif isinstance(data, JsonRPCRequestMessage):
+            self._write(_Request("2.0", data.id, data.method, self._plain(data.params)))
+        elif isinstance(data, JsonRPCNotification):
+            self._write(_Notification("2.0", data.method, self._plain(data.params)))
+        else:  # pragma: no cover - pygls sends nothing else
+            log.error("cannot send %r", type(data))
+
+    def _plain(self, value: Any) -> Any:
+        """lsprotocol (attrs) payloads go through pygls' converter for their wire names."""
+        if attrs.has(type(value)):
+            return self._converter.unstructure(value)
+        return value
+
+    def _write(self, message: msgspec.Struct) -> None:
+        try:
+            body = self._encoder.encode(message)
+        except (TypeError, ValueError, msgspec.EncodeError):
+            log.exception("could not encode an outgoing message")
+            return
+        self._write_bytes(body)
+
+    def _write_bytes(self, body: bytes) -> None:
+        writer = self.writer
+        if writer is None:
+            return
+        try:
+            writer.write(encode_frame(body))
+        except (BrokenPipeError, ConnectionError, RuntimeError):
+            log.info("peer is gone; dropping an outgoing message")
