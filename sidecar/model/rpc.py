@@ -146,6 +146,7 @@ class SessionCompactParams(Base, kw_only=True):
     model: ModelRef | None = None
     auto: bool = False
     instructions: str | None = None
+    work_done_token: str | int | None = None
 
 
 class CompactResult(Dense, kw_only=True):

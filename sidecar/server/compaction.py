@@ -1,1 +1,85 @@
-"""Compaction methods; filled in with the engine."""
+"""``session/context|overflow|prune|compact|fork|revert|unrevert``: thin calls into the engine."""
+
+from __future__ import annotations
+
+from sidecar.engine import fork as fork_mod
+from sidecar.engine import revert as revert_mod
+from sidecar.engine.compactor import Request
+from sidecar.errors import Busy, SidecarError
+from sidecar.model.rpc import (
+    CompactResult,
+    ContextResult,
+    OverflowResult,
+    PruneResult,
+    SessionCompactParams,
+    SessionContextParams,
+    SessionForkParams,
+    SessionOverflowParams,
+    SessionRef,
+    SessionRevertParams,
+)
+from sidecar.model.session import Session
+from sidecar.server.connection import Connection
+from sidecar.server.routes import route
+
+
+@route("session/context", SessionContextParams)
+async def context(conn: Connection, p: SessionContextParams) -> ContextResult:
+    return await conn.app.engine.engine.context(p.session_id, p.format)
+
+
+@route("session/overflow", SessionOverflowParams)
+async def overflow(conn: Connection, p: SessionOverflowParams) -> OverflowResult:
+    engine = conn.app.engine.engine
+    if p.session_id is not None:
+        return await engine.overflow_session(p.session_id)
+    if p.tokens is None or p.model is None:
+        raise SidecarError(
+            "invalid params: give `$.sessionID`, or both `$.tokens` and `$.model.limit`", -32602
+        )
+    return await engine.overflow_of(p.tokens, p.model.limit)
+
+
+@route("session/prune", SessionRef)
+async def prune(conn: Connection, p: SessionRef) -> PruneResult:
+    engine = conn.app.engine.engine
+    async with engine.lock(p.session_id):
+        return await engine.prune(p.session_id)
+
+
+@route("session/compact", SessionCompactParams)
+async def compact(conn: Connection, p: SessionCompactParams) -> CompactResult:
+    conn.app.hub.subscribe(conn, p.session_id)
+    return await conn.app.engine.engine.compact(
+        Request(
+            session_id=p.session_id,
+            auto=p.auto,
+            model=p.model,
+            instructions=p.instructions,
+            progress_token=p.work_done_token,
+        )
+    )
+
+
+@route("session/fork", SessionForkParams)
+async def fork(conn: Connection, p: SessionForkParams) -> Session:
+    store = conn.app.store
+    source = await store.require_session(p.session_id)
+    forked = await fork_mod.fork(store, source, p.message_id)
+    conn.app.hub.subscribe(conn, forked.id)
+    return forked
+
+
+@route("session/revert", SessionRevertParams)
+async def revert(conn: Connection, p: SessionRevertParams) -> Session:
+    engine = conn.app.engine.engine
+    if engine.lock(p.session_id).locked():
+        raise Busy(f"session {p.session_id!r} is compacting")
+    session = await conn.app.store.require_session(p.session_id)
+    return await revert_mod.revert(conn.app.store, session, p.message_id, p.part_id)
+
+
+@route("session/unrevert", SessionRef)
+async def unrevert(conn: Connection, p: SessionRef) -> Session:
+    session = await conn.app.store.require_session(p.session_id)
+    return await revert_mod.unrevert(conn.app.store, session)

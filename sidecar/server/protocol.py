@@ -142,9 +142,7 @@ class SidecarProtocol(JsonRPCProtocol):
             return
         if not self.initialized and method not in _PRE_INIT:
             if is_request:
-                self.send_error(
-                    msg_id, SERVER_NOT_INITIALIZED, f"{method}: server not initialized"
-                )
+                self.send_error(msg_id, SERVER_NOT_INITIALIZED, f"{method}: server not initialized")
             return
         if self.shutting_down and method != "exit":
             if is_request:
@@ -153,6 +151,9 @@ class SidecarProtocol(JsonRPCProtocol):
         if method == "exit":
             self.on_exit()
             return
+        if method == "shutdown" and is_request:
+            # Set now, not in the handler task, so an ``exit`` right behind it sees it.
+            self.shutting_down = True
         spec = self.specs.get(method)
         if spec is None:
             if is_request:

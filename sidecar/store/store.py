@@ -335,9 +335,7 @@ class Store:
         statements: list[Statement] = []
         if part_cut is not None:
             mid, pid = part_cut
-            statements.append(
-                ("DELETE FROM parts WHERE message_id = ? AND id >= ?", [(mid, pid)])
-            )
+            statements.append(("DELETE FROM parts WHERE message_id = ? AND id >= ?", [(mid, pid)]))
             statements.append(
                 (
                     "DELETE FROM messages WHERE session_id = ? AND (created, id) > (?, ?)",
@@ -444,14 +442,11 @@ class Store:
             cond += " AND (m.created, m.id) > (?, ?)"
             args += [key.created, key.id]
         sql = (
-            f"SELECT m.id, m.data, m.created FROM messages m WHERE {cond} "
-            "ORDER BY m.created, m.id"
+            f"SELECT m.id, m.data, m.created FROM messages m WHERE {cond} ORDER BY m.created, m.id"
         )
         if limit is not None:
             sql += " LIMIT ?"
-        rows = list(
-            await self._reader.execute_fetchall(sql, [*args, limit + 1] if limit else args)
-        )
+        rows = list(await self._reader.execute_fetchall(sql, [*args, limit + 1] if limit else args))
         more = limit is not None and len(rows) > limit
         if limit is not None:
             rows = rows[:limit]
@@ -472,6 +467,23 @@ class Store:
             for mid, data, _ in rows
         ]
         return out, (last.cursor() if more else None)
+
+    async def summary_texts(self, session_id: str, limit: int) -> list[str]:
+        """Texts of the newest ``limit`` finished summaries, oldest first."""
+        rows = await self._reader.execute_fetchall(
+            "SELECT id FROM messages WHERE session_id = ? AND summary_ok = 1 "
+            "ORDER BY created DESC, id DESC LIMIT ?",
+            (session_id, limit),
+        )
+        texts: list[str] = []
+        for (mid,) in reversed(list(rows)):
+            parts = await self._reader.execute_fetchall(
+                "SELECT json_extract(data, '$.text') FROM parts "
+                "WHERE message_id = ? AND type = 'text' ORDER BY id",
+                (mid,),
+            )
+            texts.append("\n".join(t for (t,) in parts if t))
+        return texts
 
     async def count_messages(self, session_id: str) -> int:
         rows = await self._reader.execute_fetchall(

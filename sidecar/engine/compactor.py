@@ -1,0 +1,294 @@
+"""Summarization (seed 000's ``create`` + ``process``), standard and collapse.
+
+Append-only: a compaction adds a marker user message (with a ``compaction`` part), a summary
+assistant message answering it, and, when automatic, a synthetic "continue" user message.
+Nothing already stored changes. The marker cuts history only once the summary has finished
+without error, so every failure path leaves the context exactly as it was; a cancelled
+compaction removes its own marker and summary, leaving nothing half-written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from sidecar.engine import bounded, revert
+from sidecar.engine.collapse import split
+from sidecar.engine.filter import filter_compacted
+from sidecar.engine.host import Host
+from sidecar.engine.render import CONTINUE_TEXT
+from sidecar.engine.tokens import estimate_messages
+from sidecar.engine.window import load_window
+from sidecar.model.config import Config
+from sidecar.model.ids import new_id, now_ms
+from sidecar.model.messages import (
+    AssistantMessage,
+    MessageError,
+    MessageTime,
+    ModelRef,
+    UserMessage,
+    WithParts,
+)
+from sidecar.model.parts import CompactionPart, Part, TextPart
+from sidecar.model.rpc import (
+    CompactedEvent,
+    CompactResult,
+    MessageRemovedEvent,
+    MessageUpdatedEvent,
+    PartUpdatedEvent,
+    StatusEvent,
+)
+from sidecar.store import Store
+from sidecar.summarizers.base import (
+    COMPACTION_SYSTEM,
+    DEFAULT_PROMPT,
+    Summarizer,
+    SummaryError,
+)
+
+_encoder = msgspec.json.Encoder()
+
+
+@dataclass(frozen=True)
+class Request:
+    session_id: str
+    auto: bool = False
+    model: ModelRef | None = None
+    instructions: str | None = None
+    overflow: bool = False
+    progress_token: str | int | None = None
+
+
+@dataclass
+class Outcome:
+    result: CompactResult
+    before_tokens: int = 0
+    after_tokens: int = 0
+
+
+def _is_marker(m: WithParts) -> bool:
+    return isinstance(m.info, UserMessage) and any(isinstance(p, CompactionPart) for p in m.parts)
+
+
+def _is_summary(m: WithParts) -> bool:
+    return isinstance(m.info, AssistantMessage) and bool(m.info.summary)
+
+
+def _summary_text(m: WithParts) -> str:
+    return "\n".join(p.text for p in m.parts if isinstance(p, TextPart) and p.text.strip())
+
+
+def _last_user(window: Sequence[WithParts]) -> UserMessage | None:
+    for m in reversed(window):
+        if isinstance(m.info, UserMessage) and not _is_marker(m):
+            return m.info
+    return None
+
+
+class Compactor:
+    def __init__(self, store: Store, host: Host) -> None:
+        self.store = store
+        self.host = host
+
+    async def _put(self, messages: list[Any], parts: list[Part]) -> None:
+        encoded_m = [(m, _encoder.encode(m)) for m in messages]
+        encoded_p = [(p, _encoder.encode(p)) for p in parts]
+        await self.store.put_many(encoded_m, encoded_p)
+        for m, raw in encoded_m:
+            self.host.publish(
+                m.session_id, "message/updated", MessageUpdatedEvent(message=msgspec.Raw(raw))
+            )
+        for p, raw in encoded_p:
+            self.host.publish(p.session_id, "part/updated", PartUpdatedEvent(part=msgspec.Raw(raw)))
+
+    def _status(self, sid: str, status: str, error: str | None = None) -> None:
+        self.host.publish(
+            sid, "session/status", StatusEvent(session_id=sid, status=status, error=error)
+        )  # type: ignore[arg-type]
+
+    async def run(self, req: Request, cfg: Config, writer: Summarizer) -> Outcome:
+        sid = req.session_id
+        session = await self.store.require_session(sid)
+        if session.revert is not None:
+            session = await revert.cleanup(self.store, self.host, session)
+        window = await load_window(self.store, session)
+        before = estimate_messages(window)
+        ccfg = cfg.compaction
+        if ccfg.method == "collapse":
+            parts = split(window, ccfg.extract_ratio, ccfg.recent_ratio)
+            to_summarize, tail, reference = parts.summarize, parts.tail, parts.reference
+        else:
+            to_summarize, tail, reference = list(window), [], []
+        # Earlier summaries go to the writer as summaries to merge, not as conversation.
+        previous = await self._previous_summaries(sid, ccfg.previous_summaries)
+        history = [m for m in to_summarize if not _is_marker(m) and not _is_summary(m)]
+
+        last_user = _last_user(window)
+        model = req.model or (last_user.model if last_user else None)
+        now = now_ms()
+        marker = UserMessage(
+            id=new_id("msg"),
+            session_id=sid,
+            time=MessageTime(created=now),
+            agent=last_user.agent if last_user else None,
+            model=model,
+        )
+        marker_part = CompactionPart(
+            id=new_id("prt"),
+            session_id=sid,
+            message_id=marker.id,
+            auto=req.auto,
+            overflow=True if req.overflow else None,
+            tail_start_id=tail[0].info.id if tail else None,
+        )
+        await self._put([marker], [marker_part])
+        self._status(sid, "compacting")
+        token = req.progress_token if req.progress_token is not None else f"compact-{marker.id}"
+        self.host.progress(
+            sid,
+            token,
+            {
+                "kind": "begin",
+                "title": "Compacting",
+                "cancellable": True,
+                "message": f"{len(history)} messages",
+                "percentage": 0,
+            },
+        )
+        summary: AssistantMessage | None = None
+        try:
+            hooks = await self.host.compacting_hook(sid)
+            prompt = next((h.prompt for h in hooks if h.prompt), None) or DEFAULT_PROMPT
+            extra = [c for h in hooks for c in h.context if c]
+            if req.instructions:
+                extra.append(req.instructions)
+            if extra:
+                prompt = prompt + "\n\n" + "\n\n".join(extra)
+            summary = AssistantMessage(
+                id=new_id("msg"),
+                session_id=sid,
+                parent_id=marker.id,
+                time=MessageTime(created=now_ms()),
+                provider_id=writer.provider_id,
+                model_id=writer.model_id,
+                mode="compaction",
+                agent="compaction",
+                summary=True,
+            )
+            await self._put([summary], [])
+
+            def report(message: str, pct: int | None) -> None:
+                value: dict[str, Any] = {"kind": "report", "message": message}
+                if pct is not None:
+                    value["percentage"] = pct
+                self.host.progress(sid, token, value)
+
+            limit = cfg.summarizer.max_input_tokens or writer.input_limit()
+            result = await bounded.summarize(
+                writer,
+                system=COMPACTION_SYSTEM,
+                prompt=prompt,
+                history=history,
+                reference=reference,
+                previous=previous,
+                max_tokens=ccfg.summary_max_tokens,
+                max_input_tokens=limit,
+                progress=report,
+            )
+            text_part = TextPart(
+                id=new_id("prt"), session_id=sid, message_id=summary.id, text=result.text
+            )
+            done = msgspec.structs.replace(
+                summary,
+                finish="stop",
+                tokens=result.tokens,
+                time=MessageTime(created=summary.time.created, completed=now_ms()),
+                provider_id=result.provider_id,
+                model_id=result.model_id,
+            )
+            after_window = [
+                WithParts(info=marker, parts=[marker_part]),
+                WithParts(info=done, parts=[text_part]),
+                *tail,
+            ]
+            after = estimate_messages(filter_compacted(after_window))
+            if after >= before:
+                raise SummaryError(
+                    f"compaction would not make the context smaller ({before} -> {after} "
+                    "estimated tokens); history kept"
+                )
+            await self._put([done], [text_part])
+        except asyncio.CancelledError:
+            await self._discard(sid, marker, summary)
+            self.host.progress(sid, token, {"kind": "end", "message": "cancelled"})
+            self._status(sid, "idle")
+            raise
+        except Exception as exc:
+            message = str(exc) if isinstance(exc, SummaryError) else f"{type(exc).__name__}: {exc}"
+            if summary is not None:
+                failed = msgspec.structs.replace(
+                    summary,
+                    error=MessageError(name="CompactionError", data={"message": message}),
+                    time=MessageTime(created=summary.time.created, completed=now_ms()),
+                )
+                await self._put([failed], [])
+            self.host.progress(sid, token, {"kind": "end", "message": f"failed: {message}"})
+            self._status(sid, "error", message)
+            return Outcome(
+                CompactResult(
+                    status="stop", summary_message_id=summary.id if summary else None, error=message
+                ),
+                before,
+                before,
+            )
+
+        if req.auto:
+            cont = UserMessage(
+                id=new_id("msg"),
+                session_id=sid,
+                time=MessageTime(created=now_ms()),
+                agent=last_user.agent if last_user else None,
+                model=model,
+            )
+            cont_part = TextPart(
+                id=new_id("prt"),
+                session_id=sid,
+                message_id=cont.id,
+                text=CONTINUE_TEXT,
+                synthetic=True,
+            )
+            await self._put([cont], [cont_part])
+        self.host.publish(
+            sid,
+            "session/compacted",
+            CompactedEvent(session_id=sid, message_id=done.id, auto=req.auto),
+        )
+        self.host.progress(sid, token, {"kind": "end", "message": f"{before} -> {after} tokens"})
+        self._status(sid, "idle")
+        return Outcome(CompactResult(status="continue", summary_message_id=done.id), before, after)
+
+    async def _previous_summaries(self, sid: str, n: int) -> list[str]:
+        if n <= 0:
+            return []
+        texts = await self.store.summary_texts(sid, n)
+        return [t for t in texts if t.strip()]
+
+    async def _discard(
+        self, sid: str, marker: UserMessage, summary: AssistantMessage | None
+    ) -> None:
+        """Remove a cancelled compaction's own messages (shielded: it must finish)."""
+
+        async def remove() -> None:
+            for m in (summary, marker):
+                if m is not None and await self.store.remove_message(sid, m.id):
+                    self.host.publish(
+                        sid, "message/removed", MessageRemovedEvent(session_id=sid, message_id=m.id)
+                    )
+
+        with contextlib.suppress(Exception):
+            await asyncio.shield(remove())

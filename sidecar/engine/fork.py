@@ -1,0 +1,76 @@
+"""``session/fork``: copy a session's messages (before ``messageID``) under new ids.
+
+Every reference is remapped — ``parentID`` of summaries and ``tailStartID`` of collapse
+markers — so the fork's compaction boundaries still point at its own messages (OpenCode
+#6445 lost them and sent whole histories; #24898 lost the retained tail). Times are kept, so
+the fork orders exactly like its parent. The stored JSON is copied, unknown fields included.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from sidecar.errors import UnknownMessage
+from sidecar.model.ids import new_id, now_ms
+from sidecar.model.messages import Message
+from sidecar.model.parts import Part
+from sidecar.model.session import Session, SessionTime
+from sidecar.store import Key, Store
+
+_dict = msgspec.json.Decoder(dict[str, Any])
+_enc = msgspec.json.Encoder()
+
+
+async def fork(store: Store, source: Session, message_id: str | None) -> Session:
+    stop: Key | None = None
+    if message_id is not None:
+        stop = await store.message_key(message_id)
+        found = await store.get_message(message_id)
+        if stop is None or found is None or found[0].session_id != source.id:
+            raise UnknownMessage(message_id)
+    if source.revert is not None:
+        rkey = await store.message_key(source.revert.message_id)
+        if rkey is not None and (stop is None or rkey < stop):
+            stop = rkey  # reverted messages are not part of what a fork inherits
+    page, _ = await store.page_raw(source.id, None, None)
+    now = now_ms()
+    target = Session(
+        id=new_id("ses"),
+        title=f"{source.title} (fork)" if source.title else "fork",
+        parent_id=source.id,
+        directory=source.directory,
+        time=SessionTime(created=now, updated=now),
+    )
+    infos: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    ids: dict[str, str] = {}
+    for stored in page:
+        info = _dict.decode(stored.info)
+        key = Key(int(info.get("time", {}).get("created", 0)), info["id"])
+        if stop is not None and key >= stop:
+            break
+        ids[info["id"]] = new_id("msg")
+        infos.append(info)
+        parts.extend(_dict.decode(p) for p in stored.parts)
+    messages: list[tuple[Message, bytes]] = []
+    for info in infos:
+        info["id"] = ids[info["id"]]
+        info["sessionID"] = target.id
+        if info.get("parentID") in ids:
+            info["parentID"] = ids[info["parentID"]]
+        raw = _enc.encode(info)
+        messages.append((msgspec.json.decode(raw, type=Message), raw))  # type: ignore[arg-type]
+    new_parts: list[tuple[Part, bytes]] = []
+    for part in parts:
+        part["id"] = new_id("prt")
+        part["sessionID"] = target.id
+        part["messageID"] = ids[part["messageID"]]
+        if part.get("tailStartID") in ids:
+            part["tailStartID"] = ids[part["tailStartID"]]
+        raw = _enc.encode(part)
+        new_parts.append((msgspec.json.decode(raw, type=Part), raw))  # type: ignore[arg-type]
+    await store.put_session(target)
+    await store.put_many(messages, new_parts)
+    return target

@@ -1,0 +1,276 @@
+"""The engine as a service: the methods the server exposes and the automatic triggers.
+
+After an assistant message is stored with ``finish`` (or with ``ContextOverflowError``), the
+session is checked, once, under its own lock: an overflow compacts (when ``compaction.auto``),
+otherwise a finished turn prunes. Per-session locks make racing updates of the same message
+compact at most once (OpenCode #27468), and a streak counter stops compaction loops when a
+compacted context still overflows (OpenCode #27924): one more attempt, then an error event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from sidecar.engine import context as context_mod
+from sidecar.engine import overflow as overflow_mod
+from sidecar.engine import pruner
+from sidecar.engine.compactor import Compactor, Outcome, Request
+from sidecar.engine.host import Host
+from sidecar.engine.window import load_window
+from sidecar.errors import Busy
+from sidecar.model.catalog import lookup
+from sidecar.model.config import Config
+from sidecar.model.messages import AssistantMessage, Message
+from sidecar.model.rpc import (
+    CompactResult,
+    ContextFormat,
+    ContextResult,
+    OverflowResult,
+    PartUpdatedEvent,
+    PrunedEvent,
+    PruneResult,
+    StatusEvent,
+)
+from sidecar.model.tokens import ModelLimit, Tokens
+from sidecar.store import Key, Store
+from sidecar.summarizers.base import Summarizer, build_summarizer
+
+log = logging.getLogger("sidecar.engine")
+
+CONTEXT_OVERFLOW = "ContextOverflowError"
+MAX_STREAK = 2  # automatic compactions in a row without a turn that fits
+
+
+class Engine:
+    def __init__(self, store: Store, host: Host, config: Callable[[], Config]) -> None:
+        self.store = store
+        self.host = host
+        self.config = config
+        self.compactor = Compactor(store, host)
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._warned: set[str] = set()
+        self._streak: dict[str, int] = {}
+        self._writers: dict[bytes, Summarizer] = {}
+        self._http: Any = None
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def lock(self, session_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(session_id, asyncio.Lock())
+
+    def limits(self, provider_id: str, model_id: str) -> ModelLimit | None:
+        limit = lookup(provider_id, model_id, self.config().models)
+        if limit is None:
+            key = f"{provider_id}/{model_id}"
+            if key not in self._warned:
+                self._warned.add(key)
+                self.host.log(
+                    f"no context limits known for model {key!r}: automatic compaction is off for "
+                    f'it until config "models" names its limits'
+                )
+        return limit
+
+    def writer(self, cfg: Config) -> Summarizer:
+        key = msgspec.json.encode(cfg.summarizer)
+        found = self._writers.get(key)
+        if found is None:
+            http = None
+            if cfg.summarizer.provider in ("openai", "anthropic"):
+                if self._http is None:
+                    import httpx
+
+                    self._http = httpx.AsyncClient(
+                        timeout=httpx.Timeout(cfg.summarizer.timeout, connect=10.0)
+                    )
+                http = self._http
+            try:
+                found = build_summarizer(
+                    cfg.summarizer, http=http, client_call=self.host.client_complete
+                )
+            except ValueError as exc:
+                from sidecar.errors import SidecarError
+
+                raise SidecarError(f"summarizer configuration: {exc}", -32602) from None
+            self._writers[key] = found
+        return found
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            try:
+                await task
+            except BaseException:
+                pass
+        for w in self._writers.values():
+            await w.aclose()
+        if self._http is not None:
+            await self._http.aclose()
+
+    # -- requests ------------------------------------------------------------------------------
+
+    async def context(self, session_id: str, fmt: ContextFormat) -> ContextResult:
+        session = await self.store.require_session(session_id)
+        return await context_mod.build(self.store, session, fmt)
+
+    async def overflow_of(self, tokens: Tokens, limit: ModelLimit) -> OverflowResult:
+        o = overflow_mod.check(tokens, limit, self.config().compaction)
+        return OverflowResult(overflow=o.overflow, count=o.count, usable=o.usable)
+
+    async def overflow_session(self, session_id: str) -> OverflowResult:
+        session = await self.store.require_session(session_id)
+        window = await load_window(self.store, session)
+        last = next(
+            (
+                m.info
+                for m in reversed(window)
+                if isinstance(m.info, AssistantMessage) and m.info.finish and not m.info.summary
+            ),
+            None,
+        )
+        if last is None:
+            return OverflowResult(overflow=False, count=0, usable=0)
+        limit = self.limits(last.provider_id, last.model_id)
+        if limit is None:
+            count = last.tokens.input + last.tokens.cache.read + last.tokens.output
+            return OverflowResult(overflow=False, count=count, usable=0, known=False)
+        return await self.overflow_of(last.tokens, limit)
+
+    async def prune(self, session_id: str) -> PruneResult:
+        session = await self.store.require_session(session_id)
+        plan, updated = await pruner.run(self.store, session, self.config().compaction)
+        if not plan.commit:
+            return PruneResult(part_ids=[], tokens_saved=0)
+        for raw in updated:
+            self.host.publish(
+                session_id, "part/updated", PartUpdatedEvent(part=msgspec.Raw(raw.encode()))
+            )
+        self.host.publish(
+            session_id,
+            "session/pruned",
+            PrunedEvent(
+                session_id=session_id, part_ids=plan.part_ids, tokens_saved=plan.tokens_saved
+            ),
+        )
+        return PruneResult(part_ids=plan.part_ids, tokens_saved=plan.tokens_saved)
+
+    async def compact(self, req: Request) -> CompactResult:
+        lock = self.lock(req.session_id)
+        if lock.locked():
+            raise Busy(f"session {req.session_id!r} is already compacting")
+        async with lock:
+            await self.store.require_session(req.session_id)
+            cfg = self.config()
+            return (await self.compactor.run(req, cfg, self.writer(cfg))).result
+
+    # -- automatic triggers --------------------------------------------------------------------
+
+    def message_stored(self, info: Message) -> None:
+        if not isinstance(info, AssistantMessage) or info.summary:
+            return
+        overflowed = info.error is not None and info.error.name == CONTEXT_OVERFLOW
+        if info.finish is None and not overflowed:
+            return
+        self._spawn(self._after_turn(info, overflowed))
+
+    async def _after_turn(self, info: AssistantMessage, overflowed: bool) -> None:
+        sid = info.session_id
+        try:
+            async with self.lock(sid):
+                await self._check(info, overflowed)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a background failure must be visible, never fatal
+            log.exception("automatic compaction check failed for %s", sid)
+            self.host.publish(
+                sid, "session/status", StatusEvent(session_id=sid, status="error", error=str(exc))
+            )
+
+    async def _check(self, info: AssistantMessage, overflowed: bool) -> None:
+        sid = info.session_id
+        session = await self.store.get_session(sid)
+        if session is None:
+            return
+        boundary = await self.store.boundary(sid)
+        if boundary is not None and boundary.marker > Key(info.time.created, info.id):
+            return  # this turn was already compacted away
+        cfg = self.config()
+        ccfg = cfg.compaction
+        if not overflowed:
+            limit = self.limits(info.provider_id, info.model_id)
+            overflowed = limit is not None and overflow_mod.check(info.tokens, limit, ccfg).overflow
+        if overflowed:
+            if not ccfg.auto:
+                if info.error is not None:
+                    self.host.publish(
+                        sid,
+                        "session/status",
+                        StatusEvent(
+                            session_id=sid,
+                            status="error",
+                            error="context overflow and automatic compaction is disabled",
+                        ),
+                    )
+                return
+            streak = self._streak.get(sid, 0)
+            if streak >= MAX_STREAK:
+                self.host.publish(
+                    sid,
+                    "session/status",
+                    StatusEvent(
+                        session_id=sid,
+                        status="error",
+                        error=f"context still overflows after {streak} compactions in a row; "
+                        "not compacting again until a turn fits (check model limits)",
+                    ),
+                )
+                return
+            outcome = await self._auto_compact(sid, cfg, limit_for=info)
+            self._streak[sid] = streak + 1 if outcome.result.status == "continue" else streak
+            return
+        self._streak.pop(sid, None)
+        if info.finish not in (None, "tool-calls", "unknown"):
+            await self.prune(sid)
+
+    async def _auto_compact(self, sid: str, cfg: Config, limit_for: AssistantMessage) -> Outcome:
+        outcome = await self.compactor.run(
+            Request(session_id=sid, auto=True, overflow=True), cfg, self.writer(cfg)
+        )
+        limit = lookup(limit_for.provider_id, limit_for.model_id, cfg.models)
+        if outcome.result.status != "continue" or limit is None:
+            return outcome
+        threshold = self._threshold(limit, cfg)
+        if outcome.after_tokens <= threshold:
+            return outcome
+        # One further attempt, then an error: never an endless loop.
+        second = await self.compactor.run(
+            Request(session_id=sid, auto=True, overflow=True), cfg, self.writer(cfg)
+        )
+        if second.result.status == "continue" and second.after_tokens > threshold:
+            self.host.publish(
+                sid,
+                "session/status",
+                StatusEvent(
+                    session_id=sid,
+                    status="error",
+                    error=f"context is still {second.after_tokens} tokens after two compactions "
+                    f"(limit {threshold}); not retrying",
+                ),
+            )
+        return second
+
+    @staticmethod
+    def _threshold(limit: ModelLimit, cfg: Config) -> int:
+        o = overflow_mod.check(Tokens(), limit, cfg.compaction)
+        return int(cfg.compaction.effective_trigger() * o.usable)

@@ -1,0 +1,58 @@
+"""Load the context window from the store without reading the history behind it.
+
+The store finds the latest effective compaction marker with one indexed query; only messages
+from there (or from the collapse tail it points back at) are read, then ``filter_compacted``
+orders them. Reverted messages (DESIGN §4 ``session/revert``) are cut here, so no caller can
+let them reach a model.
+"""
+
+from __future__ import annotations
+
+from sidecar.engine.filter import filter_compacted
+from sidecar.model.messages import WithParts
+from sidecar.model.session import Session
+from sidecar.store import Key, Store
+
+
+async def revert_key(store: Store, session: Session) -> Key | None:
+    if session.revert is None:
+        return None
+    return await store.message_key(session.revert.message_id)
+
+
+def cut_reverted(msgs: list[WithParts], session: Session, rkey: Key | None) -> list[WithParts]:
+    """Drop messages at/after the revert point (with ``partID``, keep the earlier parts)."""
+    if session.revert is None or rkey is None:
+        return msgs
+    part_id = session.revert.part_id
+    out: list[WithParts] = []
+    for m in msgs:
+        key = Key(m.info.time.created, m.info.id)
+        if key < rkey:
+            out.append(m)
+        elif key == rkey and part_id is not None:
+            kept = [p for p in m.parts if p.id < part_id]
+            if kept:
+                out.append(WithParts(info=m.info, parts=kept))
+    return out
+
+
+async def load_history(store: Store, session: Session) -> list[WithParts]:
+    """Every visible message (revert applied), unfiltered: what summarization may read."""
+    rkey = await revert_key(store, session)
+    return cut_reverted(await store.window(session.id), session, rkey)
+
+
+async def load_window(store: Store, session: Session) -> list[WithParts]:
+    """The filtered, chronological context window."""
+    rkey = await revert_key(store, session)
+    start: Key | None = None
+    boundary = await store.boundary(session.id, before=rkey)
+    if boundary is not None:
+        start = boundary.marker
+        if boundary.tail_start_id:
+            tail = await store.message_key(boundary.tail_start_id)
+            if tail is not None and tail < start:
+                start = tail
+    msgs = await store.window(session.id, start)
+    return filter_compacted(cut_reverted(msgs, session, rkey))
