@@ -67,9 +67,11 @@ def filter_compacted(chronological: Sequence[WithParts]) -> list[WithParts]:
     marker = chronological[marker_at]
     compaction = _compaction_part(marker)
     tail_id = compaction.tail_start_id if compaction else None
-    tail_at = next(
-        (i for i in range(marker_at) if chronological[i].info.id == tail_id), None
-    ) if tail_id else None
+    tail_at = (
+        next((i for i in range(marker_at) if chronological[i].info.id == tail_id), None)
+        if tail_id
+        else None
+    )
     if tail_at is None:
         return list(chronological[marker_at:])
     head = list(chronological[marker_at : summary_at + 1])

@@ -68,9 +68,7 @@ def plan(newest_first: Iterable[WithParts], cfg: CompactionConfig) -> PrunePlan:
                 candidates.append(part)
         if stop:
             break
-    return PrunePlan(
-        [p.id for p in candidates], pruned, pruned > cfg.prune_minimum, candidates
-    )
+    return PrunePlan([p.id for p in candidates], pruned, pruned > cfg.prune_minimum, candidates)
 
 
 def apply(part: ToolPart, ts: int) -> ToolPart:

@@ -228,7 +228,11 @@ def _openai_content(items: Sequence[str | FilePart], strip_media: bool) -> str |
 
 def to_openai(window: Sequence[WithParts], *, strip_media: bool = False) -> list[dict[str, Any]]:
     """Chat-completions ``messages``: each step is an assistant message with its ``tool_calls``,
-    then one ``tool`` message per call; reasoning is not sent (the format has no slot for it)."""
+    then one ``tool`` message per call; reasoning is not sent (the format has no slot for it).
+
+    User content is a string when it is all text, an array only when it carries an image;
+    assistant content is the step's text, or null when the step only calls tools.
+    """
     out: list[dict[str, Any]] = []
     for turn in _turns(window):
         if isinstance(turn, _User):
@@ -240,7 +244,10 @@ def to_openai(window: Sequence[WithParts], *, strip_media: bool = False) -> list
                 {
                     "id": c.id,
                     "type": "function",
-                    "function": {"name": c.name, "arguments": msgspec.json.encode(c.input).decode()},
+                    "function": {
+                        "name": c.name,
+                        "arguments": msgspec.json.encode(c.input).decode(),
+                    },
                 }
                 for c in turn.calls
             ]
@@ -272,9 +279,7 @@ def _anthropic_block(item: str | FilePart, strip_media: bool) -> dict[str, Any]:
     return {"type": "image" if kind == "image" else "document", "source": source}
 
 
-def to_anthropic(
-    window: Sequence[WithParts], *, strip_media: bool = False
-) -> list[dict[str, Any]]:
+def to_anthropic(window: Sequence[WithParts], *, strip_media: bool = False) -> list[dict[str, Any]]:
     """Messages API ``messages``: ``tool_use`` blocks answered by ``tool_result`` blocks at the
     head of the next user message; same-role neighbours merged, since roles must alternate."""
     out: list[dict[str, Any]] = []
@@ -289,7 +294,7 @@ def to_anthropic(
         if isinstance(turn, _User):
             add("user", [_anthropic_block(i, strip_media) for i in turn.items])
             continue
-        blocks = [{"type": "text", "text": t} for t in turn.texts]
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": t} for t in turn.texts]
         blocks += [
             {"type": "tool_use", "id": c.id, "name": c.name, "input": c.input} for c in turn.calls
         ]
@@ -298,11 +303,15 @@ def to_anthropic(
             continue
         results: list[dict[str, Any]] = []
         for c in turn.calls:
-            result: dict[str, Any] = {"type": "tool_result", "tool_use_id": c.id, "content": c.result}
+            result: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": c.id,
+                "content": c.result,
+            }
             if c.is_error:
                 result["is_error"] = True
             results.append(result)
-        media = [a for c in turn.calls for a in c.attachments]
+        media: list[str | FilePart] = [a for c in turn.calls for a in c.attachments]
         if media:
             results += [_anthropic_block(i, strip_media) for i in [TOOL_MEDIA_TEXT, *media]]
         add("user", results)

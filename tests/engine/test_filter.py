@@ -1,0 +1,177 @@
+import msgspec
+
+from sidecar.engine.filter import filter_compacted, find_boundary
+
+from .builders import Session, compaction, ids
+
+
+def test_no_compaction_keeps_everything() -> None:
+    s = Session()
+    s.turn("a")
+    s.turn("b")
+    assert ids(filter_compacted(s.messages)) == ids(s.messages)
+    assert find_boundary(s.messages) is None
+    assert filter_compacted([]) == []
+
+
+def test_finished_summary_cuts_at_the_marker() -> None:
+    s = Session()
+    s.turn("old")
+    marker, summary = s.compact()
+    cont = s.user("Continue if you have next steps")
+    reply = s.assistant("more")
+    out = filter_compacted(s.messages)
+    assert ids(out) == [marker.info.id, summary.info.id, cont.info.id, reply.info.id]
+    assert find_boundary(s.messages) == 2
+
+
+def test_unfinished_summary_cuts_nothing() -> None:
+    s = Session()
+    s.turn("old")
+    s.compact(finish=None)
+    assert ids(filter_compacted(s.messages)) == ids(s.messages)
+    assert find_boundary(s.messages) is None
+
+
+def test_errored_summary_cuts_nothing() -> None:
+    s = Session()
+    s.turn("old")
+    s.compact(error="APIError")
+    assert len(filter_compacted(s.messages)) == 4
+    assert find_boundary(s.messages) is None
+
+
+def test_marker_without_any_reply_cuts_nothing() -> None:
+    s = Session()
+    s.turn("old")
+    s.user(compaction())
+    assert len(filter_compacted(s.messages)) == 3
+
+
+def test_plain_reply_to_marker_is_not_a_summary() -> None:
+    s = Session()
+    s.turn("old")
+    s.user(compaction())
+    s.assistant("not a summary")
+    assert find_boundary(s.messages) is None
+
+
+def test_summary_for_a_different_parent_cuts_nothing() -> None:
+    s = Session()
+    other = s.user("question")
+    s.user(compaction())
+    s.assistant("summary", summary=True, parent=other.info.id)
+    assert ids(filter_compacted(s.messages)) == ids(s.messages)
+
+
+def test_summary_must_come_after_its_marker() -> None:
+    s = Session()
+    early = s.assistant("summary", summary=True)
+    marker = s.user(compaction())
+    s.messages[0] = msgspec.structs.replace(
+        early, info=msgspec.structs.replace(early.info, parent_id=marker.info.id)
+    )
+    assert find_boundary(s.messages) is None
+
+
+def test_latest_of_two_compactions_wins() -> None:
+    s = Session()
+    s.turn("first era")
+    s.compact()
+    s.turn("second era")
+    marker2, summary2 = s.compact()
+    prompt = s.user("third era")
+    last = s.assistant("ok")
+    out = filter_compacted(s.messages)
+    assert ids(out) == [marker2.info.id, summary2.info.id, prompt.info.id, last.info.id]
+    assert find_boundary(s.messages) == 6
+
+
+def test_failed_newer_compaction_falls_back_to_the_older_one() -> None:
+    s = Session()
+    s.turn("first era")
+    marker1, _ = s.compact()
+    s.turn("second era")
+    s.compact(error="APIError")
+    out = filter_compacted(s.messages)
+    assert out[0] is marker1
+    assert len(out) == 6
+
+
+def test_retry_summary_after_a_failed_one() -> None:
+    s = Session()
+    s.turn("old")
+    marker, failed = s.compact(error="APIError")
+    retry = s.assistant("summary", summary=True, parent=marker.info.id)
+    assert ids(filter_compacted(s.messages)) == [marker.info.id, failed.info.id, retry.info.id]
+
+
+def test_collapse_puts_summary_before_the_retained_tail() -> None:
+    s = Session()
+    s.turn("summarized away")  # msg_0001, msg_0003
+    tail = s.user("kept 1")
+    kept1 = s.assistant("kept reply 1")
+    prompt2 = s.user("kept 2")
+    kept2 = s.assistant("kept reply 2")
+    marker, summary = s.compact(tail=tail.info.id)
+    cont = s.user("Continue if you have next steps")
+    reply = s.assistant("new")
+    out = filter_compacted(s.messages)
+    assert ids(out) == [
+        marker.info.id,
+        summary.info.id,
+        tail.info.id,
+        kept1.info.id,
+        prompt2.info.id,
+        kept2.info.id,
+        cont.info.id,
+        reply.info.id,
+    ]
+    assert find_boundary(s.messages) == 6
+
+
+def test_collapse_with_unknown_tail_behaves_like_standard() -> None:
+    s = Session()
+    s.turn("old")
+    marker, summary = s.compact(tail="msg_missing")
+    assert ids(filter_compacted(s.messages)) == [marker.info.id, summary.info.id]
+
+
+def test_collapse_tail_after_the_marker_behaves_like_standard() -> None:
+    s = Session()
+    s.turn("old")
+    marker = s.user(compaction(tail="later"))
+    summary = s.assistant("summary", summary=True)
+    later = s.user("later")
+    s.messages[-1] = msgspec.structs.replace(
+        later, info=msgspec.structs.replace(later.info, id="later")
+    )
+    assert ids(filter_compacted(s.messages)) == [marker.info.id, summary.info.id, "later"]
+
+
+def test_collapse_keeps_an_older_compaction_pair_inside_the_tail() -> None:
+    s = Session()
+    s.turn("ancient")
+    tail, old_summary = s.compact()  # an older standard compaction, inside the new tail
+    recent = [s.user("recent"), s.assistant("ok")]
+    marker, summary = s.compact(tail=tail.info.id)
+    out = filter_compacted(s.messages)
+    assert ids(out) == [
+        marker.info.id,
+        summary.info.id,
+        tail.info.id,
+        old_summary.info.id,
+        *ids(recent),
+    ]
+
+
+def test_collapse_tail_excludes_attempts_of_the_same_marker() -> None:
+    s = Session()
+    tail = s.user("kept")
+    marker = s.user(compaction(tail=tail.info.id))
+    # Out-of-order storage: an attempt for this marker sorted into the tail range.
+    s.messages.insert(1, s.assistant("attempt", summary=True, parent=marker.info.id, finish=None))
+    s.messages.pop()
+    summary = s.assistant("summary", summary=True, parent=marker.info.id)
+    out = filter_compacted(s.messages)
+    assert ids(out) == [marker.info.id, summary.info.id, tail.info.id]
