@@ -1,0 +1,133 @@
+"""An in-process engine over a real store, with a host that records what it was told."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from sidecar.engine.service import Engine
+from sidecar.model.config import Config, build
+from sidecar.model.ids import new_id
+from sidecar.model.messages import AssistantMessage, MessageTime, ModelRef, UserMessage
+from sidecar.model.parts import Part, TextPart, ToolCompleted, ToolPart, ToolTime
+from sidecar.model.rpc import (
+    CompactingHookResult,
+    SummarizerCompleteParams,
+    SummarizerCompleteResult,
+)
+from sidecar.model.session import Session, SessionTime
+from sidecar.model.tokens import CacheTokens, Tokens
+from sidecar.store import Store
+
+enc = msgspec.json.encode
+MODEL = ModelRef(provider_id="anthropic", model_id="claude-sonnet-4-5")  # 200k / 64k in catalog
+
+
+@dataclass
+class RecordingHost:
+    events: list[tuple[str, str, Any]] = field(default_factory=list)
+    logs: list[str] = field(default_factory=list)
+    hook_results: list[CompactingHookResult] = field(default_factory=list)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def publish(self, session_id: str, method: str, params: Any) -> None:
+        self.events.append((session_id, method, params))
+        self.changed.set()
+
+    def log(self, text: str) -> None:
+        self.logs.append(text)
+
+    async def compacting_hook(self, session_id: str) -> list[CompactingHookResult]:
+        return list(self.hook_results)
+
+    def progress(self, session_id: str, token: str | int, value: dict[str, Any]) -> None:
+        self.events.append((session_id, "$/progress", {"token": token, "value": value}))
+
+    async def client_complete(self, params: SummarizerCompleteParams) -> SummarizerCompleteResult:
+        raise AssertionError("no client summarizer in these tests")
+
+    def methods(self, name: str) -> list[Any]:
+        return [p for _, m, p in self.events if m == name]
+
+
+class Harness:
+    def __init__(self, store: Store, overrides: dict[str, Any] | None = None) -> None:
+        self.store = store
+        self.host = RecordingHost()
+        self.cfg: Config = build([overrides or {}])
+        self.engine = Engine(store, self.host, lambda: self.cfg)
+        self.clock = 1_000
+
+    def tick(self) -> int:
+        self.clock += 1
+        return self.clock
+
+    async def session(self) -> Session:
+        s = Session(id=new_id("ses"), title="t", time=SessionTime(created=1, updated=1))
+        await self.store.put_session(s)
+        return s
+
+    async def put(self, info: Any, *parts: Part) -> None:
+        await self.store.put_message(info, enc(info))
+        for p in parts:
+            await self.store.put_part(p, enc(p))
+
+    async def user(self, sid: str, text: str) -> UserMessage:
+        m = UserMessage(
+            id=new_id("msg"), session_id=sid, time=MessageTime(created=self.tick()), model=MODEL
+        )
+        await self.put(m, TextPart(id=new_id("prt"), session_id=sid, message_id=m.id, text=text))
+        return m
+
+    async def assistant(
+        self,
+        sid: str,
+        parent: str,
+        *,
+        text: str = "All done. " * 400,
+        tool_output: str | None = None,
+        tool: str = "bash",
+        finish: str | None = "stop",
+        input_tokens: int = 1_000,
+        cache_read: int = 0,
+        model: ModelRef = MODEL,
+        error: Any = None,
+    ) -> AssistantMessage:
+        m = AssistantMessage(
+            id=new_id("msg"),
+            session_id=sid,
+            parent_id=parent,
+            time=MessageTime(created=self.tick()),
+            provider_id=model.provider_id,
+            model_id=model.model_id,
+            finish=finish,
+            error=error,
+            tokens=Tokens(input=input_tokens, output=100, cache=CacheTokens(read=cache_read)),
+        )
+        parts: list[Part] = []
+        if tool_output is not None:
+            parts.append(
+                ToolPart(
+                    id=new_id("prt"),
+                    session_id=sid,
+                    message_id=m.id,
+                    call_id=new_id("prt"),
+                    tool=tool,
+                    state=ToolCompleted(
+                        input={"command": "cat big.txt"},
+                        output=tool_output,
+                        time=ToolTime(start=1, end=2),
+                    ),
+                )
+            )
+        parts.append(TextPart(id=new_id("prt"), session_id=sid, message_id=m.id, text=text))
+        await self.put(m, *parts)
+        return m
+
+    async def settle(self) -> None:
+        """Wait until every background task the engine started has finished."""
+        while self.engine._tasks:
+            await asyncio.gather(*list(self.engine._tasks), return_exceptions=True)

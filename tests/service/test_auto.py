@@ -1,0 +1,308 @@
+"""Automatic triggers and the compaction flow, through the engine service on a real store."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from sidecar.engine.compactor import Request
+from sidecar.engine.render import CONTINUE_TEXT
+from sidecar.engine.window import load_window
+from sidecar.errors import Busy
+from sidecar.model.messages import AssistantMessage, MessageError, ModelRef, UserMessage
+from sidecar.model.parts import CompactionPart, TextPart
+from sidecar.model.rpc import CompactingHookResult
+from sidecar.store import Store
+from sidecar.summarizers.base import SummaryError, SummaryRequest, SummaryResult
+
+from .harness import Harness
+
+OVER = 180_000  # > 200k - min(64k, 32k) = 168k usable for claude-sonnet-4-5
+
+
+async def _compactions(h: Harness) -> int:
+    return len(h.host.methods("session/compacted"))
+
+
+async def test_overflowing_turn_compacts_once_with_continue_message(store: Store) -> None:
+    h = Harness(store)
+    s = await h.session()
+    u = await h.user(s.id, "Fix main.py please")
+    a = await h.assistant(s.id, u.id, input_tokens=OVER)
+    h.engine.message_stored(a)
+    h.engine.message_stored(a)  # racing updates of the same message (OpenCode #27468)
+    await h.settle()
+    assert await _compactions(h) == 1
+    compacted = h.host.methods("session/compacted")[0]
+    assert compacted.auto is True
+    window = await load_window(store, s)
+    assert isinstance(window[0].info, UserMessage)
+    assert any(isinstance(p, CompactionPart) and p.auto for p in window[0].parts)
+    summary = window[1].info
+    assert isinstance(summary, AssistantMessage) and summary.summary and summary.finish == "stop"
+    assert summary.mode == "compaction" and summary.agent == "compaction"
+    assert summary.parent_id == window[0].info.id
+    last = window[-1]
+    assert isinstance(last.parts[0], TextPart) and last.parts[0].text == CONTINUE_TEXT
+    assert last.parts[0].synthetic is True
+    statuses = [e.status for e in h.host.methods("session/status")]
+    assert statuses == ["compacting", "idle"]
+
+
+async def test_later_update_of_a_compacted_turn_does_not_compact_again(store: Store) -> None:
+    h = Harness(store)
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    a = await h.assistant(s.id, u.id, input_tokens=OVER)
+    h.engine.message_stored(a)
+    await h.settle()
+    h.engine.message_stored(a)
+    await h.settle()
+    assert await _compactions(h) == 1
+
+
+async def test_exactly_usable_is_not_overflow(store: Store) -> None:
+    h = Harness(store)
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    a = await h.assistant(s.id, u.id, input_tokens=168_000 - 100)  # + 100 output = usable
+    h.engine.message_stored(a)
+    await h.settle()
+    assert await _compactions(h) == 0
+
+
+@pytest.mark.parametrize("overrides", [{"compaction": {"auto": False}}])
+async def test_auto_false_never_compacts(store: Store, overrides: dict[str, Any]) -> None:
+    h = Harness(store, overrides)
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    a = await h.assistant(s.id, u.id, input_tokens=OVER)
+    h.engine.message_stored(a)
+    await h.settle()
+    assert await _compactions(h) == 0
+
+
+async def test_context_overflow_error_takes_the_compaction_path(store: Store) -> None:
+    h = Harness(store)
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    err = MessageError(name="ContextOverflowError", data={"message": "prompt is too long"})
+    a = await h.assistant(s.id, u.id, finish=None, input_tokens=10, error=err)
+    h.engine.message_stored(a)
+    await h.settle()
+    assert await _compactions(h) == 1
+
+
+async def test_context_overflow_error_with_auto_off_reports_error(store: Store) -> None:
+    h = Harness(store, {"compaction": {"auto": False}})
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    err = MessageError(name="ContextOverflowError", data={"message": "prompt is too long"})
+    a = await h.assistant(s.id, u.id, finish=None, error=err)
+    h.engine.message_stored(a)
+    await h.settle()
+    assert await _compactions(h) == 0
+    assert [e.status for e in h.host.methods("session/status")] == ["error"]
+
+
+async def test_unknown_model_is_reported_once_and_not_compacted(store: Store) -> None:
+    h = Harness(store)
+    s = await h.session()
+    odd = ModelRef(provider_id="acme", model_id="mystery-1")
+    for _ in range(2):
+        u = await h.user(s.id, "go")
+        a = await h.assistant(s.id, u.id, input_tokens=10_000_000, model=odd)
+        h.engine.message_stored(a)
+        await h.settle()
+    assert await _compactions(h) == 0
+    assert len(h.host.logs) == 1 and "acme/mystery-1" in h.host.logs[0]
+
+
+async def test_configured_model_limits_enable_compaction(store: Store) -> None:
+    h = Harness(store, {"models": {"acme/mystery-1": {"context": 10_000, "output": 1_000}}})
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    odd = ModelRef(provider_id="acme", model_id="mystery-1")
+    a = await h.assistant(s.id, u.id, input_tokens=9_500, model=odd)
+    h.engine.message_stored(a)
+    await h.settle()
+    assert await _compactions(h) == 1
+
+
+async def test_turn_end_prunes_old_tool_outputs(store: Store) -> None:
+    h = Harness(store)
+    s = await h.session()
+    big = "x" * 100_000  # 25,000 tokens each
+    for _ in range(4):
+        u = await h.user(s.id, "more")
+        await h.assistant(s.id, u.id, tool_output=big, finish="tool-calls")
+    u = await h.user(s.id, "last")
+    a = await h.assistant(s.id, u.id, finish="stop")
+    h.engine.message_stored(a)
+    await h.settle()
+    pruned = h.host.methods("session/pruned")
+    assert len(pruned) == 1
+    # newest->oldest: turns 1 and 2 skipped; 25k (protected), 50k crosses 40k -> pruned, 75k, ...
+    assert pruned[0].tokens_saved == 50_000 and len(pruned[0].part_ids) == 2
+
+
+async def test_prune_disabled_by_config(store: Store) -> None:
+    h = Harness(store, {"compaction": {"prune": False}})
+    s = await h.session()
+    for _ in range(4):
+        u = await h.user(s.id, "more")
+        await h.assistant(s.id, u.id, tool_output="x" * 100_000)
+    u = await h.user(s.id, "last")
+    a = await h.assistant(s.id, u.id)
+    h.engine.message_stored(a)
+    await h.settle()
+    assert h.host.methods("session/pruned") == []
+
+
+async def test_tool_calls_finish_does_not_prune(store: Store) -> None:
+    h = Harness(store)
+    s = await h.session()
+    for _ in range(4):
+        u = await h.user(s.id, "more")
+        await h.assistant(s.id, u.id, tool_output="x" * 100_000)
+    u = await h.user(s.id, "last")
+    a = await h.assistant(s.id, u.id, finish="tool-calls")
+    h.engine.message_stored(a)
+    await h.settle()
+    assert h.host.methods("session/pruned") == []
+
+
+class _Writer:
+    provider_id = "test"
+    model_id = "test-1"
+    wire_format = "parts"
+
+    def __init__(self, text: str = "a summary", fail: Exception | None = None) -> None:
+        self.text = text
+        self.fail = fail
+        self.requests: list[SummaryRequest] = []
+        self.gate: asyncio.Event | None = None
+
+    def input_limit(self) -> int | None:
+        return None
+
+    async def summarize(self, req: SummaryRequest, progress: Any = None) -> SummaryResult:
+        from sidecar.model.tokens import Tokens
+
+        self.requests.append(req)
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail is not None:
+            raise self.fail
+        return SummaryResult(self.text, Tokens(output=3), self.provider_id, self.model_id)
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def _manual(h: Harness, sid: str, writer: _Writer, **kw: Any) -> Any:
+    return (await h.engine.compactor.run(Request(session_id=sid, **kw), h.cfg, writer)).result
+
+
+async def test_failed_summary_keeps_history_and_reports(store: Store) -> None:
+    h = Harness(store)
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    await h.assistant(s.id, u.id, text="x" * 4000)
+    before = await load_window(store, s)
+    result = await _manual(h, s.id, _Writer(fail=SummaryError("provider said 500")))
+    assert result.status == "stop" and "500" in (result.error or "")
+    after = await load_window(store, s)
+    # The marker is appended but cuts nothing; the failed summary carries the error.
+    assert [m.info.id for m in after][: len(before)] == [m.info.id for m in before]
+    failed = after[-1].info
+    assert isinstance(failed, AssistantMessage) and failed.error is not None
+    assert failed.finish is None
+    assert h.host.methods("session/compacted") == []
+    assert h.host.methods("session/status")[-1].status == "error"
+
+
+async def test_empty_summary_is_a_failure(store: Store) -> None:
+    from sidecar.summarizers.base import EmptySummaryError
+
+    h = Harness(store)
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    await h.assistant(s.id, u.id, text="x" * 4000)
+    result = await _manual(h, s.id, _Writer(fail=EmptySummaryError()))
+    assert result.status == "stop"
+    assert await store.boundary(s.id) is None
+
+
+async def test_summary_that_does_not_shrink_the_context_is_rejected(store: Store) -> None:
+    h = Harness(store)
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    await h.assistant(s.id, u.id, text="short")
+    result = await _manual(h, s.id, _Writer(text="y" * 40_000))
+    assert result.status == "stop" and "smaller" in (result.error or "")
+    assert await store.boundary(s.id) is None
+
+
+async def test_hook_context_is_appended_and_prompt_can_be_replaced(store: Store) -> None:
+    h = Harness(store)
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    await h.assistant(s.id, u.id, text="x" * 4000)
+    h.host.hook_results = [CompactingHookResult(context=["Remember: tabs, not spaces"])]
+    w = _Writer()
+    await _manual(h, s.id, w)
+    assert w.requests[0].prompt.startswith("Provide a detailed prompt for continuing")
+    assert w.requests[0].prompt.endswith("Remember: tabs, not spaces")
+    h.host.hook_results = [CompactingHookResult(context=["extra"], prompt="Summarize tersely.")]
+    w2 = _Writer()
+    u2 = await h.user(s.id, "again")
+    await h.assistant(s.id, u2.id, text="z" * 4000)
+    await _manual(h, s.id, w2)
+    assert w2.requests[0].prompt == "Summarize tersely.\n\nextra"
+
+
+async def test_cancelled_compaction_leaves_nothing_behind(store: Store) -> None:
+    h = Harness(store)
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    await h.assistant(s.id, u.id, text="x" * 4000)
+    before = [m.info.id for m in await load_window(store, s)]
+    w = _Writer()
+    w.gate = asyncio.Event()
+    task = asyncio.create_task(_manual(h, s.id, w))
+    while not w.requests:
+        await h.host.changed.wait()
+        h.host.changed.clear()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [m.info.id for m in await load_window(store, s)] == before
+    assert await store.count_messages(s.id) == len(before)
+
+
+async def test_second_compact_while_busy_is_refused(store: Store) -> None:
+    h = Harness(store)
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    await h.assistant(s.id, u.id, text="x" * 4000)
+    async with h.engine.lock(s.id):
+        with pytest.raises(Busy):
+            await h.engine.compact(Request(session_id=s.id))
+
+
+async def test_previous_summary_is_merged_not_resummarized(store: Store) -> None:
+    h = Harness(store)
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    await h.assistant(s.id, u.id, text="x" * 4000)
+    await _manual(h, s.id, _Writer(text="first summary"))
+    u2 = await h.user(s.id, "next")
+    await h.assistant(s.id, u2.id, text="w" * 4000)
+    w = _Writer(text="second summary")
+    await _manual(h, s.id, w)
+    req = w.requests[0]
+    assert req.previous_summaries == ["first summary"]
+    assert all(not (isinstance(m.info, AssistantMessage) and m.info.summary) for m in req.history)
