@@ -12,13 +12,14 @@ from sidecar.store import Store
 
 
 async def build(store: Store, session: Session, fmt: ContextFormat) -> ContextResult:
-    window = await load_window(store, session)
+    raws: dict[str, str] = {}
+    window = await load_window(store, session, raws if fmt == "parts" else None)
     if fmt == "openai":
         messages = render.to_openai(window)
     elif fmt == "anthropic":
         messages = render.to_anthropic(window)
     else:
-        messages = render.to_parts(window)
+        messages = render.to_parts(window, raws)
     at = find_boundary(window)
     return ContextResult(
         format=fmt,

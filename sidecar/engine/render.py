@@ -9,7 +9,7 @@ reject a window that breaks that pairing, and a session that hits it cannot reco
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,16 +68,26 @@ def _clear(part: Part) -> Part:
     return part
 
 
-def to_parts(window: Sequence[WithParts]) -> list[dict[str, Any]]:
+def to_parts(
+    window: Sequence[WithParts], raws: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
     """The window as stored ``{info, parts}`` (wire names), pruned outputs cleared, nothing
-    dropped: for frontends that do their own provider conversion, as OpenCode does."""
-    return [
-        {
-            "info": msgspec.to_builtins(m.info),
-            "parts": [msgspec.to_builtins(_clear(p)) for p in m.parts],
-        }
-        for m in window
-    ]
+    dropped: for frontends that do their own provider conversion, as OpenCode does.
+
+    With ``raws`` (stored JSON by id, from the store) unchanged messages and parts are passed
+    through as stored — unknown fields included, and without re-encoding them.
+    """
+
+    def info(m: WithParts) -> Any:
+        raw = raws.get(m.info.id) if raws is not None else None
+        return msgspec.Raw(raw.encode()) if raw is not None else msgspec.to_builtins(m.info)
+
+    def part(p: Part) -> Any:
+        cleared = _clear(p)
+        raw = raws.get(p.id) if raws is not None and cleared is p else None
+        return msgspec.Raw(raw.encode()) if raw is not None else msgspec.to_builtins(cleared)
+
+    return [{"info": info(m), "parts": [part(p) for p in m.parts]} for m in window]
 
 
 # -- neutral form ------------------------------------------------------------------------------

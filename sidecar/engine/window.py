@@ -43,8 +43,10 @@ async def load_history(store: Store, session: Session) -> list[WithParts]:
     return cut_reverted(await store.window(session.id), session, rkey)
 
 
-async def load_window(store: Store, session: Session) -> list[WithParts]:
-    """The filtered, chronological context window."""
+async def load_window(
+    store: Store, session: Session, raws: dict[str, str] | None = None
+) -> list[WithParts]:
+    """The filtered, chronological context window (``raws``: see ``Store.window``)."""
     rkey = await revert_key(store, session)
     start: Key | None = None
     boundary = await store.boundary(session.id, before=rkey)
@@ -54,5 +56,5 @@ async def load_window(store: Store, session: Session) -> list[WithParts]:
             tail = await store.message_key(boundary.tail_start_id)
             if tail is not None and tail < start:
                 start = tail
-    msgs = await store.window(session.id, start)
+    msgs = await store.window(session.id, start, raws=raws)
     return filter_compacted(cut_reverted(msgs, session, rkey))

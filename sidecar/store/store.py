@@ -377,9 +377,16 @@ class Store:
         return Boundary(Key(created, mid), tail)
 
     async def window(
-        self, session_id: str, start: Key | None = None, end: Key | None = None
+        self,
+        session_id: str,
+        start: Key | None = None,
+        end: Key | None = None,
+        raws: dict[str, str] | None = None,
     ) -> list[WithParts]:
-        """Messages with ``start <= key < end`` and their parts, chronological; two queries."""
+        """Messages with ``start <= key < end`` and their parts, chronological; two queries.
+
+        ``raws``, when given, is filled with each message's and part's stored JSON by id.
+        """
         cond = "m.session_id = ?"
         args: list[Any] = [session_id]
         if start is not None:
@@ -396,7 +403,7 @@ class Store:
             f"WHERE {cond} ORDER BY p.message_id, p.id",
             args,
         )
-        return _assemble(msgs, parts)
+        return _assemble(msgs, parts, raws)
 
     async def newest_first(
         self, session_id: str, end: Key | None = None, page: int = PAGE
@@ -502,10 +509,15 @@ class Store:
         return out
 
 
-def _assemble(msgs: Any, parts: Any) -> list[WithParts]:
+def _assemble(msgs: Any, parts: Any, raws: dict[str, str] | None = None) -> list[WithParts]:
     by_message: dict[str, list[Part]] = {}
     for mid, data in parts:
-        by_message.setdefault(mid, []).append(_part_decoder.decode(data))
+        part = _part_decoder.decode(data)
+        by_message.setdefault(mid, []).append(part)
+        if raws is not None:
+            raws[part.id] = data
+    if raws is not None:
+        raws.update(msgs)
     return [
         WithParts(info=_message_decoder.decode(data), parts=by_message.get(mid, []))
         for mid, data in msgs

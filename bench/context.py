@@ -1,0 +1,151 @@
+"""session/context and session/prune cost: a window behind 100k parts of history vs. alone.
+
+Both sessions hold the same 1,000-message window (user turns and assistant steps with tool
+calls); session A also has 100,000 parts of older history behind a finished compaction.
+Timed in-process through the engine service on a real SQLite file (what the daemon's handlers
+call), interleaved A/B so machine noise hits both. Prints one line per figure and the ratios.
+
+    python bench/context.py [--history-parts 100000] [--window 1000] [--rounds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import msgspec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _util import median, ms, pct  # noqa: E402
+
+from sidecar.engine.host import Host  # noqa: E402
+from sidecar.engine.service import Engine  # noqa: E402
+from sidecar.model.config import build  # noqa: E402
+from sidecar.model.ids import new_id  # noqa: E402
+from sidecar.model.messages import AssistantMessage, MessageTime, UserMessage  # noqa: E402
+from sidecar.model.parts import (  # noqa: E402
+    CompactionPart,
+    TextPart,
+    ToolCompleted,
+    ToolPart,
+    ToolTime,
+)
+from sidecar.model.session import Session, SessionTime  # noqa: E402
+from sidecar.store import Store  # noqa: E402
+
+enc = msgspec.json.encode
+
+
+class QuietHost:
+    def publish(self, *a: object) -> None: ...
+    def log(self, text: str) -> None: ...
+    def progress(self, *a: object) -> None: ...
+    async def compacting_hook(self, session_id: str) -> list:  # type: ignore[type-arg]
+        return []
+
+    async def client_complete(self, params: object) -> object:
+        raise RuntimeError("unused")
+
+
+def turn(sid: str, t: int, i: int) -> tuple[list, list]:  # type: ignore[type-arg]
+    """A user message or an assistant step with a tool call: ~2 parts per message."""
+    if i % 4 == 0:
+        m = UserMessage(id=new_id("msg"), session_id=sid, time=MessageTime(created=t))
+        return [m], [TextPart(id=new_id("prt"), session_id=sid, message_id=m.id, text=f"step {i}")]
+    a = AssistantMessage(
+        id=new_id("msg"), session_id=sid, time=MessageTime(created=t), parent_id="",
+        provider_id="anthropic", model_id="claude-sonnet-4-5", finish="tool-calls",
+    )
+    tool = ToolPart(
+        id=new_id("prt"), session_id=sid, message_id=a.id, call_id=f"c{t}", tool="read",
+        state=ToolCompleted(input={"filePath": f"src/m{i}.py"}, output="line\n" * 80,
+                            time=ToolTime(start=1, end=2)),
+    )
+    text = TextPart(id=new_id("prt"), session_id=sid, message_id=a.id, text="Reading the file.")
+    return [a], [tool, text]
+
+
+async def fill(store: Store, sid: str, start_t: int, n_messages: int) -> int:
+    t = start_t
+    msgs: list = []  # type: ignore[type-arg]
+    parts: list = []  # type: ignore[type-arg]
+    count = 0
+    for i in range(n_messages):
+        t += 1
+        m, p = turn(sid, t, i)
+        msgs += [(x, enc(x)) for x in m]
+        parts += [(x, enc(x)) for x in p]
+        count += len(p)
+        if len(parts) >= 2000:
+            await store.put_many(msgs, parts)
+            msgs, parts = [], []
+    await store.put_many(msgs, parts)
+    return t
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--history-parts", type=int, default=100_000)
+    ap.add_argument("--window", type=int, default=1_000)
+    ap.add_argument("--rounds", type=int, default=30)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        store = await Store.open(Path(tmp) / "bench.db", synchronous="NORMAL")
+        cfg = build([])
+        host: Host = QuietHost()  # type: ignore[assignment]
+        engine = Engine(store, host, lambda: cfg)
+        a = Session(id=new_id("ses"), title="history", time=SessionTime(created=1, updated=1))
+        b = Session(id=new_id("ses"), title="window", time=SessionTime(created=1, updated=1))
+        await store.put_session(a)
+        await store.put_session(b)
+        # Session A: history (~1.5 parts per message) then a finished compaction, then the window.
+        t = await fill(store, a.id, 0, int(args.history_parts / 1.5))
+        marker = UserMessage(id=new_id("msg"), session_id=a.id, time=MessageTime(created=t + 1))
+        mpart = CompactionPart(id=new_id("prt"), session_id=a.id, message_id=marker.id, auto=True)
+        summ = AssistantMessage(
+            id=new_id("msg"), session_id=a.id, time=MessageTime(created=t + 2),
+            parent_id=marker.id, summary=True, finish="stop", mode="compaction",
+        )
+        stext = TextPart(id=new_id("prt"), session_id=a.id, message_id=summ.id, text="summary")
+        await store.put_many(
+            [(marker, enc(marker)), (summ, enc(summ))], [(mpart, enc(mpart)), (stext, enc(stext))]
+        )
+        await fill(store, a.id, t + 2, args.window)
+        await fill(store, b.id, 0, args.window)
+        total_a = await store.count_messages(a.id)
+        print(f"setup: session A {total_a} messages ({args.history_parts}+ parts of history), "
+              f"session B {await store.count_messages(b.id)} messages (window only)")
+
+        results: dict[str, list[float]] = {}
+
+        async def timed(name: str, coro_fn) -> None:  # type: ignore[no-untyped-def]
+            t0 = time.perf_counter()
+            await coro_fn()
+            results.setdefault(name, []).append(time.perf_counter() - t0)
+
+        for _ in range(3):  # warm-up
+            await engine.context(a.id, "parts")
+            await engine.context(b.id, "parts")
+        for _ in range(args.rounds):
+            for fmt in ("parts", "openai"):
+                await timed(f"context[{fmt}] A", lambda f=fmt: engine.context(a.id, f))
+                await timed(f"context[{fmt}] B", lambda f=fmt: engine.context(b.id, f))
+            await timed("prune A", lambda: engine.prune(a.id))
+            await timed("prune B", lambda: engine.prune(b.id))
+        ctx = await engine.context(a.id, "parts")
+        print(f"window: {len(ctx.messages)} messages, {ctx.estimated_tokens} estimated tokens")
+        for op in ("context[parts]", "context[openai]", "prune"):
+            ra, rb = results[f"{op} A"], results[f"{op} B"]
+            print(f"{op} with 100k-part history : p50 {ms(median(ra))}  p95 {ms(pct(ra, 95))}")
+            print(f"{op} window only           : p50 {ms(median(rb))}  p95 {ms(pct(rb, 95))}")
+            print(f"{op} ratio history/window  : {median(ra) / median(rb):.2f} (target <= 1.2)")
+        await engine.close()
+        await store.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
