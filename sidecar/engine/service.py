@@ -54,6 +54,7 @@ class Engine:
         self.compactor = Compactor(store, host)
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._by_session: dict[str, set[asyncio.Task[Any]]] = {}
         self._warned: set[str] = set()
         self._streak: dict[str, int] = {}
         self._writers: dict[bytes, Summarizer] = {}
@@ -100,10 +101,26 @@ class Engine:
             self._writers[key] = found
         return found
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, session_id: str, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        mine = self._by_session.setdefault(session_id, set())
+        mine.add(task)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self._tasks.discard(t)
+            mine.discard(t)
+            if not mine and self._by_session.get(session_id) is mine:
+                del self._by_session[session_id]
+
+        task.add_done_callback(done)
+
+    async def idle(self, session_id: str) -> None:
+        """Wait until the session's automatic work (checks, prune, compaction) has finished."""
+        while tasks := self._by_session.get(session_id):
+            await asyncio.gather(*list(tasks), return_exceptions=True)
+        async with self.lock(session_id):
+            return None
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -182,7 +199,7 @@ class Engine:
         overflowed = info.error is not None and info.error.name == CONTEXT_OVERFLOW
         if info.finish is None and not overflowed:
             return
-        self._spawn(self._after_turn(info, overflowed))
+        self._spawn(info.session_id, self._after_turn(info, overflowed))
 
     async def _after_turn(self, info: AssistantMessage, overflowed: bool) -> None:
         sid = info.session_id

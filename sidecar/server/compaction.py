@@ -40,6 +40,14 @@ async def overflow(conn: Connection, p: SessionOverflowParams) -> OverflowResult
     return await engine.overflow_of(p.tokens, p.model.limit)
 
 
+@route("session/idle", SessionRef)
+async def idle(conn: Connection, p: SessionRef) -> None:
+    """Extension: returns once automatic work started by earlier writes has finished."""
+    await conn.app.store.require_session(p.session_id)
+    await conn.app.engine.engine.idle(p.session_id)
+    return None
+
+
 @route("session/prune", SessionRef)
 async def prune(conn: Connection, p: SessionRef) -> PruneResult:
     engine = conn.app.engine.engine

@@ -122,7 +122,9 @@ def _part_line(part: object, cap: int) -> str:
     return ""
 
 
-def transcript_from_rendered(messages: Sequence[dict[str, Any]], *, part_cap: int = _PART_CAP) -> str:
+def transcript_from_rendered(
+    messages: Sequence[dict[str, Any]], *, part_cap: int = _PART_CAP
+) -> str:
     """Plain text from messages already rendered in OpenAI or Anthropic shape."""
     out: list[str] = []
     for msg in messages:
@@ -139,7 +141,9 @@ def transcript_from_rendered(messages: Sequence[dict[str, Any]], *, part_cap: in
                 if kind == "text" and isinstance(block.get("text"), str):
                     pieces.append(_cap(block["text"], part_cap))
                 elif kind == "tool_use":
-                    pieces.append(f"tool {block.get('name')} {_cap(to_json(block.get('input')), 500)}")
+                    pieces.append(
+                        f"tool {block.get('name')} {_cap(to_json(block.get('input')), 500)}"
+                    )
                 elif kind == "tool_result":
                     inner = block.get("content")
                     if isinstance(inner, list):

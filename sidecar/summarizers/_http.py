@@ -1,0 +1,170 @@
+"""Common plumbing of the HTTP writers: the shared client, the key, retries, the result."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import httpx
+import msgspec
+
+from sidecar.model.config import SummarizerConfig
+from sidecar.model.tokens import Tokens
+from sidecar.summarizers._retry import RetryPolicy, Sleep, post_with_retry
+from sidecar.summarizers._text import estimate_tokens
+from sidecar.summarizers.base import (
+    EmptySummaryError,
+    Progress,
+    SummaryError,
+    SummaryRequest,
+    SummaryResult,
+)
+
+log = logging.getLogger("sidecar.summarizers")
+_encoder = msgspec.json.Encoder()
+_SENSITIVE = re.compile(r"(?i)auth|key|token|secret|cookie")
+
+
+class StreamState:
+    """Accumulates one attempt's streamed text and usage."""
+
+    def __init__(self, progress: Progress | None) -> None:
+        self.chunks: list[str] = []
+        self.chars = 0
+        self.tokens: Tokens | None = None
+        self.finish: str | None = None
+        self.completed = False  # the provider said the message is over ([DONE], message_stop)
+        self._progress = progress
+
+    def add(self, text: str) -> None:
+        if not text:
+            return
+        self.chunks.append(text)
+        self.chars += len(text)
+        if self._progress is not None:
+            try:
+                self._progress(self.chars)
+            except Exception:  # a progress sink must never break the summary
+                log.exception("summary progress callback failed")
+
+    @property
+    def text(self) -> str:
+        return "".join(self.chunks)
+
+    def check_complete(self, provider: str) -> StreamState:
+        """A stream that stops without its end marker was cut (a proxy, a crash): retry it
+        rather than keep a truncated summary."""
+        if not self.completed:
+            raise SummaryError(
+                f"{provider}: the stream ended before the summary was complete", retryable=True
+            )
+        return self
+
+
+class HttpSummarizer:
+    """Base of the OpenAI-compatible and Anthropic writers."""
+
+    provider_id: str
+    model_id: str
+    default_base_url: str
+
+    def __init__(
+        self,
+        cfg: SummarizerConfig,
+        *,
+        http: httpx.AsyncClient | None = None,
+        env: Mapping[str, str] | None = None,
+        sleep: Sleep = asyncio.sleep,
+        rand: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not cfg.model:
+            raise ValueError(f"summarizer.model is required for provider {cfg.provider!r}")
+        self.cfg = cfg
+        self.model_id = cfg.model
+        self.base_url = (cfg.base_url or self.default_base_url).rstrip("/")
+        self.policy = RetryPolicy.from_config(cfg)
+        self._http = http
+        self._owns_http = http is None
+        self._env: Mapping[str, str] = os.environ if env is None else env
+        self._sleep = sleep
+        self._rand = rand
+        self._clock = clock
+
+    def input_limit(self) -> int | None:
+        return self.cfg.max_input_tokens
+
+    def api_key(self) -> str | None:
+        name = self.cfg.api_key_env
+        if not name:
+            return None
+        value = self._env.get(name, "").strip()
+        return value or None
+
+    def secrets(self) -> list[str]:
+        """Values that must never appear in an error or a log line."""
+        out = [k for k in (self.api_key(),) if k]
+        for name, value in (self.cfg.headers or {}).items():
+            if _SENSITIVE.search(name) and value:
+                out.append(value)
+                out.extend(w for w in value.split() if len(w) >= 8)
+        return out
+
+    def client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient()
+        return self._http
+
+    async def aclose(self) -> None:
+        if self._owns_http and self._http is not None:
+            http, self._http = self._http, None
+            await http.aclose()
+
+    async def post(
+        self,
+        url: str,
+        headers: dict[str, str],
+        body: dict[str, Any],
+        consume: Callable[[httpx.Response], Awaitable[StreamState]],
+    ) -> StreamState:
+        log.debug("%s summary request: POST %s model=%s", self.provider_id, url, self.model_id)
+        return await post_with_retry(
+            self.client(),
+            url,
+            headers=headers,
+            body=_encoder.encode(body),
+            consume=consume,
+            policy=self.policy,
+            provider=self.provider_id,
+            secrets=self.secrets(),
+            sleep=self._sleep,
+            rand=self._rand,
+            clock=self._clock,
+        )
+
+    def result(
+        self, state: StreamState, req: SummaryRequest, body: dict[str, Any]
+    ) -> SummaryResult:
+        text = state.text.strip()
+        if not text:
+            raise EmptySummaryError(
+                f"{self.provider_id} returned an empty summary"
+                + (f" (finish reason: {state.finish})" if state.finish else "")
+            )
+        tokens = state.tokens
+        if tokens is None:  # the server reported no usage: estimate both sides
+            tokens = Tokens(
+                input=estimate_tokens(_encoder.encode(body).decode()),
+                output=estimate_tokens(text),
+            )
+        if state.finish in ("length", "max_tokens"):
+            log.warning("%s summary was cut at max_tokens=%d", self.provider_id, req.max_tokens)
+        return SummaryResult(
+            text=text, tokens=tokens, provider_id=self.provider_id, model_id=self.model_id
+        )

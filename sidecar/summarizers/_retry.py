@@ -1,0 +1,238 @@
+"""One streamed POST with retries, shared by the HTTP writers.
+
+Policy: retry on 408/409/429, 5xx, connection errors and timeouts (and on in-band errors a
+writer marks retryable), with exponential backoff and full jitter, honouring ``Retry-After``
+(seconds or an HTTP date; also OpenAI's ``retry-after-ms``), at most ``max_retries`` retries, all
+under one total ``deadline``. Any other 4xx is permanent. Every byte read must arrive within
+``timeout`` seconds. Cancellation closes the stream at once and propagates.
+
+Errors become :class:`SummaryError` with the status and a short provider message, redacted of the
+API key (and anything that looks like one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import httpx
+import msgspec
+
+from sidecar.model.config import SummarizerConfig
+from sidecar.summarizers._text import redact, trim
+from sidecar.summarizers.base import SummaryError
+
+log = logging.getLogger("sidecar.summarizers")
+
+T = TypeVar("T")
+Sleep = Callable[[float], Awaitable[None]]
+
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
+ERROR_BODY_CAP = 16 * 1024
+JSON_BODY_CAP = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    max_retries: int = 4
+    deadline: float = 600.0
+    timeout: float = 120.0
+    base_delay: float = 0.5
+    max_delay: float = 30.0
+
+    @classmethod
+    def from_config(cls, cfg: SummarizerConfig) -> RetryPolicy:
+        return cls(max_retries=max(0, cfg.max_retries), deadline=cfg.deadline, timeout=cfg.timeout)
+
+    def backoff(self, retry: int, rand: Callable[[], float]) -> float:
+        """Full jitter: uniform in ``[0, min(max_delay, base * 2**retry)]``."""
+        return rand() * min(self.max_delay, self.base_delay * (2**retry))
+
+
+def is_retryable_status(status: int) -> bool:
+    return status in RETRYABLE_STATUS or status >= 500
+
+
+def parse_retry_after(headers: httpx.Headers, now: Callable[[], float] = time.time) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` / ``Retry-After`` (delta or HTTP date)."""
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms:
+        try:
+            return max(0.0, float(raw_ms) / 1000.0)
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if not raw:
+        return None
+    raw = raw.strip()
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - now())
+
+
+def provider_message(raw: bytes, limit: int = 300) -> str:
+    """A short human message out of an error body (JSON ``error.message`` or plain text)."""
+    text = raw.decode("utf-8", "replace")
+    try:
+        data: Any = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return trim(text, limit)
+    msg: Any = None
+    if isinstance(data, dict):
+        err = data.get("error", data)
+        if isinstance(err, dict):
+            msg = err.get("message") or err.get("detail") or err.get("type")
+        elif isinstance(err, str):
+            msg = err
+        msg = msg or data.get("message") or data.get("detail")
+    return trim(str(msg) if msg else text, limit)
+
+
+def status_error(
+    provider: str, status: int, raw: bytes, headers: httpx.Headers, secrets: Sequence[str]
+) -> SummaryError:
+    message = redact(provider_message(raw), secrets) or httpx.codes.get_reason_phrase(status)
+    return SummaryError(
+        f"{provider} API error {status}: {message}",
+        retryable=is_retryable_status(status),
+        status=status,
+        retry_after=parse_retry_after(headers),
+    )
+
+
+async def read_capped(resp: httpx.Response, cap: int) -> bytes:
+    buf = bytearray()
+    async for chunk in resp.aiter_bytes():
+        buf += chunk
+        if len(buf) >= cap:
+            break
+    return bytes(buf[:cap])
+
+
+async def iter_sse(resp: httpx.Response) -> AsyncIterator[tuple[str, str]]:
+    """Server-sent events as ``(event, data)``; ``event`` is ``"message"`` when unnamed."""
+    event = ""
+    data: list[str] = []
+    async for line in resp.aiter_lines():
+        if not line:
+            if data:
+                yield event or "message", "\n".join(data)
+            event, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if field == "event":
+            event = value
+        elif field == "data":
+            data.append(value)
+    if data:
+        yield event or "message", "\n".join(data)
+
+
+def is_json_response(resp: httpx.Response) -> bool:
+    ctype = resp.headers.get("content-type", "")
+    return "json" in ctype and "event-stream" not in ctype
+
+
+def _transport_error(
+    provider: str, exc: httpx.TransportError, secrets: Sequence[str]
+) -> SummaryError:
+    if isinstance(exc, httpx.TimeoutException):
+        kind = type(exc).__name__  # ConnectTimeout, ReadTimeout, WriteTimeout, PoolTimeout
+        return SummaryError(f"{provider}: {kind} (no data within the timeout)", retryable=True)
+    if isinstance(exc, httpx.UnsupportedProtocol):
+        return SummaryError(f"{provider}: bad baseURL: {redact(str(exc), secrets)}")
+    detail = trim(redact(str(exc), secrets), 200) or type(exc).__name__
+    return SummaryError(f"{provider}: connection error: {detail}", retryable=True)
+
+
+async def post_with_retry(
+    http: httpx.AsyncClient,
+    url: str,
+    *,
+    headers: dict[str, str],
+    body: bytes,
+    consume: Callable[[httpx.Response], Awaitable[T]],
+    policy: RetryPolicy,
+    provider: str,
+    secrets: Sequence[str] = (),
+    sleep: Sleep = asyncio.sleep,
+    rand: Callable[[], float] = random.random,
+    clock: Callable[[], float] = time.monotonic,
+) -> T:
+    """POST ``body`` and hand a 2xx response to ``consume`` (which reads the stream), retrying
+    per the policy. ``consume`` runs afresh on every attempt."""
+    start = clock()
+    retry = 0
+    timeout = httpx.Timeout(policy.timeout)
+    while True:
+        remaining = policy.deadline - (clock() - start)
+        if remaining <= 0:
+            raise SummaryError(
+                f"{provider}: deadline of {policy.deadline:g}s exceeded", retryable=True
+            )
+        cm = asyncio.timeout(remaining)
+        try:
+            async with cm:
+                return await _attempt(http, url, headers, body, consume, timeout, provider, secrets)
+        except TimeoutError:
+            if not cm.expired():
+                raise
+            raise SummaryError(
+                f"{provider}: deadline of {policy.deadline:g}s exceeded", retryable=True
+            ) from None
+        except SummaryError as exc:
+            err = exc
+        except httpx.TransportError as exc:
+            err = _transport_error(provider, exc, secrets)
+        except httpx.HTTPError as exc:  # e.g. a body that fails to decode: not transient
+            detail = trim(redact(str(exc), secrets), 200)
+            raise SummaryError(f"{provider}: {type(exc).__name__}: {detail}") from None
+        if not err.retryable or retry >= policy.max_retries:
+            raise err
+        delay = err.retry_after if err.retry_after is not None else policy.backoff(retry, rand)
+        if (clock() - start) + delay >= policy.deadline:
+            raise SummaryError(
+                f"{err.message} (no retry: waiting {delay:g}s would pass the "
+                f"{policy.deadline:g}s deadline)",
+                retryable=True,
+                status=err.status,
+                retry_after=err.retry_after,
+            )
+        retry += 1
+        log.info("%s; retry %d/%d in %.2fs", err.message, retry, policy.max_retries, delay)
+        await sleep(delay)
+
+
+async def _attempt(
+    http: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    body: bytes,
+    consume: Callable[[httpx.Response], Awaitable[T]],
+    timeout: httpx.Timeout,
+    provider: str,
+    secrets: Sequence[str],
+) -> T:
+    async with http.stream("POST", url, headers=headers, content=body, timeout=timeout) as resp:
+        if not 200 <= resp.status_code < 300:
+            raw = await read_capped(resp, ERROR_BODY_CAP)
+            raise status_error(provider, resp.status_code, raw, resp.headers, secrets)
+        return await consume(resp)

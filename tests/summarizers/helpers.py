@@ -1,0 +1,104 @@
+"""Builders for typed histories and small test doubles."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+from sidecar.model.messages import AssistantMessage, MessageError, UserMessage, WithParts
+from sidecar.model.parts import (
+    Part,
+    PatchPart,
+    TextPart,
+    ToolCompleted,
+    ToolError,
+    ToolPart,
+    ToolRunning,
+    ToolTime,
+)
+from sidecar.model.tokens import Tokens
+
+SID = "ses_test"
+_ids = itertools.count(1)
+
+
+def _next(prefix: str) -> str:
+    return f"{prefix}_{next(_ids):06d}"
+
+
+def text(value: str, **kw: Any) -> TextPart:
+    return TextPart(session_id=SID, message_id="", text=value, **kw)
+
+
+def tool(
+    name: str,
+    input: dict[str, Any],
+    output: str = "",
+    *,
+    error: str | None = None,
+    running: bool = False,
+    metadata: dict[str, Any] | None = None,
+    compacted: bool = False,
+) -> ToolPart:
+    state: Any
+    if error is not None:
+        state = ToolError(input=input, error=error)
+    elif running:
+        state = ToolRunning(input=input)
+    else:
+        state = ToolCompleted(
+            input=input,
+            output=output,
+            metadata=metadata,
+            time=ToolTime(start=1, end=2, compacted=3 if compacted else None),
+        )
+    return ToolPart(session_id=SID, message_id="", call_id=_next("call"), tool=name, state=state)
+
+
+def patch(*files: str) -> PatchPart:
+    return PatchPart(session_id=SID, message_id="", hash="abc", files=list(files))
+
+
+def _attach(mid: str, parts: tuple[Part, ...]) -> list[Part]:
+    out = []
+    for i, part in enumerate(parts):
+        part.message_id = mid
+        part.id = part.id or f"prt_{mid}_{i:03d}"
+        out.append(part)
+    return out
+
+
+def user(*parts: Part | str, created: int = 0) -> WithParts:
+    mid = _next("msg")
+    items = tuple(text(p) if isinstance(p, str) else p for p in parts)
+    info = UserMessage(id=mid, session_id=SID)
+    info.time.created = created
+    return WithParts(info=info, parts=_attach(mid, items))
+
+
+def assistant(*parts: Part | str, error: MessageError | None = None) -> WithParts:
+    mid = _next("msg")
+    items = tuple(text(p) if isinstance(p, str) else p for p in parts)
+    info = AssistantMessage(
+        id=mid,
+        session_id=SID,
+        parent_id="",
+        provider_id="test",
+        model_id="test",
+        tokens=Tokens(),
+        finish="stop",
+        error=error,
+    )
+    return WithParts(info=info, parts=_attach(mid, items))
+
+
+class SleepRecorder:
+    """Injected instead of asyncio.sleep: records the backoff delays, waits only a tick."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+        await asyncio.sleep(0)

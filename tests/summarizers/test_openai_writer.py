@@ -1,0 +1,484 @@
+"""The OpenAI-compatible writer against a real HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import httpx
+import pytest
+
+from sidecar.model.config import SummarizerConfig
+from sidecar.summarizers.base import (
+    COMPACTION_SYSTEM,
+    DEFAULT_PROMPT,
+    MERGE_INSTRUCTION,
+    NO_TOOLS,
+    REFERENCE_INSTRUCTION,
+    EmptySummaryError,
+    SummaryError,
+    SummaryRequest,
+    build_summarizer,
+)
+from sidecar.summarizers.openai import OpenAISummarizer
+
+from .helpers import SleepRecorder, assistant, user
+from .httpserver import Reply, ScriptedServer
+
+KEY = "sk-test-SECRET-0123456789abcdef"
+ENV = {"SUMMARY_KEY": KEY}
+
+RENDERED = [
+    {"role": "user", "content": "Fix the parser bug in src/parse.py"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "read", "arguments": '{"filePath": "src/parse.py"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "def parse(): ..."},
+    {"role": "assistant", "content": "Found it: an off-by-one in parse()."},
+]
+
+
+def cfg(server: ScriptedServer, **kw: Any) -> SummarizerConfig:
+    base: dict[str, Any] = {
+        "provider": "openai",
+        "model": "gpt-test",
+        "base_url": server.url + "/v1",
+        "api_key_env": "SUMMARY_KEY",
+        "timeout": 5.0,
+        "deadline": 30.0,
+        "max_retries": 3,
+    }
+    base.update(kw)
+    return SummarizerConfig(**base)
+
+
+def req(**kw: Any) -> SummaryRequest:
+    base: dict[str, Any] = {
+        "system": COMPACTION_SYSTEM,
+        "prompt": DEFAULT_PROMPT,
+        "history": [user("Fix the parser bug"), assistant("Found it")],
+        "rendered": RENDERED,
+        "max_tokens": 1234,
+    }
+    base.update(kw)
+    return SummaryRequest(**base)
+
+
+def writer(
+    server: ScriptedServer, http: httpx.AsyncClient, sleeper: SleepRecorder | None = None, **kw: Any
+) -> OpenAISummarizer:
+    return OpenAISummarizer(
+        cfg(server, **kw), http=http, env=ENV, sleep=sleeper or SleepRecorder(), rand=lambda: 0.5
+    )
+
+
+def chunk(content: str | None = None, *, finish: str | None = None, **extra: Any) -> dict:
+    delta = {} if content is None else {"content": content}
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        **extra,
+    }
+
+
+def usage(prompt: int = 1000, completion: int = 50, cached: int = 0) -> dict:
+    return {
+        "id": "chatcmpl-1",
+        "choices": [],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached},
+            "completion_tokens_details": {"reasoning_tokens": 7},
+        },
+    }
+
+
+def stream(*pieces: str, use: dict | None = None, delay: float = 0.0) -> Reply:
+    events: list[Any] = [chunk("")]  # the role-only first chunk many servers send
+    events += [chunk(p) for p in pieces]
+    events += [chunk(finish="stop"), use or usage(), "data: [DONE]\n\n"]
+    return Reply(events=events, delay=delay)
+
+
+async def test_exact_request_and_streaming_assembly(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    words = [f"word{i} " for i in range(60)]
+    server.script(stream(*words))
+    progress: list[int] = []
+    result = await writer(server, http).summarize(req(), progress.append)
+
+    assert result.text == "".join(words).strip()
+    assert progress == sorted(progress) and progress[-1] == len("".join(words))
+    assert len(progress) == 60
+    assert (result.provider_id, result.model_id) == ("openai", "gpt-test")
+
+    [sent] = server.requests
+    assert sent.method == "POST"
+    assert sent.path == "/v1/chat/completions"
+    assert sent.headers["authorization"] == f"Bearer {KEY}"
+    assert sent.headers["content-type"] == "application/json"
+    body = sent.json()
+    assert body["model"] == "gpt-test"
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["max_tokens"] == 1234
+    assert "tools" not in body and "tool_choice" not in body
+    messages = body["messages"]
+    assert messages[0]["role"] == "system"
+    assert messages[0]["content"].startswith("You are a helpful AI assistant")
+    assert "Provide a detailed but concise summary of the conversation." in messages[0]["content"]
+    assert NO_TOOLS in messages[0]["content"]
+    assert messages[1:-1] == RENDERED
+    assert messages[-1] == {"role": "user", "content": DEFAULT_PROMPT}
+
+
+async def test_usage_capture_moves_cached_tokens_out_of_input(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    server.script(stream("summary", use=usage(prompt=1000, completion=50, cached=600)))
+    result = await writer(server, http).summarize(req())
+    assert result.tokens.input == 400
+    assert result.tokens.cache.read == 600
+    assert result.tokens.cache.write == 0
+    assert result.tokens.output == 50
+    assert result.tokens.reasoning == 7
+
+
+async def test_missing_usage_is_estimated(server: ScriptedServer, http: httpx.AsyncClient) -> None:
+    server.script(Reply(events=[chunk("abcdefgh"), "data: [DONE]\n\n"]))
+    result = await writer(server, http).summarize(req())
+    assert result.tokens.output == 2
+    assert result.tokens.input > 0
+
+
+async def test_reference_and_previous_summaries_blocks(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    server.script(stream("merged"))
+    reference = [user("Now also handle unicode"), assistant("Looking at the lexer")]
+    await writer(server, http).summarize(
+        req(previous_summaries=["OLD SUMMARY ONE", "OLD SUMMARY TWO"], reference=reference)
+    )
+    messages = server.requests[0].json()["messages"]
+    assert messages[1:5] == RENDERED
+    ref, prev, prompt = messages[5:]
+    assert ref["role"] == "user" and ref["content"].startswith(REFERENCE_INSTRUCTION)
+    assert "Now also handle unicode" in ref["content"]
+    assert "Looking at the lexer" in ref["content"]
+    assert prev["role"] == "user" and prev["content"].startswith(MERGE_INSTRUCTION)
+    assert prev["content"].index("OLD SUMMARY ONE") < prev["content"].index("OLD SUMMARY TWO")
+    assert prompt == {"role": "user", "content": DEFAULT_PROMPT}
+
+
+async def test_no_key_no_authorization_header_and_extra_headers(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    server.script(stream("ok"))
+    w = OpenAISummarizer(
+        cfg(server, api_key_env=None, headers={"X-Title": "sidecar"}), http=http, env={}
+    )
+    await w.summarize(req())
+    sent = server.requests[0]
+    assert "authorization" not in sent.headers
+    assert sent.headers["x-title"] == "sidecar"
+
+
+async def test_non_streaming_json_reply_is_accepted(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    body = {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "whole"}}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 2},
+    }
+    server.script(Reply(body=body))
+    result = await writer(server, http).summarize(req())
+    assert result.text == "whole"
+    assert (result.tokens.input, result.tokens.output) == (10, 2)
+
+
+async def test_429_with_retry_after_then_success(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    sleeper = SleepRecorder()
+    server.script(
+        Reply(429, headers={"retry-after": "7"}, body={"error": {"message": "slow down"}}),
+        Reply(503, body="overloaded"),
+        stream("finally"),
+    )
+    result = await writer(server, http, sleeper).summarize(req())
+    assert result.text == "finally"
+    assert len(server.requests) == 3
+    assert sleeper.delays[0] == 7.0  # Retry-After honoured
+    assert sleeper.delays[1] == pytest.approx(0.5 * 0.5 * 2)  # full jitter, 2nd retry
+    assert all(r.json() == server.requests[0].json() for r in server.requests)
+
+
+async def test_retry_after_http_date(server: ScriptedServer, http: httpx.AsyncClient) -> None:
+    import email.utils
+    import time
+
+    sleeper = SleepRecorder()
+    when = email.utils.formatdate(time.time() + 20, usegmt=True)
+    server.script(Reply(429, headers={"retry-after": when}, body="busy"), stream("ok"))
+    await writer(server, http, sleeper).summarize(req())
+    assert 17 <= sleeper.delays[0] <= 20.5
+
+
+async def test_retry_after_beyond_deadline_gives_up(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    sleeper = SleepRecorder()
+    server.script(Reply(429, headers={"retry-after": "3600"}, body="busy"), stream("never"))
+    with pytest.raises(SummaryError) as info:
+        await writer(server, http, sleeper).summarize(req())
+    assert info.value.status == 429 and info.value.retryable
+    assert "deadline" in str(info.value)
+    assert len(server.requests) == 1 and sleeper.delays == []
+
+
+async def test_permanent_500_raises_after_max_retries(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    sleeper = SleepRecorder()
+    server.script(*[Reply(500, body={"error": {"message": "boom"}}) for _ in range(5)])
+    with pytest.raises(SummaryError) as info:
+        await writer(server, http, sleeper, max_retries=2).summarize(req())
+    assert len(server.requests) == 3
+    assert info.value.status == 500
+    assert info.value.retryable
+    assert "500" in str(info.value) and "boom" in str(info.value)
+    assert sleeper.delays == [pytest.approx(0.25), pytest.approx(0.5)]
+
+
+async def test_400_is_not_retried(server: ScriptedServer, http: httpx.AsyncClient) -> None:
+    server.script(
+        Reply(400, body={"error": {"message": "context_length_exceeded", "type": "invalid"}}),
+        stream("unused"),
+    )
+    with pytest.raises(SummaryError) as info:
+        await writer(server, http).summarize(req())
+    assert len(server.requests) == 1
+    assert info.value.status == 400 and not info.value.retryable
+    assert "context_length_exceeded" in str(info.value)
+
+
+async def test_max_completion_tokens_fallback(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    message = (
+        "Unsupported parameter: 'max_tokens' is not supported with this model. "
+        "Use 'max_completion_tokens' instead."
+    )
+    server.script(Reply(400, body={"error": {"message": message}}), stream("ok"))
+    result = await writer(server, http).summarize(req())
+    assert result.text == "ok"
+    first, second = (r.json() for r in server.requests)
+    assert first["max_tokens"] == 1234 and "max_completion_tokens" not in first
+    assert second["max_completion_tokens"] == 1234 and "max_tokens" not in second
+
+
+async def test_stall_longer_than_timeout(server: ScriptedServer, http: httpx.AsyncClient) -> None:
+    server.script(Reply(stall=2.0, events=[chunk("late")]))
+    with pytest.raises(SummaryError) as info:
+        await writer(server, http, timeout=0.2, max_retries=0).summarize(req())
+    assert "ReadTimeout" in str(info.value)
+    assert info.value.retryable
+
+
+async def test_stall_mid_stream_then_retry_succeeds(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    server.script(Reply(events=[chunk("partial "), 2.0, chunk("never")]), stream("complete"))
+    progress: list[int] = []
+    result = await writer(server, http, timeout=0.2, max_retries=1).summarize(
+        req(), progress.append
+    )
+    assert result.text == "complete"  # the partial first attempt is discarded
+    assert len(server.requests) == 2
+
+
+async def test_total_deadline(server: ScriptedServer, http: httpx.AsyncClient) -> None:
+    # Each event arrives within the read timeout, but the whole stream takes too long.
+    events: list[Any] = [chunk("x")]
+    for _ in range(20):
+        events += [0.1, chunk("x")]
+    server.script(Reply(events=events))
+    with pytest.raises(SummaryError) as info:
+        await writer(server, http, timeout=1.0, deadline=0.5).summarize(req())
+    assert "deadline" in str(info.value)
+
+
+async def test_connect_error_is_retried(http: httpx.AsyncClient) -> None:
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there
+    sleeper = SleepRecorder()
+    config = SummarizerConfig(
+        provider="openai", model="m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=2
+    )
+    w = OpenAISummarizer(config, http=http, env={}, sleep=sleeper)
+    with pytest.raises(SummaryError) as info:
+        await w.summarize(req())
+    assert "connection error" in str(info.value)
+    assert len(sleeper.delays) == 2
+
+
+async def test_cancel_mid_stream_closes_the_connection(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    server.script(Reply(events=[chunk("first "), chunk("second "), 30.0, chunk("never")]))
+    got_text = asyncio.Event()
+
+    def progress(chars: int) -> None:
+        if chars >= len("first second "):
+            got_text.set()
+
+    task = asyncio.create_task(writer(server, http).summarize(req(), progress))
+    await asyncio.wait_for(got_text.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.wait_for(server.client_gone.wait(), 2)
+    assert server.aborted == 1
+
+
+async def test_key_never_leaks_into_errors_or_logs(
+    server: ScriptedServer, http: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    echo = {"error": {"message": f"Incorrect API key provided: {KEY}. Bearer {KEY}"}}
+    server.script(
+        Reply(503, body=echo),  # retried: logged
+        Reply(401, body=echo),  # permanent
+    )
+    with pytest.raises(SummaryError) as info:
+        await writer(server, http).summarize(req())
+    err = info.value
+    assert err.status == 401
+    for text in (str(err), repr(err), repr(err.args), err.message, caplog.text):
+        assert KEY not in text
+        assert "SECRET" not in text
+    assert "Incorrect API key provided" in str(err)
+    assert server.requests[-1].headers["authorization"] == f"Bearer {KEY}"
+    assert "retry 1/3" in caplog.text  # the retry was logged, without the key
+
+
+async def test_successful_run_logs_no_key(
+    server: ScriptedServer, http: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    server.script(stream("fine"))
+    await writer(server, http).summarize(req())
+    assert caplog.records  # httpx/httpcore and our own debug lines were captured
+    assert KEY not in caplog.text
+
+
+async def test_in_band_stream_error(server: ScriptedServer, http: httpx.AsyncClient) -> None:
+    server.script(
+        Reply(events=[chunk("a"), {"error": {"message": "bad request", "type": "invalid"}}])
+    )
+    with pytest.raises(SummaryError) as info:
+        await writer(server, http).summarize(req())
+    assert "bad request" in str(info.value) and not info.value.retryable
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        [chunk(""), chunk("   "), chunk("\n"), chunk(finish="stop"), "data: [DONE]\n\n"],
+        # A reasoning model that only thinks (OpenCode #41571).
+        [
+            {"choices": [{"index": 0, "delta": {"reasoning_content": "hmm"}}]},
+            chunk(finish="stop"),
+            "data: [DONE]\n\n",
+        ],
+        # The model tried to call a tool although none were offered (OpenCode #18053).
+        [
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"tool_calls": [{"index": 0, "function": {"name": "_noop"}}]},
+                        "finish_reason": "tool_calls",
+                    }
+                ]
+            },
+            "data: [DONE]\n\n",
+        ],
+    ],
+)
+async def test_empty_summary_is_rejected(
+    server: ScriptedServer, http: httpx.AsyncClient, events: list[Any]
+) -> None:
+    server.script(Reply(events=events))
+    with pytest.raises(EmptySummaryError):
+        await writer(server, http).summarize(req())
+    assert len(server.requests) == 1
+
+
+async def test_build_summarizer_owns_its_client_when_none_is_given(
+    server: ScriptedServer,
+) -> None:
+    server.script(stream("own client"))
+    w = build_summarizer(cfg(server), env=ENV)
+    assert isinstance(w, OpenAISummarizer)
+    assert w.wire_format == "openai"
+    try:
+        assert (await w.summarize(req())).text == "own client"
+    finally:
+        await w.aclose()
+    assert w._http is None
+
+
+async def test_shared_client_is_not_closed(server: ScriptedServer, http: httpx.AsyncClient) -> None:
+    server.script(stream("one"), stream("two"))
+    w = build_summarizer(cfg(server, max_input_tokens=50_000), http=http, env=ENV)
+    assert w.input_limit() == 50_000
+    await w.summarize(req())
+    await w.aclose()
+    assert not http.is_closed
+    assert (await w.summarize(req())).text == "two"
+
+
+def test_model_is_required() -> None:
+    with pytest.raises(ValueError, match="model"):
+        build_summarizer(SummarizerConfig(provider="openai"))
+
+
+async def test_stream_cut_without_end_marker_is_retried(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    cut = Reply(events=[chunk("half a summ")])  # cleanly closed, but no finish / [DONE]
+    server.script(cut, stream("the whole summary"))
+    result = await writer(server, http).summarize(req())
+    assert result.text == "the whole summary"
+    assert len(server.requests) == 2
+
+    server.script(Reply(events=[chunk("half")]))
+    with pytest.raises(SummaryError, match="stream ended") as info:
+        await writer(server, http, max_retries=0).summarize(req())
+    assert info.value.retryable
+
+
+async def test_finish_reason_without_done_is_complete(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    server.script(Reply(events=[chunk("done"), chunk(finish="length")]))
+    result = await writer(server, http).summarize(req())
+    assert result.text == "done"
