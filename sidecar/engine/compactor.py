@@ -90,6 +90,17 @@ def _last_user(window: Sequence[WithParts]) -> UserMessage | None:
     return None
 
 
+class _Clock:
+    """Strictly increasing millisecond times, starting no earlier than ``start``."""
+
+    def __init__(self, start: int) -> None:
+        self._last = start - 1
+
+    def __call__(self) -> int:
+        self._last = max(self._last + 1, now_ms())
+        return self._last
+
+
 class Compactor:
     def __init__(self, store: Store, host: Host) -> None:
         self.store = store
@@ -130,7 +141,11 @@ class Compactor:
 
         last_user = _last_user(window)
         model = req.model or (last_user.model if last_user else None)
-        now = now_ms()
+        # What compaction appends must sort after everything already in the session, even
+        # when a frontend's clock runs ahead of ours.
+        latest = max((m.info.time.created for m in window), default=0)
+        clock = _Clock(max(now_ms(), latest + 1))
+        now = clock()
         marker = UserMessage(
             id=new_id("msg"),
             session_id=sid,
@@ -173,7 +188,7 @@ class Compactor:
                 id=new_id("msg"),
                 session_id=sid,
                 parent_id=marker.id,
-                time=MessageTime(created=now_ms()),
+                time=MessageTime(created=clock()),
                 provider_id=writer.provider_id,
                 model_id=writer.model_id,
                 mode="compaction",
@@ -207,7 +222,7 @@ class Compactor:
                 summary,
                 finish="stop",
                 tokens=result.tokens,
-                time=MessageTime(created=summary.time.created, completed=now_ms()),
+                time=MessageTime(created=summary.time.created, completed=clock()),
                 provider_id=result.provider_id,
                 model_id=result.model_id,
             )
@@ -234,7 +249,7 @@ class Compactor:
                 failed = msgspec.structs.replace(
                     summary,
                     error=MessageError(name="CompactionError", data={"message": message}),
-                    time=MessageTime(created=summary.time.created, completed=now_ms()),
+                    time=MessageTime(created=summary.time.created, completed=clock()),
                 )
                 await self._put([failed], [])
             self.host.progress(sid, token, {"kind": "end", "message": f"failed: {message}"})
@@ -251,7 +266,7 @@ class Compactor:
             cont = UserMessage(
                 id=new_id("msg"),
                 session_id=sid,
-                time=MessageTime(created=now_ms()),
+                time=MessageTime(created=clock()),
                 agent=last_user.agent if last_user else None,
                 model=model,
             )

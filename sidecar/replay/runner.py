@@ -1,0 +1,232 @@
+"""Replay a transcript through a real daemon, as a frontend would drive it.
+
+Each user message is written as-is. Before each assistant message the runner asks for the
+context window, as a frontend does before calling its model; the window's estimated size
+becomes that message's ``tokens.input`` (the prompt it would have been sent), so overflow is
+judged on the daemon's own window, against a deliberately small model window. After each
+finished assistant message the runner waits (``session/idle``) for the automatic work the
+daemon started, and reports prunes and compactions.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sidecar_client import Client, spawn
+
+from sidecar.engine.tokens import estimate
+from sidecar.replay.transcript import TMessage, TPart, Transcript
+
+Echo = Callable[[str], None]
+
+
+@dataclass
+class Compaction:
+    turn: int
+    before: int
+    after: int
+    auto: bool = True
+
+
+@dataclass
+class Report:
+    session: str
+    messages: int
+    compactions: list[Compaction] = field(default_factory=list)
+    prunes: int = 0
+    pruned_tokens: int = 0
+    errors: list[str] = field(default_factory=list)
+    final_tokens: int = 0
+    summary: str = ""
+    window: int = 0
+
+
+def _tool_state(p: TPart, now: int) -> dict[str, Any]:
+    if p.status == "error":
+        return {
+            "status": "error",
+            "input": p.input,
+            "error": p.output or "Tool execution aborted",
+            "time": {"start": now, "end": now},
+        }
+    return {
+        "status": "completed",
+        "input": p.input,
+        "output": p.output,
+        "title": p.tool,
+        "time": {"start": now, "end": now},
+    }
+
+
+def _part(p: TPart, sid: str, mid: str, now: int) -> dict[str, Any]:
+    base = {"sessionID": sid, "messageID": mid}
+    if p.type == "tool":
+        return {
+            **base,
+            "type": "tool",
+            "callID": p.callID,
+            "tool": p.tool,
+            "state": _tool_state(p, now),
+        }
+    return {**base, "type": p.type, "text": p.text}
+
+
+def _output_tokens(m: TMessage) -> int:
+    return sum(
+        estimate(p.text) + estimate(str(p.input) if p.type == "tool" else "") for p in m.parts
+    )
+
+
+class _Bar:
+    """A one-line progress bar on stderr, only when it is a terminal."""
+
+    def __init__(self, total: int) -> None:
+        self.total = max(1, total)
+        self.on = sys.stderr.isatty()
+
+    def show(self, done: int, note: str) -> None:
+        if not self.on:
+            return
+        width = 30
+        filled = width * done // self.total
+        sys.stderr.write(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {note:<30}"
+        )
+        sys.stderr.flush()
+
+    def clear(self) -> None:
+        if self.on:
+            sys.stderr.write("\r" + " " * 80 + "\r")
+            sys.stderr.flush()
+
+
+async def replay(
+    transcript: Transcript,
+    *,
+    context: int,
+    method: str = "standard",
+    summarizer: dict[str, Any] | None = None,
+    db: Path | None = None,
+    echo: Echo = print,
+    verbose: bool = True,
+    env: dict[str, str | None] | None = None,
+) -> Report:
+    model = transcript.model
+    output_limit = max(1_024, context // 8)
+    options: dict[str, Any] = {
+        "models": {f"replay/{model}": {"context": context, "output": output_limit}},
+        "compaction": {"method": method},
+    }
+    if summarizer:
+        options["summarizer"] = summarizer
+    with tempfile.TemporaryDirectory(prefix="sidecar-replay-") as tmp:
+        client = await spawn(db or Path(tmp) / "replay.db", initialization_options=options, env=env)
+        try:
+            return await _drive(client, transcript, model, context, echo, verbose)
+        finally:
+            await client.close()
+
+
+async def _drive(
+    client: Client, t: Transcript, model: str, context: int, echo: Echo, verbose: bool
+) -> Report:
+    session = await client.create_session(title=t.session)
+    sid = session.id
+    ref = {"providerID": "replay", "modelID": model}
+    report = Report(session=t.session, messages=len(t.messages), window=context)
+    bar = _Bar(len(t.messages))
+    seen = {"session/compacted": 0, "session/pruned": 0, "session/status": 0}
+    last_user = ""
+    clock = 1_000_000
+    for turn, m in enumerate(t.messages, start=1):
+        clock += 1_000
+        bar.show(turn, f"{len(report.compactions)} compactions")
+        if m.role == "user":
+            info = await client.update_message({"role": "user", "sessionID": sid, "model": ref})
+            last_user = info["id"]
+            for p in m.parts:
+                await client.update_part(_part(p, sid, last_user, clock))
+            continue
+        ctx = await client.context(sid)
+        prompt = ctx.estimated_tokens
+        msg = {
+            "role": "assistant",
+            "sessionID": sid,
+            "parentID": last_user,
+            "providerID": "replay",
+            "modelID": model,
+            "mode": "build",
+            "agent": "build",
+            "cost": 0,
+        }
+        info = await client.update_message(msg)
+        for p in m.parts:
+            await client.update_part(_part(p, sid, info["id"], clock))
+        nxt = t.messages[turn] if turn < len(t.messages) else None
+        has_tools = any(p.type == "tool" for p in m.parts)
+        finish = (
+            "tool-calls" if has_tools and nxt is not None and nxt.role == "assistant" else "stop"
+        )
+        out = _output_tokens(m)
+        info.update(
+            finish=finish,
+            tokens={
+                "input": prompt,
+                "output": out,
+                "reasoning": 0,
+                "cache": {"read": 0, "write": 0},
+            },
+            time={**info["time"], "completed": info["time"]["created"] + 1},
+        )
+        await client.update_message(info)
+        await client.request("session/idle", {"sessionID": sid})
+        notes: list[str] = []
+        pruned = client.notifications("session/pruned")[seen["session/pruned"] :]
+        seen["session/pruned"] += len(pruned)
+        for p in pruned:
+            report.prunes += 1
+            report.pruned_tokens += p["tokensSaved"]
+            notes.append(f"pruned {len(p['partIDs'])} outputs (-{p['tokensSaved']:,} tok)")
+        compacted = client.notifications("session/compacted")[seen["session/compacted"] :]
+        seen["session/compacted"] += len(compacted)
+        if compacted:
+            after = (await client.context(sid)).estimated_tokens
+            for c in compacted:
+                report.compactions.append(Compaction(turn, prompt + out, after, c["auto"]))
+                notes.append(
+                    f"COMPACTED #{len(report.compactions)}: {prompt + out:,} -> {after:,} tok"
+                )
+        statuses = client.notifications("session/status")[seen["session/status"] :]
+        seen["session/status"] += len(statuses)
+        for s in statuses:
+            if s.get("status") == "error":
+                report.errors.append(str(s.get("error")))
+                notes.append(f"ERROR: {s.get('error')}")
+        if verbose and (notes or turn % 10 == 0 or turn == len(t.messages)):
+            bar.clear()
+            echo(f"turn {turn:4d}  prompt {prompt:7,} tok  {'; '.join(notes)}".rstrip())
+    bar.clear()
+    final = await client.context(sid)
+    report.final_tokens = final.estimated_tokens
+    page = await client.messages(sid)
+    summaries = [
+        m for m in page.messages if _raw(m.info).get("summary") and _raw(m.info).get("finish")
+    ]
+    if summaries:
+        report.summary = "\n".join(
+            _raw(p).get("text", "") for p in summaries[-1].parts if _raw(p).get("type") == "text"
+        )
+    return report
+
+
+def _raw(value: Any) -> dict[str, Any]:
+    import msgspec
+
+    if isinstance(value, msgspec.Raw):
+        return msgspec.json.decode(value)  # type: ignore[no-any-return]
+    return value if isinstance(value, dict) else {}
