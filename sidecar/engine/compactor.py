@@ -138,6 +138,11 @@ class Compactor:
         # Earlier summaries go to the writer as summaries to merge, not as conversation.
         previous = await self._previous_summaries(sid, ccfg.previous_summaries)
         history = [m for m in to_summarize if not _is_marker(m) and not _is_summary(m)]
+        if tail and estimate_messages(history) < ccfg.extract_ratio / 2 * before:
+            # The window is dominated by its newest messages (one huge tool output, say):
+            # summarizing the little before them cannot free room, so summarize everything.
+            to_summarize, tail, reference = list(window), [], []
+            history = [m for m in to_summarize if not _is_marker(m) and not _is_summary(m)]
 
         last_user = _last_user(window)
         model = req.model or (last_user.model if last_user else None)

@@ -1,0 +1,35 @@
+"""Every shared transcript, replayed through a real daemon with auto compaction on a small
+window: every compaction makes the context smaller, and none fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sidecar.replay.runner import replay
+from sidecar.replay.transcript import load
+
+TRANSCRIPTS = Path(__file__).resolve().parents[2].parent / "shared" / "transcripts"
+FILES = sorted(TRANSCRIPTS.glob("*.jsonl"))
+WINDOW = 16_000
+
+
+def test_the_shared_transcripts_are_present() -> None:
+    # CI runs with ../shared beside the clone; without it the replay tests would be vacuous.
+    assert len(FILES) >= 13, f"expected the shared transcripts in {TRANSCRIPTS}"
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+@pytest.mark.parametrize("method", ["standard", "collapse"])
+async def test_replay_compacts_without_failing(path: Path, method: str) -> None:
+    transcript = load(path)
+    lines: list[str] = []
+    report = await replay(transcript, context=WINDOW, method=method, echo=lines.append)
+    assert report.errors == [], report.errors
+    for c in report.compactions:
+        assert c.after < c.before, (c, lines)
+    total_chars = sum(len(p.text) + len(p.output) for m in transcript.messages for p in m.parts)
+    if total_chars > 8 * WINDOW:  # far more than the window holds: it must have compacted
+        assert report.compactions, lines
+        assert report.summary.strip()
