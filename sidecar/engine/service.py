@@ -55,6 +55,7 @@ class Engine:
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._by_session: dict[str, set[asyncio.Task[Any]]] = {}
+        self._compacting: set[str] = set()
         self._warned: set[str] = set()
         self._streak: dict[str, int] = {}
         self._writers: dict[bytes, Summarizer] = {}
@@ -182,14 +183,25 @@ class Engine:
         )
         return PruneResult(part_ids=plan.part_ids, tokens_saved=plan.tokens_saved)
 
+    def is_compacting(self, session_id: str) -> bool:
+        return session_id in self._compacting
+
+    async def _run(self, req: Request, cfg: Config) -> Outcome:
+        self._compacting.add(req.session_id)
+        try:
+            return await self.compactor.run(req, cfg, self.writer(cfg))
+        finally:
+            self._compacting.discard(req.session_id)
+
     async def compact(self, req: Request) -> CompactResult:
-        lock = self.lock(req.session_id)
-        if lock.locked():
+        """A requested compaction; waits for a running prune, refuses a second compaction."""
+        if self.is_compacting(req.session_id):
             raise Busy(f"session {req.session_id!r} is already compacting")
-        async with lock:
+        async with self.lock(req.session_id):
+            if self.is_compacting(req.session_id):
+                raise Busy(f"session {req.session_id!r} is already compacting")
             await self.store.require_session(req.session_id)
-            cfg = self.config()
-            return (await self.compactor.run(req, cfg, self.writer(cfg))).result
+            return (await self._run(req, self.config())).result
 
     # -- automatic triggers --------------------------------------------------------------------
 
@@ -261,9 +273,7 @@ class Engine:
             await self.prune(sid)
 
     async def _auto_compact(self, sid: str, cfg: Config, limit_for: AssistantMessage) -> Outcome:
-        outcome = await self.compactor.run(
-            Request(session_id=sid, auto=True, overflow=True), cfg, self.writer(cfg)
-        )
+        outcome = await self._run(Request(session_id=sid, auto=True, overflow=True), cfg)
         limit = lookup(limit_for.provider_id, limit_for.model_id, cfg.models)
         if outcome.result.status != "continue" or limit is None:
             return outcome
@@ -271,9 +281,7 @@ class Engine:
         if outcome.after_tokens <= threshold:
             return outcome
         # One further attempt, then an error: never an endless loop.
-        second = await self.compactor.run(
-            Request(session_id=sid, auto=True, overflow=True), cfg, self.writer(cfg)
-        )
+        second = await self._run(Request(session_id=sid, auto=True, overflow=True), cfg)
         if second.result.status == "continue" and second.after_tokens > threshold:
             self.host.publish(
                 sid,

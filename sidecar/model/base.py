@@ -12,7 +12,8 @@ import msgspec
 def wire_name(name: str) -> str:
     """snake_case -> OpenCode camelCase, with ``_id`` segments written as ``ID``."""
     head, *rest = name.split("_")
-    return head + "".join("ID" if word == "id" else word[:1].upper() + word[1:] for word in rest)
+    special = {"id": "ID", "ids": "IDs", "url": "URL"}
+    return head + "".join(special.get(word) or word[:1].upper() + word[1:] for word in rest)
 
 
 class Base(msgspec.Struct, kw_only=True, omit_defaults=True, rename=wire_name):

@@ -81,7 +81,7 @@ async def fork(conn: Connection, p: SessionForkParams) -> Session:
 @route("session/revert", SessionRevertParams)
 async def revert(conn: Connection, p: SessionRevertParams) -> Session:
     engine = conn.app.engine.engine
-    if engine.lock(p.session_id).locked():
+    if engine.is_compacting(p.session_id):
         raise Busy(f"session {p.session_id!r} is compacting")
     session = await conn.app.store.require_session(p.session_id)
     return await revert_mod.revert(conn.app.store, session, p.message_id, p.part_id)

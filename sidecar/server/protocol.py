@@ -27,6 +27,7 @@ from pygls.protocol.json_rpc import (
     JsonRPCResponseMessage,
 )
 
+from sidecar.model.rpc import CancelParams
 from sidecar.server.framing import FrameError, encode_frame
 
 if TYPE_CHECKING:
@@ -86,6 +87,7 @@ class _Request(msgspec.Struct):
 
 _envelope_decoder = msgspec.json.Decoder(_Envelope)
 _any_decoder = msgspec.json.Decoder()
+_cancel_decoder = msgspec.json.Decoder(CancelParams)
 _EMPTY = b"{}"
 
 
@@ -154,6 +156,9 @@ class SidecarProtocol(JsonRPCProtocol):
         if method == "shutdown" and is_request:
             # Set now, not in the handler task, so an ``exit`` right behind it sees it.
             self.shutting_down = True
+        if method == "$/cancelRequest":
+            self._cancel(env.params)
+            return
         spec = self.specs.get(method)
         if spec is None:
             if is_request:
@@ -177,6 +182,15 @@ class SidecarProtocol(JsonRPCProtocol):
             self.handle_message(JsonRPCRequestMessage(msg_id, method, "2.0", params))
         else:
             self.handle_message(JsonRPCNotification(method, "2.0", params))
+
+    def _cancel(self, raw: msgspec.Raw) -> None:
+        try:
+            params = _cancel_decoder.decode(raw if len(raw) else b"{}")
+        except msgspec.ValidationError as exc:
+            log.warning("invalid $/cancelRequest: %s", exc)
+            return
+        # pygls cancels the handler's task; the task's own reply is then -32800.
+        self._handle_cancel_notification(params.id)
 
     def _handle_reply(self, env: _Envelope) -> None:
         if env.id is UNSET or env.id is None or (not len(env.result) and not len(env.error)):

@@ -31,11 +31,9 @@ class RecordingHost:
     events: list[tuple[str, str, Any]] = field(default_factory=list)
     logs: list[str] = field(default_factory=list)
     hook_results: list[CompactingHookResult] = field(default_factory=list)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def publish(self, session_id: str, method: str, params: Any) -> None:
         self.events.append((session_id, method, params))
-        self.changed.set()
 
     def log(self, text: str) -> None:
         self.logs.append(text)

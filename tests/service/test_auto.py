@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
 import pytest
 
 from sidecar.engine.compactor import Request
@@ -184,6 +185,7 @@ class _Writer:
         self.fail = fail
         self.requests: list[SummaryRequest] = []
         self.gate: asyncio.Event | None = None
+        self.started = asyncio.Event()
 
     def input_limit(self) -> int | None:
         return None
@@ -192,6 +194,7 @@ class _Writer:
         from sidecar.model.tokens import Tokens
 
         self.requests.append(req)
+        self.started.set()
         if self.gate is not None:
             await self.gate.wait()
         if self.fail is not None:
@@ -273,9 +276,7 @@ async def test_cancelled_compaction_leaves_nothing_behind(store: Store) -> None:
     w = _Writer()
     w.gate = asyncio.Event()
     task = asyncio.create_task(_manual(h, s.id, w))
-    while not w.requests:
-        await h.host.changed.wait()
-        h.host.changed.clear()
+    await w.started.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -288,9 +289,16 @@ async def test_second_compact_while_busy_is_refused(store: Store) -> None:
     s = await h.session()
     u = await h.user(s.id, "go")
     await h.assistant(s.id, u.id, text="x" * 4000)
-    async with h.engine.lock(s.id):
-        with pytest.raises(Busy):
-            await h.engine.compact(Request(session_id=s.id))
+    w = _Writer()
+    w.gate = asyncio.Event()
+    h.engine._writers[msgspec.json.encode(h.cfg.summarizer)] = w  # type: ignore[assignment]
+    first = asyncio.create_task(h.engine.compact(Request(session_id=s.id)))
+    await w.started.wait()
+    with pytest.raises(Busy):
+        await h.engine.compact(Request(session_id=s.id))
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
 
 
 async def test_previous_summary_is_merged_not_resummarized(store: Store) -> None:
