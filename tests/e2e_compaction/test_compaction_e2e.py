@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from sidecar_client import Client, RpcError, spawn
 
 MODEL = {"providerID": "anthropic", "modelID": "claude-sonnet-4-5"}  # 200k, usable 168k
