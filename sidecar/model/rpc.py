@@ -49,7 +49,7 @@ class ServerInfo(Base, kw_only=True):
     version: str
 
 
-class InitializeResult(Base, kw_only=True):
+class InitializeResult(Dense, kw_only=True):
     server_info: ServerInfo
     capabilities: dict[str, Any]
     protocol_version: str = PROTOCOL_VERSION

@@ -60,7 +60,7 @@ class Connection:
             self.protocol.handle_frame,
             self.protocol.frame_error,
             self._on_lost,
-            self.app.config.current.server.max_frame_bytes,
+            lambda: self.app.config.current.server.max_frame_bytes,
             on_open=(lambda t: self.attach(t, t)) if duplex else None,
         )
 

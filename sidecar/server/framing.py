@@ -33,7 +33,7 @@ class FrameReader(asyncio.Protocol):
         on_frame: Callable[[bytes], None],
         on_error: Callable[[FrameError], None],
         on_close: Callable[[], None],
-        max_frame_bytes: int,
+        max_frame_bytes: Callable[[], int],
         on_open: Callable[[asyncio.BaseTransport], None] | None = None,
     ) -> None:
         self._on_open = on_open
@@ -82,12 +82,13 @@ class FrameReader(asyncio.Protocol):
             except FrameError as err:
                 self._on_error(err)
                 return True
-            if length > self.max_frame_bytes:
+            cap = self.max_frame_bytes()
+            if length > cap:
                 self._on_error(
                     FrameError(
                         -32600,
-                        f"frame of {length} bytes exceeds the limit of {self.max_frame_bytes} "
-                        "bytes (config server.maxFrameBytes)",
+                        f"frame of {length} bytes exceeds the limit of {cap} bytes "
+                        "(config server.maxFrameBytes)",
                     )
                 )
                 drop = min(length, len(buf))

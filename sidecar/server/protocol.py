@@ -46,7 +46,7 @@ _PRE_INIT = frozenset({"initialize", "exit", "$/cancelRequest"})
 
 
 class _Envelope(msgspec.Struct):
-    jsonrpc: str | UnsetType = UNSET
+    jsonrpc: Any = UNSET  # checked after decoding, so a wrong value still gets its id back
     id: int | str | UnsetType | None = UNSET
     method: str | UnsetType = UNSET
     params: msgspec.Raw = msgspec.Raw()

@@ -22,9 +22,10 @@ async def run_stdio(app: App) -> int:
     """Serve the process's stdin/stdout until EOF or ``exit``; returns the exit code."""
     loop = asyncio.get_running_loop()
     conn = Connection(app)
-    await loop.connect_read_pipe(conn.reader, sys.stdin)
+    # The writer first: a frame already waiting on stdin may need an immediate reply.
     w_transport, _ = await loop.connect_write_pipe(asyncio.Protocol, sys.stdout)
     conn.attach(w_transport, w_transport)
+    await loop.connect_read_pipe(conn.reader, sys.stdin)
     await conn.closed.wait()
     # LSP: ``exit`` without a prior ``shutdown`` ends with status 1.
     return 1 if conn.exit_requested and not conn.protocol.shutting_down else 0

@@ -1,0 +1,20 @@
+"""Typed asyncio client for the compaction-sidecar daemon.
+
+``client = await spawn("sessions.db")`` starts a private daemon on stdio;
+``client = await connect("unix:/run/user/1000/sidecar.sock")`` joins a shared one. Both return
+an initialized ``Client``; see README.md.
+"""
+
+from sidecar_client._client import Call, Client, ConnectionClosed, RpcError, connect, spawn
+from sidecar_client._types import MessagesPage, StoredMessage
+
+__all__ = [
+    "Call",
+    "Client",
+    "ConnectionClosed",
+    "MessagesPage",
+    "RpcError",
+    "StoredMessage",
+    "connect",
+    "spawn",
+]

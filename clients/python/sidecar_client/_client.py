@@ -1,0 +1,905 @@
+"""The JSON-RPC client: request/response matching, notifications, daemon->client requests.
+
+One reader task decodes frames and routes them: replies resolve the future of their request
+id, notifications go to a per-method mailbox (every one is recorded; ``wait_for`` hands each
+out once), requests from the daemon run their registered handler in a task and are answered,
+and error replies with ``id: null`` (the daemon's answer to input it could not attribute to a
+request) go to their own mailbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from typing import Any, Generic, TypeVar, cast, overload
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from sidecar.model.config import Config
+from sidecar.model.rpc import (
+    CompactResult,
+    ContextResult,
+    OverflowResult,
+    PruneResult,
+    SessionList,
+)
+from sidecar.model.session import Session
+from sidecar_client._transport import (
+    FramingError,
+    StreamTransport,
+    encode_frame,
+    open_socket,
+    read_frame,
+    spawn_stdio,
+)
+from sidecar_client._types import MessagesPage
+
+log = logging.getLogger("sidecar_client")
+
+T = TypeVar("T")
+Predicate = Callable[[Any], bool]
+RequestHandler = Callable[[Any], Awaitable[Any]]
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+#: The client this library reports in ``initialize``.
+CLIENT_NAME = "compaction-sidecar-client"
+CLIENT_VERSION = "0.1.0"
+
+
+class RpcError(Exception):
+    """An error reply: ``code``, ``message`` and optional ``data``, as the daemon sent them.
+
+    ``method`` and ``request_id`` name the request it answers (both ``None`` for an error
+    with ``id: null``).
+    """
+
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        data: Any = None,
+        *,
+        method: str | None = None,
+        request_id: int | str | None = None,
+    ) -> None:
+        super().__init__(code, message, data)
+        self.code = code
+        self.message = message
+        self.data = data
+        self.method = method
+        self.request_id = request_id
+
+    def __str__(self) -> str:
+        where = f"{self.method}: " if self.method else ""
+        return f"{where}[{self.code}] {self.message}"
+
+
+class ConnectionClosed(ConnectionError):
+    """The daemon closed the connection (or exited) before answering."""
+
+
+# -- wire envelopes ----------------------------------------------------------------------------
+
+
+class _Incoming(msgspec.Struct):
+    jsonrpc: str | UnsetType = UNSET
+    id: int | str | UnsetType | None = UNSET
+    method: str | UnsetType = UNSET
+    params: msgspec.Raw = msgspec.Raw()
+    result: msgspec.Raw = msgspec.Raw()
+    error: msgspec.Raw = msgspec.Raw()
+
+
+class _ErrorBody(msgspec.Struct):
+    code: int
+    message: str = ""
+    data: Any = None
+
+
+class _Request(msgspec.Struct):
+    jsonrpc: str
+    id: int | str
+    method: str
+    params: Any | UnsetType = UNSET
+
+
+class _Notification(msgspec.Struct):
+    jsonrpc: str
+    method: str
+    params: Any | UnsetType = UNSET
+
+
+class _Result(msgspec.Struct):
+    jsonrpc: str
+    id: int | str
+    result: Any
+
+
+class _ErrorReply(msgspec.Struct, omit_defaults=True):
+    jsonrpc: str
+    id: int | str | None
+    error: _ErrorBody
+
+
+_incoming = msgspec.json.Decoder(_Incoming)
+_error_body = msgspec.json.Decoder(_ErrorBody)
+_any = msgspec.json.Decoder()
+_encoder = msgspec.json.Encoder()
+
+
+# -- mailboxes ---------------------------------------------------------------------------------
+
+
+class _Mailbox:
+    """Everything received under one key, plus the not-yet-consumed part for ``get``."""
+
+    def __init__(self) -> None:
+        self.received: list[Any] = []
+        self._unconsumed: list[Any] = []
+        self._waiters: list[tuple[Predicate | None, asyncio.Future[Any]]] = []
+        self._closed: BaseException | None = None
+
+    def put(self, item: Any) -> None:
+        self.received.append(item)
+        for i, (predicate, fut) in enumerate(self._waiters):
+            if fut.done():
+                continue
+            try:
+                matches = predicate is None or predicate(item)
+            except Exception as exc:  # a broken predicate fails its own waiter only
+                fut.set_exception(exc)
+                continue
+            if matches:
+                del self._waiters[i]
+                fut.set_result(item)
+                return
+        self._unconsumed.append(item)
+
+    def close(self, exc: BaseException) -> None:
+        self._closed = exc
+        for _, fut in self._waiters:
+            if not fut.done():
+                fut.set_exception(exc)
+        self._waiters.clear()
+
+    async def get(self, predicate: Predicate | None, timeout: float | None, what: str) -> Any:
+        for i, item in enumerate(self._unconsumed):
+            if predicate is None or predicate(item):
+                del self._unconsumed[i]
+                return item
+        if self._closed is not None:
+            raise ConnectionClosed(f"connection closed while waiting for {what}")
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        waiter = (predicate, fut)
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout(timeout):
+                return await fut
+        except TimeoutError:
+            seen = len(self.received)
+            raise TimeoutError(
+                f"no matching {what} within {timeout}s ({seen} received in total)"
+            ) from None
+        finally:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+
+
+# -- calls -------------------------------------------------------------------------------------
+
+
+class Call(Generic[T]):
+    """An in-flight request. ``await call`` gives its result (or raises ``RpcError``).
+
+    Cancelling the awaiting task, or ``call.cancel()``, sends ``$/cancelRequest`` and forgets
+    the request; a late reply is ignored.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        request_id: int,
+        method: str,
+        future: asyncio.Future[tuple[bool, Any]],
+        result_type: type[T] | None,
+        timeout: float | None,
+    ) -> None:
+        self.id = request_id
+        self.method = method
+        self._client = client
+        self._future = future
+        self._result_type = result_type
+        self._timeout = timeout
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def cancel(self) -> bool:
+        """Ask the daemon to cancel this request and stop waiting for it locally."""
+        if self._future.done():
+            return False
+        self._client._abandon(self.id)
+        self._future.cancel()
+        return True
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._wait().__await__()
+
+    async def _wait(self) -> T:
+        try:
+            async with asyncio.timeout(self._timeout):
+                ok, payload = await asyncio.shield(self._future)
+        except (asyncio.CancelledError, TimeoutError):
+            self._client._abandon(self.id)
+            self._future.cancel()
+            raise
+        if not ok:
+            raise payload
+        raw = cast(msgspec.Raw, payload)
+        if self._result_type is None:
+            return cast(T, _any.decode(raw))
+        return msgspec.json.decode(raw, type=self._result_type)
+
+
+# -- the client --------------------------------------------------------------------------------
+
+
+def _clean(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Drop ``None`` values: optional params are left out rather than sent as null."""
+    return {k: v for k, v in params.items() if v is not None}
+
+
+class Client:
+    """A connection to one daemon (spawned over stdio, or a shared one over a socket)."""
+
+    def __init__(self, transport: StreamTransport, *, default_timeout: float | None = 30.0) -> None:
+        self._transport = transport
+        self.default_timeout = default_timeout
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[str, asyncio.Future[tuple[bool, Any]]]] = {}
+        self._mailboxes: dict[str, _Mailbox] = {}
+        self._errors = _Mailbox()
+        self._all_notifications: list[tuple[str, Any]] = []
+        self._handlers: dict[str, RequestHandler] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = asyncio.Event()
+        self._close_reason: BaseException | None = None
+        #: Frames from the daemon that were not valid JSON-RPC (should stay empty).
+        self.protocol_errors: list[str] = []
+        #: Requests the daemon sent us, in arrival order: ``(method, params)``.
+        self.requests_received: list[tuple[str, Any]] = []
+        #: The ``initialize`` result once ``initialize()`` has run.
+        self.initialize_result: dict[str, Any] | None = None
+        self._reader = asyncio.create_task(self._read_loop(), name="sidecar-client-reader")
+
+    # -- properties ----------------------------------------------------------------------------
+
+    @property
+    def process(self) -> asyncio.subprocess.Process | None:
+        """The daemon's process when this client spawned it (``None`` for sockets)."""
+        return self._transport.process
+
+    @property
+    def address(self) -> str | None:
+        return self._transport.address
+
+    @property
+    def closed(self) -> bool:
+        """True once the daemon's side of the connection has ended."""
+        return self._closed.is_set()
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered (nor abandoned)."""
+        return len(self._pending)
+
+    def stderr(self) -> str:
+        """What the spawned daemon wrote to stderr so far."""
+        return self._transport.stderr_text()
+
+    # -- sending -------------------------------------------------------------------------------
+
+    def _write(self, message: msgspec.Struct) -> None:
+        if self._closed.is_set():
+            raise ConnectionClosed("the connection to the daemon is closed")
+        self._transport.write(encode_frame(_encoder.encode(message)))
+
+    def send_raw(self, data: bytes) -> None:
+        """Write bytes exactly as given (no framing added): for malformed-input tests."""
+        if self._closed.is_set():
+            raise ConnectionClosed("the connection to the daemon is closed")
+        self._transport.write(data)
+
+    def send_frame(self, body: bytes) -> None:
+        """Write ``body`` in a correct frame, whatever it contains."""
+        self.send_raw(encode_frame(body))
+
+    def call(
+        self,
+        method: str,
+        params: Any = None,
+        result_type: type[T] | None = None,
+        *,
+        timeout: float | UnsetType | None = UNSET,
+    ) -> Call[T]:
+        """Send a request now; ``await`` the returned ``Call`` for its result.
+
+        ``params=None`` leaves the ``params`` key out of the request.
+        """
+        request_id = next(self._ids)
+        fut: asyncio.Future[tuple[bool, Any]] = asyncio.get_running_loop().create_future()
+        self._write(_Request("2.0", request_id, method, UNSET if params is None else params))
+        self._pending[request_id] = (method, fut)
+        wait = self.default_timeout if timeout is UNSET else timeout
+        return Call(self, request_id, method, fut, result_type, cast("float | None", wait))
+
+    def reserve_call(
+        self,
+        result_type: type[T] | None = None,
+        *,
+        method: str = "(raw)",
+        timeout: float | UnsetType | None = UNSET,
+    ) -> Call[T]:
+        """Allocate a request id and wait for its reply without sending anything.
+
+        For tests that write the request themselves (``send_frame``/``send_raw``) with
+        ``call.id`` as its id, e.g. with a bad ``jsonrpc`` version: ``await call`` then gives
+        the reply to that id.
+        """
+        request_id = next(self._ids)
+        fut: asyncio.Future[tuple[bool, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = (method, fut)
+        wait = self.default_timeout if timeout is UNSET else timeout
+        return Call(self, request_id, method, fut, result_type, cast("float | None", wait))
+
+    @overload
+    async def request(
+        self,
+        method: str,
+        params: Any = None,
+        result_type: None = None,
+        *,
+        timeout: float | UnsetType | None = ...,
+    ) -> Any: ...
+
+    @overload
+    async def request(
+        self,
+        method: str,
+        params: Any,
+        result_type: type[T],
+        *,
+        timeout: float | UnsetType | None = ...,
+    ) -> T: ...
+
+    @overload
+    async def request(
+        self,
+        method: str,
+        params: Any = None,
+        *,
+        result_type: type[T],
+        timeout: float | UnsetType | None = ...,
+    ) -> T: ...
+
+    async def request(
+        self,
+        method: str,
+        params: Any = None,
+        result_type: type[Any] | None = None,
+        *,
+        timeout: float | UnsetType | None = UNSET,
+    ) -> Any:
+        """Send a request and wait for its reply.
+
+        Returns the result decoded into ``result_type`` (any msgspec-supported type), or as
+        plain builtins without one. Raises ``RpcError`` for an error reply,
+        ``ConnectionClosed`` if the daemon goes away first, ``TimeoutError`` after
+        ``timeout`` seconds (default ``default_timeout``). Cancelling the awaiting task sends
+        ``$/cancelRequest``.
+        """
+        call = self.call(method, params, result_type, timeout=timeout)
+        with contextlib.suppress(ConnectionError):  # a dead daemon fails the call itself
+            await self._transport.drain()
+        return await call
+
+    def notify(self, method: str, params: Any = None) -> None:
+        """Send a notification (no reply)."""
+        self._write(_Notification("2.0", method, UNSET if params is None else params))
+
+    def cancel(self, request_id: int) -> None:
+        """Send ``$/cancelRequest`` for ``request_id``; a local waiter is released too."""
+        entry = self._pending.get(request_id)
+        self._abandon(request_id)
+        if entry is not None and not entry[1].done():
+            entry[1].cancel()
+
+    def _abandon(self, request_id: int) -> None:
+        if self._pending.pop(request_id, None) is None:
+            return
+        if not self._closed.is_set():
+            with contextlib.suppress(ConnectionError):
+                self.notify("$/cancelRequest", {"id": request_id})
+
+    # -- notifications and unsolicited errors --------------------------------------------------
+
+    def _mailbox(self, method: str) -> _Mailbox:
+        box = self._mailboxes.get(method)
+        if box is None:
+            box = self._mailboxes[method] = _Mailbox()
+            if self._close_reason is not None:
+                box.close(self._close_reason)
+        return box
+
+    async def wait_for(
+        self, method: str, predicate: Predicate | None = None, timeout: float | None = 10.0
+    ) -> Any:
+        """The params of the first ``method`` notification matching ``predicate`` that no
+        earlier ``wait_for`` has returned, including ones that arrived before this call."""
+        return await self._mailbox(method).get(predicate, timeout, f"{method!r} notification")
+
+    def notifications(self, method: str) -> list[Any]:
+        """Params of every ``method`` notification received so far (consumed or not)."""
+        box = self._mailboxes.get(method)
+        return list(box.received) if box is not None else []
+
+    def all_notifications(self) -> list[tuple[str, Any]]:
+        """Every notification received so far as ``(method, params)``, in arrival order."""
+        return list(self._all_notifications)
+
+    async def wait_for_error(
+        self, predicate: Callable[[RpcError], bool] | None = None, timeout: float | None = 10.0
+    ) -> RpcError:
+        """The next unconsumed error reply with ``id: null`` matching ``predicate``."""
+        return cast(
+            RpcError, await self._errors.get(predicate, timeout, "error reply with id null")
+        )
+
+    def unsolicited_errors(self) -> list[RpcError]:
+        """Every error reply with ``id: null`` received so far."""
+        return list(self._errors.received)
+
+    # -- daemon -> client requests -------------------------------------------------------------
+
+    def on_request(self, method: str, handler: RequestHandler | None) -> None:
+        """Answer daemon requests for ``method`` with ``await handler(params)``.
+
+        The return value is sent as the result; ``RpcError`` is sent with its own code, any
+        other exception as -32603. ``None`` removes the handler (the daemon then gets -32601).
+        """
+        if handler is None:
+            self._handlers.pop(method, None)
+        else:
+            self._handlers[method] = handler
+
+    async def _serve(self, request_id: int | str, method: str, params: Any) -> None:
+        handler = self._handlers.get(method)
+        reply: msgspec.Struct
+        if handler is None:
+            reply = _ErrorReply(
+                "2.0", request_id, _ErrorBody(METHOD_NOT_FOUND, f"unhandled method: {method}")
+            )
+        else:
+            try:
+                result = await handler(params)
+                reply = _Result("2.0", request_id, result)
+                _encoder.encode(result)  # fail here, as -32603, if it cannot be sent
+            except RpcError as exc:
+                reply = _ErrorReply("2.0", request_id, _ErrorBody(exc.code, exc.message, exc.data))
+            except Exception as exc:
+                log.warning("handler for %s failed", method, exc_info=True)
+                reply = _ErrorReply(
+                    "2.0",
+                    request_id,
+                    _ErrorBody(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"),
+                )
+        with contextlib.suppress(ConnectionError):
+            self._write(reply)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        reason: BaseException = ConnectionClosed("the daemon closed the connection")
+        try:
+            while True:
+                body = await read_frame(self._transport.reader)
+                if body is None:
+                    break
+                self._dispatch(body)
+        except FramingError as exc:
+            self.protocol_errors.append(str(exc))
+            reason = ConnectionClosed(f"unreadable stream from the daemon: {exc}")
+        except (ConnectionError, OSError) as exc:
+            reason = ConnectionClosed(f"connection lost: {exc}")
+        except asyncio.CancelledError:
+            reason = ConnectionClosed("the client was closed")
+            raise
+        finally:
+            self._shut(reason)
+
+    def _shut(self, reason: BaseException) -> None:
+        self._close_reason = reason
+        self._closed.set()
+        pending, self._pending = self._pending, {}
+        for method, fut in pending.values():
+            if not fut.done():
+                fut.set_result((False, ConnectionClosed(f"{method}: {reason}")))
+        for box in self._mailboxes.values():
+            box.close(reason)
+        self._errors.close(reason)
+
+    def _dispatch(self, body: bytes) -> None:
+        try:
+            msg = _incoming.decode(body)
+        except msgspec.DecodeError as exc:
+            self.protocol_errors.append(f"undecodable frame from the daemon: {exc}")
+            return
+        if msg.method is not UNSET:
+            params = _any.decode(msg.params) if len(msg.params) else None
+            if msg.id is UNSET or msg.id is None:
+                self._all_notifications.append((msg.method, params))
+                self._mailbox(msg.method).put(params)
+            else:
+                self.requests_received.append((msg.method, params))
+                task = asyncio.create_task(self._serve(msg.id, msg.method, params))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            return
+        if len(msg.error):
+            try:
+                body_ = _error_body.decode(msg.error)
+                err = RpcError(body_.code, body_.message, body_.data)
+            except msgspec.DecodeError as exc:
+                self.protocol_errors.append(f"malformed error object: {exc}")
+                err = RpcError(INTERNAL_ERROR, "malformed error object from the daemon")
+            if msg.id is UNSET or msg.id is None:
+                self._errors.put(err)
+                return
+            entry = self._pending.pop(msg.id, None) if isinstance(msg.id, int) else None
+            if entry is None:
+                return  # the reply to an abandoned request
+            err.method, err.request_id = entry[0], msg.id
+            if not entry[1].done():
+                entry[1].set_result((False, err))
+            return
+        if len(msg.result) and isinstance(msg.id, int):
+            entry = self._pending.pop(msg.id, None)
+            if entry is not None and not entry[1].done():
+                entry[1].set_result((True, msg.result))
+            return
+        self.protocol_errors.append(f"frame is neither request, notification nor reply: {body!r}")
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def initialize(
+        self,
+        capabilities: Mapping[str, Any] | None = None,
+        initialization_options: Mapping[str, Any] | None = None,
+        *,
+        send_initialized: bool = True,
+    ) -> dict[str, Any]:
+        """``initialize`` (then the ``initialized`` notification); returns the result."""
+        params = _clean(
+            {
+                "processId": os.getpid(),
+                "clientInfo": {"name": CLIENT_NAME, "version": CLIENT_VERSION},
+                "capabilities": dict(capabilities or {}),
+                "initializationOptions": (
+                    dict(initialization_options) if initialization_options is not None else None
+                ),
+            }
+        )
+        result = cast(dict[str, Any], await self.request("initialize", params))
+        self.initialize_result = result
+        if send_initialized:
+            self.notify("initialized", {})
+        return result
+
+    async def _wait_writer_ready(self, timeout: float) -> None:
+        """Send harmless pre-``initialize`` probes until one is answered.
+
+        Works around a daemon bug: the stdio daemon starts reading stdin before its stdout
+        writer is attached, and silently drops the replies it produces synchronously in
+        between (-32002 before ``initialize``, parse and validation errors). A request already
+        waiting in the pipe at start-up can thus go unanswered. Before ``initialize`` every
+        request gets -32002 and changes nothing, so probes are safe to repeat; once one is
+        answered, replies get through. Without the bug this costs one round trip.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        delay = 0.02
+        probes: list[asyncio.Task[Any]] = []
+        try:
+            while True:
+                call: Call[Any] = self.call("$/sidecar/probe", timeout=None)
+                probes.append(asyncio.ensure_future(call._wait()))
+                done, _ = await asyncio.wait(
+                    probes, timeout=delay, return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in done:
+                    exc = task.exception()
+                    if exc is None or isinstance(exc, RpcError):
+                        return
+                    raise ConnectionClosed(
+                        f"the daemon ended before answering: {exc}; stderr:\n{self.stderr()}"
+                    )
+                if loop.time() >= deadline:
+                    raise TimeoutError(
+                        f"the daemon did not answer within {timeout}s; stderr:\n{self.stderr()}"
+                    )
+                delay = min(delay * 2, 0.05)
+        finally:
+            for task in probes:
+                task.cancel()
+            await asyncio.gather(*probes, return_exceptions=True)
+
+    async def shutdown(self) -> None:
+        await self.request("shutdown")
+
+    async def shutdown_and_exit(self, timeout: float = 10.0) -> int | None:
+        """``shutdown``, then ``exit``; waits for the process (or the socket) to end.
+
+        Returns the daemon's exit code (``None`` for a socket connection).
+        """
+        await self.request("shutdown", timeout=timeout)
+        self.notify("exit")
+        return await self.wait_exit(timeout)
+
+    async def wait_exit(self, timeout: float | None = 10.0) -> int | None:
+        """Wait for the daemon process to exit (for sockets: for the connection to close)."""
+        async with asyncio.timeout(timeout):
+            await self._closed.wait()
+            if self.process is None:
+                return None
+            code = await self.process.wait()
+        await self._finish()
+        return code
+
+    async def kill(self) -> int | None:
+        """SIGKILL the spawned daemon and wait for it; returns its exit code."""
+        proc = self.process
+        if proc is None:
+            raise RuntimeError("kill() needs a daemon spawned by this client")
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGKILL)
+        code = await proc.wait()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+        await self._finish()
+        return code
+
+    async def close(self, timeout: float = 10.0) -> int | None:
+        """Close our end; a spawned daemon sees EOF and exits (killed after ``timeout``).
+
+        Returns the exit code of a spawned daemon, ``None`` for sockets.
+        """
+        await self._transport.close_write()
+        proc = self.process
+        if proc is None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+            await self._finish()
+            return None
+        try:
+            async with asyncio.timeout(timeout):
+                code = await proc.wait()
+        except TimeoutError:
+            log.warning("daemon did not exit %ss after EOF; killing it", timeout)
+            return await self.kill()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+        await self._finish()
+        return code
+
+    async def _finish(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._transport.release()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.process is not None and self.process.returncode is not None:
+            await self._finish()
+            return
+        await self.close()
+
+    # -- typed helpers: sessions ---------------------------------------------------------------
+
+    async def create_session(
+        self,
+        *,
+        id: str | None = None,
+        title: str | None = None,
+        parent_id: str | None = None,
+        directory: str | None = None,
+    ) -> Session:
+        params = _clean({"id": id, "title": title, "parentID": parent_id, "directory": directory})
+        return await self.request("session/create", params, Session)
+
+    async def get_session(self, session_id: str) -> Session:
+        return await self.request("session/get", {"sessionID": session_id}, Session)
+
+    async def list_sessions(
+        self, limit: int | None = None, cursor: str | None = None
+    ) -> SessionList:
+        return await self.request(
+            "session/list", _clean({"limit": limit, "cursor": cursor}), SessionList
+        )
+
+    async def delete_session(self, session_id: str) -> None:
+        await self.request("session/delete", {"sessionID": session_id})
+
+    async def messages(
+        self, session_id: str, limit: int | None = None, cursor: str | None = None
+    ) -> MessagesPage:
+        params = _clean({"sessionID": session_id, "limit": limit, "cursor": cursor})
+        return await self.request("session/messages", params, MessagesPage)
+
+    async def subscribe(self, session_id: str) -> None:
+        await self.request("session/subscribe", {"sessionID": session_id})
+
+    async def unsubscribe(self, session_id: str) -> None:
+        await self.request("session/unsubscribe", {"sessionID": session_id})
+
+    # -- typed helpers: messages and parts -----------------------------------------------------
+
+    async def update_message(self, message: Mapping[str, Any] | msgspec.Struct) -> dict[str, Any]:
+        """Upsert a message; returns it as stored (with any daemon-filled id and time)."""
+        return cast(dict[str, Any], await self.request("message/update", {"message": message}))
+
+    async def update_part(self, part: Mapping[str, Any] | msgspec.Struct) -> dict[str, Any]:
+        return cast(dict[str, Any], await self.request("part/update", {"part": part}))
+
+    async def remove_message(self, session_id: str, message_id: str) -> None:
+        await self.request("message/remove", {"sessionID": session_id, "messageID": message_id})
+
+    async def remove_part(self, session_id: str, message_id: str, part_id: str) -> None:
+        params = {"sessionID": session_id, "messageID": message_id, "partID": part_id}
+        await self.request("part/remove", params)
+
+    # -- typed helpers: configuration ----------------------------------------------------------
+
+    async def get_config(self) -> Config:
+        return await self.request("config/get", {}, Config)
+
+    async def update_config(self, patch: Mapping[str, Any]) -> Config:
+        """Deep-merge ``patch`` (wire names, e.g. ``{"compaction": {"auto": False}}``)."""
+        return await self.request("config/update", {"config": patch}, Config)
+
+    # -- typed helpers: compaction -------------------------------------------------------------
+
+    async def context(self, session_id: str, format: str = "parts") -> ContextResult:
+        params = {"sessionID": session_id, "format": format}
+        return await self.request("session/context", params, ContextResult)
+
+    async def overflow(
+        self,
+        session_id: str | None = None,
+        *,
+        tokens: Mapping[str, Any] | None = None,
+        limit: Mapping[str, Any] | None = None,
+    ) -> OverflowResult:
+        """For a session, or for explicit ``tokens`` against a model ``limit``
+        (``{context, input?, output}``)."""
+        params = _clean(
+            {
+                "sessionID": session_id,
+                "tokens": tokens,
+                "model": {"limit": limit} if limit is not None else None,
+            }
+        )
+        return await self.request("session/overflow", params, OverflowResult)
+
+    async def prune(self, session_id: str) -> PruneResult:
+        return await self.request("session/prune", {"sessionID": session_id}, PruneResult)
+
+    async def compact(
+        self,
+        session_id: str,
+        auto: bool = False,
+        *,
+        model: Mapping[str, Any] | None = None,
+        instructions: str | None = None,
+        timeout: float | UnsetType | None = UNSET,
+    ) -> CompactResult:
+        params = _clean(
+            {
+                "sessionID": session_id,
+                "auto": auto,
+                "model": model,
+                "instructions": instructions,
+            }
+        )
+        return await self.request("session/compact", params, CompactResult, timeout=timeout)
+
+    async def fork(self, session_id: str, message_id: str | None = None) -> Session:
+        params = _clean({"sessionID": session_id, "messageID": message_id})
+        return await self.request("session/fork", params, Session)
+
+    async def revert(self, session_id: str, message_id: str, part_id: str | None = None) -> Session:
+        params = _clean({"sessionID": session_id, "messageID": message_id, "partID": part_id})
+        return await self.request("session/revert", params, Session)
+
+    async def unrevert(self, session_id: str) -> Session:
+        return await self.request("session/unrevert", {"sessionID": session_id}, Session)
+
+
+# -- constructors ------------------------------------------------------------------------------
+
+
+async def _start(
+    client: Client,
+    initialize: bool,
+    capabilities: Mapping[str, Any] | None,
+    initialization_options: Mapping[str, Any] | None,
+) -> Client:
+    try:
+        if initialize:
+            await client.initialize(capabilities, initialization_options)
+    except BaseException:
+        if client.process is not None:
+            await client.kill()
+        else:
+            await client.close()
+        raise
+    return client
+
+
+async def spawn(
+    db_path: str | os.PathLike[str],
+    *,
+    extra_args: Sequence[str] = (),
+    env: Mapping[str, str | None] | None = None,
+    initialize: bool = True,
+    capabilities: Mapping[str, Any] | None = None,
+    initialization_options: Mapping[str, Any] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    ready_timeout: float = 20.0,
+    wait_ready: bool = True,
+) -> Client:
+    """Start ``python -m sidecar serve --db DB_PATH [extra_args]`` on stdio and connect.
+
+    ``env`` is applied on top of this process's environment (a ``None`` value removes a
+    variable). Unless ``initialize=False``, ``initialize`` + ``initialized`` are done here,
+    with ``capabilities`` (wire names, e.g. ``{"summarizer": True}``) and
+    ``initialization_options`` (a partial config).
+    ``wait_ready`` probes the daemon first (see ``Client._wait_writer_ready``).
+    """
+    transport = await spawn_stdio(db_path, extra_args, env, cwd)
+    client = Client(transport)
+    if wait_ready:
+        try:
+            await client._wait_writer_ready(ready_timeout)
+        except BaseException:
+            await client.kill()
+            raise
+    return await _start(client, initialize, capabilities, initialization_options)
+
+
+async def connect(
+    address: str,
+    *,
+    initialize: bool = True,
+    capabilities: Mapping[str, Any] | None = None,
+    initialization_options: Mapping[str, Any] | None = None,
+) -> Client:
+    """Connect to a shared daemon at ``tcp://127.0.0.1:PORT`` or ``unix:/path``."""
+    client = Client(await open_socket(address))
+    return await _start(client, initialize, capabilities, initialization_options)

@@ -1,0 +1,186 @@
+"""LSP base-protocol framing over asyncio streams, and the ways to reach a daemon.
+
+A frame is ``Content-Length: N\\r\\n`` (other header lines allowed and ignored), a blank line,
+then exactly ``N`` bytes of UTF-8 JSON. Both a spawned daemon's stdio pipes and a socket of a
+shared daemon are plain ``asyncio.StreamReader``/``StreamWriter`` pairs, so one
+``StreamTransport`` serves all three transports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+HEADER_END = b"\r\n\r\n"
+#: Read-buffer limit of the streams; bounds only a header block, never a body.
+STREAM_LIMIT = 1 << 20
+
+
+class FramingError(Exception):
+    """The peer sent bytes that are not a valid LSP frame."""
+
+
+def encode_frame(body: bytes) -> bytes:
+    return b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
+
+
+def parse_content_length(header: bytes) -> int:
+    length: int | None = None
+    for line in header.split(b"\r\n"):
+        name, sep, value = line.partition(b":")
+        if not sep:
+            raise FramingError(f"malformed header line {line[:80]!r}")
+        if name.strip().lower() == b"content-length":
+            text = value.strip()
+            if not text.isdigit():
+                raise FramingError(f"bad Content-Length {text[:80]!r}")
+            length = int(text)
+    if length is None:
+        raise FramingError("missing Content-Length header")
+    return length
+
+
+async def read_frame(reader: asyncio.StreamReader) -> bytes | None:
+    """The body of the next frame, or ``None`` at a clean end of stream between frames."""
+    try:
+        header = await reader.readuntil(HEADER_END)
+    except asyncio.IncompleteReadError as exc:
+        if not exc.partial.strip():
+            return None
+        raise FramingError("stream ended inside a header block") from None
+    except asyncio.LimitOverrunError:
+        raise FramingError("header block too long") from None
+    length = parse_content_length(header[: -len(HEADER_END)])
+    try:
+        return await reader.readexactly(length)
+    except asyncio.IncompleteReadError:
+        raise FramingError(f"stream ended inside a {length}-byte frame body") from None
+
+
+class StreamTransport:
+    """One duplex byte stream to the daemon, with the daemon's process when we spawned it."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        process: asyncio.subprocess.Process | None = None,
+        stderr_file: IO[bytes] | None = None,
+        address: str | None = None,
+    ) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.process = process
+        self.address = address
+        self._stderr_file = stderr_file
+        self._stderr_final = ""
+
+    def write(self, data: bytes) -> None:
+        if self.writer.is_closing():
+            raise ConnectionResetError("the connection to the daemon is closed")
+        self.writer.write(data)
+
+    async def drain(self) -> None:
+        await self.writer.drain()
+
+    def is_closing(self) -> bool:
+        return self.writer.is_closing()
+
+    async def close_write(self) -> None:
+        """Stop writing: EOF on the daemon's stdin, or close the socket."""
+        if not self.writer.is_closing():
+            self.writer.close()
+        with contextlib.suppress(ConnectionError, BrokenPipeError):
+            await self.writer.wait_closed()
+
+    def stderr_text(self) -> str:
+        """Everything the spawned daemon wrote to stderr so far ("" for sockets)."""
+        f = self._stderr_file
+        if f is None or f.closed:
+            return self._stderr_final
+        # pread: the daemon shares this file's offset, which must not move under it.
+        fd = f.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode("utf-8", "replace")
+
+    def release(self) -> None:
+        """Close the stderr file, keeping its text for ``stderr_text()``."""
+        if self._stderr_file is not None and not self._stderr_file.closed:
+            self._stderr_final = self.stderr_text()
+            self._stderr_file.close()
+
+
+def daemon_command(db_path: str | os.PathLike[str], extra_args: Sequence[str] = ()) -> list[str]:
+    return [sys.executable, "-m", "sidecar", "serve", "--db", os.fspath(db_path), *extra_args]
+
+
+def merged_env(env: Mapping[str, str | None] | None) -> dict[str, str] | None:
+    """``os.environ`` with ``env`` applied on top; a ``None`` value removes a variable."""
+    if env is None:
+        return None
+    out = dict(os.environ)
+    for key, value in env.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+async def spawn_stdio(
+    db_path: str | os.PathLike[str],
+    extra_args: Sequence[str] = (),
+    env: Mapping[str, str | None] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> StreamTransport:
+    """Start ``python -m sidecar serve --db PATH`` on pipes.
+
+    stderr goes to an anonymous temporary file, so a chatty daemon can never block on a full
+    pipe, and the text stays readable through ``stderr_text()``.
+    """
+    stderr_file = tempfile.TemporaryFile(prefix="sidecar-stderr-")
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *daemon_command(db_path, extra_args),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=stderr_file,
+            env=merged_env(env),
+            cwd=cwd,
+            limit=STREAM_LIMIT,
+        )
+    except BaseException:
+        stderr_file.close()
+        raise
+    assert process.stdin is not None and process.stdout is not None
+    return StreamTransport(process.stdout, process.stdin, process=process, stderr_file=stderr_file)
+
+
+def parse_address(address: str) -> tuple[str, str, int]:
+    """``tcp://HOST:PORT`` or ``unix:PATH`` -> (kind, host-or-path, port)."""
+    if address.startswith("unix:"):
+        path = address[len("unix:") :]
+        if not path:
+            raise ValueError("unix: needs a path")
+        return "unix", path, 0
+    if address.startswith("tcp://"):
+        host, _, port = address[len("tcp://") :].rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"bad tcp address {address!r}")
+        return "tcp", host.strip("[]"), int(port)
+    raise ValueError(f"address must be tcp://HOST:PORT or unix:PATH, not {address!r}")
+
+
+async def open_socket(address: str) -> StreamTransport:
+    kind, where, port = parse_address(address)
+    if kind == "unix":
+        reader, writer = await asyncio.open_unix_connection(str(Path(where)), limit=STREAM_LIMIT)
+    else:
+        reader, writer = await asyncio.open_connection(where, port, limit=STREAM_LIMIT)
+    return StreamTransport(reader, writer, address=address)

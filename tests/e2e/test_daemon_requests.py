@@ -1,0 +1,60 @@
+"""Requests from the daemon to a client that declared the capability, answered through
+``Client.on_request`` (DESIGN §4: ``compaction/compacting`` and ``summarizer/complete``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sidecar_client import Client
+
+from .builders import assistant_message, text_part, user_message
+from .conftest import Spawner
+
+
+async def small_conversation(client: Client) -> str:
+    session = await client.create_session()
+    user = await client.update_message(user_message(session.id))
+    await client.update_part(text_part(session.id, user["id"], "please fix foo.py " * 60))
+    reply = await client.update_message(assistant_message(session.id, user["id"], finish="stop"))
+    await client.update_part(text_part(session.id, reply["id"], "fixed it " * 60))
+    return session.id
+
+
+async def test_compacting_hook_is_asked_during_compaction(spawner: Spawner) -> None:
+    client = await spawner(capabilities={"compactingHook": True})
+    asked: list[Any] = []
+
+    async def hook(params: Any) -> Any:
+        asked.append(params)
+        return {"context": ["keep: the user prefers tabs"]}
+
+    client.on_request("compaction/compacting", hook)
+    session_id = await small_conversation(client)
+    result = await client.compact(session_id)
+    assert result.status in ("continue", "stop")
+    assert asked == [{"sessionID": session_id}]
+
+
+async def test_client_summarizer_writes_the_summary(spawner: Spawner) -> None:
+    client = await spawner(
+        capabilities={"summarizer": True},
+        initialization_options={"summarizer": {"provider": "client"}},
+    )
+    asked: list[Any] = []
+
+    async def summarize(params: Any) -> Any:
+        asked.append(params)
+        return {"text": "SUMMARY: foo.py was fixed"}
+
+    client.on_request("summarizer/complete", summarize)
+    session_id = await small_conversation(client)
+    result = await client.compact(session_id)
+
+    assert len(asked) == 1
+    assert isinstance(asked[0]["system"], str) and asked[0]["messages"]
+    assert asked[0]["maxTokens"] > 0
+    assert result.summary_message_id is not None
+    page = await client.messages(session_id)
+    [summary] = [m for m in page.messages if m.info["id"] == result.summary_message_id]
+    assert summary.info["summary"] is True
+    assert any(p.get("text") == "SUMMARY: foo.py was fixed" for p in summary.parts)

@@ -1,0 +1,75 @@
+"""Regressions found while building the e2e suite: each once failed against the daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sidecar_client import RpcError, spawn
+
+from .conftest import Spawner
+from .test_daemon_requests import small_conversation
+
+
+async def test_request_waiting_in_stdin_at_startup_gets_32002(
+    daemon_env: dict[str, str | None], tmp_path: Path
+) -> None:
+    client = await spawn(tmp_path / "db", env=daemon_env, initialize=False, wait_ready=False)
+    try:
+        with pytest.raises(RpcError) as err:
+            await client.request("session/list", timeout=5)
+        assert err.value.code == -32002
+    finally:
+        await client.kill()
+
+
+async def test_initialize_result_has_protocol_version(spawner: Spawner) -> None:
+    client = await spawner(initialize=False)
+    result = await client.initialize()
+    assert result["protocolVersion"] == "1.0"
+
+
+async def test_initialization_option_max_frame_bytes_is_enforced(spawner: Spawner) -> None:
+    client = await spawner(initialization_options={"server": {"maxFrameBytes": 4096}})
+    assert client.initialize_result["capabilities"]["maxFrameBytes"] == 4096
+    call = client.call("session/create", {"title": "x" * 8000})
+    err = await client.wait_for_error(lambda e: e.code == -32600, timeout=2)
+    assert "4096" in err.message
+    call.cancel()
+
+
+async def test_cancel_request_cancels_an_in_flight_request(spawner: Spawner) -> None:
+    client = await spawner(
+        capabilities={"summarizer": True},
+        initialization_options={"summarizer": {"provider": "client"}},
+    )
+    entered = asyncio.Event()
+    release = asyncio.Event()
+
+    async def summarize(params: Any) -> Any:
+        entered.set()
+        await release.wait()
+        return {"text": "late summary"}
+
+    client.on_request("summarizer/complete", summarize)
+    session_id = await small_conversation(client)
+    call = client.call("session/compact", {"sessionID": session_id})
+    await entered.wait()
+    client.notify("$/cancelRequest", {"id": call.id})
+    await client.list_sessions()  # the cancel has been read by now
+    release.set()
+    with pytest.raises(RpcError) as err:
+        await call
+    assert err.value.code == -32800
+
+
+async def test_wrong_jsonrpc_type_still_gets_its_id_back(spawner: Spawner) -> None:
+    client = await spawner()
+    call = client.reserve_call()
+    client.send_frame(json.dumps({"jsonrpc": 2, "id": call.id, "method": "session/list"}).encode())
+    with pytest.raises(RpcError) as err:
+        await call
+    assert err.value.code == -32600 and "jsonrpc" in err.value.message
