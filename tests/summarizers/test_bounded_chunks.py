@@ -1,0 +1,99 @@
+"""Never too large to compact: a history 5x the writer's input limit is summarized in chunks,
+oldest first, each request within the limit and carrying the previous chunk's summary."""
+
+from __future__ import annotations
+
+import httpx
+
+from sidecar.engine import bounded
+from sidecar.engine.tokens import estimate, estimate_messages
+from sidecar.model.config import SummarizerConfig
+from sidecar.summarizers.base import COMPACTION_SYSTEM, DEFAULT_PROMPT
+from sidecar.summarizers.openai import OpenAISummarizer
+
+from .helpers import SleepRecorder, assistant, tool, user
+from .httpserver import ScriptedServer
+from .test_openai_writer import stream
+
+LIMIT = 4_000  # the writer's input window, in estimated tokens
+
+
+def _history() -> list:  # type: ignore[type-arg]
+    msgs = []
+    for i in range(20):
+        msgs.append(user(f"step {i}: look at module_{i}.py"))
+        msgs.append(assistant(tool("read", {"filePath": f"src/module_{i}.py"}, "line\n" * 800)))
+    return msgs
+
+
+async def test_history_five_times_the_window_is_chunked(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    history = _history()
+    assert estimate_messages(history) >= 5 * LIMIT
+    server.script(*[stream(f"summary part {i}") for i in range(40)])
+    cfg = SummarizerConfig(
+        provider="openai",
+        model="m",
+        base_url=server.url + "/v1",
+        max_input_tokens=LIMIT,
+        timeout=5.0,
+        deadline=30.0,
+    )
+    writer = OpenAISummarizer(cfg, http=http, env={}, sleep=SleepRecorder())
+    steps: list[str] = []
+    result = await bounded.summarize(
+        writer,
+        system=COMPACTION_SYSTEM,
+        prompt=DEFAULT_PROMPT,
+        history=history,
+        reference=[],
+        previous=["summary of an earlier compaction"],
+        max_tokens=500,
+        max_input_tokens=LIMIT,
+        progress=lambda msg, pct: steps.append(msg),
+    )
+    sent = server.requests
+    assert len(sent) >= 5
+    for i, request in enumerate(sent):
+        body = request.json()
+        size = sum(estimate(str(m.get("content") or "")) for m in body["messages"])
+        size += sum(estimate(str(m.get("tool_calls") or "")) for m in body["messages"])
+        assert size <= LIMIT, f"request {i} sent {size} tokens"
+        assert "tools" not in body
+        text = str(body["messages"])
+        if i == 0:
+            assert "summary of an earlier compaction" in text
+            assert "module_0.py" in text
+        else:
+            assert f"summary part {i - 1}" in text  # the previous chunk's summary is carried
+    # oldest first: the first request holds the first module, the last one the last module
+    assert "module_19.py" in str(sent[-1].json()["messages"])
+    assert result.text == f"summary part {len(sent) - 1}"
+    assert result.tokens.output > 0
+    assert steps[0].startswith("summarizing chunk 1 of")
+
+
+async def test_a_single_huge_output_is_truncated_with_a_marker(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    huge = [user("read the log"), assistant(tool("bash", {"command": "cat log"}, "E" * 200_000))]
+    server.script(stream("done"))
+    cfg = SummarizerConfig(
+        provider="openai", model="m", base_url=server.url + "/v1", timeout=5.0, deadline=30.0
+    )
+    writer = OpenAISummarizer(cfg, http=http, env={}, sleep=SleepRecorder())
+    await bounded.summarize(
+        writer,
+        system=COMPACTION_SYSTEM,
+        prompt=DEFAULT_PROMPT,
+        history=huge,
+        reference=[],
+        previous=[],
+        max_tokens=500,
+        max_input_tokens=LIMIT,
+    )
+    body = server.requests[0].json()
+    text = str(body["messages"])
+    assert "[Tool output truncated for compaction: omitted" in text
+    assert sum(estimate(str(m.get("content") or "")) for m in body["messages"]) <= LIMIT
