@@ -35,21 +35,30 @@ def _is_turn_start(m: WithParts) -> bool:
 
 
 def _after_finished_step(prev: WithParts) -> bool:
+    """``prev`` is an agent step that ended (a summary is not a step of the agent's)."""
     info = prev.info
-    return isinstance(info, AssistantMessage) and info.finish not in (None, "tool-calls", "unknown")
+    return (
+        isinstance(info, AssistantMessage)
+        and not info.summary
+        and info.finish not in (None, "tool-calls", "unknown")
+    )
+
+
+NEVER = 4
+SLACK = 0.25  # how far (as a share of the window) a better boundary may move the cut
 
 
 def _rank(msgs: Sequence[WithParts], i: int) -> int:
-    """Lower is a better place to start the tail; 3 = not allowed."""
+    """Lower is a better place to start the tail; ``NEVER`` is not allowed."""
     m, prev = msgs[i], msgs[i - 1]
     if isinstance(m.info, AssistantMessage) and m.info.summary:
-        return 3
+        return NEVER
     if _is_turn_start(m):
         return 0
     if _after_finished_step(prev):
         return 1
     if isinstance(prev.info, AssistantMessage) and prev.info.finish == "tool-calls":
-        return 2  # the step that reads the results: allowed only when nothing better exists
+        return 3  # the step that reads the results: only when nothing better exists
     return 2
 
 
@@ -60,27 +69,20 @@ def split(window: Sequence[WithParts], extract_ratio: float, recent_ratio: float
         return Split(summarize=msgs, tail=[], reference=[])
     costs = [estimate_messages([m]) for m in msgs]
     total = sum(costs) or 1
-    # target: first index where the tokens before it reach extract_ratio of the total
-    target, acc = n, 0
+    # ``before[i]``: tokens before boundary i (the tail would start at message i)
+    before = [0] * (n + 1)
     for i, c in enumerate(costs):
-        if acc >= extract_ratio * total:
-            target = i
-            break
-        acc += c
-    target = max(1, min(target, n - 1))
-    # search forward from target for the best boundary, then backward if none is good
+        before[i + 1] = before[i] + c
+    target = extract_ratio * total
+    # Prefer the best kind of boundary among those close to the target (within SLACK of the
+    # window's tokens); only when none is close, take the closest allowed boundary anywhere.
+    candidates = [i for i in range(1, n) if _rank(msgs, i) < NEVER]
+    near = [i for i in candidates if abs(before[i] - target) <= SLACK * total]
     best: int | None = None
-    for rank in (0, 1, 2):
-        fwd = next((i for i in range(target, n) if _rank(msgs, i) == rank), None)
-        back = next((i for i in range(target - 1, 0, -1) if _rank(msgs, i) == rank), None)
-        if fwd is not None or back is not None:
-            if fwd is None:
-                best = back
-            elif back is None:
-                best = fwd
-            else:
-                best = fwd if fwd - target <= target - back else back
-            break
+    if near:
+        best = min(near, key=lambda i: (_rank(msgs, i), abs(before[i] - target), i))
+    elif candidates:
+        best = min(candidates, key=lambda i: (abs(before[i] - target), _rank(msgs, i), i))
     if best is None:
         return Split(summarize=msgs, tail=[], reference=[])
     head, tail = msgs[:best], msgs[best:]

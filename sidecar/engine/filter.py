@@ -62,7 +62,7 @@ def filter_compacted(chronological: Sequence[WithParts]) -> list[WithParts]:
     """
     cut = _cut(chronological)
     if cut is None:
-        return list(chronological)
+        return _drop_unanswered(chronological)
     marker_at, summary_at = cut
     marker = chronological[marker_at]
     compaction = _compaction_part(marker)
@@ -73,15 +73,41 @@ def filter_compacted(chronological: Sequence[WithParts]) -> list[WithParts]:
         else None
     )
     if tail_at is None:
-        return list(chronological[marker_at:])
+        return [chronological[marker_at], *_drop_unanswered(chronological[marker_at + 1 :])]
     head = list(chronological[marker_at : summary_at + 1])
     pair = {m.info.id for m in head}
+    # Older markers and summaries stored inside the retained range were merged into this
+    # summary (they precede the tail in the window the collapse split), so they stay out.
     tail = [
         m
         for m in chronological[tail_at:marker_at]
-        if m.info.id not in pair and not _answers(m, marker.info.id)
+        if m.info.id not in pair
+        and not _answers(m, marker.info.id)
+        and _compaction_part(m) is None
+        and not _is_summary(m)
     ]
-    return head + tail + list(chronological[summary_at + 1 :])
+    return head + tail + _drop_unanswered(chronological[summary_at + 1 :])
+
+
+def _is_summary(msg: WithParts) -> bool:
+    info = msg.info
+    return isinstance(info, AssistantMessage) and bool(info.summary)
+
+
+def _drop_unanswered(msgs: Sequence[WithParts]) -> list[WithParts]:
+    """Without the markers of compactions that have not (or never) finished, and their failed
+    summaries: a pending or failed compaction must not change what the model sees."""
+    finished = {
+        m.info.parent_id
+        for m in msgs
+        if isinstance(m.info, AssistantMessage) and _is_finished_summary(m)
+    }
+    return [
+        m
+        for m in msgs
+        if not (_compaction_part(m) is not None and m.info.id not in finished)
+        and not (_is_summary(m) and not _is_finished_summary(m))
+    ]
 
 
 def _answers(msg: WithParts, marker_id: str) -> bool:

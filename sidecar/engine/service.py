@@ -265,8 +265,8 @@ class Engine:
                     ),
                 )
                 return
-            outcome = await self._auto_compact(sid, cfg, limit_for=info)
-            self._streak[sid] = streak + 1 if outcome.result.status == "continue" else streak
+            await self._auto_compact(sid, cfg, limit_for=info)
+            self._streak[sid] = streak + 1  # failed attempts count too: no retry storms
             return
         self._streak.pop(sid, None)
         if info.finish not in (None, "tool-calls", "unknown"):

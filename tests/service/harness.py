@@ -10,7 +10,7 @@ import msgspec
 
 from sidecar.engine.service import Engine
 from sidecar.model.config import Config, build
-from sidecar.model.ids import new_id
+from sidecar.model.ids import new_id, now_ms
 from sidecar.model.messages import AssistantMessage, MessageTime, ModelRef, UserMessage
 from sidecar.model.parts import Part, TextPart, ToolCompleted, ToolPart, ToolTime
 from sidecar.model.rpc import (
@@ -57,10 +57,12 @@ class Harness:
         self.host = RecordingHost()
         self.cfg: Config = build([overrides or {}])
         self.engine = Engine(store, self.host, lambda: self.cfg)
-        self.clock = 1_000
+        self.clock = 0
 
     def tick(self) -> int:
-        self.clock += 1
+        """Wall-clock times, strictly increasing: what the daemon appends uses the wall clock,
+        so messages written after a compaction must not sort before its marker."""
+        self.clock = max(self.clock + 1, now_ms())
         return self.clock
 
     async def session(self) -> Session:

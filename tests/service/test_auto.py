@@ -218,11 +218,14 @@ async def test_failed_summary_keeps_history_and_reports(store: Store) -> None:
     result = await _manual(h, s.id, _Writer(fail=SummaryError("provider said 500")))
     assert result.status == "stop" and "500" in (result.error or "")
     after = await load_window(store, s)
-    # The marker is appended but cuts nothing; the failed summary carries the error.
-    assert [m.info.id for m in after][: len(before)] == [m.info.id for m in before]
-    failed = after[-1].info
-    assert isinstance(failed, AssistantMessage) and failed.error is not None
-    assert failed.finish is None
+    # The context is exactly as it was: the marker cuts nothing and is not shown.
+    assert [m.info.id for m in after] == [m.info.id for m in before]
+    # The failed summary is stored, carrying the error.
+    stored = await store.window(s.id)
+    failed = stored[-1].info
+    assert isinstance(failed, AssistantMessage) and failed.summary
+    assert failed.error is not None and failed.finish is None
+    assert "500" in str(failed.error.data)
     assert h.host.methods("session/compacted") == []
     assert h.host.methods("session/status")[-1].status == "error"
 

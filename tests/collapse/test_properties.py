@@ -1,0 +1,402 @@
+"""Property tests of collapse compaction over random sessions, on a real store.
+
+Each hypothesis example gets its own store file (``fresh_store``) and runs in its own event
+loop, so examples cannot leak into each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+
+from sidecar.engine import pruner, render
+from sidecar.engine.filter import filter_compacted
+from sidecar.engine.fork import fork
+from sidecar.engine.revert import revert, unrevert
+from sidecar.engine.window import load_window
+from sidecar.model.messages import AssistantMessage, WithParts
+from sidecar.model.parts import CompactionPart, TextPart
+from sidecar.store import Key
+from sidecar.summarizers.extractive import FILES_MODIFIED, parse_summary
+
+from . import strategies as S
+from .harness import (
+    RecordingWriter,
+    TurnSpec,
+    Writer,
+    check_boundaries,
+    check_rendered,
+    config,
+    fresh_store,
+    is_marker,
+    is_summary,
+    size,
+)
+
+SETTINGS = settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def ids(window: Sequence[WithParts]) -> list[str]:
+    return [m.info.id for m in window]
+
+
+def modified_in(texts: list[str]) -> set[str]:
+    """The "Files modified" section of the newest summary text."""
+    return set(parse_summary(texts[-1]).lists[FILES_MODIFIED]) if texts else set()
+
+
+async def apply_ops(w: Writer, sid: str, ops: list[tuple[Any, ...]], check: bool = True) -> None:
+    """Run random operations: new turns, compactions (either method, manual or automatic)
+    and prunes; after each one the window must render with every call answered."""
+    for op in ops:
+        if op[0] == "turns":
+            await w.turns(sid, op[1])
+        elif op[0] == "compact":
+            await w.compact(sid, config(op[1]), auto=op[2])
+        else:
+            cfg = config("collapse", pruneProtect=300, pruneMinimum=100)
+            session = await w.store.require_session(sid)
+            await pruner.run(w.store, session, cfg.compaction)
+        if check:
+            window = await w.window(sid)
+            if window:
+                check_rendered(window)
+            check_boundaries(window, set(await w.stored(sid)))
+
+
+# -- a. rendered context pairs every call with exactly one result -------------------------------
+
+
+@SETTINGS
+@given(first=S.sessions, ops=S.ops)
+def test_a_rendered_context_pairs_calls_and_results(
+    first: list[TurnSpec], ops: list[tuple[Any, ...]]
+) -> None:
+    async def body() -> None:
+        async with fresh_store() as store:
+            w = Writer(store)
+            s = await w.session()
+            await w.turns(s.id, first)
+            check_rendered(await w.window(s.id))
+            await w.compact(s.id, config("collapse"))
+            await apply_ops(w, s.id, ops)
+
+    run(body())
+
+
+# -- b. repeated compactions (no new messages) ---------------------------------------------------
+
+
+@SETTINGS
+@given(
+    first=S.sessions,
+    extract=st.sampled_from([0.5, 0.65, 0.8]),
+    recent=st.sampled_from([0.1, 0.15, 0.3]),
+)
+def test_b_repeated_collapse_shrinks_what_it_measures(
+    first: list[TurnSpec], extract: float, recent: float
+) -> None:
+    """The first collapse shrinks the context to exactly what it reports; every later attempt
+    measures the real window before it and, when it succeeds, reports a smaller one; the
+    window stays valid throughout.
+
+    The stronger property (the *actual* window never grows and reaches a fixed point) does
+    not hold today; see the report: failed attempts leave their marker in the window, and a
+    second collapse brings the first marker/summary pair back inside the retained tail.
+    """
+
+    async def body() -> None:
+        async with fresh_store() as store:
+            w = Writer(store)
+            s = await w.session()
+            await w.turns(s.id, first)
+            cfg = config("collapse", extractRatio=extract, recentRatio=recent)
+            before = await w.window(s.id)
+            first_outcome = await w.compact(s.id, cfg)
+            after = await w.window(s.id)
+            assert first_outcome.before_tokens == size(before)
+            if first_outcome.result.status == "continue":
+                assert size(after) == first_outcome.after_tokens < size(before)
+                assert sum(is_summary(m) for m in after) == 1
+            for _ in range(5):
+                before = await w.window(s.id)
+                outcome = await w.compact(s.id, cfg)
+                after = await w.window(s.id)
+                assert outcome.before_tokens == size(before)
+                if outcome.result.status == "continue":
+                    assert outcome.after_tokens < outcome.before_tokens
+                else:
+                    assert outcome.result.error
+                check_rendered(after)
+                check_boundaries(after, set(await w.stored(s.id)))
+
+    run(body())
+
+
+# -- c. the rolling summary keeps the files of cycle 1 ------------------------------------------
+
+
+@SETTINGS
+@given(
+    first=S.sessions,
+    later=st.lists(st.lists(S.turns, min_size=1, max_size=4), min_size=1, max_size=4),
+)
+def test_c_rolling_summary_names_files_modified_in_cycle_1(
+    first: list[TurnSpec], later: list[list[TurnSpec]]
+) -> None:
+    async def body() -> None:
+        async with fresh_store() as store:
+            w = Writer(store)
+            s = await w.session()
+            await w.turns(s.id, first)
+            cfg = config("collapse")
+            before = set(ids(await w.window(s.id)))
+            outcome = await w.compact(s.id, cfg)
+            assume(outcome.result.status == "continue")
+            summarized = before - set(ids(await w.window(s.id)))
+            cycle1 = {f for mid in summarized for f in w.modified.get(mid, ())}
+            assert cycle1 <= modified_in(await store.summary_texts(s.id, 1))
+            event(f"files modified in cycle 1: {'some' if cycle1 else 'none'}")
+            everything = set(before)
+            done = 1
+            for batch in later:  # cycles 2..N (N = 2..5), new turns before each
+                everything |= set(await w.turns(s.id, batch))
+                outcome = await w.compact(s.id, cfg, auto=True)
+                done += outcome.result.status == "continue"
+            event(f"successful collapse cycles: {done}")
+            latest = modified_in(await store.summary_texts(s.id, 1))
+            missing = sorted(f for f in cycle1 if f not in latest)
+            assert not missing, f"cycle-1 files lost from the rolling summary: {missing}"
+            # More generally: a file written by any message that has left the window is named.
+            gone = everything - set(ids(await w.window(s.id)))
+            lost = sorted({f for mid in gone for f in w.modified.get(mid, ())} - latest)
+            assert not lost, f"files of summarized messages missing from the summary: {lost}"
+
+    run(body())
+
+
+# -- d. fork then context -----------------------------------------------------------------------
+
+
+@SETTINGS
+@given(first=S.sessions, ops=S.ops, again=st.booleans(), pick=st.floats(0, 1, exclude_max=True))
+def test_d_fork_keeps_the_context(
+    first: list[TurnSpec], ops: list[tuple[Any, ...]], again: bool, pick: float
+) -> None:
+    async def body() -> None:
+        async with fresh_store() as store:
+            w = Writer(store)
+            s = await w.session()
+            await w.turns(s.id, first)
+            await w.compact(s.id, config("collapse"))
+            await apply_ops(w, s.id, ops, check=False)
+            if again:
+                await w.compact(s.id, config("collapse"))
+            parent_window = await w.window(s.id)
+
+            tails = [
+                p.tail_start_id
+                for m in await store.window(s.id)
+                for p in m.parts
+                if isinstance(p, CompactionPart) and p.tail_start_id
+            ]
+            event(f"collapse markers with a tail: {min(len(tails), 3)}")
+            whole = await fork(store, await store.require_session(s.id), None)
+            fork_window = await load_window(store, whole)
+            assert render.to_openai(fork_window) == render.to_openai(parent_window)
+            assert render.to_anthropic(fork_window) == render.to_anthropic(parent_window)
+            await _check_fork_references(w, whole.id)
+
+            history = await store.window(s.id)
+            at = history[int(pick * len(history))]
+            part = await fork(store, await store.require_session(s.id), at.info.id)
+            prefix = await store.window(s.id, end=Key(at.info.time.created, at.info.id))
+            expected = filter_compacted(prefix)
+            got = await load_window(store, part)
+            assert len(got) == len(expected)
+            assert render.to_openai(got) == render.to_openai(expected)
+            await _check_fork_references(w, part.id)
+
+    run(body())
+
+
+async def _check_fork_references(w: Writer, fork_id: str) -> None:
+    """Every parentID and tailStartID of the fork points at a message of the fork."""
+    msgs = await w.store.window(fork_id)
+    own = {m.info.id for m in msgs}
+    for m in msgs:
+        if isinstance(m.info, AssistantMessage) and m.info.parent_id:
+            assert m.info.parent_id in own
+        for p in m.parts:
+            assert p.session_id == fork_id and p.message_id == m.info.id
+            if isinstance(p, CompactionPart) and p.tail_start_id is not None:
+                assert p.tail_start_id in own, "tailStartID not remapped into the fork"
+    window = await load_window(w.store, await w.store.require_session(fork_id))
+    check_boundaries(window, own)
+
+
+# -- e. revert then compact ---------------------------------------------------------------------
+
+
+@SETTINGS
+@given(
+    first=S.sessions,
+    ops=S.ops,
+    pick=st.floats(0, 1, exclude_max=True),
+    by_part=st.booleans(),
+    part_pick=st.floats(0, 1, exclude_max=True),
+    method=S.methods,
+)
+def test_e_revert_then_compact_never_resurrects(
+    first: list[TurnSpec],
+    ops: list[tuple[Any, ...]],
+    pick: float,
+    by_part: bool,
+    part_pick: float,
+    method: str,
+) -> None:
+    async def body() -> None:
+        async with fresh_store() as store:
+            w = Writer(store)
+            s = await w.session()
+            await w.turns(s.id, first)
+            await apply_ops(w, s.id, ops, check=False)
+            history = await store.window(s.id)
+            at = history[int(pick * len(history))]
+            part_id = None
+            if by_part and at.parts:
+                part_id = at.parts[int(part_pick * len(at.parts))].id
+            rkey = Key(at.info.time.created, at.info.id)
+            gone_msgs = {m.info.id for m in history if Key(m.info.time.created, m.info.id) > rkey}
+            gone_parts = {p.id for m in history if m.info.id in gone_msgs for p in m.parts}
+            if part_id is None:
+                gone_msgs.add(at.info.id)
+                gone_parts |= {p.id for p in at.parts}
+            else:
+                gone_parts |= {p.id for p in at.parts if p.id >= part_id}
+            gone_tags = _tags(w, history, gone_msgs, gone_parts)
+
+            event("revert at a part" if part_id else "revert at a message")
+            event(f"compacted before the revert: {await store.boundary(s.id) is not None}")
+            session = await revert(store, await store.require_session(s.id), at.info.id, part_id)
+            writer = RecordingWriter()
+            await w.compact(s.id, config(method), auto=True, writer=writer)
+
+            stored = await w.stored(s.id)
+            assert not (gone_msgs | gone_parts) & set(stored), "cleanup left reverted data"
+            window = await w.window(s.id)
+            in_window = set(ids(window)) | {p.id for m in window for p in m.parts}
+            assert not (gone_msgs | gone_parts) & in_window
+            rendered = msgspec.json.encode(render.to_openai(window)).decode()
+            assert not [t for t in gone_tags if t in rendered]
+            for req in writer.requests:
+                sent = [*req.history, *req.reference]
+                sent_ids = set(ids(sent)) | {p.id for m in sent for p in m.parts}
+                assert not (gone_msgs | gone_parts) & sent_ids
+                text = msgspec.json.encode([sent, req.previous_summaries]).decode()
+                assert not [t for t in gone_tags if t in text], "reverted text sent to summarize"
+            summaries = await store.summary_texts(s.id, 10)
+            assert not [t for t in gone_tags for x in summaries if t in x]
+
+            session = await store.require_session(s.id)
+            assert session.revert is None
+            count = await store.count_messages(s.id)
+            session = await unrevert(store, session)
+            assert ids(await w.window(s.id)) == ids(window)
+            assert await store.count_messages(s.id) == count
+
+    run(body())
+
+
+def _tags(w: Writer, history: Sequence[WithParts], msgs: set[str], parts: set[str]) -> list[str]:
+    """The unique tags written into the reverted messages and parts."""
+    out: list[str] = []
+    for m in history:
+        for p in m.parts:
+            if p.id not in parts:
+                continue
+            text = p.text if isinstance(p, TextPart) else msgspec.json.encode(p).decode()
+            out += [t for t in w.texts.get(m.info.id, []) if t in text]
+    return out
+
+
+# -- f. the retained tail is byte-identical -----------------------------------------------------
+
+
+@SETTINGS
+@given(first=S.sessions, ops=S.ops, auto=st.booleans())
+def test_f_retained_tail_is_byte_identical(
+    first: list[TurnSpec], ops: list[tuple[Any, ...]], auto: bool
+) -> None:
+    async def body() -> None:
+        async with fresh_store() as store:
+            w = Writer(store)
+            s = await w.session()
+            await w.turns(s.id, first)
+            await apply_ops(w, s.id, [op for op in ops if op[0] != "prune"], check=False)
+            stored_before = await w.stored(s.id)
+            outcome = await w.compact(s.id, config("collapse"), auto=auto)
+            assume(outcome.result.status == "continue")
+            stored_after = await w.stored(s.id)
+            # append-only: everything stored before is still stored, byte for byte
+            assert {k: stored_after[k] for k in stored_before} == stored_before
+            window = await w.window(s.id)
+            marker = window[0]
+            tail_id = next(p for p in marker.parts if isinstance(p, CompactionPart)).tail_start_id
+            if tail_id is None:
+                return
+            start = ids(window).index(tail_id)
+            tail = [m for m in window[start:] if m.info.id in w.raw]
+            assert tail and tail[0].info.id == tail_id
+            for m in tail:
+                assert stored_after[m.info.id] == w.raw[m.info.id]
+                for p in m.parts:
+                    assert stored_after[p.id] == w.raw[p.id]
+                written = {k for k in w.raw if k.startswith("prt_")}
+                assert {p.id for p in m.parts} <= written
+
+    run(body())
+
+
+# -- extra: a marker/summary pair is never split by the collapse breakpoint ------------------------
+
+
+@SETTINGS
+@given(first=S.sessions, ops=S.ops)
+def test_collapse_marker_points_back_into_its_window(
+    first: list[TurnSpec], ops: list[tuple[Any, ...]]
+) -> None:
+    async def body() -> None:
+        async with fresh_store() as store:
+            w = Writer(store)
+            s = await w.session()
+            await w.turns(s.id, first)
+            await apply_ops(w, s.id, ops, check=False)
+            before = await w.window(s.id)
+            outcome = await w.compact(s.id, config("collapse"))
+            if outcome.result.status != "continue":
+                return
+            window = await w.window(s.id)
+            assert is_marker(window[0]) and is_summary(window[1])
+            tail_id = next(
+                p for p in window[0].parts if isinstance(p, CompactionPart)
+            ).tail_start_id
+            if tail_id is not None:
+                # the tail starts on a message boundary of the window the split saw
+                assert tail_id in ids(before)
+                assert not is_summary(next(m for m in before if m.info.id == tail_id))
+
+    run(body())
