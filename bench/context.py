@@ -20,22 +20,22 @@ from pathlib import Path
 import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _util import median, ms, pct  # noqa: E402
+from _util import median, ms, pct
 
-from sidecar.engine.host import Host  # noqa: E402
-from sidecar.engine.service import Engine  # noqa: E402
-from sidecar.model.config import build  # noqa: E402
-from sidecar.model.ids import new_id  # noqa: E402
-from sidecar.model.messages import AssistantMessage, MessageTime, UserMessage  # noqa: E402
-from sidecar.model.parts import (  # noqa: E402
+from sidecar.engine.host import Host
+from sidecar.engine.service import Engine
+from sidecar.model.config import build
+from sidecar.model.ids import new_id
+from sidecar.model.messages import AssistantMessage, MessageTime, UserMessage
+from sidecar.model.parts import (
     CompactionPart,
     TextPart,
     ToolCompleted,
     ToolPart,
     ToolTime,
 )
-from sidecar.model.session import Session, SessionTime  # noqa: E402
-from sidecar.store import Store  # noqa: E402
+from sidecar.model.session import Session, SessionTime
+from sidecar.store import Store
 
 enc = msgspec.json.encode
 

@@ -103,7 +103,7 @@ def test_failed_newer_compaction_falls_back_to_the_older_one() -> None:
 def test_retry_summary_after_a_failed_one() -> None:
     s = Session()
     s.turn("old")
-    marker, failed = s.compact(error="APIError")
+    marker, _failed = s.compact(error="APIError")
     retry = s.assistant("summary", summary=True, parent=marker.info.id)
     assert ids(filter_compacted(s.messages)) == [marker.info.id, retry.info.id]
 
