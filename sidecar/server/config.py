@@ -1,18 +1,35 @@
-"""``config/get`` and ``config/update`` (partial, deep-merged, validated as a whole)."""
+"""``config/get`` and ``config/update`` (partial, deep-merged, validated as a whole).
+
+Extra summarizer headers may carry credentials, so their values are never sent back.
+"""
 
 from __future__ import annotations
+
+import msgspec
 
 from sidecar.model.config import Config
 from sidecar.model.rpc import ConfigUpdateParams, Empty
 from sidecar.server.connection import Connection
 from sidecar.server.routes import route
 
+REDACTED = "<redacted>"
+
+
+def redacted(cfg: Config) -> Config:
+    headers = cfg.summarizer.headers
+    if not headers:
+        return cfg
+    summarizer = msgspec.structs.replace(
+        cfg.summarizer, headers={name: REDACTED for name in headers}
+    )
+    return msgspec.structs.replace(cfg, summarizer=summarizer)
+
 
 @route("config/get", Empty)
 async def get(conn: Connection, p: Empty) -> Config:
-    return conn.app.config.current
+    return redacted(conn.app.config.current)
 
 
 @route("config/update", ConfigUpdateParams)
 async def update(conn: Connection, p: ConfigUpdateParams) -> Config:
-    return conn.app.config.update(p.config)
+    return redacted(conn.app.config.update(p.config))

@@ -220,3 +220,14 @@ async def test_client_summarizer_and_cancel(start: Spawn) -> None:
     page = await c.messages(sid)
     summary = next(m for m in page.messages if m.info["id"] == result["summaryMessageID"])
     assert summary.parts[0]["text"].startswith("Summary by the editor's own model")
+
+
+async def test_header_secrets_are_not_echoed_by_config(start: Spawn) -> None:
+    c = await start()
+    secret = "Bearer sk-very-secret-value"
+    cfg = await c.request(
+        "config/update", {"config": {"summarizer": {"headers": {"Authorization": secret}}}}
+    )
+    assert cfg["summarizer"]["headers"] == {"Authorization": "<redacted>"}
+    assert secret not in str(await c.request("config/get", {}))
+    assert secret not in c.stderr()
