@@ -222,9 +222,7 @@ class Engine:
             raise
         except Exception as exc:  # a background failure must be visible, never fatal
             log.exception("automatic compaction check failed for %s", sid)
-            self.host.publish(
-                sid, "session/status", StatusEvent(session_id=sid, status="error", error=str(exc))
-            )
+            self._error(sid, str(exc))
 
     async def _check(self, info: AssistantMessage, overflowed: bool) -> None:
         sid = info.session_id
@@ -242,27 +240,14 @@ class Engine:
         if overflowed:
             if not ccfg.auto:
                 if info.error is not None:
-                    self.host.publish(
-                        sid,
-                        "session/status",
-                        StatusEvent(
-                            session_id=sid,
-                            status="error",
-                            error="context overflow and automatic compaction is disabled",
-                        ),
-                    )
+                    self._error(sid, "context overflow and automatic compaction is disabled")
                 return
             streak = self._streak.get(sid, 0)
             if streak >= MAX_STREAK:
-                self.host.publish(
+                self._error(
                     sid,
-                    "session/status",
-                    StatusEvent(
-                        session_id=sid,
-                        status="error",
-                        error=f"context still overflows after {streak} compactions in a row; "
-                        "not compacting again until a turn fits (check model limits)",
-                    ),
+                    f"context still overflows after {streak} compactions in a row; "
+                    "not compacting again until a turn fits (check model limits)",
                 )
                 return
             await self._auto_compact(sid, cfg, limit_for=info)
@@ -283,17 +268,17 @@ class Engine:
         # One further attempt, then an error: never an endless loop.
         second = await self._run(Request(session_id=sid, auto=True, overflow=True), cfg)
         if second.result.status == "continue" and second.after_tokens > threshold:
-            self.host.publish(
+            self._error(
                 sid,
-                "session/status",
-                StatusEvent(
-                    session_id=sid,
-                    status="error",
-                    error=f"context is still {second.after_tokens} tokens after two compactions "
-                    f"(limit {threshold}); not retrying",
-                ),
+                f"context is still {second.after_tokens} tokens after two compactions "
+                f"(limit {threshold}); not retrying",
             )
         return second
+
+    def _error(self, sid: str, text: str) -> None:
+        """A ``session/status`` error event: how background problems reach the user."""
+        event = StatusEvent(session_id=sid, status="error", error=text)
+        self.host.publish(sid, "session/status", event)
 
     @staticmethod
     def _threshold(limit: ModelLimit, cfg: Config) -> int:

@@ -33,8 +33,7 @@ from sidecar.model.parts import (
     ToolError,
     ToolPart,
 )
-
-CHARS_PER_TOKEN = 4
+from sidecar.model.tokens import estimate
 
 FILE_TOKENS = 1_000
 """Flat cost of an image or PDF. Their URL is often a base64 ``data:`` URL whose length says
@@ -45,21 +44,6 @@ MESSAGE_OVERHEAD = 4
 own accounting uses 3-4 tokens a message. It keeps an estimate of many short messages honest."""
 
 _encoder = msgspec.json.Encoder()
-
-
-def _js_length(text: str) -> int:
-    """``String.prototype.length``: UTF-16 code units (characters beyond the BMP count twice)."""
-    if text.isascii():
-        return len(text)
-    return len(text.encode("utf-16-le")) // 2
-
-
-def estimate(text: str | None) -> int:
-    """``Math.max(0, Math.round((text || "").length / 4))`` in exact integer arithmetic."""
-    if not text:
-        return 0
-    # floor(n/4 + 0.5) == (n + 2) // 4 for n >= 0, with no float rounding at any size.
-    return (_js_length(text) + CHARS_PER_TOKEN // 2) // CHARS_PER_TOKEN
 
 
 def estimate_value(obj: Any) -> int:

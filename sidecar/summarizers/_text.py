@@ -18,6 +18,7 @@ from sidecar.model.parts import (
     ToolError,
     ToolPart,
 )
+from sidecar.model.tokens import estimate
 
 _WS = re.compile(r"\s+")
 _BEARER = re.compile(r"(?i)\bbearer\s+[^\s\"',;]+")
@@ -27,18 +28,7 @@ REDACTED = "[REDACTED]"
 _json = msgspec.json.Encoder()
 
 
-def js_length(text: str) -> int:
-    """JavaScript ``String.length`` (UTF-16 code units), as OpenCode measures text."""
-    if text.isascii():
-        return len(text)
-    return len(text.encode("utf-16-le")) // 2
-
-
-def estimate_tokens(text: str | None) -> int:
-    """``floor(chars / 4 + 0.5)`` in integer arithmetic (OpenCode's ``Math.round(len / 4)``)."""
-    if not text:
-        return 0
-    return (js_length(text) + 2) // 4
+estimate_tokens = estimate
 
 
 def one_line(text: str) -> str:
