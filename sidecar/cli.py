@@ -25,6 +25,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--listen", help="tcp://127.0.0.1:PORT or unix:PATH for a shared daemon (default stdio)"
     )
+    serve.add_argument(
+        "--synchronous",
+        choices=["normal", "full"],
+        default="normal",
+        help="SQLite durability: normal survives a killed daemon, full also a power cut",
+    )
     serve.add_argument("--log-level", default=os.environ.get("SIDECAR_LOG", "WARNING"))
 
     demo = sub.add_parser("demo", help="replay a bundled real transcript with a small window")
@@ -64,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         from sidecar.server.transport import ListenError
 
         try:
-            return asyncio.run(run(args.db or default_db_path(), args.config, args.listen))
+            db = args.db or default_db_path()
+            return asyncio.run(run(db, args.config, args.listen, args.synchronous.upper()))
         except ListenError as exc:
             print(f"compaction-sidecar: {exc}", file=sys.stderr)
             return 2

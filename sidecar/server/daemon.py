@@ -23,12 +23,14 @@ def default_db_path() -> Path:
     return Path(base) / "compaction-sidecar" / "sessions.db"
 
 
-async def run(db: Path, config_file: Path | None, listen: str | None) -> int:
+async def run(
+    db: Path, config_file: Path | None, listen: str | None, synchronous: str = "NORMAL"
+) -> int:
     files = [user_config_path()]
     if config_file is not None:
         files.append(config_file)
     config = ConfigManager(files)
-    store = await Store.open(db)
+    store = await Store.open(db, synchronous=synchronous)
     app = App(store, config)
     try:
         if listen is None:

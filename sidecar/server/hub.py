@@ -32,5 +32,9 @@ class Hub:
         return self._by_session.get(session_id, set()) | self._by_session.get(ALL, set())
 
     def publish(self, session_id: str, method: str, params: Any) -> None:
-        for conn in self.subscribers(session_id):
+        subs = self._by_session.get(session_id)
+        everyone = self._by_session.get(ALL)
+        if everyone:  # rare: union only when someone watches all sessions
+            subs = (subs or set()) | everyone
+        for conn in list(subs or ()):
             conn.notify(method, params)

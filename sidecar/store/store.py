@@ -125,12 +125,18 @@ class Store:
     # -- lifecycle -----------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, path: str | Path, *, synchronous: str = "FULL") -> Store:
-        """Open (create, migrate); ``synchronous=FULL`` fsyncs each group commit."""
+    async def open(cls, path: str | Path, *, synchronous: str = "NORMAL") -> Store:
+        """Open (creating and migrating as needed).
+
+        In WAL mode ``NORMAL`` makes a commit durable against a crash of the process (kill -9:
+        the WAL is written before the reply); ``FULL`` also fsyncs every group commit, for
+        power loss, at about 60-75 us per commit here.
+        """
         path = str(path)
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        wdb = await aiosqlite.connect(path, isolation_level=None)
+        # Not autocommit: the writer's transactions begin implicitly at their first write.
+        wdb = await aiosqlite.connect(path, isolation_level="DEFERRED")
         for pragma in (
             "journal_mode=WAL",
             f"synchronous={synchronous}",
@@ -539,6 +545,7 @@ async def _migrate(db: aiosqlite.Connection) -> None:
     rows = await db.execute_fetchall("SELECT version FROM schema_version")
     if not rows:
         await db.execute("INSERT INTO schema_version (version) VALUES (0)")
+        await db.commit()
         version = 0
     else:
         version = int(rows[0][0])

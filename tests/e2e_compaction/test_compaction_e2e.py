@@ -150,6 +150,9 @@ async def test_disable_autocompact_env(start: Spawn) -> None:
 async def _big_history(c: Client, sid: str) -> None:
     for i in range(4):
         await _turn(c, sid, f"step {i}", tokens=SMALL, tool_output="o" * 100_000)
+        # Each turn's prune sees the session as it is when it runs; wait for it, so that the
+        # next turn's messages are not already there (as they would be in a fast frontend).
+        await c.request("session/idle", {"sessionID": sid})
 
 
 async def test_turn_end_prunes_and_disable_prune_env(start: Spawn) -> None:

@@ -1,0 +1,548 @@
+"""Ingest throughput of the daemon (``part/update``) against a raw asyncio + msgspec echo server.
+
+Both servers are separate processes on stdio with the same Content-Length framing and are
+driven by the same client (an ``asyncio.SubprocessProtocol`` that parses frames in
+``pipe_data_received`` and writes everything a read produced in one ``write``):
+
+* the daemon: ``python -m sidecar serve --db <tmp>/bench-*.db`` (durable: it answers after the
+  SQLite commit), after ``initialize``/``initialized``, one ``session/create`` and one
+  ``message/update``; the workload is ``part/update`` of a ~200-byte text part with a fresh
+  ascending part id each time. Its ``part/updated`` notifications (the writer is subscribed to
+  the session) are read and discarded;
+* ``bench/_echo_server.py``: inline handler, ``result`` = ``params.part``.
+
+Figures: pipelined (N requests, ``--inflight`` in flight, a new one sent per reply), sequential
+round trips (send, await reply, repeat), and spawn-to-``initialize`` of the daemon vs. the bare
+``python -c "import pygls.server"``. Every measurement uses a fresh process (and a fresh database
+for the daemon); targets alternate daemon, echo, daemon, echo ... and figures are medians over
+``--runs``. Latency = client write -> client read of the reply. "server CPU" is the server
+process's utime+stime (all threads, from /proc, 10 ms ticks) over the measured load divided by
+its requests: steadier than req/s when neighbours load the 2 shared cores.
+
+The client is this file's own: the project's ``sidecar_client`` measured ~36 k req/s with 64
+tasks in flight and ~110 µs sequential p50 against the echo server, against ~70-120 k req/s
+and ~60 µs for this one, so it would cap the baseline rather than measure it.
+
+For the throughput runs the daemon is started as ``python -c <wrapper> serve --db ...``: the
+wrapper calls the same ``sidecar.cli.main`` as ``python -m sidecar`` and only records the
+store writer's commit count, printed to stderr at exit (``--plain-daemon`` skips it).
+Spawn-to-initialize always uses the literal ``python -m sidecar serve``.
+
+    python bench/ingest.py [--n 20000] [--inflight 64] [--seq 3000] [--runs 3] [--spawns 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _util import median, pct  # noqa: E402
+
+PY = sys.executable
+ECHO_CMD = [PY, str(HERE / "_echo_server.py")]
+# ~200 bytes of text, JSON-safe and free of '%' (it goes into a bytes %-template).
+TEXT = (
+    b"The quick brown fox jumps over the lazy dog while the compaction sidecar stores "
+    b"every streamed part durably; this sentence pads the text part to about two hundred "
+    b"bytes of payload."
+)[:200].ljust(200, b".")
+WARMUP_PIPELINED = 1000
+WARMUP_SEQ = 200
+
+COMMIT_WRAPPER = """
+import atexit, sys
+import sidecar.store.writer as _w
+_writers = []
+_init = _w.Writer.__init__
+def _record(self, *a, **k):
+    _init(self, *a, **k)
+    _writers.append(self)
+_w.Writer.__init__ = _record
+atexit.register(
+    lambda: sys.stderr.write("BENCH_COMMITS %d\\n" % sum(w.commits for w in _writers))
+)
+from sidecar.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+# -- client ------------------------------------------------------------------------------------
+
+
+class _Incoming(msgspec.Struct):
+    id: int | str | None = None
+    method: str = ""
+    result: msgspec.Raw = msgspec.Raw(b"null")
+    error: msgspec.Raw = msgspec.Raw(b"")
+
+
+_incoming = msgspec.json.Decoder(_Incoming)
+_CONTENT_LENGTH = re.compile(rb"(?i)content-length:\s*(\d+)")
+_any = msgspec.json.Decoder()
+_encode = msgspec.json.encode
+
+
+def frame(body: bytes) -> bytes:
+    return b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
+
+
+class RpcError(Exception):
+    pass
+
+
+class Load:
+    """N requests with ``inflight`` outstanding; request ids are the ints 0..N-1."""
+
+    def __init__(self, peer: Peer, n: int, inflight: int, make: Callable[[int], bytes]) -> None:
+        self.peer = peer
+        self.n = n
+        self.inflight = inflight
+        self.make = make
+        self.sent = 0
+        self.done = 0
+        self.errors: list[bytes] = []
+        self.t_sent = [0.0] * n
+        self.lat = [0.0] * n
+        self.outbox: list[bytes] = []
+        self.t0 = self.t_end = 0.0
+        self.cpu = float("nan")  # server process CPU seconds (all threads) during the load
+        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def start(self) -> None:
+        for _ in range(min(self.inflight, self.n)):
+            self.outbox.append(self.make(self.sent))
+            self.sent += 1
+        self.t0 = time.perf_counter()
+        self.flush()
+
+    def flush(self) -> None:
+        now = time.perf_counter()
+        t_sent = self.t_sent
+        for i in range(self.sent - len(self.outbox), self.sent):
+            t_sent[i] = now
+        self.peer.write(b"".join(self.outbox))
+        self.outbox.clear()
+
+    def reply(self, i: int, now: float, error: msgspec.Raw) -> None:
+        self.lat[i] = now - self.t_sent[i]
+        self.done += 1
+        if len(error):
+            self.errors.append(bytes(error))
+        if self.sent < self.n:
+            self.outbox.append(self.make(self.sent))
+            self.sent += 1
+        elif self.done == self.n:
+            self.t_end = now
+            if not self.finished.done():
+                self.finished.set_result(None)
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.finished.done():
+            self.finished.set_exception(exc)
+
+
+class Peer(asyncio.SubprocessProtocol):
+    """One server process on pipes: frames parsed in ``pipe_data_received``."""
+
+    def __init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.transport: asyncio.SubprocessTransport | None = None
+        self._stdin: Any = None
+        self._buf = bytearray()
+        self._need = -1
+        self._calls: dict[str, asyncio.Future[Any]] = {}
+        self._ids = itertools.count(1)
+        self.notifications = 0
+        self.load: Load | None = None
+
+    # -- asyncio callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self._stdin = self.transport.get_pipe_transport(0)  # type: ignore[union-attr]
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        if fd != 1:
+            return
+        now = time.perf_counter()
+        buf = self._buf
+        buf += data
+        while True:
+            if self._need < 0:
+                end = buf.find(b"\r\n\r\n")
+                if end < 0:
+                    break
+                m = _CONTENT_LENGTH.search(bytes(buf[:end]))
+                del buf[: end + 4]
+                if m is None:
+                    raise RuntimeError("frame without Content-Length from the server")
+                self._need = int(m.group(1))
+            if len(buf) < self._need:
+                break
+            body = bytes(buf[: self._need])
+            del buf[: self._need]
+            self._need = -1
+            self._on_frame(body, now)
+        load = self.load
+        if load is not None and load.outbox:
+            load.flush()
+
+    def _on_frame(self, body: bytes, now: float) -> None:
+        msg = _incoming.decode(body)
+        if msg.method:
+            self.notifications += 1  # part/updated etc.: read and discarded
+            return
+        rid = msg.id
+        if type(rid) is int:
+            assert self.load is not None, "reply to a load request without a load"
+            self.load.reply(rid, now, msg.error)
+            return
+        if rid is None:  # an error the server could not attribute to a request
+            exc = RpcError(f"error reply with id null: {bytes(msg.error)[:300]!r}")
+            if self.load is not None:
+                self.load.fail(exc)
+            for fut in self._calls.values():
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        fut = self._calls.pop(str(rid), None)
+        if fut is None or fut.done():
+            return
+        if len(msg.error):
+            fut.set_exception(RpcError(bytes(msg.error).decode()))
+        else:
+            fut.set_result(_any.decode(msg.result))
+
+    def process_exited(self) -> None:
+        exc = ConnectionError("server process exited")
+        for fut in self._calls.values():
+            if not fut.done():
+                fut.set_exception(exc)
+        if self.load is not None:
+            self.load.fail(exc)
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+    # -- API
+
+    def write(self, data: bytes) -> None:
+        self._stdin.write(data)
+
+    def send(self, method: str, params: Any) -> asyncio.Future[Any]:
+        rid = f"c{next(self._ids)}"
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._calls[rid] = fut
+        body = _encode({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        self.write(frame(body))
+        return fut
+
+    async def call(self, method: str, params: Any, timeout: float = 60.0) -> Any:
+        return await asyncio.wait_for(self.send(method, params), timeout)
+
+    def notify(self, method: str, params: Any) -> None:
+        self.write(frame(_encode({"jsonrpc": "2.0", "method": method, "params": params})))
+
+    async def run_load(self, n: int, inflight: int, make: Callable[[int], bytes]) -> Load:
+        load = self.load = Load(self, n, inflight, make)
+        load.start()
+        try:
+            await asyncio.wait_for(load.finished, timeout=300)
+        finally:
+            self.load = None
+        if load.errors:
+            raise RpcError(f"{len(load.errors)} error replies, first: {load.errors[0][:300]!r}")
+        return load
+
+
+def process_cpu(pid: int) -> float:
+    """utime + stime of a process (all threads) in seconds; NaN where /proc is missing."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def spawn(cmd: list[str], stderr: Any) -> tuple[asyncio.SubprocessTransport, Peer]:
+    loop = asyncio.get_running_loop()
+    transport, peer = await loop.subprocess_exec(
+        Peer, *cmd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr
+    )
+    return transport, peer
+
+
+async def stop(transport: asyncio.SubprocessTransport, peer: Peer, daemon: bool) -> None:
+    try:
+        if daemon:
+            await peer.call("shutdown", {}, timeout=30)
+        peer.notify("exit", None)
+        await asyncio.wait_for(asyncio.shield(peer.exited), 30)
+    except (TimeoutError, ConnectionError, RpcError):
+        transport.kill()
+        await peer.exited
+    finally:
+        transport.close()
+
+
+# -- one measured target -----------------------------------------------------------------------
+
+
+class Target:
+    def __init__(self, name: str, cmd: Callable[[Path], list[str]], daemon: bool) -> None:
+        self.name = name
+        self.cmd = cmd
+        self.daemon = daemon
+        self.spawns = 0
+
+    async def measure(
+        self, tmp: Path, n: int, inflight: int, warmup: int
+    ) -> tuple[Load, int, int | None]:
+        """Spawn, set up, warm up, measure; returns (load, notifications, commits)."""
+        self.spawns += 1
+        db = tmp / f"bench-{self.spawns}.db"
+        errfile = tmp / f"{self.name}-{self.spawns}.stderr"
+        with errfile.open("wb") as err:
+            transport, peer = await spawn(self.cmd(db), err)
+        try:
+            sid, mid = b"ses_bench_%04d" % self.spawns, b"msg_bench_%04d" % self.spawns
+            await peer.call("initialize", {"processId": os.getpid(), "capabilities": {}})
+            peer.notify("initialized", {})
+            await peer.call("session/create", {"id": sid.decode(), "title": "ingest bench"})
+            message = {
+                "id": mid.decode(),
+                "sessionID": sid.decode(),
+                "role": "user",
+                "time": {"created": time.time_ns() // 1_000_000},
+            }
+            await peer.call("message/update", {"message": message})
+            template = (
+                b'{"jsonrpc":"2.0","id":%d,"method":"part/update","params":{"part":'
+                b'{"id":"prt_bench_%06d","sessionID":"'
+                + sid
+                + b'","messageID":"'
+                + mid
+                + b'","type":"text","text":"'
+                + TEXT
+                + b'"}}}'
+            )
+            seq = itertools.count(1)
+
+            def make(i: int) -> bytes:
+                body = template % (i, next(seq))
+                return b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
+
+            await peer.run_load(warmup, inflight, make)
+            cpu0 = process_cpu(transport.get_pid())
+            load = await peer.run_load(n, inflight, make)
+            load.cpu = process_cpu(transport.get_pid()) - cpu0
+            notes = peer.notifications
+        except BaseException:
+            transport.kill()
+            print(f"{self.name} failed; stderr:\n{errfile.read_text()[-3000:]}", file=sys.stderr)
+            raise
+        await stop(transport, peer, self.daemon)
+        m = re.search(r"BENCH_COMMITS (\d+)", errfile.read_text())
+        return load, notes, int(m.group(1)) if m else None
+
+
+# -- spawn-to-initialize -----------------------------------------------------------------------
+
+
+async def spawn_to_initialize(db: Path, errfile: Path, env: dict[str, str] | None) -> float:
+    loop = asyncio.get_running_loop()
+    with errfile.open("ab") as err:
+        t0 = time.perf_counter()
+        transport, peer = await loop.subprocess_exec(
+            Peer,
+            PY,
+            "-m",
+            "sidecar",
+            "serve",
+            "--db",
+            str(db),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=err,
+            env=env,
+        )
+        await peer.call("initialize", {"processId": os.getpid(), "capabilities": {}})
+        elapsed = time.perf_counter() - t0
+    await stop(transport, peer, daemon=True)
+    return elapsed
+
+
+async def run_to_exit(args: list[str], env: dict[str, str] | None) -> float:
+    t0 = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(*args, env=env)
+    rc = await proc.wait()
+    elapsed = time.perf_counter() - t0
+    if rc != 0:
+        raise RuntimeError(f"{args} exited with {rc}")
+    return elapsed
+
+
+async def startup(tmp: Path, spawns: int, env: dict[str, str] | None) -> dict[str, list[float]]:
+    db = tmp / "startup.db"
+    err = tmp / "startup.stderr"
+    imp = [PY, "-c", "import pygls.server"]
+    res: dict[str, list[float]] = {"init": [], "import": [], "pass": []}
+    await spawn_to_initialize(db, err, env)  # warm-up: creates the database, fills caches
+    await run_to_exit(imp, env)
+    for _ in range(spawns):
+        res["init"].append(await spawn_to_initialize(db, err, env))
+        res["import"].append(await run_to_exit(imp, env))
+        res["pass"].append(await run_to_exit([PY, "-c", "pass"], env))
+    return res
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+def us(seconds: float) -> str:
+    return f"{seconds * 1e6:,.0f} µs" if seconds < 0.01 else f"{seconds * 1e3:,.1f} ms"
+
+
+def verdict(ok: bool) -> str:
+    return "OK" if ok else "MISSED"
+
+
+def summarize(loads: list[Load]) -> tuple[float, float, float, list[float]]:
+    rates = [ld.n / (ld.t_end - ld.t0) for ld in loads]
+    p50 = median([pct(ld.lat, 50) for ld in loads])
+    p99 = median([pct(ld.lat, 99) for ld in loads])
+    return median(rates), p50, p99, rates
+
+
+def line(label: str, loads: list[Load]) -> tuple[float, float]:
+    rate, p50, p99, rates = summarize(loads)
+    runs = ", ".join(f"{r:,.0f}" for r in rates)
+    cpu = median([ld.cpu / ld.n for ld in loads])
+    print(
+        f"  {label:<9} {rate:>9,.0f} req/s  p50 {us(p50):>9}  p99 {us(p99):>9}  "
+        f"server CPU {cpu * 1e6:>4.0f} µs/req   [req/s per run: {runs}]"
+    )
+    return rate, p50
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=20_000, help="pipelined requests per run")
+    ap.add_argument("--inflight", type=int, default=64)
+    ap.add_argument("--seq", type=int, default=3_000, help="sequential round trips per run")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--spawns", type=int, default=7, help="spawn-to-initialize samples")
+    ap.add_argument(
+        "--plain-daemon",
+        action="store_true",
+        help="run `python -m sidecar serve` literally (no commit count)",
+    )
+    ap.add_argument(
+        "--pycache-prefix",
+        action="store_true",
+        help="also time startup with bytecode caching into a temporary "
+        "PYTHONPYCACHEPREFIX (this environment sets PYTHONDONTWRITEBYTECODE)",
+    )
+    args = ap.parse_args()
+
+    def daemon_cmd(db: Path) -> list[str]:
+        if args.plain_daemon:
+            return [PY, "-m", "sidecar", "serve", "--db", str(db)]
+        return [PY, "-c", COMMIT_WRAPPER, "serve", "--db", str(db)]
+
+    daemon = Target("daemon", daemon_cmd, daemon=True)
+    echo = Target("echo", lambda db: ECHO_CMD, daemon=False)
+    t_start = time.perf_counter()
+    pipe: dict[str, list[Load]] = {"daemon": [], "echo": []}
+    seqs: dict[str, list[Load]] = {"daemon": [], "echo": []}
+    commits: dict[str, list[tuple[int, int]]] = {"pipe": [], "seq": []}
+    notes = 0
+    with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmpdir:
+        tmp = Path(tmpdir)
+        for _ in range(args.runs):
+            for target in (daemon, echo):
+                load, nn, c = await target.measure(tmp, args.n, args.inflight, WARMUP_PIPELINED)
+                pipe[target.name].append(load)
+                if target is daemon:
+                    notes += nn
+                    if c is not None:
+                        commits["pipe"].append((args.n + WARMUP_PIPELINED + 2, c))
+            for target in (daemon, echo):
+                load, nn, c = await target.measure(tmp, args.seq, 1, WARMUP_SEQ)
+                seqs[target.name].append(load)
+                if target is daemon:
+                    notes += nn
+                    if c is not None:
+                        commits["seq"].append((args.seq + WARMUP_SEQ + 2, c))
+        st = await startup(tmp, args.spawns, None)
+        st_cached = None
+        if args.pycache_prefix:
+            env = dict(os.environ)
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+            st_cached = await startup(tmp, args.spawns, env)
+
+    print(
+        f"ingest bench: part/update, {len(TEXT)}-byte text parts; medians of {args.runs} "
+        f"interleaved runs (daemon, echo, ...); {os.cpu_count()} CPUs; Python "
+        f"{sys.version.split()[0]}"
+    )
+    print(f"pipelined: N={args.n:,}, {args.inflight} in flight (+{WARMUP_PIPELINED} warm-up)")
+    d_rate, _ = line("daemon", pipe["daemon"])
+    e_rate, _ = line("raw echo", pipe["echo"])
+    ratio = d_rate / e_rate
+    print(f"  ratio daemon/echo rate: {ratio:.1%} (target >= 25%)  {verdict(ratio >= 0.25)}")
+    print(f"sequential: {args.seq:,} round trips (+{WARMUP_SEQ} warm-up)")
+    _, d_p50 = line("daemon", seqs["daemon"])
+    _, e_p50 = line("raw echo", seqs["echo"])
+    ratio = d_p50 / e_p50
+    print(f"  ratio daemon/echo p50: {ratio:.2f}x (target <= 3x)  {verdict(ratio <= 3)}")
+    for label, samples in (("", st), (" [bytecode cached]", st_cached)):
+        if samples is None:
+            continue
+        init, imp = median(samples["init"]), median(samples["import"])
+        bare = median(samples["pass"])
+        print(
+            f"spawn-to-initialize{label} (median of {args.spawns}): daemon {us(init)}; "
+            f"`python -c 'import pygls.server'` {us(imp)}; `python -c pass` {us(bare)}"
+        )
+        print(
+            f"  runs ms: daemon {', '.join(f'{x * 1e3:.0f}' for x in samples['init'])}; "
+            f"import {', '.join(f'{x * 1e3:.0f}' for x in samples['import'])}"
+        )
+        ratio = init / imp
+        print(
+            f"  ratio spawn-to-initialize/import: {ratio:.2f}x (target <= 1.3x)  "
+            f"{verdict(ratio <= 1.3)}   [ratio of the minimums: "
+            f"{min(samples['init']) / min(samples['import']):.2f}x]"
+        )
+    for phase, rows in commits.items():
+        if rows:
+            writes = rows[0][0]
+            cs = [c for _, c in rows]
+            print(
+                f"daemon commits, {phase}: {', '.join(map(str, cs))} per run for {writes:,} "
+                f"writes (incl. setup and warm-up) = "
+                f"{writes / median(cs):.1f} writes/commit (median)"
+            )
+    print(
+        f"daemon notifications read and discarded: {notes:,}; "
+        f"total bench time {time.perf_counter() - t_start:.0f} s"
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
