@@ -75,6 +75,24 @@ def chunk(msgs: Sequence[WithParts], budget: int) -> list[list[WithParts]]:
     return chunks
 
 
+STREAM_REPORT_CHARS = 1_000  # a progress report per this many summary characters streamed
+
+
+def _streaming(progress: Progress | None, index: int, count: int) -> Callable[[int], None] | None:
+    """Turn a writer's "characters so far" callback into throttled progress reports."""
+    if progress is None:
+        return None
+    last = 0
+
+    def report(chars: int) -> None:
+        nonlocal last
+        if chars - last >= STREAM_REPORT_CHARS:
+            last = chars
+            progress(f"chunk {index + 1} of {count}: {chars} characters written", None)
+
+    return report
+
+
 def _add(a: Tokens, b: Tokens) -> Tokens:
     return Tokens(
         input=a.input + b.input,
@@ -128,7 +146,7 @@ async def summarize(
             reference=ref if last else [],
             reference_rendered=_render(fmt, ref) if last else [],
         )
-        result = await writer.summarize(req)
+        result = await writer.summarize(req, _streaming(progress, i, len(chunks)))
         total = _add(total, result.tokens)
         carried = [result.text]
     assert result is not None

@@ -97,3 +97,28 @@ async def test_a_single_huge_output_is_truncated_with_a_marker(
     text = str(body["messages"])
     assert "[Tool output truncated for compaction: omitted" in text
     assert sum(estimate(str(m.get("content") or "")) for m in body["messages"]) <= LIMIT
+
+
+async def test_streaming_progress_is_reported_while_a_summary_is_written(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    server.script(stream(*["word " * 20] * 30))  # 3,000 characters in 30 pieces
+    cfg = SummarizerConfig(
+        provider="openai", model="m", base_url=server.url + "/v1", timeout=5.0, deadline=30.0
+    )
+    writer = OpenAISummarizer(cfg, http=http, env={}, sleep=SleepRecorder())
+    steps: list[str] = []
+    await bounded.summarize(
+        writer,
+        system=COMPACTION_SYSTEM,
+        prompt=DEFAULT_PROMPT,
+        history=_history()[:2],
+        reference=[],
+        previous=[],
+        max_tokens=2000,
+        max_input_tokens=None,
+        progress=lambda msg, pct: steps.append(msg),
+    )
+    written = [s for s in steps if "characters written" in s]
+    assert len(written) == 3  # throttled: one report per 1,000 characters
+    assert written[-1] == "chunk 1 of 1: 3000 characters written"
