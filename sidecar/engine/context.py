@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from sidecar.engine import render
-from sidecar.engine.filter import find_boundary
 from sidecar.engine.tokens import estimate_messages
 from sidecar.engine.window import load_window
+from sidecar.model.parts import CompactionPart
 from sidecar.model.rpc import ContextFormat, ContextResult
 from sidecar.model.session import Session
 from sidecar.store import Store
@@ -20,10 +20,12 @@ async def build(store: Store, session: Session, fmt: ContextFormat) -> ContextRe
         messages = render.to_anthropic(window)
     else:
         messages = render.to_parts(window, raws)
-    at = find_boundary(window)
+    # filter_compacted shows no unanswered marker, so a marker heading the window is the cut.
+    head = window[0] if window else None
+    cut = head is not None and any(isinstance(p, CompactionPart) for p in head.parts)
     return ContextResult(
         format=fmt,
         messages=messages,
         estimated_tokens=estimate_messages(window),
-        boundary_message_id=window[at].info.id if at is not None else None,
+        boundary_message_id=head.info.id if cut and head is not None else None,
     )

@@ -83,10 +83,27 @@ def _estimate_tool(part: ToolPart) -> int:
     return cost + estimate(INTERRUPTED)
 
 
+_MEMO_LIMIT = 100_000
+_memo: dict[int, tuple[Part, int]] = {}
+
+
+def _cached_estimate(part: Part) -> int:
+    """``estimate_part`` remembered per part object: the store hands back the same (immutable
+    by convention) objects for unchanged parts, so a window estimated every turn is cheap."""
+    hit = _memo.get(id(part))
+    if hit is not None and hit[0] is part:
+        return hit[1]
+    cost = estimate_part(part)
+    if len(_memo) >= _MEMO_LIMIT:
+        _memo.clear()
+    _memo[id(part)] = (part, cost)  # holding the part keeps its id from being reused
+    return cost
+
+
 def estimate_messages(msgs: Sequence[WithParts]) -> int:
     """Estimated size of a window: every part plus ``MESSAGE_OVERHEAD`` per message.
 
     Deliberately a little generous (messages the renderer skips still count), since it is used
     to decide whether a window fits.
     """
-    return sum(MESSAGE_OVERHEAD + sum(estimate_part(p) for p in m.parts) for m in msgs)
+    return sum(MESSAGE_OVERHEAD + sum(_cached_estimate(p) for p in m.parts) for m in msgs)

@@ -515,17 +515,47 @@ class Store:
         return out
 
 
+class _Decoded:
+    """Decoded Structs keyed by their stored JSON text.
+
+    A frontend asks for the same window every turn; most of it is unchanged, and hashing and
+    comparing the text is several times cheaper than decoding it again. Keyed by content, the
+    cache can never serve a stale object. Cached Structs are shared: callers must not mutate
+    them (the engine builds changed copies with ``msgspec.structs.replace``).
+    """
+
+    def __init__(self, decoder: msgspec.json.Decoder[Any], limit: int = 100_000) -> None:
+        self._decoder = decoder
+        self._limit = limit
+        self._items: dict[str, Any] = {}
+
+    def __call__(self, data: str) -> Any:
+        found = self._items.get(data)
+        if found is None:
+            found = self._decoder.decode(data)
+            if len(self._items) >= self._limit:
+                # Drop the oldest half: cheap, and what is in use is read back in soon.
+                for key in list(self._items)[: self._limit // 2]:
+                    del self._items[key]
+            self._items[data] = found
+        return found
+
+
+_cached_part = _Decoded(_part_decoder)
+_cached_message = _Decoded(_message_decoder)
+
+
 def _assemble(msgs: Any, parts: Any, raws: dict[str, str] | None = None) -> list[WithParts]:
     by_message: dict[str, list[Part]] = {}
     for mid, data in parts:
-        part = _part_decoder.decode(data)
+        part = _cached_part(data)
         by_message.setdefault(mid, []).append(part)
         if raws is not None:
             raws[part.id] = data
     if raws is not None:
         raws.update(msgs)
     return [
-        WithParts(info=_message_decoder.decode(data), parts=by_message.get(mid, []))
+        WithParts(info=_cached_message(data), parts=by_message.get(mid, []))
         for mid, data in msgs
     ]
 
