@@ -89,84 +89,88 @@ class Writer:
             await self._commit(batch)
 
     async def _commit(self, batch: list[Op]) -> None:
+        # The whole group commit runs as one function on aiosqlite's own thread: one thread
+        # hop per batch instead of one per statement (each hop costs 40-50 us here, more than
+        # the SQLite work of a typical batch). ``_execute`` is aiosqlite's queue-a-callable
+        # primitive behind every public method; the store tests exercise this path.
         try:
-            # The connection opens the transaction implicitly at the first write (it is not in
-            # autocommit mode), which saves one thread hop per batch over an explicit BEGIN.
-            if len(batch) == 1:
-                batch[0].rowcounts = await self._run_op(batch[0])
-            else:
-                await self._run_grouped(batch)
-            await self._db.commit()
-            self.commits += 1
-        except sqlite3.Error:
-            await self._rollback()
-            if len(batch) == 1:
-                await self._commit_alone(batch[0])
-            else:
-                for op in batch:
-                    await self._commit_alone(op)
-            return
+            outcomes, commits = await self._db._execute(_apply, self._db._conn, batch)
         except BaseException as exc:
-            await self._rollback()
             for op in batch:
-                if not op.future.done():
-                    op.future.set_exception(exc)
+                _resolve(op, exc)
             raise
-        for op in batch:
-            _resolve(op)
+        self.commits += commits
+        for op, outcome in zip(batch, outcomes, strict=True):
+            _resolve(op, outcome)
 
-    async def _run_op(self, op: Op) -> list[int]:
-        counts = []
-        for sql, rows in op.statements:
-            cur = await self._db.executemany(sql, rows)
-            counts.append(cur.rowcount)
-        return counts
 
-    async def _run_grouped(self, batch: list[Op]) -> None:
-        """Merge runs of identical SQL across ops into one executemany (the group-commit win)."""
-        pending_sql: str | None = None
-        pending_rows: list[Sequence[Any]] = []
-        for op in batch:
-            if op.needs_counts:
-                if pending_sql is not None:
-                    await self._db.executemany(pending_sql, pending_rows)
-                    pending_sql, pending_rows = None, []
-                op.rowcounts = await self._run_op(op)
-                continue
-            for sql, rows in op.statements:
-                if sql != pending_sql and pending_sql is not None:
-                    await self._db.executemany(pending_sql, pending_rows)
-                    pending_rows = []
-                pending_sql = sql
-                pending_rows.extend(rows)
-        if pending_sql is not None:
-            await self._db.executemany(pending_sql, pending_rows)
-
-    async def _commit_alone(self, op: Op) -> None:
+def _apply(
+    conn: sqlite3.Connection, batch: list[Op]
+) -> tuple[list[BaseException | None], int]:
+    """Commit ``batch`` in one transaction; if that fails, each op alone (aiosqlite thread)."""
+    try:
+        if len(batch) == 1:
+            batch[0].rowcounts = _run_op(conn, batch[0])
+        else:
+            _run_grouped(conn, batch)
+        conn.commit()  # the transaction began implicitly at the first write
+        return [None] * len(batch), 1
+    except sqlite3.Error:
+        _rollback(conn)
+    outcomes: list[BaseException | None] = []
+    commits = 0
+    for op in batch:
         try:
-            op.rowcounts = await self._run_op(op)
-            await self._db.commit()
-            self.commits += 1
+            op.rowcounts = _run_op(conn, op)
+            conn.commit()
+            commits += 1
+            outcomes.append(None)
         except sqlite3.IntegrityError as exc:
-            await self._rollback()
-            _resolve(op, op.on_integrity(exc) if op.on_integrity else exc)
-            return
+            _rollback(conn)
+            outcomes.append(op.on_integrity(exc) if op.on_integrity else exc)
         except sqlite3.Error as exc:
-            await self._rollback()
-            _resolve(op, exc)
-            return
-        _resolve(op)
+            _rollback(conn)
+            outcomes.append(exc)
+    return outcomes, commits
 
-    async def _rollback(self) -> None:
-        with contextlib.suppress(sqlite3.Error):
-            await self._db.rollback()
+
+def _run_op(conn: sqlite3.Connection, op: Op) -> list[int]:
+    return [conn.executemany(sql, rows).rowcount for sql, rows in op.statements]
+
+
+def _run_grouped(conn: sqlite3.Connection, batch: list[Op]) -> None:
+    """Merge runs of identical SQL across ops into one executemany (the group-commit win)."""
+    pending_sql: str | None = None
+    pending_rows: list[Sequence[Any]] = []
+    for op in batch:
+        if op.needs_counts:
+            if pending_sql is not None:
+                conn.executemany(pending_sql, pending_rows)
+                pending_sql, pending_rows = None, []
+            op.rowcounts = _run_op(conn, op)
+            continue
+        for sql, rows in op.statements:
+            if sql != pending_sql and pending_sql is not None:
+                conn.executemany(pending_sql, pending_rows)
+                pending_rows = []
+            pending_sql = sql
+            pending_rows.extend(rows)
+    if pending_sql is not None:
+        conn.executemany(pending_sql, pending_rows)
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    with contextlib.suppress(sqlite3.Error):
+        conn.rollback()
 
 
 def _resolve(op: Op, exc: BaseException | None = None) -> None:
     """Settle an op's future unless its caller already gave up waiting."""
     if op.future.done():
         return
-    if exc is None:
+    if isinstance(exc, asyncio.CancelledError):
+        op.future.cancel()
+    elif exc is None:
         op.future.set_result(None)
     else:
         op.future.set_exception(exc)
