@@ -17,13 +17,14 @@ from typing import Any
 
 import msgspec
 
-from sidecar.engine import bounded, revert
+from sidecar.engine import bounded, overflow, revert
 from sidecar.engine.collapse import split
 from sidecar.engine.filter import filter_compacted
 from sidecar.engine.host import Host
 from sidecar.engine.render import CONTINUE_TEXT
 from sidecar.engine.tokens import estimate_messages
 from sidecar.engine.window import load_window
+from sidecar.model.catalog import lookup
 from sidecar.model.config import Config
 from sidecar.model.ids import new_id, now_ms
 from sidecar.model.messages import (
@@ -43,6 +44,7 @@ from sidecar.model.rpc import (
     PartUpdatedEvent,
     StatusEvent,
 )
+from sidecar.model.tokens import Tokens
 from sidecar.store import Store
 from sidecar.summarizers.base import (
     COMPACTION_SYSTEM,
@@ -81,6 +83,26 @@ def _is_summary(m: WithParts) -> bool:
 
 def _summary_text(m: WithParts) -> str:
     return "\n".join(p.text for p in m.parts if isinstance(p, TextPart) and p.text.strip())
+
+
+SUMMARY_SHARE = 4  # a summary may take at most 1/4 of the model's usable window
+
+
+def _summary_budget(window: Sequence[WithParts], cfg: Config) -> int:
+    """``summaryMaxTokens``, but never more than a quarter of the session model's usable
+    window: on a small local model a 10k-token summary would leave no room and compact again
+    at once."""
+    budget = cfg.compaction.summary_max_tokens
+    for m in reversed(window):
+        info = m.info
+        if isinstance(info, AssistantMessage) and not info.summary and info.model_id:
+            limit = lookup(info.provider_id, info.model_id, cfg.models)
+            if limit is not None:
+                usable = overflow.check(Tokens(), limit, cfg.compaction).usable
+                if usable > 0:
+                    budget = min(budget, max(256, usable // SUMMARY_SHARE))
+            break
+    return budget
 
 
 def _last_user(window: Sequence[WithParts]) -> UserMessage | None:
@@ -216,7 +238,7 @@ class Compactor:
                 history=history,
                 reference=reference,
                 previous=previous,
-                max_tokens=ccfg.summary_max_tokens,
+                max_tokens=_summary_budget(window, cfg),
                 max_input_tokens=limit,
                 progress=report,
             )

@@ -187,12 +187,13 @@ async def test_method_switch_between_standard_and_collapse(store: Store) -> None
 
 
 def _tiny(method: str) -> Config:
-    # usable = 400 - 100 = 300 tokens: even the summary alone does not fit.
+    # usable = 300 - 100 = 200 tokens: even the smallest summary the engine allows (256
+    # tokens) does not fit.
     return build(
         [
             {
                 "compaction": {"method": method, "prune": False},
-                "models": {"test/collapse-model": {"context": 400, "output": 100}},
+                "models": {"test/collapse-model": {"context": 300, "output": 100}},
             }
         ]
     )

@@ -317,3 +317,22 @@ async def test_previous_summary_is_merged_not_resummarized(store: Store) -> None
     req = w.requests[0]
     assert req.previous_summaries == ["first summary"]
     assert all(not (isinstance(m.info, AssistantMessage) and m.info.summary) for m in req.history)
+
+
+async def test_summary_budget_is_capped_by_the_model_window(store: Store) -> None:
+    # 16k context, 2k output: usable 14k, so a summary may take 3,500 tokens, not 10,000.
+    h = Harness(store, {"models": {"acme/small": {"context": 16_000, "output": 2_000}}})
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    small = ModelRef(provider_id="acme", model_id="small")
+    await h.assistant(s.id, u.id, model=small)
+    w = _Writer()
+    await _manual(h, s.id, w)
+    assert w.requests[0].max_tokens == 3_500
+    big = Harness(store)  # claude-sonnet-4-5: usable 168k, so summaryMaxTokens (10k) rules
+    s2 = await big.session()
+    u2 = await big.user(s2.id, "go")
+    await big.assistant(s2.id, u2.id)
+    w2 = _Writer()
+    await _manual(big, s2.id, w2)
+    assert w2.requests[0].max_tokens == 10_000
