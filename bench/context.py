@@ -57,13 +57,23 @@ def turn(sid: str, t: int, i: int) -> tuple[list, list]:  # type: ignore[type-ar
         m = UserMessage(id=new_id("msg"), session_id=sid, time=MessageTime(created=t))
         return [m], [TextPart(id=new_id("prt"), session_id=sid, message_id=m.id, text=f"step {i}")]
     a = AssistantMessage(
-        id=new_id("msg"), session_id=sid, time=MessageTime(created=t), parent_id="",
-        provider_id="anthropic", model_id="claude-sonnet-4-5", finish="tool-calls",
+        id=new_id("msg"),
+        session_id=sid,
+        time=MessageTime(created=t),
+        parent_id="",
+        provider_id="anthropic",
+        model_id="claude-sonnet-4-5",
+        finish="tool-calls",
     )
     tool = ToolPart(
-        id=new_id("prt"), session_id=sid, message_id=a.id, call_id=f"c{t}", tool="read",
-        state=ToolCompleted(input={"filePath": f"src/m{i}.py"}, output="line\n" * 80,
-                            time=ToolTime(start=1, end=2)),
+        id=new_id("prt"),
+        session_id=sid,
+        message_id=a.id,
+        call_id=f"c{t}",
+        tool="read",
+        state=ToolCompleted(
+            input={"filePath": f"src/m{i}.py"}, output="line\n" * 80, time=ToolTime(start=1, end=2)
+        ),
     )
     text = TextPart(id=new_id("prt"), session_id=sid, message_id=a.id, text="Reading the file.")
     return [a], [tool, text]
@@ -107,8 +117,13 @@ async def main() -> None:
         marker = UserMessage(id=new_id("msg"), session_id=a.id, time=MessageTime(created=t + 1))
         mpart = CompactionPart(id=new_id("prt"), session_id=a.id, message_id=marker.id, auto=True)
         summ = AssistantMessage(
-            id=new_id("msg"), session_id=a.id, time=MessageTime(created=t + 2),
-            parent_id=marker.id, summary=True, finish="stop", mode="compaction",
+            id=new_id("msg"),
+            session_id=a.id,
+            time=MessageTime(created=t + 2),
+            parent_id=marker.id,
+            summary=True,
+            finish="stop",
+            mode="compaction",
         )
         stext = TextPart(id=new_id("prt"), session_id=a.id, message_id=summ.id, text="summary")
         await store.put_many(
@@ -117,8 +132,10 @@ async def main() -> None:
         await fill(store, a.id, t + 2, args.window)
         await fill(store, b.id, 0, args.window)
         total_a = await store.count_messages(a.id)
-        print(f"setup: session A {total_a} messages ({args.history_parts}+ parts of history), "
-              f"session B {await store.count_messages(b.id)} messages (window only)")
+        print(
+            f"setup: session A {total_a} messages ({args.history_parts}+ parts of history), "
+            f"session B {await store.count_messages(b.id)} messages (window only)"
+        )
 
         results: dict[str, list[float]] = {}
 

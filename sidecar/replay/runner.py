@@ -209,7 +209,7 @@ async def _drive(
                 notes.append(f"ERROR: {s.get('error')}")
         if verbose and (notes or turn % 10 == 0 or turn == len(t.messages)):
             bar.clear()
-            echo(f"turn {turn:4d}  prompt {prompt:7,} tok  {'; '.join(notes)}".rstrip())
+            echo(f"message {turn:4d}  context {prompt:7,} tok  {'; '.join(notes)}".rstrip())
     bar.clear()
     final = await client.context(sid)
     report.final_tokens = final.estimated_tokens
