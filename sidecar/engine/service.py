@@ -22,7 +22,7 @@ from sidecar.engine import pruner
 from sidecar.engine.compactor import Compactor, Outcome, Request
 from sidecar.engine.host import Host
 from sidecar.engine.window import load_window
-from sidecar.errors import Busy
+from sidecar.errors import Busy, SidecarError
 from sidecar.model.catalog import lookup
 from sidecar.model.config import Config
 from sidecar.model.messages import AssistantMessage, Message
@@ -96,8 +96,6 @@ class Engine:
                     cfg.summarizer, http=http, client_call=self.host.client_complete
                 )
             except ValueError as exc:
-                from sidecar.errors import SidecarError
-
                 raise SidecarError(f"summarizer configuration: {exc}", -32602) from None
             self._writers[key] = found
         return found

@@ -19,7 +19,7 @@ import msgspec
 
 from sidecar.errors import UnknownMessage, UnknownSession
 from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithParts
-from sidecar.model.parts import Part, ToolCompleted, ToolPart
+from sidecar.model.parts import Part
 from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
 from sidecar.store.schema import MIGRATIONS, SCHEMA_VERSION
@@ -504,16 +504,6 @@ class Store:
         )
         return int(rows[0][0])
 
-    async def raw_messages(self, message_ids: Sequence[str]) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for chunk in _chunks(list(message_ids), 500):
-            marks = ",".join("?" * len(chunk))
-            rows = await self._reader.execute_fetchall(
-                f"SELECT id, data FROM messages WHERE id IN ({marks})", chunk
-            )
-            out.update({r[0]: r[1] for r in rows})
-        return out
-
 
 class _Decoded:
     """Decoded Structs keyed by their stored JSON text.
@@ -555,19 +545,12 @@ def _assemble(msgs: Any, parts: Any, raws: dict[str, str] | None = None) -> list
     if raws is not None:
         raws.update(msgs)
     return [
-        WithParts(info=_cached_message(data), parts=by_message.get(mid, []))
-        for mid, data in msgs
+        WithParts(info=_cached_message(data), parts=by_message.get(mid, [])) for mid, data in msgs
     ]
 
 
 def _chunks(items: list[str], size: int) -> list[list[str]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
-
-
-def completed_tool(part: Part) -> ToolCompleted | None:
-    if isinstance(part, ToolPart) and isinstance(part.state, ToolCompleted):
-        return part.state
-    return None
 
 
 async def _migrate(db: aiosqlite.Connection) -> None:

@@ -104,9 +104,7 @@ class Writer:
             _resolve(op, outcome)
 
 
-def _apply(
-    conn: sqlite3.Connection, batch: list[Op]
-) -> tuple[list[BaseException | None], int]:
+def _apply(conn: sqlite3.Connection, batch: list[Op]) -> tuple[list[BaseException | None], int]:
     """Commit ``batch`` in one transaction; if that fails, each op alone (aiosqlite thread)."""
     try:
         if len(batch) == 1:

@@ -147,7 +147,10 @@ async def test_boundary_needs_a_finished_error_free_summary(store: Store) -> Non
     await store.put_part(marker, enc(marker))
     assert await store.boundary("ses_1") is None
     summary = AssistantMessage(
-        id="msg_3", session_id="ses_1", parent_id="msg_2", summary=True,
+        id="msg_3",
+        session_id="ses_1",
+        parent_id="msg_2",
+        summary=True,
         time=MessageTime(created=3),
     )
     await store.put_message(summary, enc(summary))
