@@ -22,6 +22,7 @@ from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithP
 from sidecar.model.parts import Part
 from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
+from sidecar.store.cache import Decoded, Key, WindowCache
 from sidecar.store.schema import MIGRATIONS, SCHEMA_VERSION
 from sidecar.store.writer import Statement, Writer
 
@@ -32,23 +33,6 @@ _encoder = msgspec.json.Encoder()
 
 # Rows fetched per round trip when the store walks a session backwards.
 PAGE = 128
-
-
-class Key(NamedTuple):
-    """A message's position: ``(time.created, id)``."""
-
-    created: int
-    id: str
-
-    def cursor(self) -> str:
-        return f"{self.created}:{self.id}"
-
-    @staticmethod
-    def parse(cursor: str) -> Key:
-        created, _, ident = cursor.partition(":")
-        if not created.lstrip("-").isdigit() or not ident:
-            raise ValueError(f"malformed cursor {cursor!r}")
-        return Key(int(created), ident)
 
 
 class Boundary(NamedTuple):
@@ -121,6 +105,7 @@ class Store:
         self._reader = reader
         self._writer = writer
         self._writer_db: aiosqlite.Connection | None = None
+        self.cache = WindowCache()
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -233,24 +218,33 @@ class Store:
         counts = await self._writer.submit(
             [("DELETE FROM sessions WHERE id = ?", [(session_id,)])], needs_counts=True
         )
+        self.cache.invalidate(session_id)
         return counts[0] > 0
 
     # -- messages and parts --------------------------------------------------------------------
 
     async def put_message(self, info: Message, raw: bytes | str) -> None:
-        await self._writer.submit(
+        row = message_row(info, raw)
+        counts = await self._writer.submit(
             [
-                (_UPSERT_MESSAGE, [message_row(info, raw)]),
+                (_UPSERT_MESSAGE, [row]),
                 (_TOUCH_SESSION, [(info.time.created, info.session_id)]),
             ],
             on_integrity=lambda _e: UnknownSession(info.session_id),
+            needs_counts=True,
         )
+        if counts[0]:  # 0: the id belongs to another session and nothing was written
+            self.cache.message_written(info.session_id, Key(info.time.created, info.id), row[-1])
 
     async def put_part(self, part: Part, raw: bytes | str) -> None:
-        await self._writer.submit(
-            [(_UPSERT_PART, [part_row(part, raw)])],
+        row = part_row(part, raw)
+        counts = await self._writer.submit(
+            [(_UPSERT_PART, [row])],
             on_integrity=lambda _e: UnknownMessage(part.message_id),
+            needs_counts=True,
         )
+        if counts[0]:
+            self.cache.part_written(part.session_id, part.message_id, part.id, row[-1])
 
     async def put_many(
         self,
@@ -265,6 +259,8 @@ class Store:
             statements.append((_UPSERT_PART, [part_row(p, r) for p, r in parts]))
         if statements:
             await self._writer.submit(statements)
+        for sid in {m.session_id for m, _ in messages} | {p.session_id for p, _ in parts}:
+            self.cache.invalidate(sid)
 
     async def get_message(self, message_id: str) -> tuple[Message, str] | None:
         rows = await self._reader.execute_fetchall(
@@ -294,6 +290,8 @@ class Store:
             ],
             needs_counts=True,
         )
+        if counts[0]:
+            self.cache.message_removed(session_id, message_id)
         return counts[0] > 0
 
     async def remove_part(self, session_id: str, message_id: str, part_id: str) -> bool:
@@ -306,6 +304,8 @@ class Store:
             ],
             needs_counts=True,
         )
+        if counts[0]:
+            self.cache.part_removed(session_id, message_id, part_id)
         return counts[0] > 0
 
     async def mark_compacted(self, part_ids: Sequence[str], ts: int) -> list[str]:
@@ -330,6 +330,9 @@ class Store:
                 f"SELECT data FROM parts WHERE id IN ({marks}) ORDER BY id", chunk
             )
             out.extend(r[0] for r in rows)
+        for raw in out:
+            part = _cached_part(raw)
+            self.cache.part_written(part.session_id, part.message_id, part.id, raw)
         return out
 
     async def delete_from(
@@ -356,6 +359,7 @@ class Store:
                 )
             )
         counts = await self._writer.submit(statements, needs_counts=True)
+        self.cache.invalidate(session_id)
         return counts[-1]
 
     # -- range reads ---------------------------------------------------------------------------
@@ -391,8 +395,12 @@ class Store:
     ) -> list[WithParts]:
         """Messages with ``start <= key < end`` and their parts, chronological; two queries.
 
-        ``raws``, when given, is filled with each message's and part's stored JSON by id.
+        ``raws``, when given, is filled with each message's and part's stored JSON by id. The
+        window from ``start`` to the end is served from ``WindowCache`` when it can be.
         """
+        if end is None and (rows := self.cache.get(session_id, start)) is not None:
+            return _assemble(rows[0], rows[1], raws)
+        version = self.cache.version(session_id)
         cond = "m.session_id = ?"
         args: list[Any] = [session_id]
         if start is not None:
@@ -401,15 +409,26 @@ class Store:
         if end is not None:
             cond += " AND (m.created, m.id) < (?, ?)"
             args += [end.created, end.id]
-        msgs = await self._reader.execute_fetchall(
-            f"SELECT m.id, m.data FROM messages m WHERE {cond} ORDER BY m.created, m.id", args
+        rows = await self._reader.execute_fetchall(
+            f"SELECT m.id, m.data, m.created FROM messages m WHERE {cond} ORDER BY m.created, m.id",
+            args,
         )
         parts = await self._reader.execute_fetchall(
             f"SELECT p.message_id, p.data FROM messages m JOIN parts p ON p.message_id = m.id "
             f"WHERE {cond} ORDER BY p.message_id, p.id",
             args,
         )
-        return _assemble(msgs, parts, raws)
+        msgs = [(mid, data) for mid, data, _ in rows]
+        window = _assemble(msgs, parts, raws)
+        if end is None:
+            self.cache.put(
+                session_id,
+                start,
+                version,
+                [(Key(created, mid), data) for mid, data, created in rows],
+                [(mid, _cached_part(data).id, data) for mid, data in parts],
+            )
+        return window
 
     async def newest_first(
         self, session_id: str, end: Key | None = None, page: int = PAGE
@@ -505,34 +524,8 @@ class Store:
         return int(rows[0][0])
 
 
-class _Decoded:
-    """Decoded Structs keyed by their stored JSON text.
-
-    A frontend asks for the same window every turn; most of it is unchanged, and hashing and
-    comparing the text is several times cheaper than decoding it again. Keyed by content, the
-    cache can never serve a stale object. Cached Structs are shared: callers must not mutate
-    them (the engine builds changed copies with ``msgspec.structs.replace``).
-    """
-
-    def __init__(self, decoder: msgspec.json.Decoder[Any], limit: int = 100_000) -> None:
-        self._decoder = decoder
-        self._limit = limit
-        self._items: dict[str, Any] = {}
-
-    def __call__(self, data: str) -> Any:
-        found = self._items.get(data)
-        if found is None:
-            found = self._decoder.decode(data)
-            if len(self._items) >= self._limit:
-                # Drop the oldest half: cheap, and what is in use is read back in soon.
-                for key in list(self._items)[: self._limit // 2]:
-                    del self._items[key]
-            self._items[data] = found
-        return found
-
-
-_cached_part = _Decoded(_part_decoder)
-_cached_message = _Decoded(_message_decoder)
+_cached_part = Decoded(_part_decoder.decode)
+_cached_message = Decoded(_message_decoder.decode)
 
 
 def _assemble(msgs: Any, parts: Any, raws: dict[str, str] | None = None) -> list[WithParts]:

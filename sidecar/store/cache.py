@@ -1,0 +1,178 @@
+"""In-memory caches in front of the store's reads.
+
+``WindowCache`` keeps, per session, the last window read from SQLite (the stored JSON of its
+messages and parts) and applies every later committed write to it, so the window a frontend
+asks for every turn is served without a query. Correctness rules:
+
+* a write updates (or drops) the entry only after it committed, and only with what it really
+  changed (row counts tell);
+* a read stores its result only if no write to the session happened while it ran
+  (``version``), so a slow read can never overwrite newer state;
+* anything not tracked precisely (compaction appends, forks, revert cleanup, JSON patched in
+  SQL) drops the session's entry, and the next read goes to SQLite.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+Row = tuple[str, str]
+
+
+class Key(NamedTuple):
+    """A message's position: ``(time.created, id)``."""
+
+    created: int
+    id: str
+
+    def cursor(self) -> str:
+        return f"{self.created}:{self.id}"
+
+    @staticmethod
+    def parse(cursor: str) -> Key:
+        created, _, ident = cursor.partition(":")
+        if not created.lstrip("-").isdigit() or not ident:
+            raise ValueError(f"malformed cursor {cursor!r}")
+        return Key(int(created), ident)
+
+
+class Decoded:
+    """Decoded Structs keyed by their stored JSON text.
+
+    Most of a window is unchanged from one turn to the next, and hashing and comparing the
+    text is several times cheaper than decoding it again. Keyed by content, it can never serve
+    a stale object. Cached Structs are shared: callers must not mutate them (the engine builds
+    changed copies with ``msgspec.structs.replace``).
+    """
+
+    def __init__(self, decode: Callable[[str], Any], limit: int = 100_000) -> None:
+        self._decode = decode
+        self._limit = limit
+        self._items: dict[str, Any] = {}
+
+    def __call__(self, data: str) -> Any:
+        found = self._items.get(data)
+        if found is None:
+            found = self._decode(data)
+            if len(self._items) >= self._limit:
+                # Drop the oldest half: cheap, and what is in use is read back in soon.
+                for key in list(self._items)[: self._limit // 2]:
+                    del self._items[key]
+            self._items[data] = found
+        return found
+
+
+@dataclass
+class _Entry:
+    start: Key | None
+    keys: list[Key] = field(default_factory=list)
+    info: dict[str, str] = field(default_factory=dict)
+    key_of: dict[str, Key] = field(default_factory=dict)
+    parts: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def rows(self) -> tuple[list[Row], list[Row]]:
+        msgs = [(k.id, self.info[k.id]) for k in self.keys]
+        parts = [(k.id, raw) for k in self.keys for raw in self.parts[k.id].values()]
+        return msgs, parts
+
+
+class WindowCache:
+    def __init__(self, max_sessions: int = 64) -> None:
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._versions: dict[str, int] = {}
+        self._max = max_sessions
+        self.hits = 0
+        self.misses = 0
+
+    def version(self, sid: str) -> int:
+        return self._versions.get(sid, 0)
+
+    def get(self, sid: str, start: Key | None) -> tuple[list[Row], list[Row]] | None:
+        entry = self._entries.get(sid)
+        if entry is None or entry.start != start:
+            self.misses += 1
+            return None
+        self._entries.move_to_end(sid)
+        self.hits += 1
+        return entry.rows()
+
+    def put(
+        self,
+        sid: str,
+        start: Key | None,
+        version: int,
+        msgs: list[tuple[Key, str]],
+        parts: list[tuple[str, str, str]],
+    ) -> None:
+        """Remember a window read from SQLite (messages in order, then ``(message id, part id,
+        JSON)`` in id order), unless a write to the session raced with the read."""
+        if self.version(sid) != version:
+            return
+        entry = _Entry(start=start)
+        for key, raw in msgs:
+            entry.keys.append(key)
+            entry.info[key.id] = raw
+            entry.key_of[key.id] = key
+            entry.parts[key.id] = {}
+        for mid, pid, raw in parts:
+            entry.parts[mid][pid] = raw
+        self._entries[sid] = entry
+        self._entries.move_to_end(sid)
+        while len(self._entries) > self._max:
+            self._entries.popitem(last=False)
+
+    # -- writes (called after commit) ------------------------------------------------------
+
+    def _touch(self, sid: str) -> _Entry | None:
+        self._versions[sid] = self.version(sid) + 1
+        return self._entries.get(sid)
+
+    def invalidate(self, sid: str) -> None:
+        self._touch(sid)
+        self._entries.pop(sid, None)
+
+    def message_written(self, sid: str, key: Key, raw: str) -> None:
+        entry = self._touch(sid)
+        if entry is None:
+            return
+        old = entry.key_of.get(key.id)
+        if old is not None and old != key:  # its time changed: it moves
+            self.invalidate(sid)
+            return
+        if old is not None:
+            entry.info[key.id] = raw
+            return
+        if entry.start is not None and key < entry.start:
+            return  # before the window: not part of it
+        bisect.insort(entry.keys, key)
+        entry.info[key.id] = raw
+        entry.key_of[key.id] = key
+        entry.parts[key.id] = {}
+
+    def part_written(self, sid: str, mid: str, pid: str, raw: str) -> None:
+        entry = self._touch(sid)
+        if entry is None or mid not in entry.info:
+            return
+        parts = entry.parts[mid]
+        if pid in parts or not parts or pid > next(reversed(parts)):
+            parts[pid] = raw  # replaced in place, or appended in id order
+        else:
+            parts[pid] = raw
+            entry.parts[mid] = dict(sorted(parts.items()))
+
+    def message_removed(self, sid: str, mid: str) -> None:
+        entry = self._touch(sid)
+        if entry is None or mid not in entry.key_of:
+            return
+        entry.keys.remove(entry.key_of.pop(mid))
+        del entry.info[mid]
+        del entry.parts[mid]
+
+    def part_removed(self, sid: str, mid: str, pid: str) -> None:
+        entry = self._touch(sid)
+        if entry is not None and mid in entry.parts:
+            entry.parts[mid].pop(pid, None)

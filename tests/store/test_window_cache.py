@@ -1,0 +1,127 @@
+"""The window cache never serves anything but what SQLite holds."""
+
+from __future__ import annotations
+
+import msgspec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sidecar.model.messages import MessageTime, UserMessage
+from sidecar.model.parts import TextPart, ToolCompleted, ToolPart, ToolTime
+from sidecar.model.session import Session, SessionTime
+from sidecar.store import Key, Store
+from sidecar.store.cache import WindowCache
+
+enc = msgspec.json.encode
+FAR = Key(2**62, "~")  # an explicit end bypasses the cache: a fresh SQLite read
+
+
+def _ids(window: list) -> list:  # type: ignore[type-arg]
+    return [(m.info.id, m.info.time.created, [enc(p) for p in m.parts]) for m in window]
+
+
+async def _check(store: Store, sid: str, start: Key | None = None) -> None:
+    cached = await store.window(sid, start)
+    fresh = await store.window(sid, start, FAR)
+    assert _ids(cached) == _ids(fresh)
+
+
+async def test_second_read_is_a_hit_and_writes_keep_it_exact(store: Store) -> None:
+    await store.put_session(Session(id="s", title="", time=SessionTime(created=1, updated=1)))
+    other = Session(id="o", title="", time=SessionTime(created=1, updated=1))
+    await store.put_session(other)
+    m = UserMessage(id="m1", session_id="s", time=MessageTime(created=10))
+    await store.put_message(m, enc(m))
+    await store.window("s")
+    hits = store.cache.hits
+    await _check(store, "s")
+    assert store.cache.hits == hits + 1
+    t = TextPart(id="p2", session_id="s", message_id="m1", text="b")
+    await store.put_part(t, enc(t))
+    t1 = TextPart(id="p1", session_id="s", message_id="m1", text="a")  # sorts before p2
+    await store.put_part(t1, enc(t1))
+    await _check(store, "s")
+    tool = ToolPart(
+        id="p3",
+        session_id="s",
+        message_id="m1",
+        call_id="c",
+        tool="bash",
+        state=ToolCompleted(input={}, output="out", time=ToolTime(start=1, end=2)),
+    )
+    await store.put_part(tool, enc(tool))
+    await store.mark_compacted(["p3"], 99)
+    await _check(store, "s")
+    # the same message id written for another session changes nothing
+    stolen = UserMessage(id="m1", session_id="o", time=MessageTime(created=5))
+    await store.put_message(stolen, enc(stolen))
+    await _check(store, "s")
+    # a message whose time changes moves
+    moved = UserMessage(id="m1", session_id="s", time=MessageTime(created=30))
+    m2 = UserMessage(id="m2", session_id="s", time=MessageTime(created=20))
+    await store.put_message(m2, enc(m2))
+    await store.put_message(moved, enc(moved))
+    await _check(store, "s")
+    assert [m.info.id for m in await store.window("s")] == ["m2", "m1"]
+    await store.remove_part("s", "m1", "p1")
+    await store.remove_message("s", "m2")
+    await _check(store, "s")
+
+
+def test_a_read_that_raced_with_a_write_is_not_cached() -> None:
+    cache = WindowCache()
+    version = cache.version("s")
+    cache.message_written("s", Key(1, "m"), "{}")  # a write lands while the read runs
+    cache.put("s", None, version, [], [])
+    assert cache.get("s", None) is None
+
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["msg", "part", "repart", "rmpart", "rmmsg", "retime", "compact"]),
+        st.integers(0, 5),
+        st.integers(0, 5),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=ops, window_from=st.integers(0, 3))
+async def test_random_writes_never_make_the_cache_diverge(
+    store: Store, ops: list[tuple[str, int, int]], window_from: int
+) -> None:
+    sid = f"s{abs(hash((tuple(ops), window_from)))}"
+    await store.put_session(Session(id=sid, title="", time=SessionTime(created=1, updated=1)))
+    start = Key(window_from * 10, "")
+    await store.window(sid, start)  # prime the cache
+    for op, a, b in ops:
+        mid, pid = f"{sid}-m{a}", f"{sid}-p{a}-{b}"
+        if op == "msg" or op == "retime":
+            created = a * 7 + (b if op == "retime" else 0)
+            m = UserMessage(id=mid, session_id=sid, time=MessageTime(created=created))
+            await store.put_message(m, enc(m))
+        elif op in ("part", "repart") and await store.get_message(mid):
+            text = f"{op}-{b}"
+            if b % 2:
+                p = TextPart(id=pid, session_id=sid, message_id=mid, text=text)
+            else:
+                p = ToolPart(  # type: ignore[assignment]
+                    id=pid,
+                    session_id=sid,
+                    message_id=mid,
+                    call_id=pid,
+                    tool="t",
+                    state=ToolCompleted(input={}, output=text, time=ToolTime(start=1, end=2)),
+                )
+            await store.put_part(p, enc(p))
+        elif op == "rmpart":
+            await store.remove_part(sid, mid, pid)
+        elif op == "rmmsg":
+            await store.remove_message(sid, mid)
+        elif op == "compact":
+            await store.mark_compacted([pid], 5)
+        await _check(store, sid, start)
