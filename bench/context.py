@@ -3,7 +3,9 @@
 Both sessions hold the same 1,000-message window (user turns and assistant steps with tool
 calls); session A also has 100,000 parts of older history behind a finished compaction.
 Timed in-process through the engine service on a real SQLite file (what the daemon's handlers
-call), interleaved A/B so machine noise hits both. Prints one line per figure and the ratios.
+call), interleaved A/B so machine noise hits both; a part is written to each session before
+every round, as a frontend does between two reads. "cold" drops the window cache first (the
+first read of a session, from SQLite). Prints one line per figure and the ratios.
 
     python bench/context.py [--history-parts 100000] [--window 1000] [--rounds 30]
 """
@@ -147,15 +149,33 @@ async def main() -> None:
         for _ in range(3):  # warm-up
             await engine.context(a.id, "parts")
             await engine.context(b.id, "parts")
-        for _ in range(args.rounds):
+
+        async def cold(sid: str) -> None:
+            store.cache.invalidate(sid)  # the first read of a session: SQLite, not memory
+            await engine.context(sid, "parts")
+
+        for i in range(args.rounds):
+            # A frontend writes between two context reads: one new part per round in each.
+            for sess in (a, b):
+                last = await anext(aiter(store.newest_first(sess.id, page=1)))
+                last_id = last[0].info.id
+                extra = TextPart(
+                    id=new_id("prt"),
+                    session_id=sess.id,
+                    message_id=last_id,
+                    text=f"streamed text {i}",
+                )
+                await store.put_part(extra, enc(extra))
             for fmt in ("parts", "openai"):
                 await timed(f"context[{fmt}] A", lambda f=fmt: engine.context(a.id, f))
                 await timed(f"context[{fmt}] B", lambda f=fmt: engine.context(b.id, f))
+            await timed("context[parts] cold A", lambda: cold(a.id))
+            await timed("context[parts] cold B", lambda: cold(b.id))
             await timed("prune A", lambda: engine.prune(a.id))
             await timed("prune B", lambda: engine.prune(b.id))
         ctx = await engine.context(a.id, "parts")
         print(f"window: {len(ctx.messages)} messages, {ctx.estimated_tokens} estimated tokens")
-        for op in ("context[parts]", "context[openai]", "prune"):
+        for op in ("context[parts]", "context[openai]", "context[parts] cold", "prune"):
             ra, rb = results[f"{op} A"], results[f"{op} B"]
             print(f"{op} with 100k-part history : p50 {ms(median(ra))}  p95 {ms(pct(ra, 95))}")
             print(f"{op} window only           : p50 {ms(median(rb))}  p95 {ms(pct(rb, 95))}")
