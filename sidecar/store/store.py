@@ -231,20 +231,22 @@ class Store:
                 (_TOUCH_SESSION, [(info.time.created, info.session_id)]),
             ],
             on_integrity=lambda _e: UnknownSession(info.session_id),
-            needs_counts=True,
         )
-        if counts[0]:  # 0: the id belongs to another session and nothing was written
+        if counts[0] > 0:  # 0: the id belongs to another session and nothing was written
             self.cache.message_written(info.session_id, Key(info.time.created, info.id), row[-1])
+        elif counts[0] < 0:  # merged with others and not all applied: which is unknown
+            self.cache.invalidate(info.session_id)
 
     async def put_part(self, part: Part, raw: bytes | str) -> None:
         row = part_row(part, raw)
         counts = await self._writer.submit(
             [(_UPSERT_PART, [row])],
             on_integrity=lambda _e: UnknownMessage(part.message_id),
-            needs_counts=True,
         )
-        if counts[0]:
+        if counts[0] > 0:
             self.cache.part_written(part.session_id, part.message_id, part.id, row[-1])
+        elif counts[0] < 0:
+            self.cache.invalidate(part.session_id)
 
     async def put_many(
         self,

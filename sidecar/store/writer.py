@@ -137,24 +137,37 @@ def _run_op(conn: sqlite3.Connection, op: Op) -> list[int]:
 
 
 def _run_grouped(conn: sqlite3.Connection, batch: list[Op]) -> None:
-    """Merge runs of identical SQL across ops into one executemany (the group-commit win)."""
+    """Merge runs of identical SQL across ops into one executemany (the group-commit win).
+
+    A merged run reports only its total; when that equals its row count every op's rows all
+    applied, otherwise the ops of that run get -1 (unknown). Ops that need exact counts
+    (``needs_counts``) run on their own.
+    """
     pending_sql: str | None = None
     pending_rows: list[Sequence[Any]] = []
+    owners: list[tuple[Op, int, int]] = []  # (op, statement index, rows it added)
+
+    def flush() -> None:
+        if pending_sql is None:
+            return
+        exact = conn.executemany(pending_sql, pending_rows).rowcount == len(pending_rows)
+        for op, index, rows in owners:
+            op.rowcounts[index] = rows if exact else -1
+
     for op in batch:
         if op.needs_counts:
-            if pending_sql is not None:
-                conn.executemany(pending_sql, pending_rows)
-                pending_sql, pending_rows = None, []
+            flush()
+            pending_sql, pending_rows, owners = None, [], []
             op.rowcounts = _run_op(conn, op)
             continue
-        for sql, rows in op.statements:
-            if sql != pending_sql and pending_sql is not None:
-                conn.executemany(pending_sql, pending_rows)
-                pending_rows = []
-            pending_sql = sql
+        op.rowcounts = [0] * len(op.statements)
+        for index, (sql, rows) in enumerate(op.statements):
+            if sql != pending_sql:
+                flush()
+                pending_sql, pending_rows, owners = sql, [], []
             pending_rows.extend(rows)
-    if pending_sql is not None:
-        conn.executemany(pending_sql, pending_rows)
+            owners.append((op, index, len(rows)))
+    flush()
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

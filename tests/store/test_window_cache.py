@@ -125,3 +125,20 @@ async def test_random_writes_never_make_the_cache_diverge(
         elif op == "compact":
             await store.mark_compacted([pid], 5)
         await _check(store, sid, start)
+
+
+async def test_a_merged_batch_with_a_no_op_row_still_leaves_the_cache_exact(
+    store: Store,
+) -> None:
+    import asyncio
+
+    for sid in ("s", "o"):
+        await store.put_session(Session(id=sid, title="", time=SessionTime(created=1, updated=1)))
+    owned = UserMessage(id="m0", session_id="o", time=MessageTime(created=1))
+    await store.put_message(owned, enc(owned))
+    await store.window("s")  # cached, empty
+    batch = [UserMessage(id=f"m{i}", session_id="s", time=MessageTime(created=i)) for i in range(5)]
+    # m0 belongs to session "o": its row is a no-op inside the merged executemany
+    await asyncio.gather(*(store.put_message(m, enc(m)) for m in batch))
+    await _check(store, "s")
+    assert [m.info.id for m in await store.window("s")] == ["m1", "m2", "m3", "m4"]
