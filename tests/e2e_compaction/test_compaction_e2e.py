@@ -234,3 +234,27 @@ async def test_header_secrets_are_not_echoed_by_config(start: Spawn) -> None:
     assert cfg["summarizer"]["headers"] == {"Authorization": "<redacted>"}
     assert secret not in str(await c.request("config/get", {}))
     assert secret not in c.stderr()
+
+
+async def test_unknown_model_is_reported_once_by_log_message(start: Spawn) -> None:
+    c = await start()
+    sid = (await c.create_session()).id
+    for _ in range(2):
+        user = await c.update_message({"role": "user", "sessionID": sid})
+        a = await c.update_message(
+            {
+                "role": "assistant",
+                "sessionID": sid,
+                "parentID": user["id"],
+                "providerID": "acme",
+                "modelID": "mystery-9",
+            }
+        )
+        a.update(finish="stop", tokens={**OVER, "input": 5_000_000})
+        await c.update_message(a)
+        await c.request("session/idle", {"sessionID": sid})
+    logs = c.notifications("window/logMessage")
+    assert len(logs) == 1 and "acme/mystery-9" in logs[0]["message"]
+    assert c.notifications("session/compacted") == []
+    overflow = await c.request("session/overflow", {"sessionID": sid})
+    assert overflow["known"] is False and overflow["overflow"] is False
