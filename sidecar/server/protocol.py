@@ -222,15 +222,45 @@ class SidecarProtocol(JsonRPCProtocol):
     def notify(self, method: str, params: Any | None = None) -> None:
         self._write(_Notification("2.0", method, self._plain(params)))
 
+    # -- the hot path, without pygls' generic wrappers ---------------------------------------
+
+    def _execute_handler(
+        self,
+        msg_id: Any,
+        handler: Any,
+        callback: Any,
+        args: tuple[Any, ...] | None = None,
+        kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        """Our handlers are known coroutines: skip pygls' per-call introspection."""
+        if getattr(handler, "sidecar_coroutine", False):
+            future = asyncio.ensure_future(handler(*(args or ())))
+            self._request_futures[msg_id] = future
+            future.add_done_callback(callback)
+            return
+        super()._execute_handler(msg_id, handler, callback, args, kwargs)
+
+    def _send_response(
+        self, msg_id: Any, result: Any | None = None, error: ResponseError | None = None
+    ) -> None:
+        if error is not None:
+            self._send_data(ResponseErrorMessage(id=msg_id, error=error))
+            return
+        self._result_types.pop(msg_id, None)
+        self._send_result(msg_id, result)
+
+    def _send_result(self, msg_id: Any, result: Any) -> None:
+        try:
+            body = self._encoder.encode(_Response("2.0", msg_id, self._plain(result)))
+        except (TypeError, ValueError, msgspec.EncodeError) as exc:
+            log.error("result of request %s could not be serialised: %s", msg_id, exc)
+            self.send_error(msg_id, INTERNAL_ERROR, f"result could not be serialised: {exc}")
+            return
+        self._write_bytes(body)
+
     def _send_data(self, data: Any) -> None:
         if isinstance(data, JsonRPCResponseMessage):
-            try:
-                body = self._encoder.encode(_Response("2.0", data.id, self._plain(data.result)))
-            except (TypeError, ValueError, msgspec.EncodeError) as exc:
-                log.error("result of request %s could not be serialised: %s", data.id, exc)
-                self.send_error(data.id, INTERNAL_ERROR, f"result could not be serialised: {exc}")
-                return
-            self._write_bytes(body)
+            self._send_result(data.id, data.result)
         elif isinstance(data, ResponseErrorMessage):
             err = data.error
             # Tracebacks are not sent: they are for the daemon's log, not for clients.

@@ -64,4 +64,5 @@ def bind(conn: Connection, r: Route) -> Callable[[Any], Awaitable[Any]]:
             raise JsonRpcInternalError(message) from None
 
     handler.__name__ = r.method.replace("/", "_")
+    handler.sidecar_coroutine = True  # type: ignore[attr-defined]  # see SidecarProtocol
     return handler
