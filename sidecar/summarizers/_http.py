@@ -168,3 +168,12 @@ class HttpSummarizer:
         return SummaryResult(
             text=text, tokens=tokens, provider_id=self.provider_id, model_id=self.model_id
         )
+
+
+def count(value: Any) -> int:
+    """A usage figure from a provider's JSON: a positive int, or 0."""
+    return value if isinstance(value, int) and value > 0 else 0
+
+
+def as_dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}

@@ -9,7 +9,7 @@ import httpx
 import msgspec
 
 from sidecar.model.tokens import CacheTokens, Tokens
-from sidecar.summarizers._http import HttpSummarizer, StreamState
+from sidecar.summarizers._http import HttpSummarizer, StreamState, count
 from sidecar.summarizers._retry import JSON_BODY_CAP, is_json_response, iter_sse, read_capped
 from sidecar.summarizers._text import redact, trim
 from sidecar.summarizers.base import (
@@ -27,10 +27,6 @@ _RETRYABLE_ERRORS = frozenset(
     {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
 )
 PLACEHOLDER_USER = "(The beginning of this conversation was compacted earlier.)"
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and value > 0 else 0
 
 
 def _blocks(content: Any) -> list[Any]:
@@ -163,10 +159,10 @@ class _Usage:
         if not isinstance(usage, dict):
             return
         self.seen = True
-        self.input = _int(usage.get("input_tokens"))
-        self.read = _int(usage.get("cache_read_input_tokens"))
-        self.write = _int(usage.get("cache_creation_input_tokens"))
-        self.output = _int(usage.get("output_tokens"))
+        self.input = count(usage.get("input_tokens"))
+        self.read = count(usage.get("cache_read_input_tokens"))
+        self.write = count(usage.get("cache_creation_input_tokens"))
+        self.output = count(usage.get("output_tokens"))
 
     def delta(self, usage: Any) -> None:
         """``message_delta`` usage is cumulative; newer API versions also restate input counts."""
@@ -174,13 +170,13 @@ class _Usage:
             return
         self.seen = True
         if "output_tokens" in usage:
-            self.output = _int(usage["output_tokens"])
+            self.output = count(usage["output_tokens"])
         if usage.get("input_tokens") is not None:
-            self.input = _int(usage["input_tokens"])
+            self.input = count(usage["input_tokens"])
         if usage.get("cache_read_input_tokens") is not None:
-            self.read = _int(usage["cache_read_input_tokens"])
+            self.read = count(usage["cache_read_input_tokens"])
         if usage.get("cache_creation_input_tokens") is not None:
-            self.write = _int(usage["cache_creation_input_tokens"])
+            self.write = count(usage["cache_creation_input_tokens"])
 
     def tokens(self) -> Tokens | None:
         if not self.seen:

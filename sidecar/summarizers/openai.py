@@ -10,7 +10,7 @@ import httpx
 import msgspec
 
 from sidecar.model.tokens import CacheTokens, Tokens
-from sidecar.summarizers._http import HttpSummarizer, StreamState
+from sidecar.summarizers._http import HttpSummarizer, StreamState, as_dict, count
 from sidecar.summarizers._retry import JSON_BODY_CAP, is_json_response, iter_sse, read_capped
 from sidecar.summarizers._text import redact, trim
 from sidecar.summarizers.base import (
@@ -31,23 +31,15 @@ _RETRYABLE_CODES = ("server_error", "rate_limit", "overloaded", "timeout", "unav
 def usage_tokens(usage: dict[str, Any]) -> Tokens:
     """OpenAI usage -> Tokens. ``prompt_tokens`` includes cached tokens, so they are moved out of
     ``input`` into ``cache.read`` (OpenCode #4416: otherwise they are counted twice)."""
-    prompt = _int(usage.get("prompt_tokens"))
-    cached = _int(_dict(usage.get("prompt_tokens_details")).get("cached_tokens"))
-    reasoning = _int(_dict(usage.get("completion_tokens_details")).get("reasoning_tokens"))
+    prompt = count(usage.get("prompt_tokens"))
+    cached = count(as_dict(usage.get("prompt_tokens_details")).get("cached_tokens"))
+    reasoning = count(as_dict(usage.get("completion_tokens_details")).get("reasoning_tokens"))
     return Tokens(
         input=max(0, prompt - cached),
-        output=_int(usage.get("completion_tokens")),
+        output=count(usage.get("completion_tokens")),
         reasoning=reasoning,
         cache=CacheTokens(read=cached),
     )
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and value > 0 else 0
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 class OpenAISummarizer(HttpSummarizer):
@@ -119,7 +111,7 @@ class OpenAISummarizer(HttpSummarizer):
             for choice in choices:
                 if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                     continue
-                content = _dict(choice.get("delta")).get("content")
+                content = as_dict(choice.get("delta")).get("content")
                 if isinstance(content, str):
                     state.add(content)
                 if choice.get("finish_reason"):
@@ -135,7 +127,7 @@ class OpenAISummarizer(HttpSummarizer):
         self._check_error(data)
         choices = data.get("choices")
         if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-            content = _dict(choices[0].get("message")).get("content")
+            content = as_dict(choices[0].get("message")).get("content")
             if isinstance(content, str):
                 state.add(content)
             if choices[0].get("finish_reason"):
