@@ -145,35 +145,47 @@ def _call(part: ToolPart) -> _Call:
     return _Call(cid, name, state.input, INTERRUPTED, True)  # pending/running: never finished
 
 
-def _turns(window: Sequence[WithParts]) -> list[_User | _Assistant]:
-    sent = [_sent(m) for m in window]
-    # Duplicate callIDs (OpenCode #40235): the last part with an id wins, earlier ones vanish.
+def _keeper(window: Sequence[WithParts], sent: Sequence[bool]) -> dict[str, ToolPart]:
+    """Duplicate callIDs (OpenCode #40235): the last part with an id wins, earlier ones vanish."""
     keeper: dict[str, ToolPart] = {}
     for msg, ok in zip(window, sent, strict=True):
         if ok and isinstance(msg.info, AssistantMessage):
             for part in msg.parts:
                 if isinstance(part, ToolPart):
                     keeper[_call_id(part)] = part
+    return keeper
+
+
+def _message_turns(
+    msg: WithParts, ok: bool, keeper: Mapping[str, ToolPart]
+) -> list[_User | _Assistant]:
     out: list[_User | _Assistant] = []
-    for msg, ok in zip(window, sent, strict=True):
-        if isinstance(msg.info, UserMessage):
-            items = _user_items(msg.parts)
-            if items:
-                out.append(_User(items))
-        elif ok:
-            segment = _Assistant()
-            for part in msg.parts:
-                if isinstance(part, StepStartPart):
-                    if segment.texts or segment.calls:
-                        out.append(segment)
-                    segment = _Assistant()
-                elif isinstance(part, TextPart) and _has_text(part):
-                    segment.texts.append(part.text)
-                elif isinstance(part, ToolPart) and keeper.get(_call_id(part)) is part:
-                    segment.calls.append(_call(part))
-            if segment.texts or segment.calls:
-                out.append(segment)
+    if isinstance(msg.info, UserMessage):
+        items = _user_items(msg.parts)
+        if items:
+            out.append(_User(items))
+    elif ok:
+        segment = _Assistant()
+        for part in msg.parts:
+            if isinstance(part, StepStartPart):
+                if segment.texts or segment.calls:
+                    out.append(segment)
+                segment = _Assistant()
+            elif isinstance(part, TextPart) and _has_text(part):
+                segment.texts.append(part.text)
+            elif isinstance(part, ToolPart) and keeper.get(_call_id(part)) is part:
+                segment.calls.append(_call(part))
+        if segment.texts or segment.calls:
+            out.append(segment)
     return out
+
+
+def _turns(window: Sequence[WithParts]) -> list[_User | _Assistant]:
+    sent = [_sent(m) for m in window]
+    keeper = _keeper(window, sent)
+    return [
+        t for msg, ok in zip(window, sent, strict=True) for t in _message_turns(msg, ok, keeper)
+    ]
 
 
 def _user_items(parts: Sequence[Part]) -> list[str | FilePart]:
@@ -236,38 +248,67 @@ def _openai_content(items: Sequence[str | FilePart], strip_media: bool) -> str |
     return pieces
 
 
+_MEMO_LIMIT = 50_000
+_openai_memo: dict[tuple[int, tuple[int, ...]], tuple[WithParts, list[dict[str, Any]]]] = {}
+
+
 def to_openai(window: Sequence[WithParts], *, strip_media: bool = False) -> list[dict[str, Any]]:
     """Chat-completions ``messages``: each step is an assistant message with its ``tool_calls``,
     then one ``tool`` message per call; reasoning is not sent (the format has no slot for it).
 
     User content is a string when it is all text, an array only when it carries an image;
     assistant content is the step's text, or null when the step only calls tools.
+
+    A message's rendering is remembered while its (shared, unchanging) Structs are the same
+    objects and none of its calls lost to a duplicate id, so a window rendered every turn costs
+    only its new messages. The returned dicts may be shared: do not mutate them.
     """
+    sent = [_sent(m) for m in window]
+    keeper = _keeper(window, sent)
     out: list[dict[str, Any]] = []
-    for turn in _turns(window):
-        if isinstance(turn, _User):
-            out.append({"role": "user", "content": _openai_content(turn.items, strip_media)})
-            continue
-        msg: dict[str, Any] = {"role": "assistant", "content": "\n".join(turn.texts) or None}
-        if turn.calls:
-            msg["tool_calls"] = [
-                {
-                    "id": c.id,
-                    "type": "function",
-                    "function": {
-                        "name": c.name,
-                        "arguments": msgspec.json.encode(c.input).decode(),
-                    },
-                }
-                for c in turn.calls
-            ]
-        out.append(msg)
-        out.extend({"role": "tool", "tool_call_id": c.id, "content": c.result} for c in turn.calls)
-        media = [a for c in turn.calls for a in c.attachments]
-        if media:  # tool messages are text-only: media follows as a user message
-            out.append(
-                {"role": "user", "content": _openai_content([TOOL_MEDIA_TEXT, *media], strip_media)}
-            )
+    for msg, ok in zip(window, sent, strict=True):
+        memo = not strip_media and all(
+            keeper.get(_call_id(p)) is p for p in msg.parts if isinstance(p, ToolPart)
+        )
+        key = (id(msg.info), tuple(map(id, msg.parts)))
+        if memo:
+            hit = _openai_memo.get(key)
+            if hit is not None and hit[0].info is msg.info:  # ids in the key: the same parts
+                out.extend(hit[1])
+                continue
+        rendered: list[dict[str, Any]] = []
+        for turn in _message_turns(msg, ok, keeper):
+            rendered.extend(_openai_turn(turn, strip_media))
+        if memo:
+            if len(_openai_memo) >= _MEMO_LIMIT:
+                _openai_memo.clear()
+            # The entry holds the objects, so their ids cannot be reused while it exists.
+            _openai_memo[key] = (WithParts(info=msg.info, parts=list(msg.parts)), rendered)
+        out.extend(rendered)
+    return out
+
+
+def _openai_turn(turn: _User | _Assistant, strip_media: bool) -> list[dict[str, Any]]:
+    """One neutral turn as chat-completions messages."""
+    if isinstance(turn, _User):
+        return [{"role": "user", "content": _openai_content(turn.items, strip_media)}]
+    msg: dict[str, Any] = {"role": "assistant", "content": "\n".join(turn.texts) or None}
+    if turn.calls:
+        msg["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": msgspec.json.encode(c.input).decode()},
+            }
+            for c in turn.calls
+        ]
+    out = [msg]
+    out.extend({"role": "tool", "tool_call_id": c.id, "content": c.result} for c in turn.calls)
+    media = [a for c in turn.calls for a in c.attachments]
+    if media:  # tool messages are text-only: media follows as a user message
+        out.append(
+            {"role": "user", "content": _openai_content([TOOL_MEDIA_TEXT, *media], strip_media)}
+        )
     return out
 
 

@@ -570,3 +570,21 @@ def test_random_windows_exercise_duplicates_and_skips() -> None:
     assert dups > 100
     assert skipped > 50
     assert calls > 300
+
+
+def test_openai_memo_follows_changed_parts_and_later_duplicates() -> None:
+    s = Session()
+    s.user("go")
+    first = s.assistant(tool("bash", "v1", call="dup"))
+    out1 = to_openai(s.messages)
+    assert out1 == to_openai(s.messages)  # served from the memo, same content
+    # a changed part is a new object: the message renders anew
+    changed = msgspec.structs.replace(
+        first.parts[0], state=msgspec.structs.replace(first.parts[0].state, output="v2")
+    )
+    window = [s.messages[0], WithParts(info=first.info, parts=[changed])]
+    assert [m.get("content") for m in to_openai(window) if m["role"] == "tool"] == ["v2"]
+    # a later part with the same call id makes the first one vanish, memo or not
+    s.assistant(tool("bash", "v3", call="dup"))
+    results = [m["content"] for m in to_openai(s.messages) if m["role"] == "tool"]
+    assert results == ["v3"]
