@@ -68,6 +68,10 @@ def _clear(part: Part) -> Part:
     return part
 
 
+_MEMO_LIMIT = 50_000
+_parts_memo: dict[tuple[int, tuple[int, ...]], tuple[WithParts, dict[str, Any]]] = {}
+
+
 def to_parts(
     window: Sequence[WithParts], raws: Mapping[str, str] | None = None
 ) -> list[dict[str, Any]]:
@@ -75,7 +79,8 @@ def to_parts(
     dropped: for frontends that do their own provider conversion, as OpenCode does.
 
     With ``raws`` (stored JSON by id, from the store) unchanged messages and parts are passed
-    through as stored — unknown fields included, and without re-encoding them.
+    through as stored — unknown fields included, and without re-encoding them — and each
+    message's entry is remembered while its Structs are the same objects (see ``to_openai``).
     """
 
     def info(m: WithParts) -> Any:
@@ -87,7 +92,21 @@ def to_parts(
         raw = raws.get(p.id) if raws is not None and cleared is p else None
         return msgspec.Raw(raw.encode()) if raw is not None else msgspec.to_builtins(cleared)
 
-    return [{"info": info(m), "parts": [part(p) for p in m.parts]} for m in window]
+    out: list[dict[str, Any]] = []
+    for m in window:
+        key = (id(m.info), tuple(map(id, m.parts)))
+        if raws is not None:  # objects from the store: the same objects, the same JSON
+            hit = _parts_memo.get(key)
+            if hit is not None and hit[0].info is m.info:
+                out.append(hit[1])
+                continue
+        entry = {"info": info(m), "parts": [part(p) for p in m.parts]}
+        if raws is not None:
+            if len(_parts_memo) >= _MEMO_LIMIT:
+                _parts_memo.clear()
+            _parts_memo[key] = (WithParts(info=m.info, parts=list(m.parts)), entry)
+        out.append(entry)
+    return out
 
 
 # -- neutral form ------------------------------------------------------------------------------
@@ -248,7 +267,6 @@ def _openai_content(items: Sequence[str | FilePart], strip_media: bool) -> str |
     return pieces
 
 
-_MEMO_LIMIT = 50_000
 _openai_memo: dict[tuple[int, tuple[int, ...]], tuple[WithParts, list[dict[str, Any]]]] = {}
 
 
