@@ -20,6 +20,7 @@ from typing import Any
 from sidecar_client import Client, spawn
 
 from sidecar.engine.tokens import estimate
+from sidecar.model.ids import now_ms
 from sidecar.replay.transcript import TMessage, TPart, Transcript
 
 Echo = Callable[[str], None]
@@ -142,15 +143,13 @@ async def _drive(
     bar = _Bar(len(t.messages))
     seen = {"session/compacted": 0, "session/pruned": 0, "session/status": 0}
     last_user = ""
-    clock = 1_000_000
     for turn, m in enumerate(t.messages, start=1):
-        clock += 1_000
         bar.show(turn, f"{len(report.compactions)} compactions")
         if m.role == "user":
             info = await client.update_message({"role": "user", "sessionID": sid, "model": ref})
             last_user = info["id"]
             for p in m.parts:
-                await client.update_part(_part(p, sid, last_user, clock))
+                await client.update_part(_part(p, sid, last_user, now_ms()))
             continue
         ctx = await client.context(sid)
         prompt = ctx.estimated_tokens
@@ -166,7 +165,7 @@ async def _drive(
         }
         info = await client.update_message(msg)
         for p in m.parts:
-            await client.update_part(_part(p, sid, info["id"], clock))
+            await client.update_part(_part(p, sid, info["id"], now_ms()))
         nxt = t.messages[turn] if turn < len(t.messages) else None
         has_tools = any(p.type == "tool" for p in m.parts)
         finish = (

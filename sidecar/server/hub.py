@@ -29,12 +29,11 @@ class Hub:
             self.unsubscribe(conn, sid)
 
     def subscribers(self, session_id: str) -> set[Connection]:
-        return self._by_session.get(session_id, set()) | self._by_session.get(ALL, set())
+        """A copy: callers may iterate while connections come and go."""
+        subs = self._by_session.get(session_id, set())
+        everyone = self._by_session.get(ALL)
+        return subs | everyone if everyone else set(subs)  # union only when "*" is watched
 
     def publish(self, session_id: str, method: str, params: Any) -> None:
-        subs = self._by_session.get(session_id)
-        everyone = self._by_session.get(ALL)
-        if everyone:  # rare: union only when someone watches all sessions
-            subs = (subs or set()) | everyone
-        for conn in list(subs or ()):
+        for conn in self.subscribers(session_id):
             conn.notify(method, params)

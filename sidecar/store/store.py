@@ -432,6 +432,15 @@ class Store:
             )
         return window
 
+    async def _parts_between(self, session_id: str, first: Key, last: Key) -> Any:
+        """``(message id, JSON)`` of the parts of messages ``first <= key <= last``."""
+        return await self._reader.execute_fetchall(
+            "SELECT p.message_id, p.data FROM messages m JOIN parts p ON p.message_id = m.id "
+            "WHERE m.session_id = ? AND (m.created, m.id) >= (?, ?) "
+            "AND (m.created, m.id) <= (?, ?) ORDER BY p.message_id, p.id",
+            [session_id, first.created, first.id, last.created, last.id],
+        )
+
     async def newest_first(
         self, session_id: str, end: Key | None = None, page: int = PAGE
     ) -> AsyncIterator[list[WithParts]]:
@@ -454,12 +463,7 @@ class Store:
                 return
             oldest = Key(msgs[-1][2], msgs[-1][0])
             newest = Key(msgs[0][2], msgs[0][0])
-            parts = await self._reader.execute_fetchall(
-                "SELECT p.message_id, p.data FROM messages m JOIN parts p ON p.message_id = m.id "
-                "WHERE m.session_id = ? AND (m.created, m.id) >= (?, ?) "
-                "AND (m.created, m.id) <= (?, ?) ORDER BY p.message_id, p.id",
-                [session_id, oldest.created, oldest.id, newest.created, newest.id],
-            )
+            parts = await self._parts_between(session_id, oldest, newest)
             yield _assemble([(r[0], r[1]) for r in msgs], parts)
             if len(msgs) < page:
                 return
@@ -487,12 +491,7 @@ class Store:
         if not rows:
             return [], None
         first, last = Key(rows[0][2], rows[0][0]), Key(rows[-1][2], rows[-1][0])
-        parts = await self._reader.execute_fetchall(
-            "SELECT p.message_id, p.data FROM messages m JOIN parts p ON p.message_id = m.id "
-            "WHERE m.session_id = ? AND (m.created, m.id) >= (?, ?) "
-            "AND (m.created, m.id) <= (?, ?) ORDER BY p.message_id, p.id",
-            [session_id, first.created, first.id, last.created, last.id],
-        )
+        parts = await self._parts_between(session_id, first, last)
         by_message: dict[str, list[msgspec.Raw]] = {}
         for mid, data in parts:
             by_message.setdefault(mid, []).append(msgspec.Raw(data.encode()))
