@@ -10,7 +10,7 @@ No compaction logic lives here: the store answers range queries the engine asks.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -121,10 +121,15 @@ class Store:
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         # Not autocommit: the writer's transactions begin implicitly at their first write.
-        wdb = await aiosqlite.connect(path, isolation_level="DEFERRED")
+        # Shared across threads: ``Writer`` commits small batches on the loop's thread and
+        # the rest (and checkpoints, which it runs itself) on aiosqlite's, never both at once.
+        wdb = await aiosqlite.connect(
+            path, isolation_level="DEFERRED", check_same_thread=False
+        )
         for pragma in (
             "journal_mode=WAL",
             f"synchronous={synchronous}",
+            "wal_autocheckpoint=0",
             "busy_timeout=5000",
             "foreign_keys=ON",
             "temp_store=MEMORY",
@@ -134,7 +139,8 @@ class Store:
         rdb = await aiosqlite.connect(path, isolation_level=None)
         await rdb.execute("PRAGMA busy_timeout=5000")
         await rdb.execute("PRAGMA query_only=ON")
-        writer = Writer(wdb)
+        # Only without a per-commit fsync is a commit cheap enough to run on the loop.
+        writer = Writer(wdb, inline=synchronous.upper() in ("OFF", "NORMAL"))
         writer.start()
         store = cls(path, rdb, writer)
         store._writer_db = wdb
@@ -149,6 +155,10 @@ class Store:
     @property
     def commits(self) -> int:
         return self._writer.commits
+
+    def set_may_join(self, probe: Callable[[], bool]) -> None:
+        """Tell the writer whether another write could still join one submitted now."""
+        self._writer.may_join = probe
 
     # -- sessions ------------------------------------------------------------------------------
 

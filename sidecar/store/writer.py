@@ -1,33 +1,54 @@
 """The single writer: group commit over one aiosqlite connection.
 
-Every write is a list of statements (an *op*). The writer task drains whatever ops are queued,
-runs them in one transaction (consecutive statements with the same SQL become
-one ``executemany``), and only then resolves each op's future: a caller is answered after its
-write is durable, and N concurrent writers pay for one commit. If the batch fails (a foreign
-key names an unknown session, say), it is rolled back and replayed op by op so that only the
-offending op fails.
+Every write is a list of statements (an *op*). Ops submitted while the writer is busy, or in
+the same loop iteration, are committed together in one transaction (consecutive statements
+with the same SQL become one ``executemany``), and only then is each op's caller resumed: a
+caller is answered after its write is durable, and N concurrent writers pay for one commit. If
+the batch fails (a foreign key names an unknown session, say), it is rolled back and replayed
+op by op so that only the offending op fails.
+
+Where a batch commits is a latency trade. With ``synchronous=NORMAL`` a WAL commit is a few
+``write()`` calls into the page cache (~40 us here), about what aiosqlite's thread hop costs
+on its own (plus two wake-ups and GIL hand-overs); so a batch of modest size commits inline on
+the event loop, and a large one (a fork, a compaction marking hundreds of parts) on aiosqlite's
+thread, so the loop never stalls for long. An op that nothing could join (the writer idle,
+nothing queued, no request waiting for its first step: ``may_join`` says so) commits at once in
+its caller's step, saving the two loop iterations of the queue. The one slow thing SQLite does
+on commit, a checkpoint (it fsyncs), is switched off on the connection and run here on
+aiosqlite's thread instead. With ``synchronous=FULL`` every commit fsyncs and none is inline.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiosqlite
 
+log = logging.getLogger("sidecar.store")
+
 Statement = tuple[str, Sequence[Sequence[Any]]]
 
 MAX_BATCH_OPS = 1024
+# A batch commits inline when it has at most this many rows and this much payload (a few ms of
+# SQLite work at most); larger ones go to aiosqlite's thread.
+INLINE_MAX_ROWS = 256
+INLINE_MAX_BYTES = 1 << 20
+# A PASSIVE checkpoint runs once about this many WAL pages may have been written: SQLite's own
+# auto-checkpoint threshold. Estimated as one page per row plus one per 4 KiB of payload.
+CHECKPOINT_PAGES = 1000
+_CHECKPOINT = "PRAGMA wal_checkpoint(PASSIVE)"
 
 
 @dataclass(slots=True)
 class Op:
     statements: list[Statement]
-    future: asyncio.Future[None]
+    future: asyncio.Future[None] | None = None
     # Turns an IntegrityError of this op into the error its caller should see.
     on_integrity: Callable[[sqlite3.IntegrityError], Exception] | None = None
     needs_counts: bool = False
@@ -35,20 +56,39 @@ class Op:
 
 
 class Writer:
-    def __init__(self, db: aiosqlite.Connection) -> None:
+    """Owns the writer connection; ``inline`` lets batches commit on the event loop.
+
+    The connection must have been opened with ``check_same_thread=False`` for ``inline``, and
+    with ``wal_autocheckpoint=0`` (``Store.open`` does both): this writer is its only user and
+    never runs two things on it at once (``_busy`` covers the off-loop work).
+    """
+
+    def __init__(self, db: aiosqlite.Connection, *, inline: bool = False) -> None:
         self._db = db
-        self._queue: asyncio.Queue[Op | None] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
+        self._inline = inline
+        self._pending: list[Op] = []
+        self._busy = False  # a batch or a checkpoint is running on aiosqlite's thread
+        self._scheduled = False  # a drain is queued with call_soon
+        self._open = False
+        self._quiet = asyncio.Event()  # nothing pending, nothing running
+        self._quiet.set()
+        self._job: asyncio.Future[None] | None = None  # the off-loop work behind ``_busy``
+        self._wal_pages = 0  # estimated pages written since the last checkpoint
+        # Could another op join one submitted now? The server answers this (requests still
+        # waiting for their first step); by default always "yes", which only costs latency.
+        self.may_join: Callable[[], bool] = lambda: True
         self.commits = 0  # observable for tests and benchmarks: batches committed
+        self.inline_commits = 0  # of which committed on the event loop
+        self.solo_commits = 0  # of which committed at once in the caller's own step
+        self.checkpoints = 0
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="sidecar-store-writer")
+        self._open = True
 
     async def stop(self) -> None:
-        if self._task is not None:
-            await self._queue.put(None)
-            await self._task
-            self._task = None
+        """Refuse new ops, then wait for every queued one to commit."""
+        self._open = False
+        await self._quiet.wait()
 
     async def submit(
         self,
@@ -56,56 +96,141 @@ class Writer:
         on_integrity: Callable[[sqlite3.IntegrityError], Exception] | None = None,
         needs_counts: bool = False,
     ) -> list[int]:
-        """Queue one atomic op and wait until it is committed.
+        """Commit one atomic op; returns once it is durable.
 
         With ``needs_counts`` the op is not merged with others, so the rows changed by each of
         its statements can be returned.
         """
-        if self._task is None:
+        if not self._open:
             raise RuntimeError("store is closed")
-        loop = asyncio.get_running_loop()
-        op = Op(statements, loop.create_future(), on_integrity, needs_counts)
-        self._queue.put_nowait(op)
+        op = Op(statements, None, on_integrity, needs_counts)
+        if self._inline and not self._busy and not self._pending and not self.may_join():
+            size = _size([op])
+            if _fits_inline(*size):
+                outcome = self._commit_inline([op], *size)[0]
+                self.solo_commits += 1
+                self._after()
+                if outcome is not None:
+                    raise outcome
+                return op.rowcounts
+        op.future = asyncio.get_running_loop().create_future()
+        self._pending.append(op)
+        self._quiet.clear()
+        self._schedule()
         # Not shielded: a cancelled caller stops waiting, but its queued op still commits.
         await op.future
         return op.rowcounts
 
-    async def _run(self) -> None:
-        stopping = False
-        while not stopping:
-            first = await self._queue.get()
-            if first is None:
-                break
-            batch = [first]
-            while len(batch) < MAX_BATCH_OPS:
-                try:
-                    nxt = self._queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
-                if nxt is None:
-                    stopping = True
-                    break
-                batch.append(nxt)
-            await self._commit(batch)
+    # -- internals -----------------------------------------------------------------------------
 
-    async def _commit(self, batch: list[Op]) -> None:
-        # The whole group commit runs as one function on aiosqlite's own thread: one thread
-        # hop per batch instead of one per statement (each hop costs 40-50 us here, more than
-        # the SQLite work of a typical batch). ``_execute`` is aiosqlite's queue-a-callable
-        # primitive behind every public method; the store tests exercise this path.
+    def _schedule(self) -> None:
+        if not self._busy and not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        if self._busy or not self._pending:
+            self._after()
+            return
+        batch = self._pending[:MAX_BATCH_OPS]
+        del self._pending[:MAX_BATCH_OPS]
+        rows, payload = _size(batch)
+        if self._inline and _fits_inline(rows, payload):
+            for op, outcome in zip(batch, self._commit_inline(batch, rows, payload), strict=True):
+                _resolve(op, outcome)
+            self._after()
+        else:
+            self._start_job(self._commit_off_loop(batch, rows + payload // 4096))
+
+    def _start_job(self, job: Coroutine[Any, Any, None]) -> None:
+        """Run ``job`` (it uses aiosqlite's thread); the writer is busy until it ends."""
+        self._busy = True
+        self._job = asyncio.ensure_future(job)
+
+    def _commit_inline(
+        self, batch: list[Op], rows: int, payload: int
+    ) -> list[BaseException | None]:
+        try:
+            outcomes, commits = _apply(self._db._conn, batch)
+        except Exception as exc:  # not an SQLite error: a bug; fail the batch, keep serving
+            log.exception("writer batch failed")
+            _rollback(self._db._conn)
+            return [exc] * len(batch)
+        self.commits += commits
+        self.inline_commits += commits
+        self._wal_pages += rows + payload // 4096
+        return outcomes
+
+    async def _commit_off_loop(self, batch: list[Op], pages: int) -> None:
+        # The whole group commit runs as one function on aiosqlite's own thread: one hop per
+        # batch. ``_execute`` is aiosqlite's queue-a-callable primitive behind its public API.
         try:
             outcomes, commits = await self._db._execute(_apply, self._db._conn, batch)
-        except BaseException as exc:
-            for op in batch:
-                _resolve(op, exc)
-            raise
+        except BaseException as exc:  # cancelled, or a bug: fail the batch, keep serving
+            if not isinstance(exc, asyncio.CancelledError):
+                log.exception("writer batch failed")
+            outcomes, commits = [exc] * len(batch), 0
         self.commits += commits
+        self._wal_pages += pages
         for op, outcome in zip(batch, outcomes, strict=True):
             _resolve(op, outcome)
+        self._busy = False
+        self._after()
+
+    async def _checkpoint(self) -> None:
+        """Copy committed WAL pages into the database file, on aiosqlite's thread.
+
+        PASSIVE never waits for readers; pages a reader still needs are copied next time.
+        """
+        self._wal_pages = 0
+        try:
+            await self._db._execute(_checkpoint, self._db._conn)
+            self.checkpoints += 1
+        except sqlite3.Error as exc:  # pragma: no cover - retried after later writes
+            log.warning("WAL checkpoint failed: %s", exc)
+        finally:
+            self._busy = False
+            self._after()
+
+    def _after(self) -> None:
+        """After a commit: checkpoint if due, drain what queued meanwhile, or go quiet."""
+        if self._busy:
+            return
+        if self._wal_pages >= CHECKPOINT_PAGES:
+            self._start_job(self._checkpoint())
+        elif self._pending:
+            self._schedule()
+        elif not self._scheduled:
+            self._quiet.set()
+
+
+def _fits_inline(rows: int, payload: int) -> bool:
+    return rows <= INLINE_MAX_ROWS and payload <= INLINE_MAX_BYTES
+
+
+def _size(batch: list[Op]) -> tuple[int, int]:
+    """Rows and payload bytes (each row's last column, the JSON document) of a batch."""
+    rows = payload = 0
+    for op in batch:
+        for _sql, stmt_rows in op.statements:
+            rows += len(stmt_rows)
+            for row in stmt_rows:
+                last = row[-1] if row else None
+                if isinstance(last, str | bytes):
+                    payload += len(last)
+    return rows, payload
+
+
+def _checkpoint(conn: sqlite3.Connection) -> None:
+    conn.execute(_CHECKPOINT).fetchall()
 
 
 def _apply(conn: sqlite3.Connection, batch: list[Op]) -> tuple[list[BaseException | None], int]:
-    """Commit ``batch`` in one transaction; if that fails, each op alone (aiosqlite thread)."""
+    """Commit ``batch`` in one transaction; if that fails, each op alone.
+
+    Runs on whichever thread the writer chose; it touches nothing but ``conn`` and the ops.
+    """
     try:
         if len(batch) == 1:
             batch[0].rowcounts = _run_op(conn, batch[0])
@@ -176,12 +301,13 @@ def _rollback(conn: sqlite3.Connection) -> None:
 
 
 def _resolve(op: Op, exc: BaseException | None = None) -> None:
-    """Settle an op's future unless its caller already gave up waiting."""
-    if op.future.done():
+    """Settle a queued op's future unless its caller already gave up waiting."""
+    fut = op.future
+    if fut is None or fut.done():
         return
     if isinstance(exc, asyncio.CancelledError):
-        op.future.cancel()
+        fut.cancel()
     elif exc is None:
-        op.future.set_result(None)
+        fut.set_result(None)
     else:
-        op.future.set_exception(exc)
+        fut.set_exception(exc)

@@ -1,0 +1,172 @@
+"""Where the writer commits: inline, at once in the caller's step, or on aiosqlite's thread.
+
+Each path is checked for what it promises (durable before the caller resumes, errors mapped the
+same, checkpoints off the writer connection's auto-checkpoint), against a real SQLite file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import msgspec
+
+from sidecar.errors import UnknownMessage
+from sidecar.model.messages import MessageTime, UserMessage
+from sidecar.model.parts import TextPart
+from sidecar.model.session import Session, SessionTime
+from sidecar.store import Store
+from sidecar.store import writer as writer_mod
+
+enc = msgspec.json.encode
+
+
+async def _seed(store: Store) -> None:
+    await store.put_session(Session(id="ses_1", title="t", time=SessionTime(created=1, updated=1)))
+    m = UserMessage(id="msg_1", session_id="ses_1", time=MessageTime(created=1))
+    await store.put_message(m, enc(m))
+
+
+async def _text(store: Store, pid: str, text: str = "x", mid: str = "msg_1") -> None:
+    p = TextPart(id=pid, session_id="ses_1", message_id=mid, text=text)
+    await store.put_part(p, enc(p))
+
+
+def _count_parts(path: Path) -> int:
+    with sqlite3.connect(path) as db:
+        return int(db.execute("SELECT count(*) FROM parts").fetchone()[0])
+
+
+async def test_a_write_nothing_could_join_commits_before_the_caller_yields(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "s.db")
+    try:
+        await _seed(store)
+        store.set_may_join(lambda: False)
+        w = store._writer
+        solo = w.solo_commits
+        ran: list[int] = []
+        asyncio.get_running_loop().call_soon(ran.append, 1)
+        await _text(store, "prt_1")
+        assert ran == []  # the write never gave the loop a turn
+        assert w.solo_commits == solo + 1
+        assert _count_parts(tmp_path / "s.db") == 1  # committed: another connection sees it
+    finally:
+        await store.close()
+
+
+async def test_a_solo_write_fails_like_a_queued_one_and_the_writer_goes_on(
+    tmp_path: Path,
+) -> None:
+    store = await Store.open(tmp_path / "s.db")
+    try:
+        await _seed(store)
+        store.set_may_join(lambda: False)
+        try:
+            await _text(store, "prt_bad", mid="msg_missing")
+        except UnknownMessage as exc:
+            assert "msg_missing" in str(exc)
+        else:  # pragma: no cover - the assertion below reports it
+            raise AssertionError("a part of an unknown message was stored")
+        await _text(store, "prt_ok")
+        assert _count_parts(tmp_path / "s.db") == 1
+    finally:
+        await store.close()
+
+
+async def test_while_others_may_join_writes_queue_and_group(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "s.db")
+    try:
+        await _seed(store)
+        w = store._writer
+        store.set_may_join(lambda: True)
+        solo, commits = w.solo_commits, w.commits
+        await asyncio.gather(*[_text(store, f"prt_{i:03}") for i in range(50)])
+        assert w.solo_commits == solo
+        assert w.commits - commits == 1  # all fifty in one inline group commit
+    finally:
+        await store.close()
+
+
+async def test_large_batches_commit_on_aiosqlites_thread(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "s.db")
+    try:
+        await _seed(store)
+        w = store._writer
+        commits, inline = w.commits, w.inline_commits
+        n = writer_mod.INLINE_MAX_ROWS + 50
+        await asyncio.gather(*[_text(store, f"prt_{i:04}") for i in range(n)])
+        assert w.commits - commits == 1 and w.inline_commits == inline
+        assert _count_parts(tmp_path / "s.db") == n
+        # A large payload alone also goes off the loop.
+        await _text(store, "prt_big", "y" * (writer_mod.INLINE_MAX_BYTES + 1))
+        assert w.commits - commits == 2 and w.inline_commits == inline
+    finally:
+        await store.close()
+
+
+async def test_full_durability_never_commits_on_the_loop(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "s.db", synchronous="FULL")
+    try:
+        await _seed(store)
+        store.set_may_join(lambda: False)
+        await asyncio.gather(*[_text(store, f"prt_{i}") for i in range(5)])
+        await _text(store, "prt_last")
+        w = store._writer
+        assert w.inline_commits == 0 and w.solo_commits == 0 and w.commits >= 3
+    finally:
+        await store.close()
+
+
+async def test_checkpoints_run_from_the_writer_not_sqlite_auto_checkpoint(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.db"
+    store = await Store.open(path)
+    try:
+        assert store._writer_db is not None
+        rows = await store._writer_db.execute_fetchall("PRAGMA wal_autocheckpoint")
+        assert list(rows) == [(0,)]
+        await _seed(store)
+        w = store._writer
+        assert w.checkpoints == 0
+        # 13 batches of 100 parts of 3 KB: about 175 estimated pages each.
+        text = "z" * 3000
+        for start in range(0, 1300, 100):
+            batch = range(start, start + 100)
+            await asyncio.gather(*[_text(store, f"prt_{i:05}", text) for i in batch])
+        assert w.checkpoints >= 1
+        # A checkpoint copied WAL pages into the main file: a reader that ignores the WAL
+        # (immutable) already sees the parts of the first batches.
+        uri = f"file:{path}?immutable=1"
+        with sqlite3.connect(uri, uri=True) as db:
+            assert db.execute("SELECT count(*) FROM parts").fetchone()[0] >= 500
+    finally:
+        await store.close()
+    assert _count_parts(path) == 1300
+
+
+async def test_close_waits_for_queued_writes(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "s.db")
+    await _seed(store)
+    n = writer_mod.INLINE_MAX_ROWS * 2  # one batch off the loop, queued ops behind it
+    tasks = [asyncio.ensure_future(_text(store, f"prt_{i:04}")) for i in range(n)]
+    await asyncio.sleep(0)  # every task has queued its op
+    await store.close()
+    assert all(t.done() and t.exception() is None for t in tasks)
+    assert _count_parts(tmp_path / "s.db") == n
+
+
+async def test_a_cancelled_caller_still_gets_its_write_committed(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "s.db")
+    try:
+        await _seed(store)
+        store.set_may_join(lambda: True)
+        task = asyncio.ensure_future(_text(store, "prt_1"))
+        await asyncio.sleep(0)  # queued
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await _text(store, "prt_2")  # behind it in the queue: once it is done, so is prt_1
+        assert _count_parts(tmp_path / "s.db") == 2
+    finally:
+        await store.close()
