@@ -12,6 +12,7 @@ from lsprotocol.types import LogMessageParams, MessageType
 from sidecar.model import config as cfgmod
 from sidecar.model.config import Config
 from sidecar.server.hub import Hub
+from sidecar.server.protocol import Starting
 from sidecar.store import Store
 
 if TYPE_CHECKING:
@@ -65,6 +66,10 @@ class App:
         self.config = config
         self.hub = Hub()
         self.connections: set[Connection] = set()
+        # Requests of every connection still waiting for their first step: while there are
+        # any, a write may be joined by theirs, so the store queues it for a group commit.
+        self.starting = Starting()
+        store.set_may_join(lambda: self.starting.count > 0)
         from sidecar.server.engine_host import EngineHost
 
         self.engine = EngineHost(self)

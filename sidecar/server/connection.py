@@ -43,6 +43,7 @@ class Connection:
         self.server = JsonRPCServer(protocol_cls=SidecarProtocol, converter_factory=_converter)
         self.protocol: SidecarProtocol = self.server.protocol  # type: ignore[assignment]
         self.protocol.on_exit = self._on_exit
+        self.protocol.starting = app.starting
         self.capabilities = ClientCapabilities()
         self.closed = asyncio.Event()
         self.exit_requested = False

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import attrs
 import msgspec
 from lsprotocol.types import ResponseError, ResponseErrorMessage
 from msgspec import UNSET, UnsetType
+from pygls.exceptions import JsonRpcException
 from pygls.protocol import JsonRPCProtocol
 from pygls.protocol.json_rpc import (
     JsonRPCNotification,
@@ -42,6 +44,7 @@ INVALID_REQUEST = -32600
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 SERVER_NOT_INITIALIZED = -32002
+REQUEST_CANCELLED = -32800
 
 # Methods allowed before ``initialize`` has been answered.
 _PRE_INIT = frozenset({"initialize", "exit", "$/cancelRequest"})
@@ -93,6 +96,19 @@ _cancel_decoder = msgspec.json.Decoder(CancelParams)
 _EMPTY = b"{}"
 
 
+class Starting:
+    """Requests dispatched but whose handler has not taken its first step (all connections).
+
+    While any is waiting, a write submitted now may yet be joined by theirs in one group
+    commit; when none is, the store may commit it at once (``Writer.may_join``).
+    """
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
 @dataclass(frozen=True, slots=True)
 class MethodSpec:
     """What the protocol needs to know about a method before dispatching it."""
@@ -109,6 +125,7 @@ class SidecarProtocol(JsonRPCProtocol):
         self.initialized = False
         self.shutting_down = False
         self.on_exit: Callable[[], None] = lambda: None
+        self.starting = Starting()  # replaced by the App-wide one (``Connection``)
         self._encoder = msgspec.json.Encoder()
         self._out: list[bytes] = []
         self._flush_scheduled = False
@@ -181,14 +198,53 @@ class SidecarProtocol(JsonRPCProtocol):
             else:
                 log.warning("invalid params for notification %s: %s", method, exc)
             return
-        # Straight to pygls' request/notification paths: ``handle_message`` would first test
-        # the message against runtime-checkable Protocols (~20 us each), and we know its kind.
-        ctx = contextvars.copy_context()
+        # Straight to the request/notification paths: pygls' ``handle_message`` would first
+        # test the message against runtime-checkable Protocols (~20 us each).
         if is_request:
             assert msg_id is not None
-            ctx.run(self._handle_request, msg_id, method, params)
+            self._start_request(msg_id, method, params)
         else:
-            ctx.run(self._handle_notification, method, params)
+            contextvars.copy_context().run(self._handle_notification, method, params)
+
+    def _start_request(self, msg_id: int | str, method: str, params: Any) -> None:
+        """Run a request's handler as a task registered for ``$/cancelRequest``.
+
+        Our own handlers (``sidecar_coroutine``) reply from inside their task, so a reply
+        leaves in the same write as the notifications its handler published; anything else
+        takes pygls' path, which replies from a done-callback one loop iteration later.
+        """
+        handler = self._get_handler(method)
+        if not getattr(handler, "sidecar_coroutine", False):
+            contextvars.copy_context().run(self._handle_request, msg_id, method, params)
+            return
+        self.starting.count += 1
+        task = asyncio.ensure_future(self._run_request(msg_id, handler, params))
+        self._request_futures[msg_id] = task
+        task.add_done_callback(functools.partial(self._request_done, msg_id))
+
+    async def _run_request(self, msg_id: int | str, handler: Any, params: Any) -> None:
+        self.starting.count -= 1
+        try:
+            result = await handler(params)
+        except asyncio.CancelledError:  # ``$/cancelRequest`` or the connection closing
+            self._reply_cancelled(msg_id)
+            return
+        except JsonRpcException as exc:  # ``routes.bind`` maps every handler error to one
+            self._send_response(msg_id, error=exc.to_response_error())
+            return
+        finally:
+            self._request_futures.pop(msg_id, None)
+        self._send_result(msg_id, result)
+
+    def _request_done(self, msg_id: int | str, task: asyncio.Future[None]) -> None:
+        # Only a task cancelled before its first step ends here without having replied.
+        if task.cancelled():
+            self.starting.count -= 1
+            self._request_futures.pop(msg_id, None)
+            self._reply_cancelled(msg_id)
+
+    def _reply_cancelled(self, msg_id: int | str) -> None:
+        self.send_error(msg_id, REQUEST_CANCELLED, f'request {msg_id!r} was cancelled')
 
     def _cancel(self, raw: msgspec.Raw) -> None:
         try:

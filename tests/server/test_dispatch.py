@@ -1,0 +1,151 @@
+"""Request dispatch in-process: one reply per request, sent with what its handler published,
+cancellation before and during a handler, and the count of requests yet to start."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import msgspec
+from pygls.protocol import default_converter
+from pygls.server import JsonRPCServer
+
+from sidecar.server.protocol import MethodSpec, SidecarProtocol
+
+
+class Params(msgspec.Struct):
+    x: int = 0
+
+
+class Out:
+    """A write transport that records each write and wakes whoever waits for N replies."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self._want = 0
+        self._waiter: asyncio.Future[None] | None = None
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+        if self._waiter is not None and len(self.replies()) >= self._want:
+            if not self._waiter.done():
+                self._waiter.set_result(None)
+
+    def messages(self) -> list[Any]:
+        out, buf = [], b"".join(self.writes)
+        while buf:
+            head, _, rest = buf.partition(b"\r\n\r\n")
+            n = int(head.split(b":")[1])
+            out.append(json.loads(rest[:n]))
+            buf = rest[n:]
+        return out
+
+    def replies(self) -> list[Any]:
+        return [m for m in self.messages() if "id" in m and "method" not in m]
+
+    async def wait_replies(self, n: int) -> list[Any]:
+        self._want = n
+        self._waiter = asyncio.get_running_loop().create_future()
+        if len(self.replies()) < n:
+            await asyncio.wait_for(self._waiter, 10)
+        return self.replies()
+
+
+def _protocol(handlers: dict[str, Any]) -> tuple[SidecarProtocol, Out]:
+    server = JsonRPCServer(protocol_cls=SidecarProtocol, converter_factory=default_converter)
+    proto: SidecarProtocol = server.protocol  # type: ignore[assignment]
+    for method, fn in handlers.items():
+        fn.sidecar_coroutine = True
+        proto.specs[method] = MethodSpec(msgspec.json.Decoder(Params))
+        proto.fm.feature(method)(fn)
+    proto.initialized = True
+    out = Out()
+    proto.set_writer(out)
+    return proto, out
+
+
+def _request(rid: int, method: str, x: int = 0) -> bytes:
+    body = {"jsonrpc": "2.0", "id": rid, "method": method, "params": {"x": x}}
+    return msgspec.json.encode(body)
+
+
+async def test_reply_leaves_in_the_same_write_as_the_handlers_notifications() -> None:
+    async def echo(p: Params) -> dict[str, int]:
+        await asyncio.sleep(0)  # a real suspension, as a store write would be
+        proto.notify("thing/updated", {"x": p.x})
+        return {"x": p.x}
+
+    proto, out = _protocol({"t/echo": echo})
+    proto.handle_frame(_request(1, "t/echo", 5))
+    (reply,) = await out.wait_replies(1)
+    assert reply == {"jsonrpc": "2.0", "id": 1, "result": {"x": 5}}
+    assert len(out.writes) == 1
+    note, answer = out.messages()
+    assert note["method"] == "thing/updated" and answer["id"] == 1
+    assert proto.starting.count == 0 and proto._request_futures == {}
+
+
+async def test_cancel_before_the_handler_starts_gets_one_cancelled_reply() -> None:
+    started: list[int] = []
+
+    async def slow(p: Params) -> int:
+        started.append(p.x)
+        return p.x
+
+    proto, out = _protocol({"t/slow": slow})
+    proto.handle_frame(_request(7, "t/slow"))
+    assert proto.starting.count == 1
+    cancel = {"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": 7}}
+    proto.handle_frame(msgspec.json.encode(cancel))
+    (reply,) = await out.wait_replies(1)
+    assert reply["id"] == 7 and reply["error"]["code"] == -32800
+    assert started == [] and proto.starting.count == 0
+
+
+async def test_cancel_while_the_handler_waits_gets_one_cancelled_reply() -> None:
+    gate = asyncio.Event()
+    entered = asyncio.Event()
+
+    async def waits(p: Params) -> int:
+        entered.set()
+        await gate.wait()
+        return 1
+
+    proto, out = _protocol({"t/waits": waits})
+    proto.handle_frame(_request(3, "t/waits"))
+    await entered.wait()
+    assert proto.starting.count == 0
+    proto.handle_frame(b'{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":3}}')
+    (reply,) = await out.wait_replies(1)
+    assert reply["id"] == 3 and reply["error"]["code"] == -32800
+    gate.set()
+    await asyncio.sleep(0)
+    assert len(out.replies()) == 1 and proto._request_futures == {}
+
+
+async def test_handler_errors_are_replied_once_with_their_code() -> None:
+    from pygls.exceptions import JsonRpcException
+
+    async def fails(p: Params) -> int:
+        raise JsonRpcException("unknown session: 'ses_x'", -32040)
+
+    proto, out = _protocol({"t/fails": fails})
+    proto.handle_frame(_request(4, "t/fails"))
+    (reply,) = await out.wait_replies(1)
+    assert reply["error"] == {"code": -32040, "message": "unknown session: 'ses_x'"}
+
+
+async def test_frames_of_one_read_are_all_counted_as_starting_before_any_runs() -> None:
+    seen: list[int] = []
+
+    async def record(p: Params) -> int:
+        seen.append(proto.starting.count)
+        return p.x
+
+    proto, out = _protocol({"t/rec": record})
+    for i in range(3):
+        proto.handle_frame(_request(i, "t/rec", i))
+    await out.wait_replies(3)
+    # Each handler sees how many requests behind it have yet to take their first step.
+    assert seen == [2, 1, 0]
