@@ -105,6 +105,7 @@ class Store:
         self._reader = reader
         self._writer = writer
         self._writer_db: aiosqlite.Connection | None = None
+        self._checkpoint_db: aiosqlite.Connection | None = None
         self.cache = WindowCache()
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -123,9 +124,7 @@ class Store:
         # Not autocommit: the writer's transactions begin implicitly at their first write.
         # Shared across threads: ``Writer`` commits small batches on the loop's thread and
         # the rest (and checkpoints, which it runs itself) on aiosqlite's, never both at once.
-        wdb = await aiosqlite.connect(
-            path, isolation_level="DEFERRED", check_same_thread=False
-        )
+        wdb = await aiosqlite.connect(path, isolation_level="DEFERRED", check_same_thread=False)
         for pragma in (
             "journal_mode=WAL",
             f"synchronous={synchronous}",
@@ -139,16 +138,26 @@ class Store:
         rdb = await aiosqlite.connect(path, isolation_level=None)
         await rdb.execute("PRAGMA busy_timeout=5000")
         await rdb.execute("PRAGMA query_only=ON")
+        # Checkpoints run on a connection (and thread) of their own, so commits go on
+        # while one fsyncs.
+        cdb = None
+        if path != ":memory:":
+            cdb = await aiosqlite.connect(path, isolation_level=None)
+            await cdb.execute("PRAGMA busy_timeout=5000")
         # Only without a per-commit fsync is a commit cheap enough to run on the loop.
-        writer = Writer(wdb, inline=synchronous.upper() in ("OFF", "NORMAL"))
+        inline = synchronous.upper() in ("OFF", "NORMAL")
+        writer = Writer(wdb, inline=inline, checkpointer=cdb)
         writer.start()
         store = cls(path, rdb, writer)
         store._writer_db = wdb
+        store._checkpoint_db = cdb
         return store
 
     async def close(self) -> None:
         await self._writer.stop()
         await self._reader.close()
+        if self._checkpoint_db is not None:
+            await self._checkpoint_db.close()
         if self._writer_db is not None:
             await self._writer_db.close()
 

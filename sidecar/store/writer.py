@@ -14,8 +14,10 @@ the event loop, and a large one (a fork, a compaction marking hundreds of parts)
 thread, so the loop never stalls for long. An op that nothing could join (the writer idle,
 nothing queued, no request waiting for its first step: ``may_join`` says so) commits at once in
 its caller's step, saving the two loop iterations of the queue. The one slow thing SQLite does
-on commit, a checkpoint (it fsyncs), is switched off on the connection and run here on
-aiosqlite's thread instead. With ``synchronous=FULL`` every commit fsyncs and none is inline.
+on commit, a checkpoint (it fsyncs), is switched off on the connection; the writer asks a
+second connection, on its own aiosqlite thread, to run it, and goes on committing meanwhile
+(a PASSIVE checkpoint never blocks writers). With ``synchronous=FULL`` every commit fsyncs and
+none is inline.
 """
 
 from __future__ import annotations
@@ -60,14 +62,23 @@ class Writer:
 
     The connection must have been opened with ``check_same_thread=False`` for ``inline``, and
     with ``wal_autocheckpoint=0`` (``Store.open`` does both): this writer is its only user and
-    never runs two things on it at once (``_busy`` covers the off-loop work).
+    never runs two things on it at once (``_busy`` covers the off-loop work). ``checkpointer``
+    is another connection to the same file; without one (``:memory:``) nothing checkpoints.
     """
 
-    def __init__(self, db: aiosqlite.Connection, *, inline: bool = False) -> None:
+    def __init__(
+        self,
+        db: aiosqlite.Connection,
+        *,
+        inline: bool = False,
+        checkpointer: aiosqlite.Connection | None = None,
+    ) -> None:
         self._db = db
         self._inline = inline
+        self._checkpointer = checkpointer
+        self._checkpointing: asyncio.Future[None] | None = None
         self._pending: list[Op] = []
-        self._busy = False  # a batch or a checkpoint is running on aiosqlite's thread
+        self._busy = False  # a batch is being committed on aiosqlite's thread
         self._scheduled = False  # a drain is queued with call_soon
         self._open = False
         self._quiet = asyncio.Event()  # nothing pending, nothing running
@@ -88,6 +99,10 @@ class Writer:
     async def stop(self) -> None:
         """Refuse new ops, then wait for every queued one to commit."""
         self._open = False
+        await self.settle()
+
+    async def settle(self) -> None:
+        """Wait until nothing is queued, committing or checkpointing."""
         await self._quiet.wait()
 
     async def submit(
@@ -148,6 +163,12 @@ class Writer:
         self._busy = True
         self._job = asyncio.ensure_future(job)
 
+    def _start_checkpoint(self) -> None:
+        self._wal_pages = 0
+        if self._checkpointer is not None:
+            self._quiet.clear()
+            self._checkpointing = asyncio.ensure_future(self._checkpoint(self._checkpointer))
+
     def _commit_inline(
         self, batch: list[Op], rows: int, payload: int
     ) -> list[BaseException | None]:
@@ -178,30 +199,29 @@ class Writer:
         self._busy = False
         self._after()
 
-    async def _checkpoint(self) -> None:
-        """Copy committed WAL pages into the database file, on aiosqlite's thread.
+    async def _checkpoint(self, conn: aiosqlite.Connection) -> None:
+        """Copy committed WAL pages into the database file, on the checkpointer's thread.
 
-        PASSIVE never waits for readers; pages a reader still needs are copied next time.
+        PASSIVE waits for no reader or writer; pages still in use are copied next time.
         """
-        self._wal_pages = 0
         try:
-            await self._db._execute(_checkpoint, self._db._conn)
+            await conn.execute_fetchall(_CHECKPOINT)
             self.checkpoints += 1
         except sqlite3.Error as exc:  # pragma: no cover - retried after later writes
             log.warning("WAL checkpoint failed: %s", exc)
         finally:
-            self._busy = False
+            self._checkpointing = None
             self._after()
 
     def _after(self) -> None:
-        """After a commit: checkpoint if due, drain what queued meanwhile, or go quiet."""
+        """After a commit or checkpoint: checkpoint if due; drain what queued, or go quiet."""
+        if self._wal_pages >= CHECKPOINT_PAGES and self._checkpointing is None:
+            self._start_checkpoint()
         if self._busy:
             return
-        if self._wal_pages >= CHECKPOINT_PAGES:
-            self._start_job(self._checkpoint())
-        elif self._pending:
+        if self._pending:
             self._schedule()
-        elif not self._scheduled:
+        elif not self._scheduled and self._checkpointing is None:
             self._quiet.set()
 
 
@@ -220,10 +240,6 @@ def _size(batch: list[Op]) -> tuple[int, int]:
                 if isinstance(last, str | bytes):
                     payload += len(last)
     return rows, payload
-
-
-def _checkpoint(conn: sqlite3.Connection) -> None:
-    conn.execute(_CHECKPOINT).fetchall()
 
 
 def _apply(conn: sqlite3.Connection, batch: list[Op]) -> tuple[list[BaseException | None], int]:

@@ -135,6 +135,7 @@ async def test_checkpoints_run_from_the_writer_not_sqlite_auto_checkpoint(
         for start in range(0, 1300, 100):
             batch = range(start, start + 100)
             await asyncio.gather(*[_text(store, f"prt_{i:05}", text) for i in batch])
+        await w.settle()
         assert w.checkpoints >= 1
         # A checkpoint copied WAL pages into the main file: a reader that ignores the WAL
         # (immutable) already sees the parts of the first batches.
@@ -144,6 +145,21 @@ async def test_checkpoints_run_from_the_writer_not_sqlite_auto_checkpoint(
     finally:
         await store.close()
     assert _count_parts(path) == 1300
+
+
+async def test_writes_do_not_wait_for_a_running_checkpoint(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "s.db")
+    try:
+        await _seed(store)
+        store.set_may_join(lambda: False)
+        w = store._writer
+        w._start_checkpoint()
+        await _text(store, "prt_1")
+        assert w._checkpointing is not None  # still running: the write did not wait for it
+        await w.settle()
+        assert w._checkpointing is None and w.checkpoints == 1
+    finally:
+        await store.close()
 
 
 async def test_close_waits_for_queued_writes(tmp_path: Path) -> None:
