@@ -63,6 +63,8 @@ class Connection:
             self._on_lost,
             lambda: self.app.config.current.server.max_frame_bytes,
             on_open=(lambda t: self.attach(t, t)) if duplex else None,
+            # The frames of one read form one group commit, made before the loop moves on.
+            on_read_end=self.app.store.commit_queued,
         )
 
     def attach(self, transport: asyncio.BaseTransport, writer: Any) -> None:

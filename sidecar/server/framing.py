@@ -35,8 +35,10 @@ class FrameReader(asyncio.Protocol):
         on_close: Callable[[], None],
         max_frame_bytes: Callable[[], int],
         on_open: Callable[[asyncio.BaseTransport], None] | None = None,
+        on_read_end: Callable[[], None] | None = None,
     ) -> None:
         self._on_open = on_open
+        self._on_read_end = on_read_end
         self._on_frame = on_frame
         self._on_error = on_error
         self._on_close = on_close
@@ -59,6 +61,8 @@ class FrameReader(asyncio.Protocol):
         self._buf += data
         while self._step():
             pass
+        if self._on_read_end is not None:
+            self._on_read_end()
 
     def eof_received(self) -> bool | None:
         return None
@@ -106,6 +110,9 @@ class FrameReader(asyncio.Protocol):
 
 
 def _content_length(header: bytes) -> int:
+    # The usual header block is exactly one well-formed line.
+    if header.startswith(b"Content-Length: ") and header[16:].isdigit():
+        return int(header[16:])
     length: int | None = None
     for line in header.split(b"\r\n"):
         name, sep, value = line.partition(b":")

@@ -26,7 +26,7 @@ from sidecar.model.rpc import (
     PartUpdateParams,
 )
 from sidecar.server.connection import Connection
-from sidecar.server.routes import route
+from sidecar.server.routes import Done, route
 
 _message_decoder = msgspec.json.Decoder(Message)
 _part_decoder = msgspec.json.Decoder(Part)
@@ -77,19 +77,28 @@ async def message_update(conn: Connection, p: MessageUpdateParams) -> msgspec.Ra
     return stored
 
 
-@route("part/update", PartUpdateParams)
-async def part_update(conn: Connection, p: PartUpdateParams) -> msgspec.Raw:
+@route("part/update", PartUpdateParams, deferred=True)
+def part_update(conn: Connection, p: PartUpdateParams, done: Done) -> None:
+    """The hot path (streamed parts): answered from the store's commit callback, so a request
+    costs no task, and the parts of one read share one commit."""
     part = decode_part(p.part)
     raw = bytes(p.part)
     if not part.id:
         data = _dict_decoder.decode(raw)
         part.id = data["id"] = new_id("prt")
         raw = _encoder.encode(data)
-    await conn.app.store.put_part(part, raw)
     stored = msgspec.Raw(raw)
-    conn.app.hub.subscribe(conn, part.session_id)
-    conn.app.publish(part.session_id, "part/updated", PartUpdatedEvent(part=stored))
-    return stored
+    app = conn.app
+
+    def committed(exc: BaseException | None) -> None:
+        if exc is not None:
+            done(None, exc)
+            return
+        app.hub.subscribe(conn, part.session_id)
+        app.publish(part.session_id, "part/updated", PartUpdatedEvent(part=stored))
+        done(stored, None)
+
+    app.store.put_part_then(part, raw, committed)
 
 
 @route("message/remove", MessageRemoveParams)

@@ -94,6 +94,8 @@ _envelope_decoder = msgspec.json.Decoder(_Envelope)
 _any_decoder = msgspec.json.Decoder()
 _cancel_decoder = msgspec.json.Decoder(CancelParams)
 _EMPTY = b"{}"
+# Payload types msgspec encodes as they are (the common case: skip the attrs check).
+_MSGSPEC_NATIVE = (msgspec.Struct, msgspec.Raw, dict, list, str, int, float, type(None))
 
 
 class Starting:
@@ -187,8 +189,8 @@ class SidecarProtocol(JsonRPCProtocol):
             else:
                 log.info("ignoring notification for unknown method %r", method)
             return
-        raw = bytes(env.params) if len(env.params) else _EMPTY
-        if raw == b"null":
+        raw: bytes | msgspec.Raw = env.params  # decoded in place, not copied
+        if not len(raw) or (len(raw) == 4 and bytes(raw) == b"null"):
             raw = _EMPTY
         try:
             params = spec.decoder.decode(raw)
@@ -212,8 +214,14 @@ class SidecarProtocol(JsonRPCProtocol):
         Our own handlers (``sidecar_coroutine``) reply from inside their task, so a reply
         leaves in the same write as the notifications its handler published; anything else
         takes pygls' path, which replies from a done-callback one loop iteration later.
+        Deferred handlers (``sidecar_deferred``, the ingest path) get no task: they are called
+        now and answer through a callback, usually the store's commit; they cannot be
+        cancelled (LSP lets a server answer a cancelled request normally).
         """
         handler = self._get_handler(method)
+        if getattr(handler, "sidecar_deferred", False):
+            handler(params, functools.partial(self._deferred_reply, msg_id))
+            return
         if not getattr(handler, "sidecar_coroutine", False):
             contextvars.copy_context().run(self._handle_request, msg_id, method, params)
             return
@@ -236,6 +244,14 @@ class SidecarProtocol(JsonRPCProtocol):
             self._request_futures.pop(msg_id, None)
         self._send_result(msg_id, result)
 
+    def _deferred_reply(
+        self, msg_id: int | str, result: Any, error: JsonRpcException | None
+    ) -> None:
+        if error is not None:
+            self._send_response(msg_id, error=error.to_response_error())
+        else:
+            self._send_result(msg_id, result)
+
     def _request_done(self, msg_id: int | str, task: asyncio.Future[None]) -> None:
         # Only a task cancelled before its first step ends here without having replied.
         if task.cancelled():
@@ -244,7 +260,7 @@ class SidecarProtocol(JsonRPCProtocol):
             self._reply_cancelled(msg_id)
 
     def _reply_cancelled(self, msg_id: int | str) -> None:
-        self.send_error(msg_id, REQUEST_CANCELLED, f'request {msg_id!r} was cancelled')
+        self.send_error(msg_id, REQUEST_CANCELLED, f"request {msg_id!r} was cancelled")
 
     def _cancel(self, raw: msgspec.Raw) -> None:
         try:
@@ -252,8 +268,10 @@ class SidecarProtocol(JsonRPCProtocol):
         except msgspec.ValidationError as exc:
             log.warning("invalid $/cancelRequest: %s", exc)
             return
-        # pygls cancels the handler's task; the task's own reply is then -32800.
-        self._handle_cancel_notification(params.id)
+        # pygls cancels the handler's task; the task's own reply is then -32800. A deferred
+        # request has no task and will be answered normally (LSP allows that).
+        if params.id in self._request_futures:
+            self._handle_cancel_notification(params.id)
 
     def _handle_reply(self, env: _Envelope) -> None:
         if env.id is UNSET or env.id is None or (not len(env.result) and not len(env.error)):
@@ -333,9 +351,9 @@ class SidecarProtocol(JsonRPCProtocol):
 
     def _plain(self, value: Any) -> Any:
         """lsprotocol (attrs) payloads go through pygls' converter for their wire names."""
-        if attrs.has(type(value)):
-            return self._converter.unstructure(value)
-        return value
+        if isinstance(value, _MSGSPEC_NATIVE) or not attrs.has(type(value)):
+            return value
+        return self._converter.unstructure(value)
 
     def _write(self, message: msgspec.Struct) -> None:
         try:

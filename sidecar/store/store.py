@@ -165,6 +165,10 @@ class Store:
     def commits(self) -> int:
         return self._writer.commits
 
+    def commit_queued(self) -> None:
+        """Commit the writes queued so far now rather than on the next loop iteration."""
+        self._writer.commit_queued()
+
     def set_may_join(self, probe: Callable[[], bool]) -> None:
         """Tell the writer whether another write could still join one submitted now."""
         self._writer.may_join = probe
@@ -262,6 +266,25 @@ class Store:
             [(_UPSERT_PART, [row])],
             on_integrity=lambda _e: UnknownMessage(part.message_id),
         )
+        self._part_written(part, row, counts)
+
+    def put_part_then(
+        self, part: Part, raw: bytes | str, then: Callable[[BaseException | None], None]
+    ) -> None:
+        """``put_part`` for callers without a task: ``then(None)`` once the part is committed,
+        ``then(exc)`` if it could not be. Called from the writer, right after the commit."""
+        row = part_row(part, raw)
+
+        def committed(counts: list[int], exc: BaseException | None) -> None:
+            if exc is None:
+                self._part_written(part, row, counts)
+            then(exc)
+
+        self._writer.submit_then(
+            [(_UPSERT_PART, [row])], committed, lambda _e: UnknownMessage(part.message_id)
+        )
+
+    def _part_written(self, part: Part, row: tuple[Any, ...], counts: list[int]) -> None:
         if counts[0] > 0:
             self.cache.part_written(part.session_id, part.message_id, part.id, row[-1])
         elif counts[0] < 0:

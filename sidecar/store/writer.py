@@ -47,10 +47,15 @@ CHECKPOINT_PAGES = 1000
 _CHECKPOINT = "PRAGMA wal_checkpoint(PASSIVE)"
 
 
+# Told the op's row counts, or the error, right after its commit (or failure).
+Then = Callable[[list[int], BaseException | None], None]
+
+
 @dataclass(slots=True)
 class Op:
     statements: list[Statement]
     future: asyncio.Future[None] | None = None
+    then: Then | None = None
     # Turns an IntegrityError of this op into the error its caller should see.
     on_integrity: Callable[[sqlite3.IntegrityError], Exception] | None = None
     needs_counts: bool = False
@@ -118,7 +123,7 @@ class Writer:
         """
         if not self._open:
             raise RuntimeError("store is closed")
-        op = Op(statements, None, on_integrity, needs_counts)
+        op = Op(statements, None, None, on_integrity, needs_counts)
         if self._inline and not self._busy and not self._pending and not self.may_join():
             size = _size([op])
             if _fits_inline(*size):
@@ -135,6 +140,28 @@ class Writer:
         # Not shielded: a cancelled caller stops waiting, but its queued op still commits.
         await op.future
         return op.rowcounts
+
+    def submit_then(
+        self,
+        statements: list[Statement],
+        then: Then,
+        on_integrity: Callable[[sqlite3.IntegrityError], Exception] | None = None,
+    ) -> None:
+        """Queue an op without waiting: ``then`` is called once it is committed or has failed.
+
+        For callers that have no task of their own (the deferred ingest handlers); the op
+        joins the next group commit, which ``commit_queued`` can bring forward.
+        """
+        if not self._open:
+            raise RuntimeError("store is closed")
+        self._pending.append(Op(statements, None, then, on_integrity))
+        self._quiet.clear()
+        self._schedule()
+
+    def commit_queued(self) -> None:
+        """Run the drain now (the end of a read: every frame in it has queued its op)."""
+        if self._scheduled and not self._busy:
+            self._drain()
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -317,7 +344,13 @@ def _rollback(conn: sqlite3.Connection) -> None:
 
 
 def _resolve(op: Op, exc: BaseException | None = None) -> None:
-    """Settle a queued op's future unless its caller already gave up waiting."""
+    """Tell a queued op's caller how it went (unless it already gave up waiting)."""
+    if op.then is not None:
+        try:
+            op.then(op.rowcounts, exc)
+        except Exception:  # a caller's bug must not stop the others of the batch
+            log.exception("commit callback failed")
+        return
     fut = op.future
     if fut is None or fut.done():
         return

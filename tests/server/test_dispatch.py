@@ -11,6 +11,7 @@ import msgspec
 from pygls.protocol import default_converter
 from pygls.server import JsonRPCServer
 
+from sidecar.errors import UnknownSession
 from sidecar.server.protocol import MethodSpec, SidecarProtocol
 
 
@@ -149,3 +150,49 @@ async def test_frames_of_one_read_are_all_counted_as_starting_before_any_runs() 
     await out.wait_replies(3)
     # Each handler sees how many requests behind it have yet to take their first step.
     assert seen == [2, 1, 0]
+
+
+def _deferred_protocol(fn: Any) -> tuple[SidecarProtocol, Out]:
+    """A protocol whose ``t/def`` method is a deferred route bound like the daemon's."""
+    from sidecar.server.routes import Route, bind
+
+    proto, out = _protocol({})
+    handler = bind(None, Route("t/def", Params, fn, deferred=True))  # type: ignore[arg-type]
+    proto.specs["t/def"] = MethodSpec(msgspec.json.Decoder(Params))
+    proto.fm.feature("t/def")(handler)
+    return proto, out
+
+
+async def test_deferred_request_is_answered_when_its_callback_fires() -> None:
+    pending: list[Any] = []
+
+    def later(conn: Any, p: Params, done: Any) -> None:
+        pending.append((p.x, done))
+
+    proto, out = _deferred_protocol(later)
+    proto.handle_frame(_request(1, "t/def", 4))
+    proto.handle_frame(_request(2, "t/def", 5))
+    assert out.writes == [] and proto._request_futures == {}  # no task per request
+    # A cancel for a deferred request is not an error; its normal answer still comes.
+    proto.handle_frame(b'{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":1}}')
+    (x1, done1), (_, done2) = pending
+    done2(None, UnknownSession("ses_gone"))
+    done1({"x": x1 * 10}, None)
+    first, second = await out.wait_replies(2)
+    assert first == {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "error": {"code": -32040, "message": "unknown session: 'ses_gone'"},
+    }
+    assert second == {"jsonrpc": "2.0", "id": 1, "result": {"x": 40}}
+
+
+async def test_deferred_handler_that_raises_is_answered_once() -> None:
+    def bad(conn: Any, p: Params, done: Any) -> None:
+        raise msgspec.ValidationError("Expected `str`, got `int` - at `$.part.text`")
+
+    proto, out = _deferred_protocol(bad)
+    proto.handle_frame(_request(9, "t/def"))
+    (reply,) = await out.wait_replies(1)
+    assert reply["id"] == 9 and reply["error"]["code"] == -32602
+    assert "$.part.text" in reply["error"]["message"]

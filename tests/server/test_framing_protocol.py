@@ -84,3 +84,17 @@ def test_tracebacks_are_not_sent_to_clients() -> None:
     proto._send_data(ResponseErrorMessage(id=1, error=err))
     (reply,) = out.messages()
     assert reply["error"] == {"code": -32603, "message": "boom"}
+
+
+def test_read_end_is_signalled_once_per_read_after_all_its_frames() -> None:
+    events: list[str] = []
+    r = FrameReader(
+        lambda b: events.append(b.decode()),
+        lambda e: events.append("error"),
+        lambda: None,
+        lambda: 1000,
+        on_read_end=lambda: events.append("end"),
+    )
+    r.data_received(encode_frame(b"1") + encode_frame(b"2") + encode_frame(b"3")[:5])
+    r.data_received(encode_frame(b"3")[5:])
+    assert events == ["1", "2", "end", "3", "end"]

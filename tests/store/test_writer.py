@@ -186,3 +186,30 @@ async def test_a_cancelled_caller_still_gets_its_write_committed(tmp_path: Path)
         assert _count_parts(tmp_path / "s.db") == 2
     finally:
         await store.close()
+
+
+async def test_put_part_then_calls_back_after_the_commit(tmp_path: Path) -> None:
+    store = await Store.open(tmp_path / "s.db")
+    try:
+        await _seed(store)
+        seen: list[tuple[int, BaseException | None]] = []
+
+        def then(exc: BaseException | None) -> None:
+            seen.append((_count_parts(tmp_path / "s.db"), exc))
+
+        for i in range(3):
+            p = TextPart(id=f"prt_{i}", session_id="ses_1", message_id="msg_1", text="x")
+            store.put_part_then(p, enc(p), then)
+        bad = TextPart(id="prt_bad", session_id="ses_1", message_id="msg_nope", text="x")
+        store.put_part_then(bad, enc(bad), then)
+        assert seen == []  # queued, not yet committed
+        commits = store.commits
+        store.commit_queued()  # what the end of a read does: commit them now
+        assert store.commits > commits
+        # Each callback ran after its part was visible to another connection.
+        assert [n for n, _ in seen[:3]] == [3, 3, 3] and all(e is None for _, e in seen[:3])
+        assert isinstance(seen[3][1], UnknownMessage) and "msg_nope" in str(seen[3][1])
+        # The window cache saw the writes.
+        assert [p.id for p in (await store.window("ses_1"))[0].parts] == ["prt_0", "prt_1", "prt_2"]
+    finally:
+        await store.close()
