@@ -41,9 +41,12 @@ MAX_BATCH_OPS = 1024
 # SQLite work at most); larger ones go to aiosqlite's thread.
 INLINE_MAX_ROWS = 256
 INLINE_MAX_BYTES = 1 << 20
-# A PASSIVE checkpoint runs once about this many WAL pages may have been written: SQLite's own
-# auto-checkpoint threshold. Estimated as one page per row plus one per 4 KiB of payload.
+# A PASSIVE checkpoint runs once about this many WAL pages have been written: SQLite's own
+# auto-checkpoint threshold. Estimated per commit (see ``_pages``).
 CHECKPOINT_PAGES = 1000
+# A checkpoint that finds the WAL this long holds the writes while it runs (see
+# ``_start_checkpoint``): it bounds the WAL at a few times the checkpoint interval.
+WAL_RESTART_FRAMES = 3 * CHECKPOINT_PAGES
 _CHECKPOINT = "PRAGMA wal_checkpoint(PASSIVE)"
 
 
@@ -97,6 +100,7 @@ class Writer:
         self.inline_commits = 0  # of which committed on the event loop
         self.solo_commits = 0  # of which committed at once in the caller's own step
         self.checkpoints = 0
+        self.wal_frames = 0  # frames in the WAL at the last checkpoint
 
     def start(self) -> None:
         self._open = True
@@ -183,7 +187,7 @@ class Writer:
                 _resolve(op, outcome)
             self._after()
         else:
-            self._start_job(self._commit_off_loop(batch, rows + payload // 4096))
+            self._start_job(self._commit_off_loop(batch, _pages(rows, payload)))
 
     def _start_job(self, job: Coroutine[Any, Any, None]) -> None:
         """Run ``job`` (it uses aiosqlite's thread); the writer is busy until it ends."""
@@ -192,9 +196,18 @@ class Writer:
 
     def _start_checkpoint(self) -> None:
         self._wal_pages = 0
-        if self._checkpointer is not None:
-            self._quiet.clear()
-            self._checkpointing = asyncio.ensure_future(self._checkpoint(self._checkpointer))
+        if self._checkpointer is None:
+            return
+        self._quiet.clear()
+        # SQLite restarts the WAL from its start only at a write that finds every frame
+        # copied; under a steady stream each concurrent checkpoint ends behind the newest
+        # commits, so the WAL would grow for as long as the stream lasts. Once it has, one
+        # checkpoint holds the writes (queued; the loop goes on) so that the next write can
+        # restart it.
+        hold = self.wal_frames >= WAL_RESTART_FRAMES
+        if hold:
+            self._busy = True
+        self._checkpointing = asyncio.ensure_future(self._checkpoint(self._checkpointer, hold))
 
     def _commit_inline(
         self, batch: list[Op], rows: int, payload: int
@@ -207,7 +220,7 @@ class Writer:
             return [exc] * len(batch)
         self.commits += commits
         self.inline_commits += commits
-        self._wal_pages += rows + payload // 4096
+        self._wal_pages += _pages(rows, payload)
         return outcomes
 
     async def _commit_off_loop(self, batch: list[Op], pages: int) -> None:
@@ -226,18 +239,21 @@ class Writer:
         self._busy = False
         self._after()
 
-    async def _checkpoint(self, conn: aiosqlite.Connection) -> None:
+    async def _checkpoint(self, conn: aiosqlite.Connection, hold: bool) -> None:
         """Copy committed WAL pages into the database file, on the checkpointer's thread.
 
         PASSIVE waits for no reader or writer; pages still in use are copied next time.
         """
         try:
-            await conn.execute_fetchall(_CHECKPOINT)
+            rows = await conn.execute_fetchall(_CHECKPOINT)
             self.checkpoints += 1
+            self.wal_frames = int(next(iter(rows))[1])
         except sqlite3.Error as exc:  # pragma: no cover - retried after later writes
             log.warning("WAL checkpoint failed: %s", exc)
         finally:
             self._checkpointing = None
+            if hold:
+                self._busy = False
             self._after()
 
     def _after(self) -> None:
@@ -250,6 +266,12 @@ class Writer:
             self._schedule()
         elif not self._scheduled and self._checkpointing is None:
             self._quiet.set()
+
+
+def _pages(rows: int, payload: int) -> int:
+    """WAL pages a commit writes, roughly: the payload's 4 KiB pages, index entries packed
+    several to a page, and the few interior/index pages every commit touches."""
+    return payload // 4096 + rows // 8 + 3
 
 
 def _fits_inline(rows: int, payload: int) -> bool:

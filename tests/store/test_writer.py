@@ -130,7 +130,7 @@ async def test_checkpoints_run_from_the_writer_not_sqlite_auto_checkpoint(
         await _seed(store)
         w = store._writer
         assert w.checkpoints == 0
-        # 13 batches of 100 parts of 3 KB: about 175 estimated pages each.
+        # 13 batches of 100 parts of 3 KB: about 90 estimated pages each.
         text = "z" * 3000
         for start in range(0, 1300, 100):
             batch = range(start, start + 100)
@@ -211,5 +211,27 @@ async def test_put_part_then_calls_back_after_the_commit(tmp_path: Path) -> None
         assert isinstance(seen[3][1], UnknownMessage) and "msg_nope" in str(seen[3][1])
         # The window cache saw the writes.
         assert [p.id for p in (await store.window("ses_1"))[0].parts] == ["prt_0", "prt_1", "prt_2"]
+    finally:
+        await store.close()
+
+
+async def test_the_wal_stays_bounded_under_a_steady_stream_of_writes(tmp_path: Path) -> None:
+    """Checkpoints run beside the writes; every few, one holds them so the WAL can restart."""
+    store = await Store.open(tmp_path / "s.db")
+    try:
+        await _seed(store)
+        w = store._writer
+        seen: list[int] = []
+        i = 0
+        while w.checkpoints < 8:
+            batch = range(i, i + 64)
+            i += 64
+            await asyncio.gather(*[_text(store, f"prt_{n:07}", "x" * 200) for n in batch])
+            if not seen or seen[-1] != w.wal_frames:
+                seen.append(w.wal_frames)
+        await w.settle()
+        limit = writer_mod.WAL_RESTART_FRAMES + 2 * writer_mod.CHECKPOINT_PAGES
+        assert max(seen) < limit, seen
+        assert _count_parts(tmp_path / "s.db") == i
     finally:
         await store.close()
