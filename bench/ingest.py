@@ -15,7 +15,8 @@ Figures: pipelined (N requests, ``--inflight`` in flight, a new one sent per rep
 round trips (send, await reply, repeat), and spawn-to-``initialize`` of the daemon vs. the bare
 ``python -c "import pygls.server"``. Every measurement uses a fresh process (and a fresh database
 for the daemon); targets alternate daemon, echo, daemon, echo ... and figures are medians over
-``--runs``. Latency = client write -> client read of the reply. "server CPU" is the server
+``--runs``; the target verdicts use the ratio of those medians, and each adjacent daemon/echo
+pair's own ratio is printed beside it (a pair shares the neighbours' load). Latency = client write -> client read of the reply. "server CPU" is the server
 process's utime+stime (all threads, from /proc, 10 ms ticks) over the measured load divided by
 its requests: steadier than req/s when neighbours load the 2 shared cores.
 
@@ -505,11 +506,21 @@ async def main() -> None:
     e_rate, _ = line("raw echo", pipe["echo"])
     ratio = d_rate / e_rate
     print(f"  ratio daemon/echo rate: {ratio:.1%} (target >= 25%)  {verdict(ratio >= 0.25)}")
+    paired = [
+        summarize([d])[0] / summarize([e])[0]
+        for d, e in zip(pipe["daemon"], pipe["echo"], strict=True)
+    ]
+    print(f"    [per adjacent daemon/echo pair: {', '.join(f'{r:.1%}' for r in paired)}]")
     print(f"sequential: {args.seq:,} round trips (+{WARMUP_SEQ} warm-up)")
     _, d_p50 = line("daemon", seqs["daemon"])
     _, e_p50 = line("raw echo", seqs["echo"])
     ratio = d_p50 / e_p50
     print(f"  ratio daemon/echo p50: {ratio:.2f}x (target <= 3x)  {verdict(ratio <= 3)}")
+    paired = [
+        summarize([d])[1] / summarize([e])[1]
+        for d, e in zip(seqs["daemon"], seqs["echo"], strict=True)
+    ]
+    print(f"    [per adjacent daemon/echo pair: {', '.join(f'{r:.2f}x' for r in paired)}]")
     for label, samples in (("", st), (" [bytecode cached]", st_cached)):
         if samples is None:
             continue
