@@ -16,9 +16,10 @@ round trips (send, await reply, repeat), and spawn-to-``initialize`` of the daem
 ``python -c "import pygls.server"``. Every measurement uses a fresh process (and a fresh database
 for the daemon); targets alternate daemon, echo, daemon, echo ... and figures are medians over
 ``--runs``; the target verdicts use the ratio of those medians, and each adjacent daemon/echo
-pair's own ratio is printed beside it (a pair shares the neighbours' load). Latency = client write -> client read of the reply. "server CPU" is the server
-process's utime+stime (all threads, from /proc, 10 ms ticks) over the measured load divided by
-its requests: steadier than req/s when neighbours load the 2 shared cores.
+pair's own ratio is printed beside it (a pair shares the neighbours' load). Latency = client
+write -> client read of the reply. "server CPU" is the server process's utime+stime (all
+threads, from /proc, 10 ms ticks) over the measured load divided by its requests: steadier
+than req/s when neighbours load the 2 shared cores.
 
 The client is this file's own: the project's ``sidecar_client`` measured ~36 k req/s with 64
 tasks in flight and ~110 µs sequential p50 against the echo server, against ~70-120 k req/s
