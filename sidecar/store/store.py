@@ -122,8 +122,9 @@ class Store:
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         # Not autocommit: the writer's transactions begin implicitly at their first write.
-        # Shared across threads: ``Writer`` commits small batches on the loop's thread and
-        # the rest (and checkpoints, which it runs itself) on aiosqlite's, never both at once.
+        # Shared across threads: ``Writer`` commits modest batches on the loop's thread and
+        # large ones on aiosqlite's, never both at once. Auto-checkpoint is off: the writer
+        # has checkpoints run on a connection of their own (below).
         wdb = await aiosqlite.connect(path, isolation_level="DEFERRED", check_same_thread=False)
         for pragma in (
             "journal_mode=WAL",

@@ -204,7 +204,8 @@ class Writer:
         # commits, so the WAL would grow for as long as the stream lasts. Once it has, one
         # checkpoint holds the writes (queued; the loop goes on) so that the next write can
         # restart it.
-        hold = self.wal_frames >= WAL_RESTART_FRAMES
+        # (Only when no batch is on aiosqlite's thread: ``_busy`` then belongs to that job.)
+        hold = self.wal_frames >= WAL_RESTART_FRAMES and not self._busy
         if hold:
             self._busy = True
         self._checkpointing = asyncio.ensure_future(self._checkpoint(self._checkpointer, hold))
