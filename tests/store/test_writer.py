@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from pathlib import Path
+from typing import Any
 
 import msgspec
+import pytest
 
 from sidecar.errors import UnknownMessage
 from sidecar.model.messages import MessageTime, UserMessage
@@ -233,5 +236,67 @@ async def test_the_wal_stays_bounded_under_a_steady_stream_of_writes(tmp_path: P
         limit = writer_mod.WAL_RESTART_FRAMES + 2 * writer_mod.CHECKPOINT_PAGES
         assert max(seen) < limit, seen
         assert _count_parts(tmp_path / "s.db") == i
+    finally:
+        await store.close()
+
+
+async def test_stress_the_writer_connection_is_never_used_by_two_threads_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off-loop batches, inline batches and holding checkpoints, all at once, many times."""
+    in_use = threading.Lock()
+    overlaps: list[str] = []
+    real_apply = writer_mod._apply
+
+    def guarded(conn: sqlite3.Connection, batch: list[writer_mod.Op]) -> Any:
+        if not in_use.acquire(blocking=False):
+            overlaps.append(threading.current_thread().name)
+            return real_apply(conn, batch)
+        try:
+            return real_apply(conn, batch)
+        finally:
+            in_use.release()
+
+    monkeypatch.setattr(writer_mod, "_apply", guarded)
+    monkeypatch.setattr(writer_mod, "CHECKPOINT_PAGES", 40)
+    monkeypatch.setattr(writer_mod, "WAL_RESTART_FRAMES", 80)
+    store = await Store.open(tmp_path / "s.db")
+    try:
+        await _seed(store)
+        w = store._writer
+        n = 0
+        for _ in range(40):
+            big = [_text(store, f"prt_{n + k:07}") for k in range(writer_mod.INLINE_MAX_ROWS + 1)]
+            n += len(big)
+            running = asyncio.ensure_future(asyncio.gather(*big))
+            while not running.done():  # small writes while the big batch is on the thread
+                await _text(store, f"prt_{n:07}")
+                n += 1
+            await running
+        await w.settle()
+        assert overlaps == []
+        assert w.checkpoints > 5
+        assert _count_parts(tmp_path / "s.db") == n
+    finally:
+        await store.close()
+
+
+async def test_a_checkpoint_never_clears_the_flag_of_a_batch_on_the_thread(
+    tmp_path: Path,
+) -> None:
+    store = await Store.open(tmp_path / "s.db")
+    try:
+        w = store._writer
+        w._busy = True  # as while a batch is being committed on aiosqlite's thread
+        w.wal_frames = writer_mod.WAL_RESTART_FRAMES  # a checkpoint would like to hold writes
+        w._wal_pages = writer_mod.CHECKPOINT_PAGES
+        w._after()
+        running = w._checkpointing
+        assert running is not None
+        await running
+        assert w._busy  # still the batch's: inline commits must keep waiting for it
+        w._busy = False
+        w._after()
+        await w.settle()
     finally:
         await store.close()
