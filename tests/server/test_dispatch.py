@@ -4,7 +4,6 @@ cancellation before and during a handler, and the count of requests yet to start
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
 import msgspec
@@ -13,6 +12,8 @@ from pygls.server import JsonRPCServer
 
 from sidecar.errors import UnknownSession
 from sidecar.server.protocol import MethodSpec, SidecarProtocol
+
+from .frames import split_frames
 
 
 class Params(msgspec.Struct):
@@ -34,13 +35,7 @@ class Out:
                 self._waiter.set_result(None)
 
     def messages(self) -> list[Any]:
-        out, buf = [], b"".join(self.writes)
-        while buf:
-            head, _, rest = buf.partition(b"\r\n\r\n")
-            n = int(head.split(b":")[1])
-            out.append(json.loads(rest[:n]))
-            buf = rest[n:]
-        return out
+        return split_frames(b"".join(self.writes))
 
     def replies(self) -> list[Any]:
         return [m for m in self.messages() if "id" in m and "method" not in m]

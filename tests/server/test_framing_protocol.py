@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pygls.protocol import default_converter
@@ -11,6 +10,8 @@ from pygls.server import JsonRPCServer
 
 from sidecar.server.framing import FrameError, FrameReader, encode_frame
 from sidecar.server.protocol import SidecarProtocol
+
+from .frames import split_frames
 
 
 class Capture:
@@ -21,13 +22,7 @@ class Capture:
         self.data += data
 
     def messages(self) -> list[Any]:
-        out, buf = [], self.data
-        while buf:
-            head, _, rest = buf.partition(b"\r\n\r\n")
-            n = int(head.split(b":")[1])
-            out.append(json.loads(rest[:n]))
-            buf = rest[n:]
-        return out
+        return split_frames(self.data)
 
 
 def _reader(cap: int = 1000) -> tuple[FrameReader, list[bytes], list[FrameError]]:
