@@ -429,6 +429,13 @@ def summarize(loads: list[Load]) -> tuple[float, float, float, list[float]]:
     return median(rates), p50, p99, rates
 
 
+def pair_ratios(daemon: list[Load], echo: list[Load], figure: int) -> list[float]:
+    """Each adjacent daemon/echo run's ratio of one ``summarize`` figure (0 rate, 1 p50)."""
+    return [
+        summarize([d])[figure] / summarize([e])[figure] for d, e in zip(daemon, echo, strict=True)
+    ]
+
+
 def line(label: str, loads: list[Load]) -> tuple[float, float]:
     rate, p50, p99, rates = summarize(loads)
     runs = ", ".join(f"{r:,.0f}" for r in rates)
@@ -507,20 +514,14 @@ async def main() -> None:
     e_rate, _ = line("raw echo", pipe["echo"])
     ratio = d_rate / e_rate
     print(f"  ratio daemon/echo rate: {ratio:.1%} (target >= 25%)  {verdict(ratio >= 0.25)}")
-    paired = [
-        summarize([d])[0] / summarize([e])[0]
-        for d, e in zip(pipe["daemon"], pipe["echo"], strict=True)
-    ]
+    paired = pair_ratios(pipe["daemon"], pipe["echo"], 0)
     print(f"    [per adjacent daemon/echo pair: {', '.join(f'{r:.1%}' for r in paired)}]")
     print(f"sequential: {args.seq:,} round trips (+{WARMUP_SEQ} warm-up)")
     _, d_p50 = line("daemon", seqs["daemon"])
     _, e_p50 = line("raw echo", seqs["echo"])
     ratio = d_p50 / e_p50
     print(f"  ratio daemon/echo p50: {ratio:.2f}x (target <= 3x)  {verdict(ratio <= 3)}")
-    paired = [
-        summarize([d])[1] / summarize([e])[1]
-        for d, e in zip(seqs["daemon"], seqs["echo"], strict=True)
-    ]
+    paired = pair_ratios(seqs["daemon"], seqs["echo"], 1)
     print(f"    [per adjacent daemon/echo pair: {', '.join(f'{r:.2f}x' for r in paired)}]")
     for label, samples in (("", st), (" [bytecode cached]", st_cached)):
         if samples is None:

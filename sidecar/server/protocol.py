@@ -220,7 +220,7 @@ class SidecarProtocol(JsonRPCProtocol):
         """
         handler = self._get_handler(method)
         if getattr(handler, "sidecar_deferred", False):
-            handler(params, functools.partial(self._deferred_reply, msg_id))
+            handler(params, functools.partial(self._reply, msg_id))
             return
         if not getattr(handler, "sidecar_coroutine", False):
             contextvars.copy_context().run(self._handle_request, msg_id, method, params)
@@ -238,15 +238,14 @@ class SidecarProtocol(JsonRPCProtocol):
             self._reply_cancelled(msg_id)
             return
         except JsonRpcException as exc:  # ``routes.bind`` maps every handler error to one
-            self._send_response(msg_id, error=exc.to_response_error())
+            self._reply(msg_id, None, exc)
             return
         finally:
             self._request_futures.pop(msg_id, None)
-        self._send_result(msg_id, result)
+        self._reply(msg_id, result, None)
 
-    def _deferred_reply(
-        self, msg_id: int | str, result: Any, error: JsonRpcException | None
-    ) -> None:
+    def _reply(self, msg_id: int | str, result: Any, error: JsonRpcException | None) -> None:
+        """The one reply of a request of ours (a deferred handler's ``done`` lands here)."""
         if error is not None:
             self._send_response(msg_id, error=error.to_response_error())
         else:
