@@ -12,6 +12,9 @@ UNKNOWN_PART = -32042
 CONFLICT = -32043
 BUSY = -32044
 COMPACTION_FAILED = -32045
+UNAUTHORIZED = -32046
+TOO_LARGE = -32047
+INVALID_PARAMS = -32602
 
 
 class SidecarError(Exception):
@@ -50,6 +53,18 @@ class UnknownPart(SidecarError):
 
 class Conflict(SidecarError):
     code = CONFLICT
+
+
+class InvalidParams(SidecarError):
+    """A value that passed the type check but is still the client's mistake (-32602)."""
+
+    code = INVALID_PARAMS
+
+
+class TooLarge(SidecarError):
+    """A reply over ``server.maxReplyBytes``: the message says how to ask for less."""
+
+    code = TOO_LARGE
 
 
 class Busy(SidecarError):

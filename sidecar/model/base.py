@@ -6,7 +6,19 @@ OpenCode's wire names are camelCase with an upper-case ``ID`` suffix (``sessionI
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
+
+# JavaScript's Number.MAX_SAFE_INTEGER: the largest integer every client (and SQLite's 64-bit
+# columns) holds exactly. Times and counts beyond it are a client's mistake, refused at decode.
+MAX_SAFE_INT = 2**53 - 1
+
+Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_INT)]
+"""A non-negative integer that fits every client: times (ms), token counts, sizes."""
+
+PageLimit = Annotated[int, msgspec.Meta(ge=1, le=MAX_SAFE_INT)]
+"""A page size given by a client."""
 
 
 def wire_name(name: str) -> str:

@@ -7,33 +7,48 @@ previous one; the merged object is validated once, so an error names the offendi
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
-from sidecar.model.base import Base
+from sidecar.model.base import Count, wire_name
 from sidecar.model.tokens import ModelLimit
 
 DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_DEPTH = 64
+DEFAULT_MAX_OUTGOING_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_REPLY_BYTES = 128 * 1024 * 1024
+
+Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
+Ratio = Annotated[float, msgspec.Meta(gt=0, lt=1)]
+Seconds = Annotated[float, msgspec.Meta(gt=0, le=86_400)]
 
 
-class CompactionConfig(Base, kw_only=True):
+class Strict(
+    msgspec.Struct, kw_only=True, omit_defaults=True, rename=wire_name, forbid_unknown_fields=True
+):
+    """Config objects: an unknown key is an error that names it (a typo must not be ignored)."""
+
+
+class CompactionConfig(Strict, kw_only=True):
     auto: bool = True
     prune: bool = True
     method: Literal["standard", "collapse"] = "standard"
     # None = the method's own default: 1.0 for standard (seed 000), 0.85 for collapse (seed 003).
-    trigger: float | None = None
-    reserved: int = 0
-    extract_ratio: float = 0.65
-    recent_ratio: float = 0.15
-    summary_max_tokens: int = 10_000
-    previous_summaries: int = 3
-    prune_protect: int = 40_000
-    prune_minimum: int = 20_000
+    trigger: Fraction | None = None
+    reserved: Count = 0
+    extract_ratio: Ratio = 0.65
+    recent_ratio: Ratio = 0.15
+    summary_max_tokens: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 10_000
+    previous_summaries: Annotated[int, msgspec.Meta(ge=0, le=100)] = 3
+    prune_protect: Count = 40_000
+    prune_minimum: Count = 20_000
     protected_tools: list[str] = msgspec.field(default_factory=lambda: ["skill"])
-    output_token_max: int = 32_000  # OPENCODE_EXPERIMENTAL_OUTPUT_TOKEN_MAX
+    output_token_max: Annotated[int, msgspec.Meta(ge=1)] = 32_000  # OPENCODE_EXPERIMENTAL_...
 
     def effective_trigger(self) -> float:
         if self.trigger is not None:
@@ -41,23 +56,28 @@ class CompactionConfig(Base, kw_only=True):
         return 0.85 if self.method == "collapse" else 1.0
 
 
-class SummarizerConfig(Base, kw_only=True):
+class SummarizerConfig(Strict, kw_only=True):
     provider: Literal["extractive", "openai", "anthropic", "client"] = "extractive"
     model: str | None = None
     base_url: str | None = msgspec.field(default=None, name="baseURL")
     api_key_env: str | None = None
     headers: dict[str, str] | None = None
-    max_input_tokens: int | None = None
-    timeout: float = 120.0  # seconds without a byte from the provider
-    deadline: float = 600.0  # seconds for the whole summary, retries included
-    max_retries: int = 4
+    max_input_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    timeout: Seconds = 120.0  # seconds without a byte from the provider
+    deadline: Seconds = 600.0  # seconds for the whole summary, retries included
+    max_retries: Annotated[int, msgspec.Meta(ge=0, le=20)] = 4
 
 
-class ServerConfig(Base, kw_only=True):
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+class ServerConfig(Strict, kw_only=True):
+    """Daemon limits: set only in the daemon's own config files, never over the wire."""
+
+    max_frame_bytes: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_MAX_FRAME_BYTES
+    max_depth: Annotated[int, msgspec.Meta(ge=8, le=512)] = DEFAULT_MAX_DEPTH
+    max_outgoing_bytes: Annotated[int, msgspec.Meta(ge=4096)] = DEFAULT_MAX_OUTGOING_BYTES
+    max_reply_bytes: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_MAX_REPLY_BYTES
 
 
-class Config(Base, kw_only=True):
+class Config(Strict, kw_only=True):
     compaction: CompactionConfig = msgspec.field(default_factory=CompactionConfig)
     summarizer: SummarizerConfig = msgspec.field(default_factory=SummarizerConfig)
     models: dict[str, ModelLimit] = msgspec.field(default_factory=dict)
@@ -109,8 +129,32 @@ def read_layer(path: Path) -> dict[str, Any]:
 
 
 def build(layers: list[dict[str, Any]]) -> Config:
-    """Merge layers in order and validate; raises ``msgspec.ValidationError`` naming the path."""
+    """Merge layers in order and validate; raises ``msgspec.ValidationError`` naming the path
+    (and, for an unknown key, the closest known one)."""
     merged: dict[str, Any] = {}
     for layer in layers:
         merged = deep_merge(merged, layer)
-    return msgspec.convert(merged, Config)
+    try:
+        return msgspec.convert(merged, Config)
+    except msgspec.ValidationError as exc:
+        raise msgspec.ValidationError(_with_suggestion(str(exc))) from None
+
+
+_UNKNOWN = re.compile(r"Object contains unknown field `([^`]*)`(?: - at `\$([^`]*)`)?")
+
+
+def _with_suggestion(text: str) -> str:
+    """``unknown field `atuo``` -> add ``(did you mean `auto`?)`` from the Struct at that path."""
+    found = _UNKNOWN.search(text)
+    if found is None:
+        return text
+    name, path = found.groups()
+    struct: Any = Config
+    for key in path.strip(".").split(".") if path else []:
+        fields = {f.encode_name: f.type for f in msgspec.structs.fields(struct)}
+        struct = fields.get(key)
+        if not (isinstance(struct, type) and issubclass(struct, msgspec.Struct)):
+            return text
+    known = [f.encode_name for f in msgspec.structs.fields(struct)]
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"{text} (did you mean `{close[0]}`?)" if close else text

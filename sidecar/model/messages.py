@@ -6,14 +6,14 @@ from typing import Any
 
 import msgspec
 
-from sidecar.model.base import Base
+from sidecar.model.base import Base, Count
 from sidecar.model.parts import Part
 from sidecar.model.tokens import Tokens
 
 
 class MessageTime(Base, kw_only=True):
-    created: int = 0
-    completed: int | None = None
+    created: Count = 0
+    completed: Count | None = None
 
 
 class ModelRef(Base, kw_only=True):

@@ -10,21 +10,21 @@ from typing import Any
 
 import msgspec
 
-from sidecar.model.base import Base
+from sidecar.model.base import Base, Count
 from sidecar.model.tokens import Tokens
 
 JSONObject = dict[str, Any]
 
 
 class PartTime(Base, kw_only=True):
-    start: int | None = None
-    end: int | None = None
+    start: Count | None = None
+    end: Count | None = None
 
 
 class ToolTime(Base, kw_only=True):
-    start: int | None = None
-    end: int | None = None
-    compacted: int | None = None
+    start: Count | None = None
+    end: Count | None = None
+    compacted: Count | None = None
 
 
 class PartBase(Base, tag_field="type", kw_only=True):
@@ -124,7 +124,7 @@ class AgentPart(PartBase, tag="agent", kw_only=True):
 
 
 class RetryPart(PartBase, tag="retry", kw_only=True):
-    attempt: int
+    attempt: Count
     error: JSONObject = msgspec.field(default_factory=dict)
     time: JSONObject | None = None
 

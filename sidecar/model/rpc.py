@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from sidecar.model.base import Base, Dense
+from sidecar.model.base import Base, Dense, PageLimit
 from sidecar.model.messages import ModelRef
 from sidecar.model.session import Session
 from sidecar.model.tokens import ModelLimit, Tokens
@@ -74,7 +74,7 @@ class SessionRef(Base, kw_only=True):
 
 
 class SessionListParams(Base, kw_only=True):
-    limit: int | None = None
+    limit: PageLimit | None = None
     cursor: str | None = None
 
 
@@ -90,7 +90,7 @@ class SessionForkParams(Base, kw_only=True):
 
 class SessionMessagesParams(Base, kw_only=True):
     session_id: str
-    limit: int | None = None
+    limit: PageLimit | None = None
     cursor: str | None = None
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import msgspec
 
-from sidecar.model.base import Base
+from sidecar.model.base import Base, Count
 
 
 class SessionTime(Base, kw_only=True):
-    created: int = 0
-    updated: int = 0
+    created: Count = 0
+    updated: Count = 0
 
 
 class RevertInfo(Base, kw_only=True):

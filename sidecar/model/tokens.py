@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from sidecar.model.base import Base, Dense
+from sidecar.model.base import Base, Count, Dense
 
 CHARS_PER_TOKEN = 4
 
@@ -29,22 +29,22 @@ def estimate(text: str | None) -> int:
 
 
 class CacheTokens(Dense, kw_only=True):
-    read: int = 0
-    write: int = 0
+    read: Count = 0
+    write: Count = 0
 
 
 class Tokens(Dense, kw_only=True):
     """Usage of one model call; ``cache`` counts are apart from ``input`` (Anthropic style)."""
 
-    input: int = 0
-    output: int = 0
-    reasoning: int = 0
+    input: Count = 0
+    output: Count = 0
+    reasoning: Count = 0
     cache: CacheTokens = msgspec.field(default_factory=CacheTokens)
 
 
 class ModelLimit(Base, kw_only=True):
     """A model's window. ``input`` is set only where the provider caps the prompt separately."""
 
-    context: int = 0
-    output: int = 0
-    input: int | None = None
+    context: Count = 0
+    output: Count = 0
+    input: Count | None = None
