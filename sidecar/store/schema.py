@@ -40,6 +40,28 @@ MIGRATIONS: list[str] = [
     CREATE INDEX parts_by_message ON parts (message_id, id);
     CREATE INDEX parts_compaction ON parts (session_id) WHERE type = 'compaction';
     """,
+    # 2: integrity (DESIGN §4): an id belongs to one session, a part to one message, and a
+    # part's session is its message's. Raised inside the statement, so the writer fails
+    # exactly the offending op (``Store`` maps the messages to wire errors).
+    """
+    CREATE TRIGGER messages_one_session BEFORE UPDATE OF session_id ON messages
+    WHEN NEW.session_id IS NOT OLD.session_id
+    BEGIN SELECT RAISE(ABORT, 'sidecar:message-session'); END;
+
+    CREATE TRIGGER parts_one_message BEFORE UPDATE OF message_id ON parts
+    WHEN NEW.message_id IS NOT OLD.message_id
+    BEGIN SELECT RAISE(ABORT, 'sidecar:part-message'); END;
+
+    CREATE TRIGGER parts_session_is_message_session BEFORE INSERT ON parts
+    WHEN NEW.session_id <> (SELECT session_id FROM messages WHERE id = NEW.message_id)
+    BEGIN SELECT RAISE(ABORT, 'sidecar:part-session'); END;
+
+    CREATE TABLE leases (
+        name TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        expires INTEGER NOT NULL
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

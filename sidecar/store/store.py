@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import aiosqlite
 import msgspec
 
-from sidecar.errors import UnknownMessage, UnknownSession
+from sidecar.errors import Conflict, InvalidParams, UnknownMessage, UnknownSession
 from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithParts
 from sidecar.model.parts import Part
 from sidecar.model.rpc import StoredMessage
@@ -86,15 +86,44 @@ _UPSERT_MESSAGE = (
     "INSERT INTO messages (id, session_id, created, role, parent_id, summary_ok, data) "
     "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
     "created = excluded.created, role = excluded.role, parent_id = excluded.parent_id, "
-    "summary_ok = excluded.summary_ok, data = excluded.data "
-    "WHERE messages.session_id = excluded.session_id"
+    "summary_ok = excluded.summary_ok, data = excluded.data, session_id = excluded.session_id"
 )
+# Setting ``session_id``/``message_id`` again lets the schema's triggers refuse an id reused
+# elsewhere: the statement fails, so the writer fails that op alone (never a silent no-op).
 _UPSERT_PART = (
     "INSERT INTO parts (id, message_id, session_id, type, data) VALUES (?, ?, ?, ?, ?) "
-    "ON CONFLICT (id) DO UPDATE SET type = excluded.type, data = excluded.data "
-    "WHERE parts.message_id = excluded.message_id"
+    "ON CONFLICT (id) DO UPDATE SET type = excluded.type, data = excluded.data, "
+    "message_id = excluded.message_id, session_id = excluded.session_id"
 )
 _TOUCH_SESSION = "UPDATE sessions SET updated = max(updated, ?) WHERE id = ?"
+
+
+def message_error(info: Message) -> Callable[[sqlite3.IntegrityError], Exception]:
+    """What a client sees when ``info``'s row breaks an integrity rule."""
+
+    def mapped(exc: sqlite3.IntegrityError) -> Exception:
+        if "sidecar:message-session" in str(exc):
+            return Conflict(f"message id {info.id!r} belongs to another session")
+        return UnknownSession(info.session_id)
+
+    return mapped
+
+
+def part_error(part: Part) -> Callable[[sqlite3.IntegrityError], Exception]:
+    """What a client sees when ``part``'s row breaks an integrity rule."""
+
+    def mapped(exc: sqlite3.IntegrityError) -> Exception:
+        text = str(exc)
+        if "sidecar:part-message" in text:
+            return Conflict(f"part id {part.id!r} belongs to another message")
+        if "sidecar:part-session" in text:
+            return InvalidParams(
+                f"invalid params: `$.part.sessionID` {part.session_id!r} is not the session "
+                f"of message {part.message_id!r}"
+            )
+        return UnknownMessage(part.message_id)
+
+    return mapped
 
 
 class Store:
@@ -247,26 +276,43 @@ class Store:
 
     # -- messages and parts --------------------------------------------------------------------
 
+    def _message_statements(self, info: Message, row: tuple[Any, ...]) -> list[Statement]:
+        return [
+            (_UPSERT_MESSAGE, [row]),
+            (_TOUCH_SESSION, [(info.time.created, info.session_id)]),
+        ]
+
     async def put_message(self, info: Message, raw: bytes | str) -> None:
         row = message_row(info, raw)
         counts = await self._writer.submit(
-            [
-                (_UPSERT_MESSAGE, [row]),
-                (_TOUCH_SESSION, [(info.time.created, info.session_id)]),
-            ],
-            on_integrity=lambda _e: UnknownSession(info.session_id),
+            self._message_statements(info, row), on_integrity=message_error(info)
         )
-        if counts[0] > 0:  # 0: the id belongs to another session and nothing was written
+        self._message_written(info, row, counts)
+
+    def put_message_then(
+        self, info: Message, raw: bytes | str, then: Callable[[BaseException | None], None]
+    ) -> None:
+        """``put_message`` for callers without a task (see ``put_part_then``)."""
+        row = message_row(info, raw)
+
+        def committed(counts: list[int], exc: BaseException | None) -> None:
+            if exc is None:
+                self._message_written(info, row, counts)
+            then(exc)
+
+        self._writer.submit_then(
+            self._message_statements(info, row), committed, message_error(info)
+        )
+
+    def _message_written(self, info: Message, row: tuple[Any, ...], counts: list[int]) -> None:
+        if counts[0] > 0:
             self.cache.message_written(info.session_id, Key(info.time.created, info.id), row[-1])
-        elif counts[0] < 0:  # merged with others and not all applied: which is unknown
+        else:  # merged with others: which rows applied is unknown
             self.cache.invalidate(info.session_id)
 
     async def put_part(self, part: Part, raw: bytes | str) -> None:
         row = part_row(part, raw)
-        counts = await self._writer.submit(
-            [(_UPSERT_PART, [row])],
-            on_integrity=lambda _e: UnknownMessage(part.message_id),
-        )
+        counts = await self._writer.submit([(_UPSERT_PART, [row])], on_integrity=part_error(part))
         self._part_written(part, row, counts)
 
     def put_part_then(
@@ -281,14 +327,12 @@ class Store:
                 self._part_written(part, row, counts)
             then(exc)
 
-        self._writer.submit_then(
-            [(_UPSERT_PART, [row])], committed, lambda _e: UnknownMessage(part.message_id)
-        )
+        self._writer.submit_then([(_UPSERT_PART, [row])], committed, part_error(part))
 
     def _part_written(self, part: Part, row: tuple[Any, ...], counts: list[int]) -> None:
         if counts[0] > 0:
             self.cache.part_written(part.session_id, part.message_id, part.id, row[-1])
-        elif counts[0] < 0:
+        else:  # merged with others: which rows applied is unknown
             self.cache.invalidate(part.session_id)
 
     async def put_many(
@@ -616,4 +660,13 @@ async def _migrate(db: aiosqlite.Connection) -> None:
 
 
 def _split(script: str) -> list[str]:
-    return [s.strip() for s in script.split(";") if s.strip()]
+    """Statements of a migration script (a trigger's body holds ``;`` of its own)."""
+    out: list[str] = []
+    pending = ""
+    for piece in script.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                out.append(pending.strip())
+            pending = ""
+    return out

@@ -293,8 +293,11 @@ def _size(batch: list[Op]) -> tuple[int, int]:
 
 
 def _apply(conn: sqlite3.Connection, batch: list[Op]) -> tuple[list[BaseException | None], int]:
-    """Commit ``batch`` in one transaction; if that fails, each op alone.
+    """Commit ``batch`` in one transaction; if anything fails, roll back and commit each op
+    alone, so that exactly the failing ops fail and nothing of theirs is stored.
 
+    Any exception counts (an ``OverflowError`` binding a value, a bug), not only SQLite's:
+    one left open would leave its statements in the transaction for the next commit to keep.
     Runs on whichever thread the writer chose; it touches nothing but ``conn`` and the ops.
     """
     try:
@@ -304,7 +307,7 @@ def _apply(conn: sqlite3.Connection, batch: list[Op]) -> tuple[list[BaseExceptio
             _run_grouped(conn, batch)
         conn.commit()  # the transaction began implicitly at the first write
         return [None] * len(batch), 1
-    except sqlite3.Error:
+    except Exception:
         _rollback(conn)
     outcomes: list[BaseException | None] = []
     commits = 0
@@ -317,8 +320,10 @@ def _apply(conn: sqlite3.Connection, batch: list[Op]) -> tuple[list[BaseExceptio
         except sqlite3.IntegrityError as exc:
             _rollback(conn)
             outcomes.append(op.on_integrity(exc) if op.on_integrity else exc)
-        except sqlite3.Error as exc:
+        except Exception as exc:
             _rollback(conn)
+            if not isinstance(exc, sqlite3.Error):
+                log.error("write failed: %s", type(exc).__name__, exc_info=exc)
             outcomes.append(exc)
     return outcomes, commits
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sidecar.errors import Conflict
 from sidecar.model.messages import MessageTime, UserMessage
 from sidecar.model.parts import TextPart, ToolCompleted, ToolPart, ToolTime
 from sidecar.model.session import Session, SessionTime
@@ -52,9 +54,10 @@ async def test_second_read_is_a_hit_and_writes_keep_it_exact(store: Store) -> No
     await store.put_part(tool, enc(tool))
     await store.mark_compacted(["p3"], 99)
     await _check(store, "s")
-    # the same message id written for another session changes nothing
+    # the same message id written for another session is a conflict and changes nothing
     stolen = UserMessage(id="m1", session_id="o", time=MessageTime(created=5))
-    await store.put_message(stolen, enc(stolen))
+    with pytest.raises(Conflict):
+        await store.put_message(stolen, enc(stolen))
     await _check(store, "s")
     # a message whose time changes moves
     moved = UserMessage(id="m1", session_id="s", time=MessageTime(created=30))
@@ -127,7 +130,7 @@ async def test_random_writes_never_make_the_cache_diverge(
         await _check(store, sid, start)
 
 
-async def test_a_merged_batch_with_a_no_op_row_still_leaves_the_cache_exact(
+async def test_a_merged_batch_with_a_conflicting_row_fails_it_alone_and_keeps_the_cache_exact(
     store: Store,
 ) -> None:
     import asyncio
@@ -138,7 +141,10 @@ async def test_a_merged_batch_with_a_no_op_row_still_leaves_the_cache_exact(
     await store.put_message(owned, enc(owned))
     await store.window("s")  # cached, empty
     batch = [UserMessage(id=f"m{i}", session_id="s", time=MessageTime(created=i)) for i in range(5)]
-    # m0 belongs to session "o": its row is a no-op inside the merged executemany
-    await asyncio.gather(*(store.put_message(m, enc(m)) for m in batch))
+    # m0 belongs to session "o": its row fails the merged batch, which is replayed op by op
+    outcomes = await asyncio.gather(
+        *(store.put_message(m, enc(m)) for m in batch), return_exceptions=True
+    )
+    assert isinstance(outcomes[0], Conflict) and outcomes[1:] == [None] * 4
     await _check(store, "s")
     assert [m.info.id for m in await store.window("s")] == ["m1", "m2", "m3", "m4"]
