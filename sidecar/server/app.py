@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 from lsprotocol.types import LogMessageParams, MessageType
 
-from sidecar.model import config as cfgmod
-from sidecar.model.config import Config
 from sidecar.server.hub import Hub
 from sidecar.server.protocol import Starting
+from sidecar.server.settings import ConfigManager
 from sidecar.store import Store
 
 if TYPE_CHECKING:
@@ -20,44 +17,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sidecar.app")
 
-
-class ConfigManager:
-    """Holds the layers of DESIGN §6 and the validated result.
-
-    Environment always wins, so ``OPENCODE_DISABLE_AUTOCOMPACT`` cannot be undone by a client.
-    """
-
-    def __init__(self, files: list[Path], env: dict[str, str] | None = None) -> None:
-        self._file_layers = [cfgmod.read_layer(p) for p in files]
-        self._init_layer: dict[str, Any] = {}
-        self._runtime_layer: dict[str, Any] = {}
-        self._env_layer = cfgmod.env_layer(env)
-        self.current: Config = self._build(self._init_layer, self._runtime_layer)
-
-    def _build(self, init: dict[str, Any], runtime: dict[str, Any]) -> Config:
-        return cfgmod.build([*self._file_layers, init, runtime, self._env_layer])
-
-    def apply_initialization(self, options: dict[str, Any]) -> Config:
-        layer = cfgmod.deep_merge(self._init_layer, options)
-        self.current = self._wrap(
-            "initializationOptions", lambda: self._build(layer, self._runtime_layer)
-        )
-        self._init_layer = layer
-        return self.current
-
-    def update(self, patch: dict[str, Any]) -> Config:
-        layer = cfgmod.deep_merge(self._runtime_layer, patch)
-        self.current = self._wrap("config", lambda: self._build(self._init_layer, layer))
-        self._runtime_layer = layer
-        return self.current
-
-    @staticmethod
-    def _wrap(where: str, fn: Any) -> Config:
-        try:
-            return fn()
-        except msgspec.ValidationError as exc:
-            # Re-root msgspec's path at the params field the client filled in.
-            raise msgspec.ValidationError(str(exc).replace("`$", f"`$.{where}")) from None
+__all__ = ["App", "ConfigManager"]
 
 
 class App:

@@ -32,12 +32,12 @@ async def context(conn: Connection, p: SessionContextParams) -> ContextResult:
 async def overflow(conn: Connection, p: SessionOverflowParams) -> OverflowResult:
     engine = conn.app.engine.engine
     if p.session_id is not None:
-        return await engine.overflow_session(p.session_id)
+        return await engine.overflow_session(p.session_id, conn.config.current)
     if p.tokens is None or p.model is None:
         raise SidecarError(
             "invalid params: give `$.sessionID`, or both `$.tokens` and `$.model.limit`", -32602
         )
-    return await engine.overflow_of(p.tokens, p.model.limit)
+    return await engine.overflow_of(p.tokens, p.model.limit, conn.config.current)
 
 
 @route("session/idle", SessionRef)
@@ -48,14 +48,14 @@ async def idle(conn: Connection, p: SessionRef) -> None:
     return None
 
 
-@route("session/prune", SessionRef)
+@route("session/prune", SessionRef, writes=True)
 async def prune(conn: Connection, p: SessionRef) -> PruneResult:
     engine = conn.app.engine.engine
     async with engine.lock(p.session_id):
-        return await engine.prune(p.session_id)
+        return await engine.prune(p.session_id, conn.config.current)
 
 
-@route("session/compact", SessionCompactParams)
+@route("session/compact", SessionCompactParams, writes=True)
 async def compact(conn: Connection, p: SessionCompactParams) -> CompactResult:
     conn.app.hub.subscribe(conn, p.session_id)
     return await conn.app.engine.engine.compact(
@@ -65,11 +65,12 @@ async def compact(conn: Connection, p: SessionCompactParams) -> CompactResult:
             model=p.model,
             instructions=p.instructions,
             progress_token=p.work_done_token,
-        )
+        ),
+        conn.config.current,
     )
 
 
-@route("session/fork", SessionForkParams)
+@route("session/fork", SessionForkParams, writes=True)
 async def fork(conn: Connection, p: SessionForkParams) -> Session:
     store = conn.app.store
     source = await store.require_session(p.session_id)
@@ -78,7 +79,7 @@ async def fork(conn: Connection, p: SessionForkParams) -> Session:
     return forked
 
 
-@route("session/revert", SessionRevertParams)
+@route("session/revert", SessionRevertParams, writes=True)
 async def revert(conn: Connection, p: SessionRevertParams) -> Session:
     engine = conn.app.engine.engine
     if engine.is_compacting(p.session_id):
@@ -87,7 +88,7 @@ async def revert(conn: Connection, p: SessionRevertParams) -> Session:
     return await revert_mod.revert(conn.app.store, session, p.message_id, p.part_id)
 
 
-@route("session/unrevert", SessionRef)
+@route("session/unrevert", SessionRef, writes=True)
 async def unrevert(conn: Connection, p: SessionRef) -> Session:
     session = await conn.app.store.require_session(p.session_id)
     return await revert_mod.unrevert(conn.app.store, session)

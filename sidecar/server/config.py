@@ -1,4 +1,5 @@
-"""``config/get`` and ``config/update`` (partial, deep-merged, validated as a whole).
+"""``config/get`` and ``config/update``: this connection's config (partial, deep-merged,
+validated as a whole; ``settings`` says which keys a client may set).
 
 Extra summarizer headers may carry credentials, so their values are never sent back.
 """
@@ -27,9 +28,9 @@ def redacted(cfg: Config) -> Config:
 
 @route("config/get", Empty)
 async def get(conn: Connection, p: Empty) -> Config:
-    return redacted(conn.app.config.current)
+    return redacted(conn.config.current)
 
 
-@route("config/update", ConfigUpdateParams)
+@route("config/update", ConfigUpdateParams, writes=True)
 async def update(conn: Connection, p: ConfigUpdateParams) -> Config:
-    return redacted(conn.app.config.update(p.config))
+    return redacted(conn.config.update(p.config))

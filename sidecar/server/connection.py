@@ -44,12 +44,17 @@ class Connection:
         self.protocol: SidecarProtocol = self.server.protocol  # type: ignore[assignment]
         self.protocol.on_exit = self._on_exit
         self.protocol.starting = app.starting
+        limits = lambda: app.config.current.server  # noqa: E731 - daemon-level, never a client's
+        self.protocol.max_depth = lambda: limits().max_depth
+        self.protocol.max_outgoing = lambda: limits().max_outgoing_bytes
+        self.protocol.on_stalled = self._on_stalled
+        self.config = app.config.for_connection()
         self.capabilities = ClientCapabilities()
         self.closed = asyncio.Event()
         self.exit_requested = False
         self._transport: asyncio.BaseTransport | None = None
         for r in ROUTES.values():
-            self.protocol.specs[r.method] = MethodSpec(msgspec.json.Decoder(r.params))
+            self.protocol.specs[r.method] = MethodSpec(msgspec.json.Decoder(r.params), r.writes)
             self.protocol.fm.feature(r.method)(bind(self, r))
 
     def reader(self, *, duplex: bool = False) -> FrameReader:
@@ -89,6 +94,14 @@ class Connection:
             self._transport.close()
         self._on_lost()
 
+    def _on_stalled(self) -> None:
+        """The client stopped reading: drop it (and what it had not read) at once."""
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            abort = getattr(transport, "abort", None)
+            (abort or transport.close)()
+        self._on_lost()
+
     def _on_exit(self) -> None:
         self.exit_requested = True
         self.close()
@@ -99,5 +112,6 @@ class Connection:
         self.closed.set()
         self.app.connections.discard(self)
         self.app.hub.drop(self)
+        self.protocol.drop_held()
         for fut in list(self.protocol._request_futures.values()):
             fut.cancel()

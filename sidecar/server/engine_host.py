@@ -7,6 +7,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from sidecar.engine.service import Engine
+from sidecar.model.config import Config
 from sidecar.model.messages import Message
 from sidecar.model.rpc import (
     CompactingHookParams,
@@ -29,8 +30,8 @@ class EngineHost:
         self.app = app
         self.engine = Engine(app.store, self, lambda: app.config.current)
 
-    def message_stored(self, info: Message) -> None:
-        self.engine.message_stored(info)
+    def message_stored(self, info: Message, cfg: Config) -> None:
+        self.engine.message_stored(info, cfg)
 
     async def close(self) -> None:
         await self.engine.close()

@@ -2,8 +2,9 @@
 
 pygls' stdio reader pays three thread hops per message; parsing frames in ``data_received``
 on the event loop is what lets pipelined ingest keep up. A frame over the size cap is skipped
-as it streams in, never buffered whole; a malformed header is reported and reading resumes
-at the next header block, so one bad frame never ends the connection.
+as it streams in, never buffered whole; stray bytes before a header are skipped (reported
+unless they are blank lines) and a malformed header is reported, reading resuming at the next
+``Content-Length``, so one bad frame never ends or desynchronises the connection.
 """
 
 from __future__ import annotations
@@ -84,8 +85,15 @@ class FrameReader(asyncio.Protocol):
             try:
                 length = _content_length(header)
             except FrameError as err:
-                self._on_error(err)
-                return True
+                length = _resync(header)
+                if length is None:
+                    if header.strip():
+                        self._on_error(err)
+                    return True
+                if header[: header.lower().find(b"content-length")].strip():
+                    self._on_error(
+                        FrameError(-32700, f"skipped junk before a header: {header[:80]!r}")
+                    )
             cap = self.max_frame_bytes()
             if length > cap:
                 self._on_error(
@@ -107,6 +115,19 @@ class FrameReader(asyncio.Protocol):
         self._need = -1
         self._on_frame(body)
         return True
+
+
+def _resync(header: bytes) -> int | None:
+    """The length of a frame whose header block starts with stray bytes (a lone ``\\r\\n``
+    between frames, or junk): parse again from its last ``Content-Length``, so one stray byte
+    does not desynchronise the stream for good. ``None`` when there is none to be found."""
+    at = header.lower().rfind(b"content-length")
+    if at < 0:
+        return None
+    try:
+        return _content_length(header[at:])
+    except FrameError:
+        return None
 
 
 def _content_length(header: bytes) -> int:

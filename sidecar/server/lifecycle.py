@@ -23,10 +23,10 @@ NOTIFICATIONS = [
 ]
 
 
-@route("initialize", InitializeParams)
+@route("initialize", InitializeParams, writes=True)
 async def initialize(conn: Connection, params: InitializeParams) -> InitializeResult:
     if params.initialization_options:
-        conn.app.config.apply_initialization(params.initialization_options)
+        conn.config.apply_initialization(params.initialization_options)
     conn.capabilities = params.capabilities
     conn.protocol.initialized = True
     caps: dict[str, Any] = {
@@ -35,7 +35,7 @@ async def initialize(conn: Connection, params: InitializeParams) -> InitializeRe
         "contextFormats": ["parts", "openai", "anthropic"],
         "compactionMethods": ["standard", "collapse"],
         "summarizers": ["extractive", "openai", "anthropic", "client"],
-        "maxFrameBytes": conn.app.config.current.server.max_frame_bytes,
+        "maxFrameBytes": conn.config.current.server.max_frame_bytes,
     }
     return InitializeResult(
         server_info=ServerInfo(name="compaction-sidecar", version=__version__), capabilities=caps
@@ -47,7 +47,7 @@ async def initialized(conn: Connection, params: Empty) -> None:
     return None
 
 
-@route("shutdown", Empty)
+@route("shutdown", Empty, writes=True)
 async def shutdown(conn: Connection, params: Empty) -> None:
     conn.protocol.shutting_down = True
     return None

@@ -7,6 +7,8 @@ when the daemon must fill something in (a missing id or creation time) is it re-
 
 from __future__ import annotations
 
+import asyncio
+from asyncio import Future
 from typing import Any
 
 import msgspec
@@ -56,25 +58,66 @@ def decode_part(raw: msgspec.Raw) -> Part:
         raise reroot(exc, "part") from None
 
 
-@route("message/update", MessageUpdateParams)
-async def message_update(conn: Connection, p: MessageUpdateParams) -> msgspec.Raw:
+@route("message/update", MessageUpdateParams, deferred=True)
+def message_update(conn: Connection, p: MessageUpdateParams, done: Done) -> Future[None] | None:
+    """Deferred like ``part/update``, so a part pipelined behind its message queues behind it.
+
+    Only an update of a known id that leaves out ``time.created`` must read first (the stored
+    time is kept); it returns the task that will queue the write, which the connection's later
+    requests wait for.
+    """
     info = decode_message(p.message)
     raw = bytes(p.message)
+    if info.id and not info.time.created:
+        return asyncio.ensure_future(_update_keeping_created(conn, info, raw, done))
     if not info.id or not info.time.created:
         data = _dict_decoder.decode(raw)
         if not info.id:
             info.id = data["id"] = new_id("msg")
         if not info.time.created:
-            known = await conn.app.store.message_key(info.id)
-            info.time.created = known.created if known else now_ms()
+            info.time.created = now_ms()
             data["time"] = {**(data.get("time") or {}), "created": info.time.created}
         raw = _encoder.encode(data)
-    await conn.app.store.put_message(info, raw)
+    _store_message(conn, info, raw, done)
+    return None
+
+
+async def _update_keeping_created(conn: Connection, info: Message, raw: bytes, done: Done) -> None:
+    try:
+        known = await conn.app.store.message_key(info.id)
+        data = _dict_decoder.decode(raw)
+        info.time.created = known.created if known else now_ms()
+        data["time"] = {**(data.get("time") or {}), "created": info.time.created}
+        raw = _encoder.encode(data)
+    except Exception as exc:
+        done(None, exc)
+        return
+    answered = asyncio.get_running_loop().create_future()
+
+    def reply(result: Any, exc: BaseException | None) -> None:
+        done(result, exc)
+        answered.set_result(None)
+
+    _store_message(conn, info, raw, reply)
+    await answered
+
+
+def _store_message(conn: Connection, info: Message, raw: bytes, done: Done) -> None:
+    """Queue the row; once committed: subscribe, notify, start the engine's checks, reply."""
+    app = conn.app
     stored = msgspec.Raw(raw)
-    conn.app.hub.subscribe(conn, info.session_id)
-    conn.app.publish(info.session_id, "message/updated", MessageUpdatedEvent(message=stored))
-    conn.app.engine.message_stored(info)
-    return stored
+    cfg = conn.config.current
+
+    def committed(exc: BaseException | None) -> None:
+        if exc is not None:
+            done(None, exc)
+            return
+        app.hub.subscribe(conn, info.session_id)
+        app.publish(info.session_id, "message/updated", MessageUpdatedEvent(message=stored))
+        app.engine.message_stored(info, cfg)
+        done(stored, None)
+
+    app.store.put_message_then(info, raw, committed)
 
 
 @route("part/update", PartUpdateParams, deferred=True)
@@ -101,7 +144,7 @@ def part_update(conn: Connection, p: PartUpdateParams, done: Done) -> None:
     app.store.put_part_then(part, raw, committed)
 
 
-@route("message/remove", MessageRemoveParams)
+@route("message/remove", MessageRemoveParams, writes=True)
 async def message_remove(conn: Connection, p: MessageRemoveParams) -> None:
     await conn.app.store.require_session(p.session_id)
     if not await conn.app.store.remove_message(p.session_id, p.message_id):
@@ -114,7 +157,7 @@ async def message_remove(conn: Connection, p: MessageRemoveParams) -> None:
     return None
 
 
-@route("part/remove", PartRemoveParams)
+@route("part/remove", PartRemoveParams, writes=True)
 async def part_remove(conn: Connection, p: PartRemoveParams) -> None:
     await conn.app.store.require_session(p.session_id)
     if not await conn.app.store.remove_part(p.session_id, p.message_id, p.part_id):

@@ -15,6 +15,7 @@ import asyncio
 import contextvars
 import functools
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -31,8 +32,10 @@ from pygls.protocol.json_rpc import (
     JsonRPCResponseMessage,
 )
 
+from sidecar.model.config import DEFAULT_MAX_DEPTH
 from sidecar.model.rpc import CancelParams
 from sidecar.server.framing import FrameError, encode_frame
+from sidecar.server.jsonguard import bad_utf8_field, first_bad_utf8, too_deep
 
 if TYPE_CHECKING:
     from pygls.server import JsonRPCServer
@@ -113,9 +116,14 @@ class Starting:
 
 @dataclass(frozen=True, slots=True)
 class MethodSpec:
-    """What the protocol needs to know about a method before dispatching it."""
+    """What the protocol needs to know about a method before dispatching it.
+
+    ``writes``: the method changes stored or connection state, so later requests of the same
+    connection must not overtake it (DESIGN §4 "Order").
+    """
 
     decoder: msgspec.json.Decoder[Any]
+    writes: bool = False
 
 
 class SidecarProtocol(JsonRPCProtocol):
@@ -128,9 +136,25 @@ class SidecarProtocol(JsonRPCProtocol):
         self.shutting_down = False
         self.on_exit: Callable[[], None] = lambda: None
         self.starting = Starting()  # replaced by the App-wide one (``Connection``)
+        self.max_depth: Callable[[], int] = lambda: DEFAULT_MAX_DEPTH
+        # Outgoing bytes (queued here plus the transport's buffer) past which the peer is a
+        # stalled reader: ``on_stalled`` drops the connection so the daemon's memory stays
+        # bounded. ``None``: no limit.
+        self.max_outgoing: Callable[[], int | None] = lambda: None
+        self.on_stalled: Callable[[], None] = lambda: None
         self._encoder = msgspec.json.Encoder()
         self._out: list[bytes] = []
+        self._out_bytes = 0
         self._flush_scheduled = False
+        # Order (DESIGN §4): a write that could not queue its store op at once (an async
+        # handler) is the *barrier*; requests that arrive behind it wait in ``_held`` and start
+        # in arrival order once it has answered. Deferred writes queue their op in arrival
+        # order and block nothing; ``_unacked`` counts those not yet answered, and a read
+        # waits for them, so it sees this connection's own writes.
+        self._barrier: asyncio.Future[Any] | None = None
+        self._held: deque[tuple[int | str, str, Any]] = deque()
+        self._unacked = 0
+        self._acked: asyncio.Future[None] | None = None
 
     # -- inbound ---------------------------------------------------------------------------
 
@@ -145,6 +169,15 @@ class SidecarProtocol(JsonRPCProtocol):
         self.send_error(None, err.code, err.message)
 
     def _handle_frame(self, body: bytes) -> None:
+        limit = self.max_depth()
+        if (deep := too_deep(body, limit)) is not None:
+            self.send_error(deep.request_id, INVALID_PARAMS, deep.message(limit))
+            return
+        if first_bad_utf8(body) is not None:
+            self.send_error(
+                _recover_id(body), PARSE_ERROR, f"invalid UTF-8 in {bad_utf8_field(body)}"
+            )
+            return
         try:
             env = _envelope_decoder.decode(body)
         except msgspec.ValidationError as exc:
@@ -204,9 +237,37 @@ class SidecarProtocol(JsonRPCProtocol):
         # test the message against runtime-checkable Protocols (~20 us each).
         if is_request:
             assert msg_id is not None
-            self._start_request(msg_id, method, params)
+            if self._barrier is not None or self._held:
+                self._held.append((msg_id, method, params))
+            else:
+                self._start_request(msg_id, method, params)
         else:
             contextvars.copy_context().run(self._handle_notification, method, params)
+
+    def _release_held(self, _done: object = None) -> None:
+        """The barrier answered: start what waited behind it, in order, up to the next one."""
+        self._barrier = None
+        while self._held and self._barrier is None:
+            self._start_request(*self._held.popleft())
+
+    def _set_barrier(self, future: asyncio.Future[Any]) -> None:
+        if not future.done():
+            self._barrier = future
+            future.add_done_callback(self._release_held)
+
+    def _write_acked(self) -> None:
+        self._unacked -= 1
+        if not self._unacked and self._acked is not None:
+            if not self._acked.done():
+                self._acked.set_result(None)
+            self._acked = None
+
+    async def _own_writes_acked(self) -> None:
+        """Wait until every deferred write this connection sent earlier has been answered."""
+        while self._unacked:
+            if self._acked is None:
+                self._acked = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._acked)
 
     def _start_request(self, msg_id: int | str, method: str, params: Any) -> None:
         """Run a request's handler as a task registered for ``$/cancelRequest``.
@@ -219,20 +280,38 @@ class SidecarProtocol(JsonRPCProtocol):
         cancelled (LSP lets a server answer a cancelled request normally).
         """
         handler = self._get_handler(method)
+        writes = self.specs[method].writes
         if getattr(handler, "sidecar_deferred", False):
-            handler(params, functools.partial(self._reply, msg_id))
+            self._unacked += 1
+            # A deferred handler that could not queue its write at once returns the future
+            # that will: the barrier for what follows.
+            later = handler(params, functools.partial(self._reply_deferred, msg_id))
+            if later is not None:
+                self._set_barrier(later)
             return
         if not getattr(handler, "sidecar_coroutine", False):
             contextvars.copy_context().run(self._handle_request, msg_id, method, params)
             return
         self.starting.count += 1
-        task = asyncio.ensure_future(self._run_request(msg_id, handler, params))
+        task = asyncio.ensure_future(self._run_request(msg_id, handler, params, writes))
         self._request_futures[msg_id] = task
         task.add_done_callback(functools.partial(self._request_done, msg_id))
+        if writes:
+            self._set_barrier(task)
 
-    async def _run_request(self, msg_id: int | str, handler: Any, params: Any) -> None:
+    def _reply_deferred(
+        self, msg_id: int | str, result: Any, error: JsonRpcException | None
+    ) -> None:
+        self._write_acked()
+        self._reply(msg_id, result, error)
+
+    async def _run_request(
+        self, msg_id: int | str, handler: Any, params: Any, writes: bool = False
+    ) -> None:
         self.starting.count -= 1
         try:
+            if self._unacked and not writes:
+                await self._own_writes_acked()
             result = await handler(params)
         except asyncio.CancelledError:  # ``$/cancelRequest`` or the connection closing
             self._reply_cancelled(msg_id)
@@ -271,6 +350,16 @@ class SidecarProtocol(JsonRPCProtocol):
         # request has no task and will be answered normally (LSP allows that).
         if params.id in self._request_futures:
             self._handle_cancel_notification(params.id)
+            return
+        for held in self._held:
+            if held[0] == params.id:
+                self._held.remove(held)
+                self._reply_cancelled(params.id)
+                return
+
+    def drop_held(self) -> None:
+        """The connection is gone: what waited behind a barrier will never run."""
+        self._held.clear()
 
     def _handle_reply(self, env: _Envelope) -> None:
         if env.id is UNSET or env.id is None or (not len(env.result) and not len(env.error)):
@@ -366,7 +455,20 @@ class SidecarProtocol(JsonRPCProtocol):
         """Queue a frame; everything queued in one loop iteration goes out in one write."""
         if self.writer is None:
             return
-        self._out.append(encode_frame(body))
+        frame = encode_frame(body)
+        self._out.append(frame)
+        self._out_bytes += len(frame)
+        cap = self.max_outgoing()
+        if cap is not None and self._out_bytes + _buffered(self.writer) > cap:
+            log.warning(
+                "a client stopped reading: %d bytes wait for it (limit %d, config "
+                "server.maxOutgoingBytes); disconnecting it",
+                self._out_bytes + _buffered(self.writer),
+                cap,
+            )
+            self._out, self._out_bytes = [], 0
+            self.on_stalled()
+            return
         if not self._flush_scheduled:
             self._flush_scheduled = True
             try:
@@ -379,8 +481,23 @@ class SidecarProtocol(JsonRPCProtocol):
         writer, out = self.writer, self._out
         if writer is None or not out:
             return
-        self._out = []
+        self._out, self._out_bytes = [], 0
         try:
             writer.write(out[0] if len(out) == 1 else b"".join(out))
         except (BrokenPipeError, ConnectionError, RuntimeError):
             log.info("peer is gone; dropping outgoing messages")
+
+
+def _buffered(writer: Any) -> int:
+    """Bytes the transport holds for a peer that has not read them yet."""
+    size = getattr(writer, "get_write_buffer_size", None)
+    return int(size()) if size is not None else 0
+
+
+def _recover_id(body: bytes) -> int | str | None:
+    """The request id of a frame that failed a check, when it can still be read."""
+    try:
+        env = _envelope_decoder.decode(body.decode("utf-8", "replace"))
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    return None if env.id is UNSET or isinstance(env.id, bool) else env.id

@@ -4,7 +4,9 @@ Handlers are thin — ``async def h(conn, params) -> result`` — and call the s
 engine. A *deferred* handler (``@route(..., deferred=True)``) is instead a plain function
 ``h(conn, params, done)`` that calls ``done(result, None)`` or ``done(None, exc)`` exactly once,
 possibly later (from a store commit callback), or raises before calling it: the ingest path
-uses it so that a request costs no task of its own. Errors are mapped here once:
+uses it so that a request costs no task of its own. A deferred handler queues its write before
+it returns; one that cannot (it must read first) returns the future of the task that will, and
+the connection's later requests wait for that future. Errors are mapped here once:
 ``SidecarError`` to its application code, a ``ValidationError`` raised inside a handler to
 -32602, anything unexpected to -32603 with only the exception type (details go to the
 daemon's log).
@@ -38,18 +40,22 @@ class Route:
     params: type[Any]
     fn: Handler
     deferred: bool = False
+    writes: bool = False
 
 
 ROUTES: dict[str, Route] = {}
 
 
 def route(
-    method: str, params: type[Any], *, deferred: bool = False
+    method: str, params: type[Any], *, deferred: bool = False, writes: bool = False
 ) -> Callable[[Handler], Handler]:
+    """Register a handler. ``writes``: it changes stored or connection state, so the
+    connection's later requests wait for it (DESIGN §4 "Order")."""
+
     def register(fn: Handler) -> Handler:
         if method in ROUTES:
             raise ValueError(f"method {method} registered twice")
-        ROUTES[method] = Route(method, params, fn, deferred)
+        ROUTES[method] = Route(method, params, fn, deferred, writes)
         return fn
 
     return register
@@ -83,15 +89,16 @@ def bind(conn: Connection, r: Route) -> Callable[..., Any]:
     return handler
 
 
-def _bind_deferred(conn: Connection, r: Route) -> Callable[[Any, Done], None]:
-    def handler(params: Any, reply: Done) -> None:
+def _bind_deferred(conn: Connection, r: Route) -> Callable[[Any, Done], Any]:
+    def handler(params: Any, reply: Done) -> Any:
         def done(result: Any, exc: BaseException | None) -> None:
             reply(result, None if exc is None else rpc_error(r.method, exc))
 
         try:
-            r.fn(conn, params, done)
+            return r.fn(conn, params, done)
         except Exception as exc:
             done(None, exc)
+            return None
 
     handler.__name__ = r.method.replace("/", "_")
     handler.sidecar_deferred = True  # type: ignore[attr-defined]  # see SidecarProtocol

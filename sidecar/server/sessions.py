@@ -22,7 +22,7 @@ def _cursor_error(exc: ValueError) -> SidecarError:
     return SidecarError(f"invalid params: $.cursor: {exc}", -32602)
 
 
-@route("session/create", SessionCreateParams)
+@route("session/create", SessionCreateParams, writes=True)
 async def create(conn: Connection, p: SessionCreateParams) -> Session:
     store = conn.app.store
     if p.parent_id is not None:
@@ -58,7 +58,7 @@ async def list_(conn: Connection, p: SessionListParams) -> SessionList:
     return SessionList(sessions=sessions, next_cursor=nxt)
 
 
-@route("session/delete", SessionRef)
+@route("session/delete", SessionRef, writes=True)
 async def delete(conn: Connection, p: SessionRef) -> None:
     if not await conn.app.store.delete_session(p.session_id):
         raise UnknownSession(p.session_id)
@@ -77,7 +77,7 @@ async def messages(conn: Connection, p: SessionMessagesParams) -> MessagesPage:
     return MessagesPage(messages=page, next_cursor=nxt)
 
 
-@route("session/subscribe", SessionRef)
+@route("session/subscribe", SessionRef, writes=True)
 async def subscribe(conn: Connection, p: SessionRef) -> None:
     if p.session_id != ALL:
         await conn.app.store.require_session(p.session_id)
@@ -85,7 +85,7 @@ async def subscribe(conn: Connection, p: SessionRef) -> None:
     return None
 
 
-@route("session/unsubscribe", SessionRef)
+@route("session/unsubscribe", SessionRef, writes=True)
 async def unsubscribe(conn: Connection, p: SessionRef) -> None:
     conn.app.hub.unsubscribe(conn, p.session_id)
     return None

@@ -32,13 +32,20 @@ async def test_initialize_result_has_protocol_version(spawner: Spawner) -> None:
     assert result["protocolVersion"] == "1.0"
 
 
-async def test_initialization_option_max_frame_bytes_is_enforced(spawner: Spawner) -> None:
-    client = await spawner(initialization_options={"server": {"maxFrameBytes": 4096}})
-    assert client.initialize_result["capabilities"]["maxFrameBytes"] == 4096
-    call = client.call("session/create", {"title": "x" * 8000})
-    err = await client.wait_for_error(lambda e: e.code == -32600, timeout=2)
-    assert "4096" in err.message
-    call.cancel()
+async def test_a_client_cannot_set_the_daemons_server_limits(spawner: Spawner) -> None:
+    """``server.*`` is the daemon's own (issue 9 item 8): refused in ``initializationOptions``
+    and ``config/update``, and the daemon keeps its limits for every later frame."""
+    client = await spawner(initialize=False)
+    with pytest.raises(RpcError) as err:
+        await client.initialize(initialization_options={"server": {"maxFrameBytes": 4096}})
+    assert err.value.code == -32602 and "initializationOptions.server" in err.value.message
+    result = await client.initialize()
+    assert result["capabilities"]["maxFrameBytes"] == 64 * 1024 * 1024
+    with pytest.raises(RpcError) as err:
+        await client.request("config/update", {"config": {"server": {"maxFrameBytes": 16}}})
+    assert err.value.code == -32602 and "config.server" in err.value.message
+    session = await client.create_session(title="x" * 8000)  # a frame well over 16 bytes
+    assert session.title == "x" * 8000
 
 
 async def test_cancel_request_cancels_an_in_flight_request(spawner: Spawner) -> None:
