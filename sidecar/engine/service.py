@@ -66,8 +66,10 @@ class Engine:
     def lock(self, session_id: str) -> asyncio.Lock:
         return self._locks.setdefault(session_id, asyncio.Lock())
 
-    def limits(self, provider_id: str, model_id: str) -> ModelLimit | None:
-        limit = lookup(provider_id, model_id, self.config().models)
+    def limits(
+        self, provider_id: str, model_id: str, cfg: Config | None = None
+    ) -> ModelLimit | None:
+        limit = lookup(provider_id, model_id, (cfg or self.config()).models)
         if limit is None:
             key = f"{provider_id}/{model_id}"
             if key not in self._warned:
@@ -140,11 +142,13 @@ class Engine:
         session = await self.store.require_session(session_id)
         return await context_mod.build(self.store, session, fmt)
 
-    async def overflow_of(self, tokens: Tokens, limit: ModelLimit) -> OverflowResult:
-        o = overflow_mod.check(tokens, limit, self.config().compaction)
+    async def overflow_of(
+        self, tokens: Tokens, limit: ModelLimit, cfg: Config | None = None
+    ) -> OverflowResult:
+        o = overflow_mod.check(tokens, limit, (cfg or self.config()).compaction)
         return OverflowResult(overflow=o.overflow, count=o.count, usable=o.usable)
 
-    async def overflow_session(self, session_id: str) -> OverflowResult:
+    async def overflow_session(self, session_id: str, cfg: Config | None = None) -> OverflowResult:
         session = await self.store.require_session(session_id)
         window = await load_window(self.store, session)
         last = next(
@@ -157,15 +161,15 @@ class Engine:
         )
         if last is None:
             return OverflowResult(overflow=False, count=0, usable=0)
-        limit = self.limits(last.provider_id, last.model_id)
+        limit = self.limits(last.provider_id, last.model_id, cfg)
         if limit is None:
             count = last.tokens.input + last.tokens.cache.read + last.tokens.output
             return OverflowResult(overflow=False, count=count, usable=0, known=False)
-        return await self.overflow_of(last.tokens, limit)
+        return await self.overflow_of(last.tokens, limit, cfg)
 
-    async def prune(self, session_id: str) -> PruneResult:
+    async def prune(self, session_id: str, cfg: Config | None = None) -> PruneResult:
         session = await self.store.require_session(session_id)
-        plan, updated = await pruner.run(self.store, session, self.config().compaction)
+        plan, updated = await pruner.run(self.store, session, (cfg or self.config()).compaction)
         if not plan.commit:
             return PruneResult(part_ids=[], tokens_saved=0)
         for raw in updated:
@@ -191,7 +195,7 @@ class Engine:
         finally:
             self._compacting.discard(req.session_id)
 
-    async def compact(self, req: Request) -> CompactResult:
+    async def compact(self, req: Request, cfg: Config | None = None) -> CompactResult:
         """A requested compaction; waits for a running prune, refuses a second compaction."""
         if self.is_compacting(req.session_id):
             raise Busy(f"session {req.session_id!r} is already compacting")
@@ -199,30 +203,32 @@ class Engine:
             if self.is_compacting(req.session_id):
                 raise Busy(f"session {req.session_id!r} is already compacting")
             await self.store.require_session(req.session_id)
-            return (await self._run(req, self.config())).result
+            return (await self._run(req, cfg or self.config())).result
 
     # -- automatic triggers --------------------------------------------------------------------
 
-    def message_stored(self, info: Message) -> None:
+    def message_stored(self, info: Message, cfg: Config | None = None) -> None:
+        """Start the automatic checks a stored message calls for, under ``cfg``: the config of
+        the connection that wrote it (another client's settings never apply)."""
         if not isinstance(info, AssistantMessage) or info.summary:
             return
         overflowed = info.error is not None and info.error.name == CONTEXT_OVERFLOW
         if info.finish is None and not overflowed:
             return
-        self._spawn(info.session_id, self._after_turn(info, overflowed))
+        self._spawn(info.session_id, self._after_turn(info, overflowed, cfg or self.config()))
 
-    async def _after_turn(self, info: AssistantMessage, overflowed: bool) -> None:
+    async def _after_turn(self, info: AssistantMessage, overflowed: bool, cfg: Config) -> None:
         sid = info.session_id
         try:
             async with self.lock(sid):
-                await self._check(info, overflowed)
+                await self._check(info, overflowed, cfg)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a background failure must be visible, never fatal
             log.exception("automatic compaction check failed for %s", sid)
             self._error(sid, str(exc))
 
-    async def _check(self, info: AssistantMessage, overflowed: bool) -> None:
+    async def _check(self, info: AssistantMessage, overflowed: bool, cfg: Config) -> None:
         sid = info.session_id
         session = await self.store.get_session(sid)
         if session is None:
@@ -230,10 +236,9 @@ class Engine:
         boundary = await self.store.boundary(sid)
         if boundary is not None and boundary.marker > Key(info.time.created, info.id):
             return  # this turn was already compacted away
-        cfg = self.config()
         ccfg = cfg.compaction
         if not overflowed:
-            limit = self.limits(info.provider_id, info.model_id)
+            limit = self.limits(info.provider_id, info.model_id, cfg)
             overflowed = limit is not None and overflow_mod.check(info.tokens, limit, ccfg).overflow
         if overflowed:
             if not ccfg.auto:
@@ -253,7 +258,7 @@ class Engine:
             return
         self._streak.pop(sid, None)
         if info.finish not in (None, "tool-calls", "unknown"):
-            await self.prune(sid)
+            await self.prune(sid, cfg)
 
     async def _auto_compact(self, sid: str, cfg: Config, limit_for: AssistantMessage) -> Outcome:
         outcome = await self._run(Request(session_id=sid, auto=True, overflow=True), cfg)
