@@ -18,6 +18,7 @@ import aiosqlite
 import msgspec
 
 from sidecar.errors import Conflict, InvalidParams, UnknownMessage, UnknownSession
+from sidecar.model.jsonguard import deeper_than, flatten_deep
 from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithParts
 from sidecar.model.parts import Part
 from sidecar.model.rpc import StoredMessage
@@ -30,6 +31,11 @@ _message_decoder = msgspec.json.Decoder(Message)
 _part_decoder = msgspec.json.Decoder(Part)
 _session_decoder = msgspec.json.Decoder(Session)
 _encoder = msgspec.json.Encoder()
+
+# Stored rows nested deeper than any frame the daemon now accepts (``server.maxDepth`` is at
+# most this) were written before the door checked depth: they are read with their over-deep
+# values as null, so no read path recurses without bound on them.
+STORED_MAX_DEPTH = 512
 
 # Rows fetched per round trip when the store walks a session backwards.
 PAGE = 128
@@ -52,12 +58,22 @@ def is_summary_ok(info: Message) -> bool:
     )
 
 
+def shallow_json(raw: str | bytes | msgspec.Raw) -> str | bytes:
+    """Stored JSON safe to decode: values nested past ``STORED_MAX_DEPTH`` read as null."""
+    if isinstance(raw, str):
+        if raw.count("[") + raw.count("{") <= STORED_MAX_DEPTH:  # nearly every row
+            return raw
+        raw = raw.encode()
+    data = bytes(raw)
+    return flatten_deep(data, STORED_MAX_DEPTH) if deeper_than(data, STORED_MAX_DEPTH) else data
+
+
 def decode_message(raw: str | bytes) -> Message:
-    return _message_decoder.decode(raw)
+    return _message_decoder.decode(shallow_json(raw))
 
 
 def decode_part(raw: str | bytes) -> Part:
-    return _part_decoder.decode(raw)
+    return _part_decoder.decode(shallow_json(raw))
 
 
 def _text(raw: bytes | str) -> str:
@@ -612,8 +628,8 @@ class Store:
         return int(rows[0][0])
 
 
-_cached_part = Decoded(_part_decoder.decode)
-_cached_message = Decoded(_message_decoder.decode)
+_cached_part = Decoded(decode_part)
+_cached_message = Decoded(decode_message)
 
 
 def _assemble(msgs: Any, parts: Any, raws: dict[str, str] | None = None) -> list[WithParts]:

@@ -83,10 +83,7 @@ def too_deep(body: bytes, limit: int) -> TooDeep | None:
     The envelope's own object is level 0, so ``params`` itself is level 1 of the limit.
     """
     frame_limit = limit + 1
-    if body.count(b"[") + body.count(b"{") <= frame_limit:
-        return None
-    brackets = _STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
-    if len(brackets) <= frame_limit or max(accumulate(_STEP[b] for b in brackets)) <= frame_limit:
+    if not deeper_than(body, frame_limit):
         return None
     return _locate(body, frame_limit)
 
@@ -97,6 +94,44 @@ class _Open:
 
     is_array: bool
     key: str | int | None
+
+
+def deeper_than(text: bytes, limit: int) -> bool:
+    """Does any value in this JSON document nest more than ``limit`` levels?"""
+    if text.count(b"[") + text.count(b"{") <= limit:
+        return False
+    brackets = _STRING.sub(b"", text).translate(None, _NOT_BRACKETS)
+    return len(brackets) > limit and max(accumulate(_STEP[b] for b in brackets)) > limit
+
+
+def flatten_deep(text: bytes, limit: int) -> bytes:
+    """The same JSON with every container nested past ``limit`` replaced by ``null``.
+
+    For what is already stored (written before the door checked depth): reading it must not
+    recurse without bound. Works on tokens, without recursion, in one pass.
+    """
+    out: list[bytes] = []
+    depth = 0
+    skipping = 0  # depth inside a dropped container
+    for match in _TOKEN.finditer(text):
+        tok = match.group()
+        first = tok[:1]
+        if skipping:
+            if first in (b"{", b"["):
+                skipping += 1
+            elif first in (b"}", b"]"):
+                skipping -= 1
+            continue
+        if first in (b"{", b"["):
+            if depth == limit:
+                out.append(b"null")
+                skipping = 1
+                continue
+            depth += 1
+        elif first in (b"}", b"]"):
+            depth -= 1
+        out.append(tok)
+    return b"".join(out)
 
 
 def _locate(body: bytes, frame_limit: int) -> TooDeep:
