@@ -33,9 +33,9 @@ from pygls.protocol.json_rpc import (
 )
 
 from sidecar.model.config import DEFAULT_MAX_DEPTH
+from sidecar.model.jsonguard import bad_utf8_field, first_bad_utf8, too_deep
 from sidecar.model.rpc import CancelParams
 from sidecar.server.framing import FrameError, encode_frame
-from sidecar.model.jsonguard import bad_utf8_field, first_bad_utf8, too_deep
 
 if TYPE_CHECKING:
     from pygls.server import JsonRPCServer
