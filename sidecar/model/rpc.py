@@ -92,6 +92,7 @@ class SessionMessagesParams(Base, kw_only=True):
     session_id: str
     limit: PageLimit | None = None
     cursor: str | None = None
+    part_limit: PageLimit | None = None
 
 
 class StoredMessage(msgspec.Struct, kw_only=True):

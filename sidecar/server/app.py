@@ -24,6 +24,7 @@ class App:
     def __init__(self, store: Store, config: ConfigManager) -> None:
         self.store = store
         self.config = config
+        store.max_read_bytes = config.current.server.max_reply_bytes
         self.hub = Hub()
         self.connections: set[Connection] = set()
         # Requests of every connection still waiting for their first step: while there are

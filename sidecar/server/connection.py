@@ -47,6 +47,7 @@ class Connection:
         limits = lambda: app.config.current.server  # noqa: E731 - daemon-level, never a client's
         self.protocol.max_depth = lambda: limits().max_depth
         self.protocol.max_outgoing = lambda: limits().max_outgoing_bytes
+        self.protocol.max_reply = lambda: limits().max_reply_bytes
         self.protocol.on_stalled = self._on_stalled
         self.config = app.config.for_connection()
         self.capabilities = ClientCapabilities()

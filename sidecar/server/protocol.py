@@ -32,6 +32,7 @@ from pygls.protocol.json_rpc import (
     JsonRPCResponseMessage,
 )
 
+from sidecar.errors import TOO_LARGE
 from sidecar.model.config import DEFAULT_MAX_DEPTH
 from sidecar.model.jsonguard import bad_utf8_field, first_bad_utf8, too_deep
 from sidecar.model.rpc import CancelParams
@@ -141,6 +142,7 @@ class SidecarProtocol(JsonRPCProtocol):
         # stalled reader: ``on_stalled`` drops the connection so the daemon's memory stays
         # bounded. ``None``: no limit.
         self.max_outgoing: Callable[[], int | None] = lambda: None
+        self.max_reply: Callable[[], int | None] = lambda: None
         self.on_stalled: Callable[[], None] = lambda: None
         self._encoder = msgspec.json.Encoder()
         self._out: list[bytes] = []
@@ -417,6 +419,16 @@ class SidecarProtocol(JsonRPCProtocol):
         except (TypeError, ValueError, msgspec.EncodeError) as exc:
             log.error("result of request %s could not be serialised: %s", msg_id, exc)
             self.send_error(msg_id, INTERNAL_ERROR, f"result could not be serialised: {exc}")
+            return
+        cap = self.max_reply()
+        if cap is not None and len(body) > cap:
+            self.send_error(
+                msg_id,
+                TOO_LARGE,
+                f"the reply is {len(body)} bytes, over the limit of {cap} (config "
+                "server.maxReplyBytes): ask for less (session/messages limit, partLimit, "
+                "cursor; session/context after session/compact)",
+            )
             return
         self._write_bytes(body)
 

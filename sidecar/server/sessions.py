@@ -49,8 +49,6 @@ async def get(conn: Connection, p: SessionRef) -> Session:
 
 @route("session/list", SessionListParams)
 async def list_(conn: Connection, p: SessionListParams) -> SessionList:
-    if p.limit is not None and p.limit < 1:
-        raise SidecarError("invalid params: $.limit must be >= 1", -32602)
     try:
         sessions, nxt = await conn.app.store.list_sessions(p.limit, p.cursor)
     except ValueError as exc:
@@ -67,11 +65,11 @@ async def delete(conn: Connection, p: SessionRef) -> None:
 
 @route("session/messages", SessionMessagesParams)
 async def messages(conn: Connection, p: SessionMessagesParams) -> MessagesPage:
-    if p.limit is not None and p.limit < 1:
-        raise SidecarError("invalid params: $.limit must be >= 1", -32602)
     await conn.app.store.require_session(p.session_id)
     try:
-        page, nxt = await conn.app.store.page_raw(p.session_id, p.limit, p.cursor)
+        page, nxt = await conn.app.store.page_messages(
+            p.session_id, p.limit, p.cursor, p.part_limit
+        )
     except ValueError as exc:
         raise _cursor_error(exc) from None
     return MessagesPage(messages=page, next_cursor=nxt)

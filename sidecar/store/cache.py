@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import msgspec
+
 Row = tuple[str, str]
 
 
@@ -35,9 +37,44 @@ class Key(NamedTuple):
     @staticmethod
     def parse(cursor: str) -> Key:
         created, _, ident = cursor.partition(":")
-        if not created.lstrip("-").isdigit() or not ident:
+        if not created.isdigit() or not ident or int(created) > _MAX_CREATED:
             raise ValueError(f"malformed cursor {cursor!r}")
         return Key(int(created), ident)
+
+
+_MAX_CREATED = 2**63 - 1  # SQLite's INTEGER
+
+
+class PageCursor(NamedTuple):
+    """Where a ``session/messages`` page resumes: at a message, after one of its parts (a
+    message with more parts than a page holds continues on the next page)."""
+
+    key: Key
+    after_part: str | None = None
+
+    def encode(self) -> str:
+        """``created:id`` after a message; JSON ``[created, id, part]`` inside one (``""``: at
+        its first part)."""
+        if self.after_part is None:
+            return self.key.cursor()
+        # JSON, since ids are the clients' own strings and may hold any separator.
+        return msgspec.json.encode([self.key.created, self.key.id, self.after_part]).decode()
+
+    @staticmethod
+    def parse(cursor: str) -> PageCursor:
+        if not cursor.startswith("["):
+            return PageCursor(Key.parse(cursor))
+        try:
+            created, mid, part = msgspec.json.decode(cursor, type=tuple[int, str, str])
+        except msgspec.DecodeError:
+            raise ValueError(f"malformed cursor {cursor!r}") from None
+        if not 0 <= created <= _MAX_CREATED or not mid:
+            raise ValueError(f"malformed cursor {cursor!r}")
+        return PageCursor(Key(created, mid), part)
+
+    @property
+    def inside(self) -> bool:
+        return self.after_part is not None
 
 
 class Decoded:
@@ -130,6 +167,11 @@ class WindowCache:
     def _touch(self, sid: str) -> _Entry | None:
         self._versions[sid] = self.version(sid) + 1
         return self._entries.get(sid)
+
+    def clear(self) -> None:
+        """Another process changed the database: nothing cached can be trusted."""
+        for sid in list(self._entries):
+            self.invalidate(sid)
 
     def invalidate(self, sid: str) -> None:
         self._touch(sid)

@@ -17,13 +17,14 @@ from typing import Any, NamedTuple
 import aiosqlite
 import msgspec
 
-from sidecar.errors import Conflict, InvalidParams, UnknownMessage, UnknownSession
+from sidecar.errors import Conflict, InvalidParams, TooLarge, UnknownMessage, UnknownSession
+from sidecar.model.config import DEFAULT_MAX_REPLY_BYTES
 from sidecar.model.jsonguard import deeper_than, flatten_deep
 from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithParts
 from sidecar.model.parts import Part
 from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
-from sidecar.store.cache import Decoded, Key, WindowCache
+from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
 from sidecar.store.schema import MIGRATIONS, SCHEMA_VERSION
 from sidecar.store.writer import Statement, Writer
 
@@ -39,6 +40,30 @@ STORED_MAX_DEPTH = 512
 
 # Rows fetched per round trip when the store walks a session backwards.
 PAGE = 128
+# Rows fetched per round trip when a read streams (it stops early when over budget).
+_CHUNK = 1024
+# A ``session/messages`` page holds at most this many messages and parts (PROTOCOL.md).
+MAX_PAGE_MESSAGES = 10_000
+MAX_PAGE_PARTS = 10_000
+
+
+class _Budget:
+    """Bytes a read may still load before it is refused as too large to serve."""
+
+    __slots__ = ("left", "limit", "session_id")
+
+    def __init__(self, limit: int, session_id: str) -> None:
+        self.left = self.limit = limit
+        self.session_id = session_id
+
+    def spend(self, size: int) -> None:
+        self.left -= size
+        if self.left < 0:
+            raise TooLarge(
+                f"the context window of session {self.session_id!r} is over {self.limit} bytes "
+                "(config server.maxReplyBytes): compact it (session/compact), or read its "
+                "history a page at a time with session/messages {limit, partLimit, cursor}"
+            )
 
 
 class Boundary(NamedTuple):
@@ -152,6 +177,16 @@ class Store:
         self._writer_db: aiosqlite.Connection | None = None
         self._checkpoint_db: aiosqlite.Connection | None = None
         self.cache = WindowCache()
+        # The largest window or page a read loads (the server sets ``server.maxReplyBytes``).
+        self.max_read_bytes = DEFAULT_MAX_REPLY_BYTES
+        self._data_version: int | None = None
+
+    @property
+    def _writer_conn(self) -> sqlite3.Connection | None:
+        """The writer's sqlite3 connection, for a pragma asked inline (``None``: in memory)."""
+        if self._writer_db is None or self.path == ":memory:":
+            return None
+        return self._writer_db._conn
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -261,20 +296,19 @@ class Store:
     async def list_sessions(
         self, limit: int | None = None, cursor: str | None = None
     ) -> tuple[list[Session], str | None]:
-        """Newest first by ``(created, id)``; ``nextCursor`` continues after the last one."""
+        """Newest first by ``(created, id)``; ``nextCursor`` continues after the last one. A
+        page holds at most ``MAX_PAGE_MESSAGES`` sessions."""
+        limit = min(limit or MAX_PAGE_MESSAGES, MAX_PAGE_MESSAGES)
         sql = "SELECT data, updated, created, id FROM sessions"
         args: list[Any] = []
         if cursor:
             key = Key.parse(cursor)
             sql += " WHERE (created, id) < (?, ?)"
             args += [key.created, key.id]
-        sql += " ORDER BY created DESC, id DESC"
-        if limit is not None:
-            sql += " LIMIT ?"
-            args.append(limit + 1)
-        rows = list(await self._reader.execute_fetchall(sql, args))
-        more = limit is not None and len(rows) > limit
-        rows = rows[:limit] if limit is not None else rows
+        sql += " ORDER BY created DESC, id DESC LIMIT ?"
+        rows = list(await self._reader.execute_fetchall(sql, [*args, limit + 1]))
+        more = len(rows) > limit
+        rows = rows[:limit]
         sessions = []
         for data, updated, _, _ in rows:
             s = _session_decoder.decode(data)
@@ -503,6 +537,7 @@ class Store:
         ``raws``, when given, is filled with each message's and part's stored JSON by id. The
         window from ``start`` to the end is served from ``WindowCache`` when it can be.
         """
+        self._check_external_writes()
         if end is None and (rows := self.cache.get(session_id, start)) is not None:
             return _assemble(rows[0], rows[1], raws)
         version = self.cache.version(session_id)
@@ -514,14 +549,17 @@ class Store:
         if end is not None:
             cond += " AND (m.created, m.id) < (?, ?)"
             args += [end.created, end.id]
-        rows = await self._reader.execute_fetchall(
+        budget = _Budget(self.max_read_bytes, session_id)
+        rows = await self._fetch(
             f"SELECT m.id, m.data, m.created FROM messages m WHERE {cond} ORDER BY m.created, m.id",
             args,
+            budget,
         )
-        parts = await self._reader.execute_fetchall(
+        parts = await self._fetch(
             f"SELECT p.message_id, p.data FROM messages m JOIN parts p ON p.message_id = m.id "
-            f"WHERE {cond} ORDER BY p.message_id, p.id",
+            f"WHERE {cond} ORDER BY m.created, m.id, p.id",
             args,
+            budget,
         )
         msgs = [(mid, data) for mid, data, _ in rows]
         window = _assemble(msgs, parts, raws)
@@ -534,6 +572,36 @@ class Store:
                 [(mid, _cached_part(data).id, data) for mid, data in parts],
             )
         return window
+
+    async def _fetch(self, sql: str, args: list[Any], budget: _Budget) -> list[Any]:
+        """Rows in chunks, stopping as soon as their JSON passes the read budget: a window too
+        large to serve never sits in memory whole."""
+        out: list[Any] = []
+        async with self._reader.execute(sql, args) as cursor:
+            while chunk := await cursor.fetchmany(_CHUNK):
+                budget.spend(sum(len(row[1]) for row in chunk))
+                out.extend(chunk)
+        return out
+
+    def _check_external_writes(self) -> None:
+        """Drop the window cache when another process committed to the database.
+
+        ``PRAGMA data_version`` on the writer connection changes with every commit made by any
+        other connection (a second daemon on the same file); our own commits go through this
+        one, so they leave it as it is. Asked inline (microseconds); while a batch is on the
+        writer's thread the cache is not trusted at all.
+        """
+        conn = self._writer_conn
+        if conn is None:
+            return
+        if self._writer.busy:
+            self.cache.clear()
+            return
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._data_version:
+            if self._data_version is not None:
+                self.cache.clear()
+            self._data_version = version
 
     async def _parts_between(self, session_id: str, first: Key, last: Key) -> Any:
         """``(message id, JSON)`` of the parts of messages ``first <= key <= last``."""
@@ -572,10 +640,64 @@ class Store:
                 return
             cursor = oldest
 
+    async def page_messages(
+        self,
+        session_id: str,
+        limit: int | None,
+        cursor: str | None,
+        part_limit: int | None = None,
+    ) -> tuple[list[StoredMessage], str | None]:
+        """One page of the history, chronological, as stored (``session/messages``).
+
+        A page ends after ``limit`` messages (at most ``MAX_PAGE_MESSAGES``), ``part_limit``
+        parts (at most ``MAX_PAGE_PARTS``), or once its JSON reaches ``max_read_bytes``; a
+        message whose parts do not all fit continues on the next page (the cursor points
+        inside it, and the page repeats its ``info``). Memory follows the page, not the
+        history: rows stream from SQLite and reading stops where the page ends.
+        """
+        start = PageCursor.parse(cursor) if cursor else None
+        max_msgs = min(limit or MAX_PAGE_MESSAGES, MAX_PAGE_MESSAGES)
+        max_parts = min(part_limit or MAX_PAGE_PARTS, MAX_PAGE_PARTS)
+        cond = "m.session_id = ?"
+        args: list[Any] = [session_id]
+        if start is not None:
+            cond += " AND (m.created, m.id) " + (">=" if start.inside else ">") + " (?, ?)"
+            args += [start.key.created, start.key.id]
+        msgs = list(
+            await self._reader.execute_fetchall(
+                f"SELECT m.id, m.created, m.data FROM messages m WHERE {cond} "
+                "ORDER BY m.created, m.id LIMIT ?",
+                [*args, max_msgs + 1],
+            )
+        )
+        more_msgs = len(msgs) > max_msgs
+        msgs = msgs[:max_msgs]
+        if not msgs:
+            return [], None
+        last = Key(msgs[-1][1], msgs[-1][0])
+        parts_sql = (
+            f"SELECT p.message_id, p.id, p.data FROM messages m JOIN parts p "
+            f"ON p.message_id = m.id WHERE {cond} AND (m.created, m.id) <= (?, ?) "
+            "AND (m.id != ? OR p.id > ?) ORDER BY m.created, m.id, p.id"
+        )
+        resume = (start.key.id, start.after_part or "") if start and start.inside else ("", "")
+        page = _Page(msgs, self.max_read_bytes, max_parts)
+        async with self._reader.execute(parts_sql, [*args, last.created, last.id, *resume]) as cur:
+            while page.cursor is None and (chunk := await cur.fetchmany(_CHUNK)):
+                for mid, pid, data in chunk:
+                    if not page.add_part(mid, pid, data):
+                        break
+        if page.cursor is None:
+            page.join_until(len(msgs))
+        if page.cursor is not None:
+            return page.messages, page.cursor.encode()
+        return page.messages, (PageCursor(last).encode() if more_msgs else None)
+
     async def page_raw(
         self, session_id: str, limit: int | None, cursor: str | None
     ) -> tuple[list[StoredMessage], str | None]:
-        """Full history, chronological, as stored; ``limit=None`` returns everything."""
+        """Full history, chronological, as stored; ``limit=None`` returns everything (forks:
+        what the daemon itself copies, not what a client reads)."""
         cond = "m.session_id = ?"
         args: list[Any] = [session_id]
         if cursor:
@@ -644,6 +766,67 @@ def _assemble(msgs: Any, parts: Any, raws: dict[str, str] | None = None) -> list
     return [
         WithParts(info=_cached_message(data), parts=by_message.get(mid, [])) for mid, data in msgs
     ]
+
+
+class _Page:
+    """A ``session/messages`` page filled in history order until one of its limits.
+
+    Each message joins before its parts. When the next message or part would pass the part
+    limit or the byte budget, ``cursor`` says where the next page resumes: after the last
+    message joined, or inside the message being read (after its last part here; ``""`` when
+    none of its parts fit, so the next page starts with it again).
+    """
+
+    def __init__(self, msgs: list[Any], budget: int, max_parts: int) -> None:
+        self._msgs = msgs  # (id, created, data) rows, in order
+        self._budget = budget
+        self._max_parts = max_parts
+        self._parts = 0
+        self._joined = 0  # messages of ``msgs`` on the page
+        self._last_part = ""  # of the newest message on the page
+        self.messages: list[StoredMessage] = []
+        self.cursor: PageCursor | None = None
+
+    def join_until(self, end: int) -> bool:
+        """Join ``msgs[:end]``; False (the page ends before one that does not fit)."""
+        while self._joined < end:
+            mid, _, data = self._msgs[self._joined]
+            if len(data) > self._budget:
+                if not self.messages:
+                    raise _too_large(f"message {mid!r}", len(data))
+                _, created, _ = prev = self._msgs[self._joined - 1]
+                self.cursor = PageCursor(Key(created, prev[0]))
+                return False
+            self._budget -= len(data)
+            self.messages.append(StoredMessage(info=msgspec.Raw(data.encode()), parts=[]))
+            self._joined += 1
+            self._last_part = ""
+        return True
+
+    def add_part(self, mid: str, pid: str, data: str) -> bool:
+        end = self._joined
+        while end == 0 or self._msgs[end - 1][0] != mid:
+            end += 1
+        if not self.join_until(end):
+            return False
+        if self._parts >= self._max_parts or len(data) > self._budget:
+            if len(data) > self._budget and not self._parts and len(self.messages) == 1:
+                raise _too_large(f"part {pid!r}", len(data))
+            _, created, _ = self._msgs[end - 1]
+            self.cursor = PageCursor(Key(created, mid), self._last_part)
+            return False
+        self._budget -= len(data)
+        self.messages[-1].parts.append(msgspec.Raw(data.encode()))
+        self._parts += 1
+        self._last_part = pid
+        return True
+
+
+def _too_large(what: str, size: int) -> TooLarge:
+    return TooLarge(
+        f"{what} is {size} bytes, more than a reply may hold (config server.maxReplyBytes): "
+        "it cannot be read over the wire"
+    )
 
 
 def _chunks(items: list[str], size: int) -> list[list[str]]:

@@ -105,6 +105,11 @@ class Writer:
     def start(self) -> None:
         self._open = True
 
+    @property
+    def busy(self) -> bool:
+        """A batch is on aiosqlite's thread: the connection is not the loop's to use now."""
+        return self._busy
+
     async def stop(self) -> None:
         """Refuse new ops, then wait for every queued one to commit."""
         self._open = False
