@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +46,9 @@ log = logging.getLogger("sidecar.engine")
 
 CONTEXT_OVERFLOW = "ContextOverflowError"
 MAX_STREAK = 2  # automatic compactions in a row without a turn that fits
+# A compaction holds a lease in the database (other daemons may share it); renewed while it
+# runs, so only a daemon that died holding one leaves it, for this long.
+LEASE_MS = 60_000
 
 
 class Engine:
@@ -60,6 +65,7 @@ class Engine:
         self._streak: dict[str, int] = {}
         self._writers: dict[bytes, Summarizer] = {}
         self._http: Any = None
+        self._owner = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -188,12 +194,30 @@ class Engine:
     def is_compacting(self, session_id: str) -> bool:
         return session_id in self._compacting
 
-    async def _run(self, req: Request, cfg: Config) -> Outcome:
-        self._compacting.add(req.session_id)
+    async def _run(self, req: Request, cfg: Config, turn: Key | None = None) -> Outcome | None:
+        """Compact under the session's lease; with ``turn`` (automatic work), not at all when a
+        compaction (another daemon's) already cut history past that turn."""
+        sid = req.session_id
+        lease = f"compact:{sid}"
+        if not await self.store.acquire_lease(lease, self._owner, LEASE_MS):
+            raise Busy(f"session {sid!r} is being compacted by another daemon")
+        self._compacting.add(sid)
+        renew = asyncio.ensure_future(self._keep_lease(lease))
         try:
+            if turn is not None:
+                boundary = await self.store.boundary(sid)
+                if boundary is not None and boundary.marker > turn:
+                    return None
             return await self.compactor.run(req, cfg, self.writer(cfg))
         finally:
-            self._compacting.discard(req.session_id)
+            renew.cancel()
+            self._compacting.discard(sid)
+            await self.store.release_lease(lease, self._owner)
+
+    async def _keep_lease(self, lease: str) -> None:
+        while True:
+            await asyncio.sleep(LEASE_MS / 3000)
+            await self.store.acquire_lease(lease, self._owner, LEASE_MS)
 
     async def compact(self, req: Request, cfg: Config | None = None) -> CompactResult:
         """A requested compaction; waits for a running prune, refuses a second compaction."""
@@ -203,7 +227,9 @@ class Engine:
             if self.is_compacting(req.session_id):
                 raise Busy(f"session {req.session_id!r} is already compacting")
             await self.store.require_session(req.session_id)
-            return (await self._run(req, cfg or self.config())).result
+            outcome = await self._run(req, cfg or self.config())
+            assert outcome is not None  # only automatic work is ever skipped
+            return outcome.result
 
     # -- automatic triggers --------------------------------------------------------------------
 
@@ -253,23 +279,32 @@ class Engine:
                     "not compacting again until a turn fits (check model limits)",
                 )
                 return
-            await self._auto_compact(sid, cfg, limit_for=info)
-            self._streak[sid] = streak + 1  # failed attempts count too: no retry storms
+            try:
+                done = await self._auto_compact(sid, cfg, limit_for=info)
+            except Busy:
+                return  # another daemon is compacting this session now
+            if done is not None:
+                self._streak[sid] = streak + 1  # failed attempts count too: no retry storms
             return
         self._streak.pop(sid, None)
         if info.finish not in (None, "tool-calls", "unknown"):
             await self.prune(sid, cfg)
 
-    async def _auto_compact(self, sid: str, cfg: Config, limit_for: AssistantMessage) -> Outcome:
-        outcome = await self._run(Request(session_id=sid, auto=True, overflow=True), cfg)
+    async def _auto_compact(
+        self, sid: str, cfg: Config, limit_for: AssistantMessage
+    ) -> Outcome | None:
+        turn = Key(limit_for.time.created, limit_for.id)
+        outcome = await self._run(Request(session_id=sid, auto=True, overflow=True), cfg, turn)
         limit = lookup(limit_for.provider_id, limit_for.model_id, cfg.models)
-        if outcome.result.status != "continue" or limit is None:
+        if outcome is None or outcome.result.status != "continue" or limit is None:
             return outcome
         threshold = self._threshold(limit, cfg)
         if outcome.after_tokens <= threshold:
             return outcome
         # One further attempt, then an error: never an endless loop.
         second = await self._run(Request(session_id=sid, auto=True, overflow=True), cfg)
+        if second is None:
+            return outcome
         if second.result.status == "continue" and second.after_tokens > threshold:
             self._error(
                 sid,

@@ -19,6 +19,7 @@ import msgspec
 
 from sidecar.errors import Conflict, InvalidParams, TooLarge, UnknownMessage, UnknownSession
 from sidecar.model.config import DEFAULT_MAX_REPLY_BYTES
+from sidecar.model.ids import now_ms
 from sidecar.model.jsonguard import deeper_than, flatten_deep
 from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithParts
 from sidecar.model.parts import Part
@@ -500,6 +501,32 @@ class Store:
         counts = await self._writer.submit(statements, needs_counts=True)
         self.cache.invalidate(session_id)
         return counts[-1]
+
+    # -- leases ----------------------------------------------------------------------------------
+
+    async def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
+        """Take (or renew) a named lease for ``ttl_ms`` unless another owner holds one that has
+        not expired: what keeps two daemons on one database from compacting a session twice.
+        A daemon that dies holding one loses it when it expires."""
+        now = now_ms()
+        counts = await self._writer.submit(
+            [
+                (
+                    "INSERT INTO leases (name, owner, expires) VALUES (?, ?, ?) "
+                    "ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, "
+                    "expires = excluded.expires "
+                    "WHERE leases.expires < ? OR leases.owner = excluded.owner",
+                    [(name, owner, now + ttl_ms, now)],
+                )
+            ],
+            needs_counts=True,
+        )
+        return counts[0] > 0
+
+    async def release_lease(self, name: str, owner: str) -> None:
+        await self._writer.submit(
+            [("DELETE FROM leases WHERE name = ? AND owner = ?", [(name, owner)])]
+        )
 
     # -- range reads ---------------------------------------------------------------------------
 

@@ -128,3 +128,18 @@ async def test_a_second_process_writes_reach_a_warm_window_cache(tmp_path: Path)
     finally:
         await ours.close()
         await theirs.close()
+
+
+async def test_a_lease_is_held_by_one_process_until_released_or_expired(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    a, b = await Store.open(path), await Store.open(path)
+    try:
+        assert await a.acquire_lease("compact:s", "daemon-a", 60_000)
+        assert not await b.acquire_lease("compact:s", "daemon-b", 60_000)
+        assert await a.acquire_lease("compact:s", "daemon-a", 60_000)  # renewal by its owner
+        await a.release_lease("compact:s", "daemon-a")
+        assert await b.acquire_lease("compact:s", "daemon-b", -1)  # already expired
+        assert await a.acquire_lease("compact:s", "daemon-a", 60_000)  # taken over
+    finally:
+        await a.close()
+        await b.close()
