@@ -311,9 +311,14 @@ class Target:
         self.spawns = 0
 
     async def measure(
-        self, tmp: Path, n: int, inflight: int, warmup: int
+        self, tmp: Path, n: int, inflight: int, warmup: int, mixed: bool = False
     ) -> tuple[Load, int, int | None]:
-        """Spawn, set up, warm up, measure; returns (load, notifications, commits)."""
+        """Spawn, set up, warm up, measure; returns (load, notifications, commits).
+
+        ``mixed``: every other request is a ``message/update`` of a new message, and the
+        ``part/update`` pipelined right behind it is that message's text (the frontend's
+        pattern: it must never overtake its message).
+        """
         self.spawns += 1
         db = tmp / f"bench-{self.spawns}.db"
         errfile = tmp / f"{self.name}-{self.spawns}.stderr"
@@ -342,9 +347,30 @@ class Target:
                 + b'"}}}'
             )
             seq = itertools.count(1)
+            message_template = (
+                b'{"jsonrpc":"2.0","id":%d,"method":"message/update","params":{"message":'
+                b'{"id":"msg_mixed_%06d","sessionID":"'
+                + sid
+                + b'","role":"user","time":{"created":%d}}}}'
+            )
+            part_template = (
+                b'{"jsonrpc":"2.0","id":%d,"method":"part/update","params":{"part":'
+                b'{"id":"prt_mixed_%06d","sessionID":"'
+                + sid
+                + b'","messageID":"msg_mixed_%06d","type":"text","text":"'
+                + TEXT
+                + b'"}}}'
+            )
+            t0 = time.time_ns() // 1_000_000
 
             def make(i: int) -> bytes:
-                body = template % (i, next(seq))
+                k = next(seq)
+                if not mixed:
+                    body = template % (i, k)
+                elif k % 2:
+                    body = message_template % (i, k, t0 + k)
+                else:
+                    body = part_template % (i, k, k - 1)
                 return b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
 
             await peer.run_load(warmup, inflight, make)
@@ -477,6 +503,7 @@ async def main() -> None:
     t_start = time.perf_counter()
     pipe: dict[str, list[Load]] = {"daemon": [], "echo": []}
     seqs: dict[str, list[Load]] = {"daemon": [], "echo": []}
+    mixed: dict[str, list[Load]] = {"daemon": [], "echo": []}
     commits: dict[str, list[tuple[int, int]]] = {"pipe": [], "seq": []}
     notes = 0
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmpdir:
@@ -489,6 +516,12 @@ async def main() -> None:
                     notes += nn
                     if c is not None:
                         commits["pipe"].append((args.n + WARMUP_PIPELINED + 2, c))
+            for target in (daemon, echo):
+                load, nn, _ = await target.measure(
+                    tmp, args.n, args.inflight, WARMUP_PIPELINED, mixed=True
+                )
+                mixed[target.name].append(load)
+                notes += nn if target is daemon else 0
             for target in (daemon, echo):
                 load, nn, c = await target.measure(tmp, args.seq, 1, WARMUP_SEQ)
                 seqs[target.name].append(load)
@@ -515,6 +548,15 @@ async def main() -> None:
     ratio = d_rate / e_rate
     print(f"  ratio daemon/echo rate: {ratio:.1%} (target >= 25%)  {verdict(ratio >= 0.25)}")
     paired = pair_ratios(pipe["daemon"], pipe["echo"], 0)
+    print(f"    [per adjacent daemon/echo pair: {', '.join(f'{r:.1%}' for r in paired)}]")
+    print(
+        f"pipelined message+part: N={args.n:,} alternating message/update and the part/update "
+        f"of that message right behind it, {args.inflight} in flight"
+    )
+    d_rate, _ = line("daemon", mixed["daemon"])
+    e_rate, _ = line("raw echo", mixed["echo"])
+    print(f"  ratio daemon/echo rate: {d_rate / e_rate:.1%} (no target; for comparison)")
+    paired = pair_ratios(mixed["daemon"], mixed["echo"], 0)
     print(f"    [per adjacent daemon/echo pair: {', '.join(f'{r:.1%}' for r in paired)}]")
     print(f"sequential: {args.seq:,} round trips (+{WARMUP_SEQ} warm-up)")
     _, d_p50 = line("daemon", seqs["daemon"])

@@ -147,6 +147,7 @@ class SidecarProtocol(JsonRPCProtocol):
         self._encoder = msgspec.json.Encoder()
         self._out: list[bytes] = []
         self._out_bytes = 0
+        self._out_cap = _UNLIMITED  # bytes ``_out`` may hold before the peer is checked
         self._flush_scheduled = False
         # Order (DESIGN §4): a write that could not queue its store op at once (an async
         # handler) is the *barrier*; requests that arrive behind it wait in ``_held`` and start
@@ -470,16 +471,7 @@ class SidecarProtocol(JsonRPCProtocol):
         frame = encode_frame(body)
         self._out.append(frame)
         self._out_bytes += len(frame)
-        cap = self.max_outgoing()
-        if cap is not None and self._out_bytes + _buffered(self.writer) > cap:
-            log.warning(
-                "a client stopped reading: %d bytes wait for it (limit %d, config "
-                "server.maxOutgoingBytes); disconnecting it",
-                self._out_bytes + _buffered(self.writer),
-                cap,
-            )
-            self._out, self._out_bytes = [], 0
-            self.on_stalled()
+        if self._out_bytes > self._out_cap and self._stalled():
             return
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -498,6 +490,33 @@ class SidecarProtocol(JsonRPCProtocol):
             writer.write(out[0] if len(out) == 1 else b"".join(out))
         except (BrokenPipeError, ConnectionError, RuntimeError):
             log.info("peer is gone; dropping outgoing messages")
+            return
+        # What the peer has not read yet counts against the same limit as what waits here.
+        self._out_cap = (self.max_outgoing() or _UNLIMITED) - _buffered(writer)
+        if self._out_cap < 0:
+            self._stalled()
+
+    def _stalled(self) -> bool:
+        """Over ``server.maxOutgoingBytes`` unread: drop the peer (True) so memory stays
+        bounded whatever a client does; False when the transport drained meanwhile."""
+        cap = self.max_outgoing() or _UNLIMITED
+        waiting = self._out_bytes + (_buffered(self.writer) if self.writer else 0)
+        if waiting <= cap:
+            self._out_cap = cap - waiting + self._out_bytes
+            return False
+        log.warning(
+            "a client stopped reading: %d bytes wait for it (limit %d, config "
+            "server.maxOutgoingBytes); disconnecting it",
+            waiting,
+            cap,
+        )
+        self._out, self._out_bytes = [], 0
+        self.writer = None  # nothing more is queued for a peer that is being dropped
+        self.on_stalled()
+        return True
+
+
+_UNLIMITED = 1 << 62
 
 
 def _buffered(writer: Any) -> int:
