@@ -167,6 +167,7 @@ class SidecarProtocol(JsonRPCProtocol):
             self._handle_frame(body)
         except Exception:  # pragma: no cover - a bug here must not end the connection
             log.exception("unexpected error while handling a frame")
+            self.send_error(_recover_id(body), INTERNAL_ERROR, "internal error reading a frame")
 
     def frame_error(self, err: FrameError) -> None:
         self.send_error(None, err.code, err.message)
