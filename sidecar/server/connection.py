@@ -54,6 +54,7 @@ class Connection:
         self.closed = asyncio.Event()
         self.exit_requested = False
         self._transport: asyncio.BaseTransport | None = None
+        self._reader: FrameReader | None = None
         for r in ROUTES.values():
             self.protocol.specs[r.method] = MethodSpec(msgspec.json.Decoder(r.params), r.writes)
             self.protocol.fm.feature(r.method)(bind(self, r))
@@ -63,7 +64,7 @@ class Connection:
 
         With ``duplex`` (sockets) the same transport also carries our replies.
         """
-        return FrameReader(
+        reader = FrameReader(
             self.protocol.handle_frame,
             self.protocol.frame_error,
             self._on_lost,
@@ -72,10 +73,25 @@ class Connection:
             # The frames of one read form one group commit, made before the loop moves on.
             on_read_end=self.app.store.commit_queued,
         )
+        # Backpressure (the peer's own requests) before the stalled-reader cut (everything).
+        protocol = self.protocol
+        reader.should_hold = lambda: protocol.backlog() > 2 * protocol.low_water()
+        protocol.on_drained = reader.release
+        self._reader = reader
+        return reader
+
+    def write_side(self) -> asyncio.Protocol:
+        """The protocol of a separate write transport (stdio): its drain releases the reader."""
+        return _WriteSide(self)
 
     def attach(self, transport: asyncio.BaseTransport, writer: Any) -> None:
         self._transport = transport
         self.protocol.set_writer(writer)
+        low = self.protocol.low_water()
+        set_limits = getattr(writer, "set_write_buffer_limits", None)
+        if set_limits is not None and low < (1 << 62):
+            # Told (``resume_writing``) once the peer has read us down to the low-water mark.
+            set_limits(high=low, low=low)
         self.app.connections.add(self)
 
     @property
@@ -116,3 +132,14 @@ class Connection:
         self.protocol.drop_held()
         for fut in list(self.protocol._request_futures.values()):
             fut.cancel()
+
+
+class _WriteSide(asyncio.Protocol):
+    """stdout's protocol: reports the peer catching up to the connection's reader."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def resume_writing(self) -> None:
+        if self._conn._reader is not None:
+            self._conn._reader.release()

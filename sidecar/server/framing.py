@@ -47,8 +47,14 @@ class FrameReader(asyncio.Protocol):
         self._buf = bytearray()
         self._need = -1  # body bytes still expected; -1 = reading headers
         self._discard = 0  # bytes of an oversized body still to drop
+        self._transport: asyncio.BaseTransport | None = None
+        # Backpressure: while the peer has not read enough of what we sent, its next frames
+        # wait unread (``held``), so its own requests cannot grow what we buffer for it.
+        self.should_hold: Callable[[], bool] = lambda: False
+        self.held = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport
         if self._on_open is not None:
             self._on_open(transport)
 
@@ -60,10 +66,36 @@ class FrameReader(asyncio.Protocol):
             data = data[self._discard :]
             self._discard = 0
         self._buf += data
-        while self._step():
-            pass
+        self._process()
+
+    def _process(self) -> None:
+        while not self.held:
+            if self.should_hold():
+                self._hold()
+                break
+            if not self._step():
+                break
         if self._on_read_end is not None:
             self._on_read_end()
+
+    def _hold(self) -> None:
+        self.held = True
+        pause = getattr(self._transport, "pause_reading", None)
+        if pause is not None and not self._transport.is_closing():  # type: ignore[union-attr]
+            pause()
+
+    def release(self) -> None:
+        """The peer caught up: read its waiting frames, then from the transport again."""
+        if not self.held:
+            return
+        self.held = False
+        resume = getattr(self._transport, "resume_reading", None)
+        if resume is not None and not self._transport.is_closing():  # type: ignore[union-attr]
+            resume()
+        self._process()
+
+    def resume_writing(self) -> None:  # a duplex transport drained below its low-water mark
+        self.release()
 
     def eof_received(self) -> bool | None:
         return None

@@ -144,10 +144,10 @@ class SidecarProtocol(JsonRPCProtocol):
         self.max_outgoing: Callable[[], int | None] = lambda: None
         self.max_reply: Callable[[], int | None] = lambda: None
         self.on_stalled: Callable[[], None] = lambda: None
+        self.on_drained: Callable[[], None] = lambda: None
         self._encoder = msgspec.json.Encoder()
         self._out: list[bytes] = []
         self._out_bytes = 0
-        self._out_cap = _UNLIMITED  # bytes ``_out`` may hold before the peer is checked
         self._flush_scheduled = False
         # Order (DESIGN §4): a write that could not queue its store op at once (an async
         # handler) is the *barrier*; requests that arrive behind it wait in ``_held`` and start
@@ -472,8 +472,6 @@ class SidecarProtocol(JsonRPCProtocol):
         frame = encode_frame(body)
         self._out.append(frame)
         self._out_bytes += len(frame)
-        if self._out_bytes > self._out_cap and self._stalled():
-            return
         if not self._flush_scheduled:
             self._flush_scheduled = True
             try:
@@ -492,32 +490,33 @@ class SidecarProtocol(JsonRPCProtocol):
         except (BrokenPipeError, ConnectionError, RuntimeError):
             log.info("peer is gone; dropping outgoing messages")
             return
-        # What the peer has not read yet counts against the same limit as what waits here.
-        self._out_cap = (self.max_outgoing() or _UNLIMITED) - _buffered(writer)
-        if self._out_cap < 0:
-            self._stalled()
+        cap = self.max_outgoing()
+        unread = _buffered(writer)
+        if cap is not None and unread > cap:
+            # What one loop iteration queues is bounded by what the peer sent in it; what
+            # piles up unread across iterations is a stalled reader.
+            log.warning(
+                "a client stopped reading: %d bytes wait for it (limit %d, config "
+                "server.maxOutgoingBytes); disconnecting it",
+                unread,
+                cap,
+            )
+            self.writer = None  # nothing more is queued for a peer that is being dropped
+            self.on_stalled()
+        elif unread <= self.low_water():
+            self.on_drained()
 
-    def _stalled(self) -> bool:
-        """Over ``server.maxOutgoingBytes`` unread: drop the peer (True) so memory stays
-        bounded whatever a client does; False when the transport drained meanwhile."""
-        cap = self.max_outgoing() or _UNLIMITED
-        waiting = self._out_bytes + (_buffered(self.writer) if self.writer else 0)
-        if waiting <= cap:
-            self._out_cap = cap - waiting + self._out_bytes
-            return False
-        log.warning(
-            "a client stopped reading: %d bytes wait for it (limit %d, config "
-            "server.maxOutgoingBytes); disconnecting it",
-            waiting,
-            cap,
-        )
-        self._out, self._out_bytes = [], 0
-        self.writer = None  # nothing more is queued for a peer that is being dropped
-        self.on_stalled()
-        return True
+    def backlog(self) -> int:
+        """Bytes sent to the peer that it has not read yet (queued here or in the transport)."""
+        return self._out_bytes + (_buffered(self.writer) if self.writer is not None else 0)
+
+    def low_water(self) -> int:
+        """Below this backlog a peer held for backpressure is read again."""
+        cap = self.max_outgoing()
+        return _NO_LIMIT if cap is None else cap // 8
 
 
-_UNLIMITED = 1 << 62
+_NO_LIMIT = 1 << 62
 
 
 def _buffered(writer: Any) -> int:
@@ -532,4 +531,7 @@ def _recover_id(body: bytes) -> int | str | None:
         env = _envelope_decoder.decode(body.decode("utf-8", "replace"))
     except (msgspec.DecodeError, RecursionError):
         return None
-    return None if env.id is UNSET or isinstance(env.id, bool) else env.id
+    if env.id is UNSET or isinstance(env.id, bool):
+        return None
+    # An id that itself held the bad bytes is not the client's id any more.
+    return None if isinstance(env.id, str) and "\ufffd" in env.id else env.id

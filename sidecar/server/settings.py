@@ -81,8 +81,10 @@ class ConnectionConfig:
 def _checked(layer: dict[str, Any], where: str) -> dict[str, Any]:
     """Refuse what a client may not set; the message names the key and where it belongs."""
     if _DAEMON_ONLY in layer:
+        server = layer[_DAEMON_ONLY]
+        key = f"server.{next(iter(server))}" if isinstance(server, dict) and server else "server"
         raise InvalidParams(
-            f"invalid params: `$.{where}.server` is the daemon's own configuration; set it in "
+            f"invalid params: `$.{where}.{key}` is the daemon's own configuration; set it in "
             "the daemon's config file (serve --config)"
         )
     summarizer = layer.get("summarizer")

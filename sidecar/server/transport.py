@@ -23,7 +23,7 @@ async def run_stdio(app: App) -> int:
     loop = asyncio.get_running_loop()
     conn = Connection(app)
     # The writer first: a frame already waiting on stdin may need an immediate reply.
-    w_transport, _ = await loop.connect_write_pipe(asyncio.Protocol, sys.stdout)
+    w_transport, _ = await loop.connect_write_pipe(conn.write_side, sys.stdout)
     conn.attach(w_transport, w_transport)
     await loop.connect_read_pipe(conn.reader, sys.stdin)
     await conn.closed.wait()

@@ -94,6 +94,13 @@ def shallow_json(raw: str | bytes | msgspec.Raw) -> str | bytes:
     return flatten_deep(data, STORED_MAX_DEPTH) if deeper_than(data, STORED_MAX_DEPTH) else data
 
 
+def served(raw: str) -> bytes:
+    """Stored JSON as the daemon serves it: as stored, unless it nests past what any client
+    can decode (a row older than the depth check)."""
+    data = shallow_json(raw)
+    return data.encode() if isinstance(data, str) else data
+
+
 def decode_message(raw: str | bytes) -> Message:
     return _message_decoder.decode(shallow_json(raw))
 
@@ -679,7 +686,8 @@ class Store:
         A page ends after ``limit`` messages (at most ``MAX_PAGE_MESSAGES``), ``part_limit``
         parts (at most ``MAX_PAGE_PARTS``), or once its JSON reaches ``max_read_bytes``; a
         message whose parts do not all fit continues on the next page (the cursor points
-        inside it, and the page repeats its ``info``). Memory follows the page, not the
+        inside it, and the page repeats its ``info``). With neither limit the whole history
+        is asked for: ``TooLarge`` when it does not fit one page. Memory follows the page, not the
         history: rows stream from SQLite and reading stops where the page ends.
         """
         start = PageCursor.parse(cursor) if cursor else None
@@ -716,9 +724,17 @@ class Store:
                         break
         if page.cursor is None:
             page.join_until(len(msgs))
-        if page.cursor is not None:
-            return page.messages, page.cursor.encode()
-        return page.messages, (PageCursor(last).encode() if more_msgs else None)
+        nxt = page.cursor or (PageCursor(last) if more_msgs else None)
+        if nxt is not None and limit is None and part_limit is None:
+            # No limit asked: the client expects the whole history, so a cut is an error
+            # that says how to page, never a silently partial answer.
+            raise TooLarge(
+                f"the history of session {session_id!r} does not fit one reply (at most "
+                f"{MAX_PAGE_MESSAGES} messages, {MAX_PAGE_PARTS} parts and "
+                f"{self.max_read_bytes} bytes, config server.maxReplyBytes): ask with `limit` "
+                "and/or `partLimit` and page on with each reply's `nextCursor` as `cursor`"
+            )
+        return page.messages, (nxt.encode() if nxt is not None else None)
 
     async def page_raw(
         self, session_id: str, limit: int | None, cursor: str | None
@@ -787,9 +803,9 @@ def _assemble(msgs: Any, parts: Any, raws: dict[str, str] | None = None) -> list
         part = _cached_part(data)
         by_message.setdefault(mid, []).append(part)
         if raws is not None:
-            raws[part.id] = data
+            raws[part.id] = _served_text(data)
     if raws is not None:
-        raws.update(msgs)
+        raws.update((mid, _served_text(data)) for mid, data in msgs)
     return [
         WithParts(info=_cached_message(data), parts=by_message.get(mid, [])) for mid, data in msgs
     ]
@@ -825,7 +841,7 @@ class _Page:
                 self.cursor = PageCursor(Key(created, prev[0]))
                 return False
             self._budget -= len(data)
-            self.messages.append(StoredMessage(info=msgspec.Raw(data.encode()), parts=[]))
+            self.messages.append(StoredMessage(info=msgspec.Raw(served(data)), parts=[]))
             self._joined += 1
             self._last_part = ""
         return True
@@ -843,7 +859,7 @@ class _Page:
             self.cursor = PageCursor(Key(created, mid), self._last_part)
             return False
         self._budget -= len(data)
-        self.messages[-1].parts.append(msgspec.Raw(data.encode()))
+        self.messages[-1].parts.append(msgspec.Raw(served(data)))
         self._parts += 1
         self._last_part = pid
         return True
@@ -854,6 +870,11 @@ def _too_large(what: str, size: int) -> TooLarge:
         f"{what} is {size} bytes, more than a reply may hold (config server.maxReplyBytes): "
         "it cannot be read over the wire"
     )
+
+
+def _served_text(data: str) -> str:
+    shallow = shallow_json(data)
+    return shallow if isinstance(shallow, str) else shallow.decode()
 
 
 def _chunks(items: list[str], size: int) -> list[list[str]]:

@@ -88,6 +88,14 @@ async def test_pages_put_together_are_the_whole_history(
     try:
         await _session(store, shape)
         store.max_read_bytes = budget  # each part is ~90 bytes: pages also end by size
+        if limit is None and part_limit is None:  # the whole history asked: all, or an error
+            try:
+                _, cursor = await store.page_messages(SID, None, None)
+            except TooLarge as exc:
+                assert "`partLimit`" in str(exc) and "`cursor`" in str(exc)
+                part_limit = 3
+            else:
+                assert cursor is None
         assert await _all_pages(store, limit, part_limit) == await _expected(store)
     finally:
         await store.close()
@@ -99,7 +107,7 @@ async def test_a_part_larger_than_a_reply_may_hold_is_refused_with_how_to_page(
     await _session(store, [1], text="y" * 5000)
     store.max_read_bytes = 2000
     with pytest.raises(TooLarge, match="maxReplyBytes"):
-        await store.page_messages(SID, None, None)
+        await store.page_messages(SID, None, None, 10)
 
 
 async def test_a_window_over_the_read_budget_is_refused_not_loaded(store: Store) -> None:
