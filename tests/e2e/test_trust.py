@@ -371,7 +371,9 @@ def deep_part_frame(request_id: int, session_id: str, message_id: str, depth: in
         f'{{"sessionID":{json.dumps(session_id)},"messageID":{json.dumps(message_id)},'
         f'"type":"text","text":"deep","metadata":{nested_json(depth)}}}'
     )
-    body = f'{{"jsonrpc":"2.0","id":{request_id},"method":"part/update","params":{{"part":{part}}}}}'
+    body = (
+        f'{{"jsonrpc":"2.0","id":{request_id},"method":"part/update","params":{{"part":{part}}}}}'
+    )
     return rpc_frame(body.encode())
 
 
