@@ -33,7 +33,7 @@ _numbers = itertools.count(1)
 
 @functools.cache
 def _converter() -> Any:
-    return default_converter()
+    return default_converter()  # type: ignore[no-untyped-call]
 
 
 class Connection:
@@ -44,10 +44,10 @@ class Connection:
         self.protocol: SidecarProtocol = self.server.protocol  # type: ignore[assignment]
         self.protocol.on_exit = self._on_exit
         self.protocol.starting = app.starting
-        limits = lambda: app.config.current.server  # noqa: E731 - daemon-level, never a client's
-        self.protocol.max_depth = lambda: limits().max_depth
-        self.protocol.max_outgoing = lambda: limits().max_outgoing_bytes
-        self.protocol.max_reply = lambda: limits().max_reply_bytes
+        daemon = app.config  # the limits are the daemon's, never a client's
+        self.protocol.max_depth = lambda: daemon.current.server.max_depth
+        self.protocol.max_outgoing = lambda: daemon.current.server.max_outgoing_bytes
+        self.protocol.max_reply = lambda: daemon.current.server.max_reply_bytes
         self.protocol.on_stalled = self._on_stalled
         self.config = app.config.for_connection()
         self.capabilities = ClientCapabilities()

@@ -117,8 +117,8 @@ class FrameReader(asyncio.Protocol):
             try:
                 length = _content_length(header)
             except FrameError as err:
-                length = _resync(header)
-                if length is None:
+                found = _resync(header)
+                if found is None:
                     if header.strip():
                         self._on_error(err)
                     return True
@@ -126,6 +126,7 @@ class FrameReader(asyncio.Protocol):
                     self._on_error(
                         FrameError(-32700, f"skipped junk before a header: {header[:80]!r}")
                     )
+                length = found
             cap = self.max_frame_bytes()
             if length > cap:
                 self._on_error(

@@ -46,14 +46,16 @@ def reroot(exc: msgspec.ValidationError, field: str) -> msgspec.ValidationError:
 
 def decode_message(raw: msgspec.Raw) -> Message:
     try:
-        return _message_decoder.decode(raw)
+        message: Message = _message_decoder.decode(raw)
+        return message
     except msgspec.ValidationError as exc:
         raise reroot(exc, "message") from None
 
 
 def decode_part(raw: msgspec.Raw) -> Part:
     try:
-        return _part_decoder.decode(raw)
+        part: Part = _part_decoder.decode(raw)
+        return part
     except msgspec.ValidationError as exc:
         raise reroot(exc, "part") from None
 

@@ -283,7 +283,7 @@ class SidecarProtocol(JsonRPCProtocol):
         now and answer through a callback, usually the store's commit; they cannot be
         cancelled (LSP lets a server answer a cancelled request normally).
         """
-        handler = self._get_handler(method)
+        handler: Any = self._get_handler(method)
         writes = self.specs[method].writes
         if getattr(handler, "sidecar_deferred", False):
             self._unacked += 1
@@ -297,8 +297,10 @@ class SidecarProtocol(JsonRPCProtocol):
             contextvars.copy_context().run(self._handle_request, msg_id, method, params)
             return
         self.starting.count += 1
-        task = asyncio.ensure_future(self._run_request(msg_id, handler, params, writes))
-        self._request_futures[msg_id] = task
+        task: asyncio.Future[None] = asyncio.ensure_future(
+            self._run_request(msg_id, handler, params, writes)
+        )
+        self._request_futures[msg_id] = task  # type: ignore[assignment]  # pygls types these as concurrent futures
         task.add_done_callback(functools.partial(self._request_done, msg_id))
         if writes:
             self._set_barrier(task)
@@ -375,7 +377,7 @@ class SidecarProtocol(JsonRPCProtocol):
                 error = ResponseError(code=int(err["code"]), message=str(err.get("message", "")))
             except (msgspec.DecodeError, KeyError, TypeError, ValueError):
                 error = ResponseError(code=INTERNAL_ERROR, message="malformed error response")
-            self.handle_message(ResponseErrorMessage(id=env.id, error=error))
+            self.handle_message(ResponseErrorMessage(id=env.id, error=error))  # type: ignore[arg-type]  # pygls' Protocol types miss its own error message
             return
         result = _any_decoder.decode(env.result)
         self.handle_message(JsonRPCResponseMessage(env.id, "2.0", result))
@@ -439,6 +441,7 @@ class SidecarProtocol(JsonRPCProtocol):
             self._send_result(data.id, data.result)
         elif isinstance(data, ResponseErrorMessage):
             err = data.error
+            assert err is not None
             # Tracebacks are not sent: they are for the daemon's log, not for clients.
             extra = err.data
             if isinstance(extra, dict) and "traceback" in extra:

@@ -102,11 +102,13 @@ def served(raw: str) -> bytes:
 
 
 def decode_message(raw: str | bytes) -> Message:
-    return _message_decoder.decode(shallow_json(raw))
+    message: Message = _message_decoder.decode(shallow_json(raw))
+    return message
 
 
 def decode_part(raw: str | bytes) -> Part:
-    return _part_decoder.decode(shallow_json(raw))
+    part: Part = _part_decoder.decode(shallow_json(raw))
+    return part
 
 
 def _text(raw: bytes | str) -> str:
@@ -286,9 +288,7 @@ class Store:
         )
 
     async def get_session(self, session_id: str) -> Session | None:
-        rows = await self._reader.execute_fetchall(
-            "SELECT data, updated FROM sessions WHERE id = ?", (session_id,)
-        )
+        rows = await self._query("SELECT data, updated FROM sessions WHERE id = ?", (session_id,))
         if not rows:
             return None
         session = _session_decoder.decode(rows[0][0])
@@ -314,7 +314,7 @@ class Store:
             sql += " WHERE (created, id) < (?, ?)"
             args += [key.created, key.id]
         sql += " ORDER BY created DESC, id DESC LIMIT ?"
-        rows = list(await self._reader.execute_fetchall(sql, [*args, limit + 1]))
+        rows = list(await self._query(sql, [*args, limit + 1]))
         more = len(rows) > limit
         rows = rows[:limit]
         sessions = []
@@ -410,21 +410,15 @@ class Store:
             self.cache.invalidate(sid)
 
     async def get_message(self, message_id: str) -> tuple[Message, str] | None:
-        rows = await self._reader.execute_fetchall(
-            "SELECT data FROM messages WHERE id = ?", (message_id,)
-        )
+        rows = await self._query("SELECT data FROM messages WHERE id = ?", (message_id,))
         return (decode_message(rows[0][0]), rows[0][0]) if rows else None
 
     async def get_part(self, part_id: str) -> tuple[Part, str] | None:
-        rows = await self._reader.execute_fetchall(
-            "SELECT data FROM parts WHERE id = ?", (part_id,)
-        )
+        rows = await self._query("SELECT data FROM parts WHERE id = ?", (part_id,))
         return (decode_part(rows[0][0]), rows[0][0]) if rows else None
 
     async def message_key(self, message_id: str) -> Key | None:
-        rows = await self._reader.execute_fetchall(
-            "SELECT created, id FROM messages WHERE id = ?", (message_id,)
-        )
+        rows = await self._query("SELECT created, id FROM messages WHERE id = ?", (message_id,))
         return Key(*rows[0]) if rows else None
 
     async def remove_message(self, session_id: str, message_id: str) -> bool:
@@ -473,7 +467,7 @@ class Store:
         out: list[str] = []
         for chunk in _chunks(list(part_ids), 500):
             marks = ",".join("?" * len(chunk))
-            rows = await self._reader.execute_fetchall(
+            rows = await self._query(
                 f"SELECT data FROM parts WHERE id IN ({marks}) ORDER BY id", chunk
             )
             out.extend(r[0] for r in rows)
@@ -553,7 +547,7 @@ class Store:
         else:
             sql += ")"
         sql += " ORDER BY m.created DESC, m.id DESC LIMIT 1"
-        rows = await self._reader.execute_fetchall(sql, args)
+        rows = await self._query(sql, args)
         if not rows:
             return None
         created, mid, tail = rows[0]
@@ -572,8 +566,8 @@ class Store:
         window from ``start`` to the end is served from ``WindowCache`` when it can be.
         """
         self._check_external_writes()
-        if end is None and (rows := self.cache.get(session_id, start)) is not None:
-            return _assemble(rows[0], rows[1], raws)
+        if end is None and (cached := self.cache.get(session_id, start)) is not None:
+            return _assemble(cached[0], cached[1], raws)
         version = self.cache.version(session_id)
         cond = "m.session_id = ?"
         args: list[Any] = [session_id]
@@ -607,6 +601,10 @@ class Store:
             )
         return window
 
+    async def _query(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
+        """All rows of a read (small, bounded reads: points, pages, boundary)."""
+        return list(await self._reader.execute_fetchall(sql, args))
+
     async def _fetch(self, sql: str, args: list[Any], budget: _Budget) -> list[Any]:
         """Rows in chunks, stopping as soon as their JSON passes the read budget: a window too
         large to serve never sits in memory whole."""
@@ -639,7 +637,7 @@ class Store:
 
     async def _parts_between(self, session_id: str, first: Key, last: Key) -> Any:
         """``(message id, JSON)`` of the parts of messages ``first <= key <= last``."""
-        return await self._reader.execute_fetchall(
+        return await self._query(
             "SELECT p.message_id, p.data FROM messages m JOIN parts p ON p.message_id = m.id "
             "WHERE m.session_id = ? AND (m.created, m.id) >= (?, ?) "
             "AND (m.created, m.id) <= (?, ?) ORDER BY p.message_id, p.id",
@@ -658,7 +656,7 @@ class Store:
                 cond += " AND (m.created, m.id) < (?, ?)"
                 args += [cursor.created, cursor.id]
             msgs = list(
-                await self._reader.execute_fetchall(
+                await self._query(
                     f"SELECT m.id, m.data, m.created FROM messages m WHERE {cond} "
                     "ORDER BY m.created DESC, m.id DESC LIMIT ?",
                     [*args, page],
@@ -699,7 +697,7 @@ class Store:
             cond += " AND (m.created, m.id) " + (">=" if start.inside else ">") + " (?, ?)"
             args += [start.key.created, start.key.id]
         msgs = list(
-            await self._reader.execute_fetchall(
+            await self._query(
                 f"SELECT m.id, m.created, m.data FROM messages m WHERE {cond} "
                 "ORDER BY m.created, m.id LIMIT ?",
                 [*args, max_msgs + 1],
@@ -752,7 +750,7 @@ class Store:
         )
         if limit is not None:
             sql += " LIMIT ?"
-        rows = list(await self._reader.execute_fetchall(sql, [*args, limit + 1] if limit else args))
+        rows = list(await self._query(sql, [*args, limit + 1] if limit else args))
         more = limit is not None and len(rows) > limit
         if limit is not None:
             rows = rows[:limit]
@@ -771,14 +769,14 @@ class Store:
 
     async def summary_texts(self, session_id: str, limit: int) -> list[str]:
         """Texts of the newest ``limit`` finished summaries, oldest first."""
-        rows = await self._reader.execute_fetchall(
+        rows = await self._query(
             "SELECT id FROM messages WHERE session_id = ? AND summary_ok = 1 "
             "ORDER BY created DESC, id DESC LIMIT ?",
             (session_id, limit),
         )
         texts: list[str] = []
         for (mid,) in reversed(list(rows)):
-            parts = await self._reader.execute_fetchall(
+            parts = await self._query(
                 "SELECT json_extract(data, '$.text') FROM parts "
                 "WHERE message_id = ? AND type = 'text' ORDER BY id",
                 (mid,),
@@ -787,7 +785,7 @@ class Store:
         return texts
 
     async def count_messages(self, session_id: str) -> int:
-        rows = await self._reader.execute_fetchall(
+        rows = await self._query(
             "SELECT count(*) FROM messages WHERE session_id = ?", (session_id,)
         )
         return int(rows[0][0])
@@ -883,7 +881,7 @@ def _chunks(items: list[str], size: int) -> list[list[str]]:
 
 async def _migrate(db: aiosqlite.Connection) -> None:
     await db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-    rows = await db.execute_fetchall("SELECT version FROM schema_version")
+    rows = list(await db.execute_fetchall("SELECT version FROM schema_version"))
     if not rows:
         await db.execute("INSERT INTO schema_version (version) VALUES (0)")
         await db.commit()

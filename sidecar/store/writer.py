@@ -233,7 +233,9 @@ class Writer:
         # The whole group commit runs as one function on aiosqlite's own thread: one hop per
         # batch. ``_execute`` is aiosqlite's queue-a-callable primitive behind its public API.
         try:
-            outcomes, commits = await self._db._execute(_apply, self._db._conn, batch)
+            outcomes, commits = await self._db._execute(  # type: ignore[no-untyped-call]
+                _apply, self._db._conn, batch
+            )
         except BaseException as exc:  # cancelled, or a bug: fail the batch, keep serving
             if not isinstance(exc, asyncio.CancelledError):
                 log.exception("writer batch failed")
