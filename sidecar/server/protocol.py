@@ -138,9 +138,10 @@ class SidecarProtocol(JsonRPCProtocol):
         self.on_exit: Callable[[], None] = lambda: None
         self.starting = Starting()  # replaced by the App-wide one (``Connection``)
         self.max_depth: Callable[[], int] = lambda: DEFAULT_MAX_DEPTH
-        # Outgoing bytes (queued here plus the transport's buffer) past which the peer is a
-        # stalled reader: ``on_stalled`` drops the connection so the daemon's memory stays
-        # bounded. ``None``: no limit.
+        # Bytes sent and still unread by the peer (in the transport's buffer after a flush)
+        # past which it is a stalled reader: ``on_stalled`` drops the connection so the
+        # daemon's memory stays bounded. ``None``: no limit. Below ``low_water`` again,
+        # ``on_drained`` lets a reader held for backpressure go on.
         self.max_outgoing: Callable[[], int | None] = lambda: None
         self.max_reply: Callable[[], int | None] = lambda: None
         self.on_stalled: Callable[[], None] = lambda: None
