@@ -69,7 +69,14 @@ async def test_history_five_times_the_window_is_chunked(
             assert f"summary part {i - 1}" in text  # the previous chunk's summary is carried
     # oldest first: the first request holds the first module, the last one the last module
     assert "module_19.py" in str(sent[-1].json()["messages"])
-    assert result.text == f"summary part {len(sent) - 1}"
+    # The model's text, then the artifact ledger of the whole history, whatever the model wrote.
+    prose, block = result.text.split("\n\n## Artifact ledger\n", 1)
+    assert prose == f"summary part {len(sent) - 1}"
+    assert all(f"- src/module_{i}.py\n" in block for i in range(20))
+    assert "- step 0: look at module_0.py\n" in block  # first request
+    assert "- step 19: look at module_19.py\n" in block  # latest request
+    first = sent[0].json()["messages"][0]
+    assert first["role"] == "system" and "## Goal, ## Decisions" in first["content"]
     assert result.tokens.output > 0
     assert steps[0].startswith("summarizing chunk 1 of")
 
