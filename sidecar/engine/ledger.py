@@ -92,7 +92,7 @@ class Ledger(msgspec.Struct, kw_only=True):
         )
 
 
-# -- text helpers ---------------------------------------------------------------------------------
+# -- text helpers -------------------------------------------------------------------------------
 
 _WS = re.compile(r"\s+")
 
@@ -111,7 +111,7 @@ def _touch(items: list[str], item: str) -> None:
     items.append(item)
 
 
-# -- exit status and error signatures ------------------------------------------------------------
+# -- exit status and error signatures -----------------------------------------------------------
 
 _EXIT = re.compile(
     r"<returncode>\s*(-?\d+)\s*</returncode>"
@@ -141,9 +141,9 @@ _SIGNATURES = (
     re.compile(r"^(?:g?make(?:\[\d+\])?): \*\*\*.*$"),
     re.compile(r"^E: \S.*$"),
     re.compile(r"^.*: (?:command not found|No such file or directory|Permission denied)$"),
-    # test runners: "--- FAIL: TestX", "✕ renders", "● Suite › case", "Tests: 1 failed, 3 passed"
+    # test runners: "--- FAIL: TestX", "✕ renders", "● Suite > case", "Tests: 1 failed, 3 passed"
     re.compile(r"^--- FAIL: .*$"),
-    re.compile(r"^[✕✗×✘] .+$"),
+    re.compile(r"^[✕✗\u00d7✘] .+$"),
     re.compile(r"^● .+$"),
     re.compile(r"^.*\b\d+ (?:failed|failing|errors?)\b.*$", re.I),
     re.compile(r"^SyntaxError\b.*$"),
@@ -241,7 +241,7 @@ def _first_error_line(output: str) -> str:
     return ""
 
 
-# -- tests ------------------------------------------------------------------------------------------
+# -- tests --------------------------------------------------------------------------------------
 
 _TEST_WORDS = frozenset(
     {
@@ -324,7 +324,7 @@ def _test_status(code: int | None, output: str, failed: bool) -> str:
     return "ran"
 
 
-# -- building ---------------------------------------------------------------------------------------
+# -- building -----------------------------------------------------------------------------------
 
 
 class _Builder:
@@ -443,11 +443,11 @@ class _Builder:
         for path, body in fx.bodies.items():
             self.bodies[path] = body
         for script, cwd in fx.scripts_run + fx.patches_applied:
-            body = self.bodies.get(script)
-            if body is None:
+            known = self.bodies.get(script)
+            if known is None:
                 continue
             # paths inside a script or patch are relative to where it runs, not where it lies
-            for target in shell.script_writes(body) + shell.diff_files(body):
+            for target in shell.script_writes(known) + shell.diff_files(known):
                 written.append(shell.join(cwd, target))
         if not failed or written:
             # a failed chain may still have written (``cat > f <<EOF ... && python f``)

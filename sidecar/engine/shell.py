@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-# -- lexing ---------------------------------------------------------------------------------------
+# -- lexing -------------------------------------------------------------------------------------
 
 _OPERATORS = ("&&", "||", ";;", "|&", ";", "|", "&", "(", ")", "\n")
 _REDIR = re.compile(r"(\d*)(&>>|&>|>>|>\||>&|<<<|<<-|<<|<&|<>|>|<)")
@@ -304,7 +304,7 @@ def join(cwd: str, path: str) -> str:
     return posixpath.normpath(posixpath.join(cwd, path))
 
 
-# -- what commands do -----------------------------------------------------------------------------
+# -- what commands do ---------------------------------------------------------------------------
 
 
 @dataclass
