@@ -299,9 +299,12 @@ def _apply_cd(cmd: Command, cwd_stack: list[str]) -> None:
 
 def join(cwd: str, path: str) -> str:
     """``path`` as seen from directory ``cwd`` ("" = unknown: ``path`` as written)."""
+    if not path:
+        return path
+    slash = "/" if path.endswith("/") and path != "/" else ""  # "dir/" stays a directory
     if not cwd or path.startswith("/") or path.startswith("~"):
-        return posixpath.normpath(path) if path else path
-    return posixpath.normpath(posixpath.join(cwd, path))
+        return posixpath.normpath(path) + slash
+    return posixpath.normpath(posixpath.join(cwd, path)) + slash
 
 
 # -- what commands do ---------------------------------------------------------------------------
@@ -330,7 +333,7 @@ class Effects:
             bucket.append((path, cmd.cwd))
 
 
-_NOT_FILES = re.compile(r"^(?:/dev/|/proc/|&|-$)|^\$\(|^`|[*?\[]")
+_NOT_FILES = re.compile(r"^(?:/dev/|/proc/|&|-$)|[$`*?\[]")  # devices, variables, globs
 READERS = frozenset({"cat", "head", "tail", "less", "more", "nl", "bat", "batcat", "view"})
 INTERPRETERS = frozenset(
     {"python", "python3", "python2", "node", "bash", "sh", "zsh", "ruby", "perl", "deno", "bun"}
