@@ -7,7 +7,8 @@ model window of ``--context`` tokens (default 32,000; ``--output`` 4,000). Each 
 written with ``tokens.input`` = the estimated size of the window it would have been sent, and the
 engine's automatic check runs after it. At the end a closing compaction is requested
 (``session/compact``, what a hand-off to a fresh session does) and the window read back from the
-store is "the final window".
+store is "the final window" (``--no-closing``: the window where the replay ends, i.e. the last
+summary plus the messages after it).
 
 Artifact kinds are computed from the transcript here, by this file's own rules, independently of
 ``sidecar/engine/ledger.py`` and ``shell.py`` (regular expressions over the raw tool inputs and
@@ -24,8 +25,8 @@ outputs; no shell parsing):
 - ``first`` / ``latest``: the first and the latest user text.
 
 Tool calls that failed modify or read nothing. An artifact is recalled when its key (whitespace
-collapsed, at most 60 characters; 120 for paths, 100 for user requests) occurs in the text of the window (all text, tool inputs and outputs, summaries).
-For each transcript it prints the ledger's figures and, on the next line, the baseline's: the
+collapsed, at most 60 characters; 120 for paths, 100 for user requests) occurs in the text of
+the window (all text, tool inputs and outputs, summaries). For each transcript it prints the ledger's figures and, on the next line, the baseline's: the
 newest transcript messages that fit in as many tokens as the final window. Compression is
 1 - window tokens / history tokens; "grew" counts compactions after which the context was not
 smaller.
@@ -429,9 +430,7 @@ async def replay(t: Transcript, args: argparse.Namespace) -> Run:
                         tokens=Tokens(input=prompt, output=output, cache=CacheTokens()),
                     )
                 written.append(WithParts(info=info, parts=parts))
-                await store.put_many(
-                    [(info, _enc(info))], [(p, _enc(p)) for p in parts]
-                )
+                await store.put_many([(info, _enc(info))], [(p, _enc(p)) for p in parts])
                 if isinstance(info, AssistantMessage):
                     before = estimate_messages(await window())
                     seen = len(host.events)
@@ -441,8 +440,9 @@ async def replay(t: Transcript, args: argparse.Namespace) -> Run:
             # The closing compaction: the window a fresh session would start from.
             before = estimate_messages(await window())
             seen = len(host.events)
-            await engine.compact(Request(session_id=sid))
-            await settle()
+            if not args.no_closing:
+                await engine.compact(Request(session_id=sid))
+                await settle()
             final = await window()
             run.final = estimate_messages(final)
             count(seen, before, run.final)
@@ -502,6 +502,11 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=32_000)
     ap.add_argument("--output", type=int, default=4_000)
     ap.add_argument("--transcripts", type=Path, default=DEFAULT_DIR)
+    ap.add_argument(
+        "--no-closing",
+        action="store_true",
+        help="measure the window where the replay ends (summary + newer messages) instead",
+    )
     ap.add_argument("--only", default="", help="replay only transcripts whose name has this")
     ap.add_argument("--show", default="", help="print the final window of this transcript")
     args = ap.parse_args()
@@ -510,15 +515,16 @@ def main() -> None:
         sys.exit(f"no transcripts in {args.transcripts}")
     print(
         f"recall bench: window {args.context:,} tokens (output {args.output:,}), standard "
-        "compaction, extractive writer, closing compaction at the end; baseline = newest "
-        "messages in as many tokens"
+        "compaction, extractive writer, "
+        + ("final window where the replay ends" if args.no_closing else "closing compaction")
+        + "; baseline = newest messages in as many tokens"
     )
     failed = 0
     for path in paths:
         t = load(path)
         run = asyncio.run(replay(t, args))
         compress = 100 * (1 - run.final / run.history) if run.history else 0.0
-        auto = run.compactions - 1  # the closing one is not automatic
+        auto = run.compactions - (0 if args.no_closing else 1)  # the closing one is requested
         long_enough = auto > 0
         cells, ok = _cells(run.ours)
         base_cells, _ = _cells(run.base)

@@ -26,7 +26,9 @@ from sidecar.summarizers.base import (
     SummaryResult,
 )
 
-LEDGER_SHARE = 2  # the artifact ledger takes at most 1/LEDGER_SHARE of the summary budget
+# The artifact ledger may take this share of the summary budget: it is what a later turn cannot
+# recover from prose (exact paths, commands, errors), so it wins over the writer's text.
+LEDGER_SHARE = 0.75
 MIN_WRITER_TOKENS = 16
 TRUNCATED = "\n[Tool output truncated for compaction: omitted {n} chars]"
 
@@ -130,7 +132,7 @@ async def summarize(
     fmt = writer.wire_format
     history = list(history)
     base = prior if prior is not None else ledger_mod.latest(previous)
-    led = ledger_mod.bound(ledger_mod.update(base, history), max_tokens // LEDGER_SHARE)
+    led = ledger_mod.bound(ledger_mod.update(base, history), int(max_tokens * LEDGER_SHARE))
     block = ledger_mod.render(led)
     max_tokens = max(MIN_WRITER_TOKENS, max_tokens - ledger_mod.tokens(block) - 1)
     previous = [ledger_mod.strip(p) for p in previous]

@@ -49,8 +49,8 @@ TITLE = "## Artifact ledger"
 
 # Per-entry bounds (characters).
 PATH_CHARS = 200
-COMMAND_CHARS = 160
-ERROR_CHARS = 200
+COMMAND_CHARS = 140
+ERROR_CHARS = 160
 REQUEST_CHARS = 600
 SIGNATURES_PER_OUTPUT = 2  # the first and the last signature line of one output
 # Per-kind entry caps (the token bound of ``bound`` applies on top).
@@ -63,7 +63,7 @@ class Failure(msgspec.Struct, frozen=True):
     error: str = ""
 
 
-class TestRun(msgspec.Struct, frozen=True):
+class SuiteRun(msgspec.Struct, frozen=True):
     command: str
     status: str  # "passed", "failed", "exit 1", "ran"
 
@@ -75,7 +75,7 @@ class Ledger(msgspec.Struct, kw_only=True):
     read: list[str] = msgspec.field(default_factory=list)
     failed: list[Failure] = msgspec.field(default_factory=list)
     errors: list[str] = msgspec.field(default_factory=list)
-    tests: list[TestRun] = msgspec.field(default_factory=list)
+    tests: list[SuiteRun] = msgspec.field(default_factory=list)
     first_request: str = ""
     latest_request: str = ""
     dropped: dict[str, int] = msgspec.field(default_factory=dict)
@@ -343,11 +343,16 @@ class _Builder:
 
     def modified(self, paths: Iterable[str]) -> None:
         for p in paths:
-            _touch(self.l.modified, _line(p, PATH_CHARS))
+            path = _line(p, PATH_CHARS)
+            _touch(self.l.modified, path)
+            if path in self.l.read:  # "Files read" lists what was only read
+                self.l.read.remove(path)
 
     def read(self, paths: Iterable[str]) -> None:
         for p in paths:
-            _touch(self.l.read, _line(p, PATH_CHARS))
+            path = _line(p, PATH_CHARS)
+            if path not in self.l.modified:
+                _touch(self.l.read, path)
 
     def user(self, msg: WithParts) -> None:
         texts = [
@@ -449,16 +454,16 @@ class _Builder:
             # paths inside a script or patch are relative to where it runs, not where it lies
             for target in shell.script_writes(known) + shell.diff_files(known):
                 written.append(shell.join(cwd, target))
-        if not failed or written:
-            # a failed chain may still have written (``cat > f <<EOF ... && python f``)
-            self.modified(written)
+        # A failed line surely wrote only its redirection targets (``cat > f <<EOF ... && python
+        # f`` that fails in python still created f); a failed ``sed -i`` may have written nothing.
+        self.modified(fx.redirected if failed else written)
         self.read(fx.read)
         if not looks_only(fx) or failed:
             self.signatures(output)
         for cmd in fx.commands:
             if is_test(cmd):
                 status = _test_status(code, output, errored)
-                test = TestRun(command=_line(cmd.text, COMMAND_CHARS), status=status)
+                test = SuiteRun(command=_line(cmd.text, COMMAND_CHARS), status=status)
                 self.l.tests = [t for t in self.l.tests if t.command != test.command]
                 self.l.tests.append(test)
         if failed:
@@ -493,7 +498,7 @@ def _cap(led: Ledger) -> None:
 
 _HEADINGS = {
     "modified": "Files modified",
-    "read": "Files read",
+    "read": "Files read (and not modified)",
     "failed": "Failed commands",
     "errors": "Error signatures",
     "tests": "Tests run (last status)",
@@ -607,7 +612,7 @@ def parse(text: str) -> Ledger | None:
         elif kind == "tests":
             m = _TEST.match(item)
             if m:
-                led.tests.append(TestRun(command=m.group(2), status=m.group(1)))
+                led.tests.append(SuiteRun(command=m.group(2), status=m.group(1)))
         elif kind == "first":
             led.first_request = item
         elif kind == "latest":

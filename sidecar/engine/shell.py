@@ -50,15 +50,32 @@ class Command:
     @property
     def argv(self) -> list[str]:
         words = list(self.words)
-        while words and (
-            _ASSIGN.match(words[0])
-            or words[0] in ("sudo", "env", "command", "exec", "time", "nohup")
-        ):
+        while words and (_ASSIGN.match(words[0]) or words[0] in _PREFIXES):
             words.pop(0)
         return words
 
 
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+# Words before the real command: wrappers and the keywords that open a compound command.
+_PREFIXES = frozenset(
+    {
+        "sudo",
+        "env",
+        "command",
+        "exec",
+        "time",
+        "nohup",
+        "do",
+        "then",
+        "else",
+        "elif",
+        "if",
+        "while",
+        "until",
+        "!",
+        "{",
+    }
+)
 
 
 @dataclass
@@ -315,6 +332,9 @@ class Effects:
     """Files a command line writes and reads, heredoc bodies written to files, programs run."""
 
     written: list[str] = field(default_factory=list)
+    # the subset written by a redirection: the shell truncates the target before the command
+    # runs, so these are written even when the command then fails
+    redirected: list[str] = field(default_factory=list)
     read: list[str] = field(default_factory=list)
     # file -> text written into it by a heredoc (``cat > f <<EOF``): lets the ledger learn what
     # a script or patch created earlier will touch when it is run / applied later.
@@ -403,6 +423,7 @@ def _redirects(fx: Effects, cmd: Command) -> None:
             path = _file(cmd, r.target)
             if path:
                 fx._add(fx.written, path)
+                fx._add(fx.redirected, path)
                 if heredoc and cmd.program in ("cat", "tee", ""):
                     fx.bodies[path] = heredoc
         elif r.op == "<":

@@ -1,0 +1,237 @@
+"""The artifact ledger: what it extracts from real tool-call shapes, how it rolls across
+compactions through the summary text, and how it stays bounded."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.engine import bounded, ledger
+from sidecar.engine.ledger import Failure, Ledger, SuiteRun
+from sidecar.engine.tokens import estimate
+from sidecar.summarizers.base import COMPACTION_SYSTEM, DEFAULT_PROMPT
+from sidecar.summarizers.extractive import ExtractiveSummarizer
+from tests.summarizers.helpers import assistant, patch, text, tool, user
+
+TRACEBACK = """<returncode>1</returncode>
+<output>
+Traceback (most recent call last):
+  File "/testbed/test_fix.py", line 12, in <module>
+    main()
+  File "/testbed/django/db/migrations/autodetector.py", line 1039, in create_altered_indexes
+    new_indexes = new_model_state.options[option_name]
+KeyError: 'indexes'
+</output>"""
+
+TSC = """> pi-monorepo@0.0.1 check
+> biome check --write . && tsgo --noEmit
+
+src/core/agent-session.ts(16,58): error TS2305: Module '"@x/core"' has no exported member 'Q'.
+src/main.ts(499,20): error TS2304: Cannot find name 'join'.
+npm error Lifecycle script `check` failed with error:
+
+
+Command exited with code 2"""
+
+
+def _history() -> list:  # type: ignore[type-arg]
+    return [
+        user("Fix the crash when _order is in an index."),
+        assistant(
+            tool("read", {"filePath": "/testbed/django/db/models/options.py"}, "…"),
+            tool(
+                "bash",
+                {
+                    "command": "cd /testbed && cat > fix.py << 'EOF'\n"
+                    "with open('django/db/migrations/autodetector.py', 'w') as f:\n"
+                    "    f.write(src)\nEOF\npython fix.py"
+                },
+                "<returncode>0</returncode>\n<output>\n</output>",
+            ),
+            tool("bash", {"command": "cd /testbed && python test_fix.py 2>&1"}, TRACEBACK),
+            tool(
+                "bash",
+                {"command": "grep -rn 'error:' src/ | head"},  # a search: its hits are no errors
+                "src/a.ts:12: error: handling of x\n",
+            ),
+            tool("edit", {"filePath": "src/a.ts", "oldString": "a", "newString": "b"}, "ok"),
+            patch("src/patched.ts"),
+        ),
+        user("Now run the type check."),
+        assistant(
+            tool("bash", {"command": "cd /repo && npm run check"}, error=TSC),
+            tool(
+                "bash",
+                {"command": "python -m pytest tests/test_x.py -q"},
+                "3 passed in 0.2s",
+                metadata={"exit": 0},
+            ),
+            tool("bash", {"command": "sed -i 's/x/y/' broken.py"}, "", metadata={"exit": 4}),
+        ),
+    ]
+
+
+def test_ledger_of_real_tool_call_shapes() -> None:
+    led = ledger.update(Ledger(), _history())
+    assert led.modified == [
+        "/testbed/fix.py",
+        "/testbed/django/db/migrations/autodetector.py",  # written by the script it ran
+        "src/a.ts",
+        "src/patched.ts",
+    ]
+    assert led.read == ["/testbed/django/db/models/options.py"]
+    assert led.failed == [
+        Failure(
+            command="cd /testbed && python test_fix.py 2>&1",
+            status="exit 1",
+            error="KeyError: 'indexes'",
+        ),
+        Failure(
+            command="cd /repo && npm run check",
+            status="exit 2",
+            error="src/core/agent-session.ts(16,58): error TS2305: Module '\"@x/core\"' has no "
+            "exported member 'Q'.",
+        ),
+        Failure(command="sed -i 's/x/y/' broken.py", status="exit 4", error=""),
+    ]
+    assert led.errors == [
+        "KeyError: 'indexes'",
+        "src/core/agent-session.ts(16,58): error TS2305: Module '\"@x/core\"' has no exported "
+        "member 'Q'.",
+        "npm error Lifecycle script `check` failed with error:",
+    ]
+    assert led.tests == [
+        SuiteRun(command="python test_fix.py 2>&1", status="failed (exit 1)"),
+        SuiteRun(command="python -m pytest tests/test_x.py -q", status="passed"),
+    ]
+    assert "broken.py" not in led.modified  # the failed sed wrote nothing we can be sure of
+    assert led.first_request == "Fix the crash when _order is in an index."
+    assert led.latest_request == "Now run the type check."
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        (TRACEBACK, ["KeyError: 'indexes'"]),
+        (
+            "cc -c x.c\nx.c:3:10: fatal error: y.h: No such file or directory\n"
+            "make: *** [Makefile:192: build] Error 2",
+            [
+                "x.c:3:10: fatal error: y.h: No such file or directory",
+                "make: *** [Makefile:192: build] Error 2",
+            ],
+        ),
+        (
+            "Reading package lists... Done\nE: Unable to locate package llvm-dev",
+            ["E: Unable to locate package llvm-dev"],
+        ),
+        (
+            "FAILED tests/test_a.py::test_b - AssertionError: 1 != 2\n1 failed, 4 passed in 0.3s",
+            [
+                "FAILED tests/test_a.py::test_b - AssertionError: 1 != 2",
+                "1 failed, 4 passed in 0.3s",
+            ],
+        ),
+        (
+            "error[E0308]: mismatched types\n --> src/main.rs:4:5",
+            ["error[E0308]: mismatched types"],
+        ),
+        ("bash: tsgo: command not found", ["bash: tsgo: command not found"]),
+        (
+            "--- FAIL: TestParse (0.00s)\nFAIL\tpkg/x 0.01s",
+            ["--- FAIL: TestParse (0.00s)", "FAIL pkg/x 0.01s"],
+        ),
+        ("all good\n0 failed, 12 passed", []),
+        ("    raise KeyError('x')\nclass FieldError(Exception):", []),  # source code, not errors
+    ],
+)
+def test_error_signatures(output: str, expected: list[str]) -> None:
+    assert ledger.error_signatures(output) == expected
+
+
+@pytest.mark.parametrize(
+    ("output", "metadata", "code"),
+    [
+        ("<returncode>2</returncode>\n<output>x</output>", None, 2),
+        ("...\n\nCommand exited with code 1", None, 1),
+        ("done\n[The command completed with exit code 127.]", None, 127),
+        ("anything", {"exit": 3}, 3),
+        ("anything", {"exitCode": 0}, 0),
+        ("no marker here", None, None),
+        # a marker in the middle of a long file shown by cat is not this command's status
+        ("x\n" * 1000 + "Command exited with code 9\n" + "y\n" * 1000, None, None),
+    ],
+)
+def test_exit_status(output: str, metadata: dict[str, int] | None, code: int | None) -> None:
+    assert ledger.exit_status(output, metadata) == code
+
+
+def test_round_trip_through_the_summary_text() -> None:
+    led = ledger.update(Ledger(dropped={"read": 3}), _history())
+    block = ledger.render(led)
+    summary = f"# Summary\n\nprose\n\n{block}"
+    assert block.startswith("## Artifact ledger\n\n```ledger\n") and block.endswith("```\n")
+    assert "### Files read (and not modified) (3 older dropped)" in block
+    assert ledger.parse(summary) == led
+    assert ledger.strip(summary) == "# Summary\n\nprose\n"
+    assert ledger.parse("no ledger here") is None
+    assert ledger.latest(["old", summary, "model prose without a block"]) == led
+
+
+def test_it_rolls_across_compactions_and_evicts_oldest_first() -> None:
+    cycle1 = ledger.update(Ledger(), [assistant(tool("write", {"filePath": "first.py"}, "ok"))])
+    carried = ledger.parse(ledger.render(cycle1))
+    assert carried is not None
+    reads = [tool("read", {"filePath": f"src/file_{i:03d}.py"}, "x") for i in range(200)]
+    cycle2 = ledger.update(carried, [user("go on"), assistant(*reads)])
+    assert cycle2.modified == ["first.py"]
+    assert cycle2.first_request == "go on" and cycle2.latest_request == "go on"
+    bounded_ = ledger.bound(cycle2, 600)
+    assert estimate(ledger.render(bounded_)) <= 600
+    assert bounded_.modified == ["first.py"]  # modified files go last
+    kept = bounded_.read
+    assert kept == [f"src/file_{i:03d}.py" for i in range(200 - len(kept), 200)]  # newest kept
+    assert bounded_.dropped == {"read": 200 - len(kept)}
+    # the dropped count survives the next round trip and keeps growing
+    again = ledger.parse(ledger.render(bounded_))
+    assert again is not None
+    more = [tool("read", {"filePath": f"lib/more_{i:02d}.py"}, "") for i in range(50)]
+    cycle3 = ledger.bound(ledger.update(again, [assistant(*more)]), 600)
+    assert cycle3.dropped == {"read": 250 - len(cycle3.read)}  # every entry ever: kept or counted
+    assert cycle3.read[-1] == "lib/more_49.py"
+
+
+async def test_every_summary_ends_with_the_rolling_ledger() -> None:
+    writer = ExtractiveSummarizer()
+
+    async def compact(history: list, previous: list[str]) -> str:  # type: ignore[type-arg]
+        result = await bounded.summarize(
+            writer,
+            system=COMPACTION_SYSTEM,
+            prompt=DEFAULT_PROMPT,
+            history=history,
+            reference=[],
+            previous=previous,
+            max_tokens=2_000,
+            max_input_tokens=None,
+        )
+        return result.text
+
+    first = await compact(
+        [
+            user("Refactor the parser."),
+            assistant(tool("bash", {"command": "sed -i 's/a/b/' src/parser.py"}, "")),
+        ],
+        [],
+    )
+    assert first.count("```ledger") == 1
+    assert "\n## Files modified" not in first  # the extractive writer leaves them to the ledger
+    second = await compact([user("Now the lexer."), assistant(text("Done."))], [first])
+    third = await compact([user("Tests?"), assistant(text("All pass."))], [first, second])
+    for summary in (second, third):
+        led = ledger.parse(summary)
+        assert led is not None
+        assert led.modified == ["src/parser.py"]
+        assert led.first_request == "Refactor the parser."
+        assert summary.count("```ledger") == 1
+    assert ledger.parse(third).latest_request == "Tests?"  # type: ignore[union-attr]
+    assert estimate(third) <= 2_000
