@@ -26,12 +26,12 @@ outputs; no shell parsing):
 
 Tool calls that failed modify or read nothing. An artifact is recalled when its key (whitespace
 collapsed, at most 60 characters; 120 for paths, 100 for user requests) occurs in the text of
-the window (all text, tool inputs and outputs, summaries). For each transcript it prints the ledger's figures and, on the next line, the baseline's: the
-newest transcript messages that fit in as many tokens as the final window. Compression is
-1 - window tokens / history tokens; "grew" counts compactions after which the context was not
-smaller.
+the window (all text, tool inputs and outputs, summaries). For each transcript it prints the
+ledger's figures and, on the next line, the baseline's: the newest transcript messages that fit
+in as many tokens as the final window. Compression is 1 - window tokens / history tokens;
+"grew" counts compactions after which the context was not smaller.
 
-    python bench/recall.py [--context 32000] [--output 4000] [--transcripts DIR]
+    python bench/recall.py [--context 32000] [--output 4000] [--transcripts DIR] [--no-closing]
 """
 
 from __future__ import annotations
