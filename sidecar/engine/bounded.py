@@ -135,7 +135,7 @@ async def summarize(
     led = ledger_mod.bound(ledger_mod.update(base, history), int(max_tokens * LEDGER_SHARE))
     block = ledger_mod.render(led)
     max_tokens = max(MIN_WRITER_TOKENS, max_tokens - ledger_mod.tokens(block) - 1)
-    previous = [ledger_mod.strip(p) for p in previous]
+    previous = [ledger_mod.drop_block(p) for p in previous]
     system = f"{system.rstrip()}\n\n{STRUCTURED_SUMMARY}" if fmt != "parts" else system
     if max_input_tokens is None:
         chunks = [history]
@@ -170,9 +170,9 @@ async def summarize(
         )
         result = await writer.summarize(req, _streaming(progress, i, len(chunks)))
         total = _add(total, result.tokens)
-        carried = [ledger_mod.strip(result.text)]
+        carried = [ledger_mod.drop_block(result.text)]
     assert result is not None
-    text = ledger_mod.strip(result.text).rstrip()
+    text = ledger_mod.drop_block(result.text).rstrip()
     if block:
         text = f"{text}\n\n{block}" if text else block
     return SummaryResult(

@@ -623,9 +623,11 @@ def parse(text: str) -> Ledger | None:
 _BLOCK = re.compile(r"\n*(?:## Artifact ledger\n+)?```ledger\n.*?(?:\n```[ \t]*(?:\n|$)|$)", re.S)
 
 
-def strip(text: str) -> str:
+def drop_block(text: str) -> str:
     """``text`` without its ledger block(s) (what a writer sees of an earlier summary)."""
-    return _BLOCK.sub("\n", text).rstrip() + ("\n" if text.endswith("\n") else "")
+    if FENCE not in text:
+        return text
+    return _BLOCK.sub("\n", text).rstrip()
 
 
 def latest(summaries: Sequence[str]) -> Ledger:

@@ -172,7 +172,8 @@ def test_round_trip_through_the_summary_text() -> None:
     assert block.startswith("## Artifact ledger\n\n```ledger\n") and block.endswith("```\n")
     assert "### Files read (and not modified) (3 older dropped)" in block
     assert ledger.parse(summary) == led
-    assert ledger.strip(summary) == "# Summary\n\nprose\n"
+    assert ledger.drop_block(summary) == "# Summary\n\nprose"
+    assert ledger.drop_block("no block\n") == "no block\n"
     assert ledger.parse("no ledger here") is None
     assert ledger.latest(["old", summary, "model prose without a block"]) == led
 
