@@ -129,3 +129,43 @@ async def test_streaming_progress_is_reported_while_a_summary_is_written(
     written = [s for s in steps if "characters written" in s]
     assert len(written) == 3  # throttled: one report per 1,000 characters
     assert written[-1] == "chunk 1 of 1: 3000 characters written"
+
+
+async def test_a_model_cannot_drop_or_forge_the_ledger(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    # The model echoes a ledger block of its own and leaves out the earlier file: the summary
+    # still carries the daemon's ledger, rolled from the previous summary's block.
+    forged = (
+        "Goal: go on.\n\n## Artifact ledger\n\n```ledger\n### Files modified\n- made/up.py\n```"
+    )
+    server.script(stream(forged))
+    cfg = SummarizerConfig(
+        provider="openai", model="m", base_url=server.url + "/v1", timeout=5.0, deadline=30.0
+    )
+    writer = OpenAISummarizer(cfg, http=http, env={}, sleep=SleepRecorder())
+    previous = (
+        "Earlier prose.\n\n## Artifact ledger\n\n```ledger\n### Files modified\n- src/old.py\n"
+        "### First user request\n- start\n```\n"
+    )
+    history = [
+        user("and now the new one"),
+        assistant(tool("bash", {"command": "cd src && echo x > new.py"}, "")),
+    ]
+    result = await bounded.summarize(
+        writer,
+        system=COMPACTION_SYSTEM,
+        prompt=DEFAULT_PROMPT,
+        history=history,
+        reference=[],
+        previous=[previous],
+        max_tokens=1_000,
+        max_input_tokens=None,
+    )
+    sent = str(server.requests[0].json()["messages"])
+    assert "Earlier prose." in sent and "src/old.py" not in sent  # the model sees no block
+    assert result.text == (
+        "Goal: go on.\n\n## Artifact ledger\n\n```ledger\n### Files modified\n- src/old.py\n"
+        "- src/new.py\n### First user request\n- start\n### Latest user request\n"
+        "- and now the new one\n```\n"
+    )
