@@ -283,11 +283,50 @@ _FAIL = re.compile(
 )
 
 
+# Runners that start another program: "npx vitest run", "uv run pytest", "pnpm exec jest".
+_WRAPPERS = frozenset(
+    {
+        "npx",
+        "bunx",
+        "pnpx",
+        "uvx",
+        "uv",
+        "poetry",
+        "pipenv",
+        "pdm",
+        "hatch",
+        "rye",
+        "pnpm",
+        "yarn",
+        "bun",
+    }
+)
+
+
+def _unwrapped(argv: list[str]) -> list[str]:
+    while argv and argv[0].rsplit("/", 1)[-1] in _WRAPPERS:
+        rest = [w for w in argv[1:] if not w.startswith("-")]
+        if rest and rest[0] in ("run", "exec", "dlx", "x", "tool"):
+            rest = rest[1:]
+        if not rest:
+            break
+        argv = rest
+    return argv
+
+
 def is_test(cmd: shell.Command) -> bool:
-    argv = cmd.argv
+    """Whether ``cmd`` runs tests: a test runner, a package manager's test script, or a
+    ``test_*.py``-style script."""
+    if _runs_tests(cmd.argv):
+        return True
+    inner = _unwrapped(cmd.argv)
+    return inner != cmd.argv and _runs_tests(inner)
+
+
+def _runs_tests(argv: list[str]) -> bool:
     if not argv:
         return False
-    prog = cmd.program
+    prog = argv[0].rsplit("/", 1)[-1]
     if prog in _TEST_WORDS:
         return True
     if prog in _TEST_SUBCOMMANDS or argv[0] in _TEST_SUBCOMMANDS:
@@ -413,6 +452,7 @@ class _Builder:
                 self.read(paths)
             else:
                 self.modified(paths)
+                self._remember(paths, data)
         elif name in WRITE_TOOLS or "patch" in name:
             if not paths:
                 patch_text = next(
@@ -427,12 +467,28 @@ class _Builder:
             if not paths and self.opened and name in ("edit", "insert", "replace", "str_replace"):
                 paths = [self.opened]
             self.modified(paths)
+            self._remember(paths, data)
             if name in ("create", "create_file") and paths:
                 self.opened = paths[-1]
         elif name in READ_TOOLS:
             self.read(paths)
             if paths:
                 self.opened = paths[-1]
+
+    def _remember(self, paths: list[str], data: dict[str, Any]) -> None:
+        """Keep a whole file written by a tool: a script written now may be run later."""
+        content = data.get("content", data.get("file_text"))
+        if isinstance(content, str) and len(paths) == 1:
+            self.bodies[paths[0]] = content
+
+    def _body(self, path: str) -> str | None:
+        """The known text of ``path``: same path, or the one file whose path ends like it
+        (``fix.py`` run from an unknown directory, written as ``/testbed/fix.py``)."""
+        if path in self.bodies:
+            return self.bodies[path]
+        tail = "/" + path.lstrip("./")
+        found = [k for k in self.bodies if k.endswith(tail) or path.endswith("/" + k.lstrip("./"))]
+        return self.bodies[found[0]] if len(found) == 1 else None
 
     def signatures(self, output: str) -> None:
         for sig in error_signatures(output):
@@ -448,7 +504,7 @@ class _Builder:
         for path, body in fx.bodies.items():
             self.bodies[path] = body
         for script, cwd in fx.scripts_run + fx.patches_applied:
-            known = self.bodies.get(script)
+            known = self._body(script)
             if known is None:
                 continue
             # paths inside a script or patch are relative to where it runs, not where it lies

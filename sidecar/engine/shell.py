@@ -442,7 +442,7 @@ def _redirects(fx: Effects, cmd: Command) -> None:
                 code += "\n" + argv[argv.index(flag) + 1]
         for path in script_writes(code):
             fx._add(fx.written, _file(cmd, path) or path)
-    if prog == "patch" and heredoc:
+    if prog in ("patch", "apply_patch", "applypatch") and heredoc:
         for path in diff_files(heredoc):
             fx._add(fx.written, _file(cmd, path) or path)
     if prog == "git" and "apply" in cmd.argv and heredoc:

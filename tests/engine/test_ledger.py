@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.engine import bounded, ledger
+from sidecar.engine import bounded, ledger, shell
 from sidecar.engine.ledger import Failure, Ledger, SuiteRun
 from sidecar.engine.tokens import estimate
 from sidecar.summarizers.base import COMPACTION_SYSTEM, DEFAULT_PROMPT
@@ -236,3 +236,49 @@ async def test_every_summary_ends_with_the_rolling_ledger() -> None:
         assert summary.count("```ledger") == 1
     assert ledger.parse(third).latest_request == "Tests?"  # type: ignore[union-attr]
     assert estimate(third) <= 2_000
+
+
+def test_a_script_written_by_a_tool_then_run_from_the_shell_is_followed() -> None:
+    script = "from pathlib import Path\nPath('conf/settings.py').write_text(new)\n"
+    led = ledger.update(
+        Ledger(),
+        [
+            assistant(
+                tool("write", {"filePath": "/work/app/fix_settings.py", "content": script}, ""),
+                tool("bash", {"command": "cd /work/app && python3 fix_settings.py"}, "done"),
+            )
+        ],
+    )
+    assert led.modified == ["/work/app/fix_settings.py", "/work/app/conf/settings.py"]
+
+
+def test_apply_patch_through_the_shell() -> None:
+    command = (
+        "apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: src/app.py\n@@\n-a\n+b\n"
+        "*** Add File: src/new.py\n+x\n*** End Patch\nEOF"
+    )
+    led = ledger.update(Ledger(), [assistant(tool("shell", {"command": command}, "Done!"))])
+    assert led.modified == ["src/app.py", "src/new.py"]
+
+
+@pytest.mark.parametrize(
+    ("command", "is_test"),
+    [
+        ("python -m pytest tests/ -x", True),
+        ("uv run pytest -k parser", True),
+        ("npx vitest run src/a.test.ts", True),
+        ("pnpm exec jest --ci", True),
+        ("npm run test:unit", True),
+        ("npm test", True),
+        ("cargo test --all", True),
+        ("go test ./...", True),
+        ("python tests/runtests.py migrations", True),
+        ("python reproduce_issue.py", False),
+        ("npm run build", False),
+        ("uv run python manage.py migrate", False),
+        ("git commit -m 'fix tests'", False),
+    ],
+)
+def test_test_commands(command: str, is_test: bool) -> None:
+    [cmd] = shell.parse(command)
+    assert ledger.is_test(cmd) is is_test
