@@ -168,7 +168,7 @@ def _shell_truth(t: Truth, command: str) -> None:
                 target = words[i + 1]
                 if plain and plain[-1].isdigit():
                     plain.pop()  # "2>" was split as "2", ">"
-                if not target.startswith(("/dev/", "&")) and target not in (">", "&"):
+                if not target.startswith(("/dev/", "&")) and not any(c in target for c in "$*?>&"):
                     t.add("modified", target)
                 i += 2
                 continue

@@ -52,7 +52,10 @@ PATH_CHARS = 200
 COMMAND_CHARS = 140
 ERROR_CHARS = 160
 REQUEST_CHARS = 600
-SIGNATURES_PER_OUTPUT = 2  # the first and the last signature line of one output
+# Of one output's error lines the first ones (a compiler's root cause) and the last ones (a
+# Python exception after its traceback, a test summary) are kept.
+SIGNATURES_HEAD = 2
+SIGNATURES_TAIL = 2
 # Per-kind entry caps (the token bound of ``bound`` applies on top).
 CAPS = {"modified": 400, "read": 400, "failed": 200, "errors": 200, "tests": 100}
 
@@ -131,7 +134,7 @@ _SIGNATURES = (
     ),
     # compilers and linters: "src/a.ts(3,4): error TS2345: ...", "a.c:3:4: error: ...",
     # "error[E0308]: ...", "error: ...", "ERROR: ...", "fatal: ...", "FATAL ...", "Error: ..."
-    re.compile(r"^\S+?[:(]\d+(?:[:,]\d+)?\)?:?\s+(?:fatal )?error\b.*$", re.I),
+    re.compile(r"^\S.{0,300}?:\s(?:fatal )?error\b.*$", re.I),
     re.compile(r"^(?:error|fatal|panic)(?:\[[^\]]*\])?:\s.*$", re.I),
     re.compile(r"^(?:ERROR|FATAL|FAILED|FAIL|ERR!)\b.*$"),
     re.compile(r"^Error\b.*$"),
@@ -200,7 +203,7 @@ def looks_only(fx: shell.Effects) -> bool:
 
 
 def error_signatures(output: str) -> list[str]:
-    """The first and the last error-signature lines of one tool output."""
+    """The first and the last error-signature lines of one tool output, distinct."""
     found: list[str] = []
     for raw in output.splitlines():
         line = raw.strip()
@@ -208,9 +211,9 @@ def error_signatures(output: str) -> list[str]:
             continue
         if any(p.match(line) for p in _SIGNATURES):
             found.append(_line(line, ERROR_CHARS))
-    if len(found) <= SIGNATURES_PER_OUTPUT:
-        return list(dict.fromkeys(found))
-    return list(dict.fromkeys([found[0], found[-1]]))
+    head = list(dict.fromkeys(found))[:SIGNATURES_HEAD]
+    tail = list(dict.fromkeys(reversed(found)))[:SIGNATURES_TAIL]  # by last occurrence
+    return list(dict.fromkeys(head + tail[::-1]))
 
 
 def exit_status(output: str, metadata: dict[str, Any] | None) -> int | None:
@@ -601,8 +604,20 @@ def render(led: Ledger) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _victim(led: Ledger, kind: str) -> int:
+    """Which entry of ``kind`` goes: the oldest, except that an error signature a failed
+    command already quotes goes before any other (nothing is lost with it)."""
+    if kind == "errors":
+        quoted = {f.error for f in led.failed}
+        for i, sig in enumerate(led.errors):
+            if sig in quoted:
+                return i
+    return 0
+
+
 def bound(led: Ledger, max_tokens: int) -> Ledger:
-    """A copy of ``led`` whose rendering fits ``max_tokens`` (oldest entries dropped first)."""
+    """A copy of ``led`` whose rendering fits ``max_tokens``: the kind taking most room loses
+    its oldest entry first (see ``_victim``), modified files only when nothing else is left."""
     out = update(led, [])  # a copy
     text = render(out)
     budget = max(0, max_tokens) * 4
@@ -618,8 +633,9 @@ def bound(led: Ledger, max_tokens: int) -> Ledger:
             break
         kind = max(kinds, key=lambda k: sizes[k])
         items: list[Any] = getattr(out, kind)
-        first = _items(out, kind)[0]
-        del items[0]
+        at = _victim(out, kind)
+        first = _items(out, kind)[at]
+        del items[at]
         sizes[kind] -= len(first) + 3
         excess -= len(first) + 3
         if not out.dropped.get(kind):

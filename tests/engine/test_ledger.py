@@ -97,6 +97,7 @@ def test_ledger_of_real_tool_call_shapes() -> None:
         "KeyError: 'indexes'",
         "src/core/agent-session.ts(16,58): error TS2305: Module '\"@x/core\"' has no exported "
         "member 'Q'.",
+        "src/main.ts(499,20): error TS2304: Cannot find name 'join'.",
         "npm error Lifecycle script `check` failed with error:",
     ]
     assert led.tests == [
@@ -282,3 +283,19 @@ def test_apply_patch_through_the_shell() -> None:
 def test_test_commands(command: str, is_test: bool) -> None:
     [cmd] = shell.parse(command)
     assert ledger.is_test(cmd) is is_test
+
+
+def test_eviction_drops_errors_already_quoted_by_a_failed_command_first() -> None:
+    failures = [
+        Failure(command=f"make s{i}", status="exit 2", error=f"E{i}: the build broke in step {i}")
+        for i in range(3)
+    ]
+    unrelated = [f"Z{j}: an older error nobody quoted, number {j}" for j in range(6)]
+    quoted = [f.error for f in failures]
+    led = Ledger(failed=failures, errors=unrelated + quoted)  # errors: the largest kind
+    smaller = ledger.bound(led, ledger.tokens(ledger.render(led)) - 3)
+    dropped = smaller.dropped["errors"]
+    assert 1 <= dropped <= len(quoted)
+    assert smaller.errors == unrelated + quoted[dropped:]  # the quoted went, oldest first
+    block = ledger.render(smaller)
+    assert all(e in block for e in unrelated + quoted)  # so no error text left the block
