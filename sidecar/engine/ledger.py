@@ -32,7 +32,7 @@ from sidecar.model.parts import (
     ToolError,
     ToolPart,
 )
-from sidecar.model.tokens import estimate
+from sidecar.model.tokens import estimate, js_length
 from sidecar.summarizers.extractive import (
     EDITOR_TOOLS,
     READ_TOOLS,
@@ -617,37 +617,46 @@ def _victim(led: Ledger, kind: str) -> int:
 
 def bound(led: Ledger, max_tokens: int) -> Ledger:
     """A copy of ``led`` whose rendering fits ``max_tokens``: the kind taking most room loses
-    its oldest entry first (see ``_victim``), modified files only when nothing else is left."""
+    its oldest entry first (see ``_victim``), modified files only when nothing else is left,
+    the user requests shrink last."""
     out = update(led, [])  # a copy
-    text = render(out)
-    budget = max(0, max_tokens) * 4
-    excess = len(text) - budget
-    if excess <= 0:
-        return out
+    limit = max(0, max_tokens) * 4 + 1  # estimate(n chars) <= max_tokens  <=>  n <= 4*max + 1
+    while (excess := js_length(render(out)) - limit) > 0:  # UTF-16 units, as ``estimate``
+        if not _evict(out, excess):
+            break
+    while js_length(render(out)) > limit and (
+        len(out.first_request) > REQUEST_FLOOR or len(out.latest_request) > REQUEST_FLOOR
+    ):
+        out.first_request = _line(
+            out.first_request, max(REQUEST_FLOOR, len(out.first_request) // 2)
+        )
+        out.latest_request = _line(
+            out.latest_request, max(REQUEST_FLOOR, len(out.latest_request) // 2)
+        )
+    return out
+
+
+REQUEST_FLOOR = 40
+
+
+def _evict(out: Ledger, excess: int) -> bool:
+    """Drop entries worth about ``excess`` characters; ``False`` when nothing is left to drop."""
     sizes = {k: sum(len(i) + 3 for i in _items(out, k)) for k in (*_EVICTABLE, "modified")}
     while excess > 0:
-        kinds = [k for k in _EVICTABLE if getattr(out, k)]
+        kinds = [k for k in _EVICTABLE if getattr(out, k)] or (["modified"] if out.modified else [])
         if not kinds:
-            kinds = ["modified"] if out.modified else []
-        if not kinds:
-            break
+            return False
         kind = max(kinds, key=lambda k: sizes[k])
         items: list[Any] = getattr(out, kind)
         at = _victim(out, kind)
-        first = _items(out, kind)[at]
+        gone = len(_items(out, kind)[at]) + 3
         del items[at]
-        sizes[kind] -= len(first) + 3
-        excess -= len(first) + 3
+        sizes[kind] -= gone
+        excess -= gone
         if not out.dropped.get(kind):
             excess += 20  # the "(N older dropped)" note appears
         out.dropped[kind] = out.dropped.get(kind, 0) + 1
-    while len(render(out)) > budget and (out.first_request or out.latest_request):
-        # last resort: the requests shrink
-        out.first_request = _line(out.first_request, max(40, len(out.first_request) // 2))
-        out.latest_request = _line(out.latest_request, max(40, len(out.latest_request) // 2))
-        if len(out.first_request) <= 40 and len(out.latest_request) <= 40:
-            break
-    return out
+    return True
 
 
 def parse(text: str) -> Ledger | None:
