@@ -120,7 +120,8 @@ _EXIT = re.compile(
     r"<returncode>\s*(-?\d+)\s*</returncode>"
     r"|(?:command |process )?exited with (?:exit )?(?:code|status) (-?\d+)"
     r"|completed with exit code (-?\d+)"
-    r"|^exit(?:_code| code| status):? (-?\d+)\s*$",
+    r"|^exit(?:_code| code| status):? (-?\d+)\s*$"
+    r"|\"exit_code\":\s*(-?\d+)",
     re.I | re.M,
 )
 EXIT_SCAN = 400  # markers are looked for only this near either end, never in the middle of a file
@@ -440,7 +441,7 @@ class _Builder:
             isinstance(command, str) and not paths and name not in SHELL_TOOLS and command.strip()
         )
         if name in SHELL_TOOLS or (text_action and name not in READ_TOOLS | WRITE_TOOLS):
-            self.shell(tool_command(data), output, state.metadata, errored)
+            self.shell(_script(data), output, state.metadata, errored)
             return
         if text_action and isinstance(command, str):
             # SWE-agent style "create reproduce.py" / "open file.py 40": the path is the 2nd word
@@ -531,6 +532,20 @@ class _Builder:
             entry = Failure(command=first, status=status, error=_first_error_line(output))
             self.l.failed = [f for f in self.l.failed if f.command != entry.command]
             self.l.failed.append(entry)
+
+
+def _script(data: dict[str, Any]) -> str:
+    """The command line of a shell tool call; an argv such as ``["bash", "-lc", "cd x && make"]``
+    (Codex) is its script, not the words joined."""
+    command = data.get("command", data.get("cmd"))
+    if (
+        isinstance(command, list)
+        and len(command) >= 3
+        and all(isinstance(w, str) for w in command)
+        and command[-2] in ("-c", "-lc", "-ic", "-lic", "-Command")
+    ):
+        return str(command[-1])
+    return tool_command(data)
 
 
 def update(base: Ledger, history: Sequence[WithParts]) -> Ledger:

@@ -176,6 +176,10 @@ WRITE_TOOLS = frozenset(
         "move_file",
         "append_file",
         "replace_in_file",
+        "write_to_file",
+        "apply_diff",
+        "insert_content",
+        "search_and_replace",
     }
 )
 EDITOR_TOOLS = frozenset(

@@ -158,6 +158,8 @@ def test_error_signatures(output: str, expected: list[str]) -> None:
         ("anything", {"exit": 3}, 3),
         ("anything", {"exitCode": 0}, 0),
         ("no marker here", None, None),
+        ('{"output":"boom","metadata":{"exit_code":1,"duration_seconds":0.1}}', None, 1),
+        ("Exit code: 2\nWall time: 0.3 seconds\nOutput:\nx", None, 2),
         # a marker in the middle of a long file shown by cat is not this command's status
         ("x\n" * 1000 + "Command exited with code 9\n" + "y\n" * 1000, None, None),
     ],
@@ -299,3 +301,16 @@ def test_eviction_drops_errors_already_quoted_by_a_failed_command_first() -> Non
     assert smaller.errors == unrelated + quoted[dropped:]  # the quoted went, oldest first
     block = ledger.render(smaller)
     assert all(e in block for e in unrelated + quoted)  # so no error text left the block
+
+
+def test_other_agents_tool_shapes() -> None:
+    codex = tool(
+        "shell",
+        {"command": ["bash", "-lc", "cd app && sed -i 's/a/b/' main.py"]},
+        '{"output":"","metadata":{"exit_code":0}}',
+    )
+    cline = tool("write_to_file", {"path": "src/new.ts", "content": "x"}, "ok")
+    gemini = tool("read_file", {"absolute_path": "/w/README.md"}, "text")
+    led = ledger.update(Ledger(), [assistant(codex, cline, gemini)])
+    assert led.modified == ["app/main.py", "src/new.ts"]
+    assert led.read == ["/w/README.md"]
