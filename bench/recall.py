@@ -2,7 +2,8 @@
 against a keep-the-newest-messages truncation baseline of the same size, in one run.
 
 Each transcript of ../shared/transcripts is replayed in-process into a real SQLite store through
-the engine service (standard compaction, extractive writer, prune on as by default) with a
+the engine service (standard compaction, extractive writer -- or with ``--writer forgetful`` an
+OpenAI-compatible server on 127.0.0.1 whose summaries name nothing --, prune on) with a
 model window of ``--context`` tokens (default 32,000; ``--output`` 4,000). Each assistant message is
 written with ``tokens.input`` = the estimated size of the window it would have been sent, and the
 engine's automatic check runs after it. At the end a closing compaction is requested
@@ -46,6 +47,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from sidecar.engine.compactor import Request
 from sidecar.engine.service import Engine
@@ -304,6 +307,63 @@ def recall(t: Truth, text: str) -> dict[str, tuple[int, int]]:
 # -- replay ---------------------------------------------------------------------------------------
 
 
+FORGETFUL_TEXT = "We worked on the task; details were lost."
+
+
+class ForgetfulModel:
+    """An OpenAI-compatible chat-completions server on 127.0.0.1 whose every summary is one
+    sentence naming no file, command or error: the worst model a writer could be. With it,
+    whatever the final window recalls comes from the ledger alone."""
+
+    def __init__(self) -> None:
+        self.server: asyncio.Server | None = None
+        self.requests = 0
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/v1"
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.decode("latin-1").split("\r\n"):
+                    name, _, value = line.partition(":")
+                    if name.strip().lower() == "content-length":
+                        length = int(value.strip())
+                await reader.readexactly(length)
+                self.requests += 1
+                body = msgspec.json.encode(
+                    {
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": FORGETFUL_TEXT},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 10},
+                    }
+                )
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    + f"content-length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
 class Host:
     def __init__(self) -> None:
         self.events: list[tuple[str, Any]] = []
@@ -356,9 +416,14 @@ class Run:
 async def replay(t: Transcript, args: argparse.Namespace) -> Run:
     run = Run(name=t.session)
     model = ModelRef(provider_id="replay", model_id=t.model)
-    cfg = build(
-        [{"models": {f"replay/{t.model}": {"context": args.context, "output": args.output}}}]
-    )
+    layer: dict[str, Any] = {
+        "models": {f"replay/{t.model}": {"context": args.context, "output": args.output}}
+    }
+    forgetful = ForgetfulModel() if args.writer == "forgetful" else None
+    if forgetful is not None:
+        url = await forgetful.start()
+        layer["summarizer"] = {"provider": "openai", "model": "forgetful", "baseURL": url}
+    cfg = build([layer])
     written: list[WithParts] = []
     with tempfile.TemporaryDirectory(prefix="bench-recall-") as tmp:
         store = await Store.open(Path(tmp) / "bench.db", synchronous="OFF")
@@ -460,6 +525,8 @@ async def replay(t: Transcript, args: argparse.Namespace) -> Run:
         finally:
             await engine.close()
             await store.close()
+            if forgetful is not None:
+                await forgetful.close()
     run.history = sum(estimate_messages([w]) for w in written)
     gt = truth(t.messages)
     run.ours = recall(gt, text)
@@ -478,8 +545,6 @@ async def replay(t: Transcript, args: argparse.Namespace) -> Run:
 
 
 def _enc(value: Any) -> bytes:
-    import msgspec
-
     return msgspec.json.encode(value)
 
 
@@ -507,6 +572,12 @@ def main() -> None:
         action="store_true",
         help="measure the window where the replay ends (summary + newer messages) instead",
     )
+    ap.add_argument(
+        "--writer",
+        choices=("extractive", "forgetful"),
+        default="extractive",
+        help="forgetful: a loopback OpenAI-compatible model whose summaries name nothing",
+    )
     ap.add_argument("--only", default="", help="replay only transcripts whose name has this")
     ap.add_argument("--show", default="", help="print the final window of this transcript")
     args = ap.parse_args()
@@ -515,7 +586,7 @@ def main() -> None:
         sys.exit(f"no transcripts in {args.transcripts}")
     print(
         f"recall bench: window {args.context:,} tokens (output {args.output:,}), standard "
-        "compaction, extractive writer, "
+        f"compaction, {args.writer} writer, "
         + ("final window where the replay ends" if args.no_closing else "closing compaction")
         + "; baseline = newest messages in as many tokens"
     )
