@@ -35,10 +35,14 @@ from sidecar.model.parts import (
 from sidecar.model.tokens import estimate, js_length
 from sidecar.summarizers.extractive import (
     EDITOR_TOOLS,
+    ERRORS,
+    FILES_MODIFIED,
+    FILES_READ,
     READ_TOOLS,
     SHELL_TOOLS,
     SKIP_USER_TEXTS,
     WRITE_TOOLS,
+    parse_summary,
     tool_command,
     tool_name,
     tool_paths,
@@ -726,12 +730,23 @@ def drop_block(text: str) -> str:
 
 
 def latest(summaries: Sequence[str]) -> Ledger:
-    """The ledger of the newest summary that carries one (each is cumulative)."""
+    """The ledger of the newest summary that carries one (each is cumulative). A session whose
+    summaries predate the ledger starts from the newest one's file and error sections."""
     for text in reversed(summaries):
         found = parse(text)
         if found is not None:
             return found
-    return Ledger()
+    newest = next((t for t in reversed(summaries) if t.strip()), "")
+    if not newest:
+        return Ledger()
+    sections = parse_summary(newest).lists
+    led = Ledger(
+        modified=list(sections[FILES_MODIFIED]),
+        read=[p for p in sections[FILES_READ] if p not in sections[FILES_MODIFIED]],
+        errors=list(sections[ERRORS]),
+    )
+    _cap(led)
+    return led
 
 
 def tokens(block: str) -> int:

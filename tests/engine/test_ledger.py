@@ -314,3 +314,14 @@ def test_other_agents_tool_shapes() -> None:
     led = ledger.update(Ledger(), [assistant(codex, cline, gemini)])
     assert led.modified == ["app/main.py", "src/new.ts"]
     assert led.read == ["/w/README.md"]
+
+
+def test_a_summary_written_before_the_ledger_seeds_it() -> None:
+    legacy = (
+        "# Summary of the conversation so far\n\n## Files read\n- docs/a.md\n- src/x.py\n\n"
+        "## Files modified\n- src/x.py\n\n## Errors\n- bash: KeyError: 'k'\n"
+    )
+    led = ledger.latest([legacy])
+    assert led == Ledger(modified=["src/x.py"], read=["docs/a.md"], errors=["bash: KeyError: 'k'"])
+    assert ledger.latest(["model prose only"]) == Ledger()
+    assert ledger.latest([]) == Ledger()
