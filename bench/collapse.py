@@ -34,6 +34,7 @@ from typing import Any
 
 import msgspec
 
+from sidecar.engine import ledger
 from sidecar.engine.service import Engine
 from sidecar.engine.tokens import estimate, estimate_messages
 from sidecar.engine.window import load_window
@@ -60,7 +61,6 @@ from sidecar.model.session import Session, SessionTime
 from sidecar.model.tokens import CacheTokens, Tokens
 from sidecar.replay.transcript import TMessage, TPart, Transcript, load
 from sidecar.store import Store
-from sidecar.summarizers.extractive import FILES_MODIFIED, parse_summary
 
 enc = msgspec.json.encode
 ROOT = Path(__file__).resolve().parents[1]
@@ -288,9 +288,9 @@ class Replay:
         result.final_files = await self.modified_files(sid)
 
     async def modified_files(self, sid: str) -> set[str]:
-        """The "Files modified" section of the newest summary."""
+        """The modified files of the newest summary's artifact ledger."""
         texts = await self.store.summary_texts(sid, 1)
-        return set(parse_summary(texts[-1]).lists[FILES_MODIFIED]) if texts else set()
+        return set(ledger.latest(texts).modified) if texts else set()
 
     def identical(self, m: WithParts, raws: dict[str, str]) -> bool:
         """The stored JSON of ``m`` and of each of its parts is exactly what was written."""

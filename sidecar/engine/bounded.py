@@ -13,13 +13,23 @@ from typing import Any
 
 import msgspec
 
+from sidecar.engine import ledger as ledger_mod
 from sidecar.engine import render
 from sidecar.engine.tokens import estimate, estimate_messages
 from sidecar.model.messages import WithParts
 from sidecar.model.parts import ToolCompleted, ToolPart
 from sidecar.model.tokens import CacheTokens, Tokens
-from sidecar.summarizers.base import Summarizer, SummaryRequest, SummaryResult
+from sidecar.summarizers.base import (
+    STRUCTURED_SUMMARY,
+    Summarizer,
+    SummaryRequest,
+    SummaryResult,
+)
 
+# The artifact ledger may take this share of the summary budget: it is what a later turn cannot
+# recover from prose (exact paths, commands, errors), so it wins over the writer's text.
+LEDGER_SHARE = 0.75
+MIN_WRITER_TOKENS = 16
 TRUNCATED = "\n[Tool output truncated for compaction: omitted {n} chars]"
 
 Progress = Callable[[str, int | None], None]
@@ -113,9 +123,20 @@ async def summarize(
     max_tokens: int,
     max_input_tokens: int | None,
     progress: Progress | None = None,
+    prior: ledger_mod.Ledger | None = None,
 ) -> SummaryResult:
+    """The summary of ``history``, ending with the artifact ledger: ``prior`` (default: the one
+    in the newest of ``previous``) extended with ``history``, bounded, appended verbatim after
+    the writer returns so that no writer can drop it. Writers see earlier summaries without
+    their ledger block and get the summary budget minus the ledger's share."""
     fmt = writer.wire_format
     history = list(history)
+    base = prior if prior is not None else ledger_mod.latest(previous)
+    led = ledger_mod.bound(ledger_mod.update(base, history), int(max_tokens * LEDGER_SHARE))
+    block = ledger_mod.render(led)
+    max_tokens = max(MIN_WRITER_TOKENS, max_tokens - ledger_mod.tokens(block) - 1)
+    previous = [ledger_mod.drop_block(p) for p in previous]
+    system = f"{system.rstrip()}\n\n{STRUCTURED_SUMMARY}" if fmt != "parts" else system
     if max_input_tokens is None:
         chunks = [history]
         ref = list(reference)
@@ -145,11 +166,15 @@ async def summarize(
             previous_summaries=carried,
             reference=ref if last else [],
             reference_rendered=_render(fmt, ref) if last else [],
+            ledger=block,
         )
         result = await writer.summarize(req, _streaming(progress, i, len(chunks)))
         total = _add(total, result.tokens)
-        carried = [result.text]
+        carried = [ledger_mod.drop_block(result.text)]
     assert result is not None
+    text = ledger_mod.drop_block(result.text).rstrip()
+    if block:
+        text = f"{text}\n\n{block}" if text else block
     return SummaryResult(
-        text=result.text, tokens=total, provider_id=result.provider_id, model_id=result.model_id
+        text=text, tokens=total, provider_id=result.provider_id, model_id=result.model_id
     )

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from sidecar.engine import bounded, overflow, revert
+from sidecar.engine import bounded, ledger, overflow, revert
 from sidecar.engine.collapse import split
 from sidecar.engine.filter import filter_compacted
 from sidecar.engine.host import Host
@@ -241,6 +241,7 @@ class Compactor:
                 max_tokens=_summary_budget(window, cfg),
                 max_input_tokens=limit,
                 progress=report,
+                prior=ledger.latest(previous or await self._previous_summaries(sid, 1)),
             )
             text_part = TextPart(
                 id=new_id("prt"), session_id=sid, message_id=summary.id, text=result.text

@@ -77,6 +77,18 @@ REFERENCE_INSTRUCTION = (
 """Introduces ``reference`` (collapse: the newest slice, shown but not summarized)."""
 
 
+STRUCTURED_SUMMARY = (
+    "Write the summary in these markdown sections, in this order: ## Goal, ## Decisions, "
+    "## Current state, ## Files, ## Errors, ## Next steps. If a previous summary is given, "
+    "update it: keep what still holds, change what the conversation changed, and add what is "
+    "new. Name files by path and quote error messages exactly. An artifact ledger (files "
+    "modified and read, failed commands, errors, tests, the user's requests) is appended to "
+    "your summary automatically, so do not copy it; explain what the entries mean instead."
+)
+"""Sections every model-written summary uses (appended to the system prompt by the engine, so
+the final user prompt stays OpenCode's own)."""
+
+
 def with_no_tools(system: str) -> str:
     """``system`` with the no-tools line appended unless it already says so."""
     system = system.rstrip()
@@ -103,6 +115,9 @@ class SummaryRequest(msgspec.Struct, kw_only=True):
     previous_summaries: list[str] = msgspec.field(default_factory=list)
     reference: list[WithParts] = msgspec.field(default_factory=list)
     reference_rendered: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    ledger: str = ""
+    """The artifact ledger block the engine appends to the summary (a writer that lists
+    artifacts itself, such as the extractive one, leaves them to it)."""
 
 
 class SummaryResult(msgspec.Struct):

@@ -65,6 +65,7 @@ ORDER = (
     NEXT,
 )
 PARAGRAPHS = frozenset({OBJECTIVE, STATE})
+LEDGER_SECTIONS = (FILES_READ, FILES_MODIFIED, COMMANDS, ERRORS)  # what the ledger carries
 LISTS = tuple(name for name in ORDER if name not in PARAGRAPHS)
 # Trimmed before the paragraphs and before "Files modified", which goes last of all.
 TRIMMABLE = tuple(name for name in LISTS if name != FILES_MODIFIED)
@@ -175,6 +176,10 @@ WRITE_TOOLS = frozenset(
         "move_file",
         "append_file",
         "replace_in_file",
+        "write_to_file",
+        "apply_diff",
+        "insert_content",
+        "search_and_replace",
     }
 )
 EDITOR_TOOLS = frozenset(
@@ -483,6 +488,12 @@ def _command(data: dict[str, Any]) -> str:
     return to_json(data)
 
 
+# Public names for the engine's artifact ledger (one tool classification for both).
+tool_name = _tool_name
+tool_paths = _paths
+tool_command = _command
+
+
 def _command_item(cmd: str, outcome: str, output: str) -> str:
     head = f"$ {trim(cmd, 160)} → {outcome}"
     line = first_line(output, 100)
@@ -657,6 +668,9 @@ def summarize_extractive(req: SummaryRequest) -> str:
     steps = _next_steps(ex) if req.history else []
     sections.extend(NEXT, steps or carried_next)
     lists = {name: list(sections.lists[name]) for name in LISTS}
+    if req.ledger:  # the engine's artifact ledger follows this text: no second copy of it
+        for name in LEDGER_SECTIONS:
+            lists[name] = []
     if not objective and not state and not any(lists.values()):
         return EMPTY_TEXT
     if not lists[NEXT]:

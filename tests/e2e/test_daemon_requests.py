@@ -57,4 +57,9 @@ async def test_client_summarizer_writes_the_summary(spawner: Spawner) -> None:
     page = await client.messages(session_id)
     [summary] = [m for m in page.messages if m.info["id"] == result.summary_message_id]
     assert summary.info["summary"] is True
-    assert any(p.get("text") == "SUMMARY: foo.py was fixed" for p in summary.parts)
+    # The client's text, then the engine's artifact ledger, which no writer can drop.
+    [text] = [p["text"] for p in summary.parts if p.get("type") == "text"]
+    prose, block = text.split("\n\n## Artifact ledger\n", 1)
+    assert prose == "SUMMARY: foo.py was fixed"
+    assert block.startswith("\n```ledger\n### First user request\n- please fix foo.py please")
+    assert "## Goal, ## Decisions, ## Current state" in asked[0]["system"]

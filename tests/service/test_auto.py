@@ -10,6 +10,7 @@ import pytest
 
 from sidecar.engine.compactor import Request
 from sidecar.engine.render import CONTINUE_TEXT
+from sidecar.engine.tokens import estimate
 from sidecar.engine.window import load_window
 from sidecar.errors import Busy
 from sidecar.model.messages import AssistantMessage, MessageError, ModelRef, UserMessage
@@ -328,11 +329,14 @@ async def test_summary_budget_is_capped_by_the_model_window(store: Store) -> Non
     await h.assistant(s.id, u.id, model=small)
     w = _Writer()
     await _manual(h, s.id, w)
-    assert w.requests[0].max_tokens == 3_500
+    # The writer gets the budget less what the artifact ledger appended after it takes.
+    ledger_tokens = estimate(w.requests[0].ledger)
+    assert ledger_tokens > 0
+    assert w.requests[0].max_tokens == 3_500 - ledger_tokens - 1
     big = Harness(store)  # claude-sonnet-4-5: usable 168k, so summaryMaxTokens (10k) rules
     s2 = await big.session()
     u2 = await big.user(s2.id, "go")
     await big.assistant(s2.id, u2.id)
     w2 = _Writer()
     await _manual(big, s2.id, w2)
-    assert w2.requests[0].max_tokens == 10_000
+    assert w2.requests[0].max_tokens == 10_000 - estimate(w2.requests[0].ledger) - 1

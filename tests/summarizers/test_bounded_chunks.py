@@ -69,7 +69,14 @@ async def test_history_five_times_the_window_is_chunked(
             assert f"summary part {i - 1}" in text  # the previous chunk's summary is carried
     # oldest first: the first request holds the first module, the last one the last module
     assert "module_19.py" in str(sent[-1].json()["messages"])
-    assert result.text == f"summary part {len(sent) - 1}"
+    # The model's text, then the artifact ledger of the whole history, whatever the model wrote.
+    prose, block = result.text.split("\n\n## Artifact ledger\n", 1)
+    assert prose == f"summary part {len(sent) - 1}"
+    assert all(f"- src/module_{i}.py\n" in block for i in range(20))
+    assert "- step 0: look at module_0.py\n" in block  # first request
+    assert "- step 19: look at module_19.py\n" in block  # latest request
+    first = sent[0].json()["messages"][0]
+    assert first["role"] == "system" and "## Goal, ## Decisions" in first["content"]
     assert result.tokens.output > 0
     assert steps[0].startswith("summarizing chunk 1 of")
 
@@ -122,3 +129,43 @@ async def test_streaming_progress_is_reported_while_a_summary_is_written(
     written = [s for s in steps if "characters written" in s]
     assert len(written) == 3  # throttled: one report per 1,000 characters
     assert written[-1] == "chunk 1 of 1: 3000 characters written"
+
+
+async def test_a_model_cannot_drop_or_forge_the_ledger(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    # The model echoes a ledger block of its own and leaves out the earlier file: the summary
+    # still carries the daemon's ledger, rolled from the previous summary's block.
+    forged = (
+        "Goal: go on.\n\n## Artifact ledger\n\n```ledger\n### Files modified\n- made/up.py\n```"
+    )
+    server.script(stream(forged))
+    cfg = SummarizerConfig(
+        provider="openai", model="m", base_url=server.url + "/v1", timeout=5.0, deadline=30.0
+    )
+    writer = OpenAISummarizer(cfg, http=http, env={}, sleep=SleepRecorder())
+    previous = (
+        "Earlier prose.\n\n## Artifact ledger\n\n```ledger\n### Files modified\n- src/old.py\n"
+        "### First user request\n- start\n```\n"
+    )
+    history = [
+        user("and now the new one"),
+        assistant(tool("bash", {"command": "cd src && echo x > new.py"}, "")),
+    ]
+    result = await bounded.summarize(
+        writer,
+        system=COMPACTION_SYSTEM,
+        prompt=DEFAULT_PROMPT,
+        history=history,
+        reference=[],
+        previous=[previous],
+        max_tokens=1_000,
+        max_input_tokens=None,
+    )
+    sent = str(server.requests[0].json()["messages"])
+    assert "Earlier prose." in sent and "src/old.py" not in sent  # the model sees no block
+    assert result.text == (
+        "Goal: go on.\n\n## Artifact ledger\n\n```ledger\n### Files modified\n- src/old.py\n"
+        "- src/new.py\n### First user request\n- start\n### Latest user request\n"
+        "- and now the new one\n```\n"
+    )

@@ -1,0 +1,622 @@
+"""Does compaction keep what matters? Recall of the agent's artifact trail in the final window,
+against a keep-the-newest-messages truncation baseline of the same size, in one run.
+
+Each transcript of ../shared/transcripts is replayed in-process into a real SQLite store through
+the engine service (standard compaction, extractive writer -- or with ``--writer forgetful`` an
+OpenAI-compatible server on 127.0.0.1 whose summaries name nothing --, prune on) with a
+model window of ``--context`` tokens (default 32,000; ``--output`` 4,000). Each assistant message is
+written with ``tokens.input`` = the estimated size of the window it would have been sent, and the
+engine's automatic check runs after it. At the end a closing compaction is requested
+(``session/compact``, what a hand-off to a fresh session does) and the window read back from the
+store is "the final window" (``--no-closing``: the window where the replay ends, i.e. the last
+summary plus the messages after it).
+
+Artifact kinds are computed from the transcript here, by this file's own rules, independently of
+``sidecar/engine/ledger.py`` and ``shell.py`` (regular expressions over the raw tool inputs and
+outputs; no shell parsing):
+
+- ``modified``: paths given to edit/write/create tools; shell redirection targets (``>``,
+  ``>>``), ``tee``, ``sed -i``, ``mv``, ``cp``, ``rm``, ``touch``, ``git checkout --`` operands.
+- ``read``: paths given to read/view/open tools; ``cat``/``head``/``tail``/``sed -n`` operands.
+- ``failed``: commands whose tool call errored or whose output reports a non-zero exit status
+  (the command's first line is the key).
+- ``errors``: per tool output of a command that does not only show text (not grep/cat/...), the
+  first and the last line that looks like an error (exception, ``error:``, ``FAILED``, ...).
+- ``tests``: command segments that run a test runner or a ``test_*.py``-style script.
+- ``first`` / ``latest``: the first and the latest user text.
+
+Tool calls that failed modify or read nothing. An artifact is recalled when its key (whitespace
+collapsed, at most 60 characters; 120 for paths, 100 for user requests) occurs in the text of
+the window (all text, tool inputs and outputs, summaries). For each transcript it prints the
+ledger's figures and, on the next line, the baseline's: the newest transcript messages that fit
+in as many tokens as the final window. Compression is 1 - window tokens / history tokens;
+"grew" counts compactions after which the context was not smaller.
+
+    python bench/recall.py [--context 32000] [--output 4000] [--transcripts DIR] [--no-closing]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shlex
+import sys
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from sidecar.engine.compactor import Request
+from sidecar.engine.service import Engine
+from sidecar.engine.tokens import estimate, estimate_messages
+from sidecar.engine.window import load_window
+from sidecar.model.config import build
+from sidecar.model.ids import new_id, now_ms
+from sidecar.model.messages import (
+    AssistantMessage,
+    MessageTime,
+    ModelRef,
+    UserMessage,
+    WithParts,
+)
+from sidecar.model.parts import Part, ReasoningPart, TextPart, ToolCompleted, ToolError, ToolPart
+from sidecar.model.parts import ToolTime as _ToolTime
+from sidecar.model.session import Session, SessionTime
+from sidecar.model.tokens import CacheTokens, Tokens
+from sidecar.replay.transcript import TMessage, TPart, Transcript, load
+from sidecar.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DIR = next(
+    (d / "shared" / "transcripts" for d in ROOT.parents if (d / "shared" / "transcripts").is_dir()),
+    ROOT.parent / "shared" / "transcripts",
+)
+KINDS = ("modified", "read", "failed", "errors", "tests", "first", "latest")
+KEY_CHARS = 60
+PATH_KEY_CHARS = 120
+REQUEST_KEY_CHARS = 100
+CONTINUE = "Continue if you have next steps"
+
+# -- ground truth: the artifact trail of a transcript (this file's own rules) --------------------
+
+_WS = re.compile(r"\s+")
+
+
+def norm(text: str) -> str:
+    return _WS.sub(" ", text).strip()
+
+
+def key(text: str, n: int = KEY_CHARS) -> str:
+    return norm(text)[:n].rstrip()
+
+
+WRITE_TOOL = re.compile(
+    r"^(?:edit|write|create|multiedit|multi_edit|str_replace|insert|apply_patch|write_file|"
+    r"create_file|edit_file|notebookedit)$",
+    re.I,
+)
+READ_TOOL = re.compile(r"^(?:read|view|open|read_file|cat|view_file|open_file)$", re.I)
+EDITOR_TOOL = re.compile(r"^(?:str_replace_editor|str_replace_based_edit_tool|text_editor)$", re.I)
+PATH_KEYS = ("file_path", "filePath", "path", "filename", "file", "notebook_path")
+HEREDOC = re.compile(r"<<-?\s*(['\"]?)(\w+)\1[^\n]*\n.*?\n\s*\2\s*(?:\n|$)", re.S)
+EXIT_MARK = re.compile(
+    r"<returncode>(-?\d+)</returncode>|exited with code (-?\d+)|exit code (-?\d+)", re.I
+)
+ERROR_LINE = re.compile(
+    r"^(?:[\w.]+(?:Error|Exception)(?::.*)?"
+    r"|.*: error(?: TS\d+)?[:\[ ].*"
+    r"|error(?:\[\w+\])?: .*"
+    r"|(?:FAILED|FAIL|ERROR)\b.*"
+    r"|npm (?:ERR!|error) .*"
+    r"|g?make(?:\[\d+\])?: \*\*\*.*"
+    r"|E: .*"
+    r"|fatal: .*"
+    r"|.*: command not found"
+    r"|.*: No such file or directory)$"
+)
+VIEWER = re.compile(
+    r"^(?:cd [^&;]+(?:&&|;)\s*)*(?:grep|egrep|rg|ag|cat|sed|head|tail|less|nl|find|ls|tree|wc|"
+    r"echo|printf|diff|awk|git (?:grep|log|show|diff|status|blame))\b"
+)
+TEST_SEG = re.compile(
+    r"\b(?:pytest|py\.test|tox|jest|vitest|mocha|(?:npm|yarn|pnpm|bun)(?: run)? test|"
+    r"cargo test|go test|make (?:test|check)|-m (?:pytest|unittest)|runtests\.py)\b"
+    r"|\b(?:python\d?|node|bash|sh) \S*(?:test_\w*|\w*_test|\w*tests?)\.(?:py|js|sh)\b"
+)
+
+
+@dataclass
+class Truth:
+    kinds: dict[str, dict[str, None]] = field(default_factory=lambda: {k: {} for k in KINDS})
+
+    def add(self, kind: str, value: str, n: int = KEY_CHARS) -> None:
+        if kind in ("modified", "read"):
+            n = PATH_KEY_CHARS
+        k = key(value, n)
+        if len(k) >= 2:
+            self.kinds[kind][k] = None
+
+
+def _segments(command: str) -> list[list[str]]:
+    """Simple commands as word lists: ``shlex`` with punctuation splitting (stdlib), heredoc
+    bodies removed first; redirections stay in the word list as ``>``/``>>`` words."""
+    bare = HEREDOC.sub("\n", command)  # heredoc bodies are data, not commands
+    bare = bare.replace("\\\n", " ").replace("\n", " ; ")  # a newline ends a command
+    lex = shlex.shlex(bare, posix=True, punctuation_chars=";&|<>()")
+    lex.whitespace_split = True
+    out: list[list[str]] = [[]]
+    try:
+        for tok in lex:
+            if tok in ("&&", "||", ";", "|", "&", "(", ")", ";;", "|&"):
+                out.append([])
+            else:
+                out[-1].append(tok)
+    except ValueError:  # unbalanced quotes: whatever was read so far
+        pass
+    return [seg for seg in out if seg]
+
+
+def _shell_truth(t: Truth, command: str) -> None:
+    for words in _segments(command):
+        # redirection targets: ">" / ">>" (any fd), not /dev/*, not "&1"
+        plain: list[str] = []
+        i = 0
+        while i < len(words):
+            w = words[i]
+            if w in (">", ">>", ">|") and i + 1 < len(words):
+                target = words[i + 1]
+                if plain and plain[-1].isdigit():
+                    plain.pop()  # "2>" was split as "2", ">"
+                if not target.startswith(("/dev/", "&")) and not any(c in target for c in "$*?>&"):
+                    t.add("modified", target)
+                i += 2
+                continue
+            if w in ("<", "<<", "<<<", "<<-", ">&") and i + 1 < len(words):
+                i += 2
+                continue
+            plain.append(w)
+            i += 1
+        while plain and "=" in plain[0] and not plain[0].startswith("-"):
+            plain.pop(0)  # VAR=value prefixes
+        if not plain:
+            continue
+        prog = plain[0].rsplit("/", 1)[-1]
+        args = [  # operands; variables and globs name no file we could check
+            w for w in plain[1:] if w and not w.startswith("-") and not any(c in w for c in "$*?")
+        ]
+        if prog == "tee":
+            for w in args:
+                t.add("modified", w)
+        elif prog == "sed" and any(w.startswith("-i") for w in plain[1:]) and len(args) >= 2:
+            t.add("modified", args[-1])
+        elif prog == "mv" and len(args) >= 2:
+            for w in args:
+                t.add("modified", w)
+        elif prog == "cp" and len(args) >= 2:
+            t.add("modified", args[-1])
+        elif prog in ("rm", "touch"):
+            for w in args:
+                if not any(c in w for c in "*?"):
+                    t.add("modified", w)
+        elif prog == "git" and plain[1:2] == ["checkout"] and "--" in plain:
+            for w in plain[plain.index("--") + 1 :]:
+                t.add("modified", w)
+        elif prog in ("cat", "head", "tail") and args:
+            for w in args:
+                if not w.lstrip("+").isdigit() and not any(c in w for c in "*?"):
+                    t.add("read", w)
+        elif prog == "sed" and "-n" in plain and len(args) >= 2:
+            t.add("read", args[-1])
+        if TEST_SEG.search(" ".join(plain)):
+            # the words as typed, up to the first that needed quotes (its quoting is unknown)
+            shown = []
+            for w in plain:
+                if any(c in w for c in " \t'\"\\$*?"):
+                    break
+                shown.append(w)
+            t.add("tests", " ".join(shown))
+
+
+def _path(data: dict[str, Any]) -> str:
+    for k in PATH_KEYS:
+        v = data.get(k)
+        if isinstance(v, str) and v.strip():
+            return v.strip()
+    return ""
+
+
+def truth(messages: Iterable[TMessage]) -> Truth:
+    t = Truth()
+    users: list[str] = []
+    for m in messages:
+        if m.role == "user":
+            text = "\n".join(p.text for p in m.parts if p.type == "text" and p.text.strip())
+            if text.strip() and norm(text) != CONTINUE:
+                users.append(text)
+            continue
+        for p in m.parts:
+            if p.type != "tool":
+                continue
+            data, out = p.input, p.output
+            command = data.get("command") if isinstance(data.get("command"), str) else None
+            path = _path(data) if p.status == "completed" else ""  # a failed edit edits nothing
+            if EDITOR_TOOL.match(p.tool) and path:
+                t.add("read" if data.get("command") == "view" else "modified", path)
+                continue
+            if WRITE_TOOL.match(p.tool) and path:
+                t.add("modified", path)
+                continue
+            if READ_TOOL.match(p.tool) and path:
+                t.add("read", path)
+                continue
+            if command is None:
+                continue
+            if p.tool == "create" and len(command.split()) > 1:  # SWE-agent text actions
+                t.add("modified", command.split()[1])
+            elif p.tool == "open" and len(command.split()) > 1:
+                t.add("read", command.split()[1])
+            else:
+                _shell_truth(t, command)
+            codes = [int(next(g for g in m.groups() if g)) for m in EXIT_MARK.finditer(out)]
+            if p.status == "error" or (codes and codes[-1] != 0):
+                t.add("failed", command.split("\n", 1)[0])
+            if p.status == "error" or not VIEWER.match(command.strip()):
+                lines = [ln.strip() for ln in out.splitlines() if ERROR_LINE.match(ln.strip())]
+                for line in {lines[0], lines[-1]} if lines else ():
+                    t.add("errors", line)
+    if users:
+        t.add("first", users[0], REQUEST_KEY_CHARS)
+        t.add("latest", users[-1], REQUEST_KEY_CHARS)
+    return t
+
+
+def window_text(msgs: Iterable[WithParts]) -> str:
+    out: list[str] = []
+
+    def strings(value: Any) -> None:
+        if isinstance(value, str):
+            out.append(value)
+        elif isinstance(value, dict):
+            for v in value.values():
+                strings(v)
+        elif isinstance(value, list):
+            for v in value:
+                strings(v)
+
+    for m in msgs:
+        for p in m.parts:
+            if isinstance(p, TextPart | ReasoningPart):
+                out.append(p.text)
+            elif isinstance(p, ToolPart):
+                strings(p.state.input)
+                if isinstance(p.state, ToolCompleted) and p.state.time.compacted is None:
+                    out.append(p.state.output)
+                elif isinstance(p.state, ToolError):
+                    out.append(p.state.error)
+    return norm("\n".join(out))
+
+
+def recall(t: Truth, text: str) -> dict[str, tuple[int, int]]:
+    return {k: (sum(1 for a in t.kinds[k] if a in text), len(t.kinds[k])) for k in KINDS}
+
+
+# -- replay ---------------------------------------------------------------------------------------
+
+
+FORGETFUL_TEXT = "We worked on the task; details were lost."
+
+
+class ForgetfulModel:
+    """An OpenAI-compatible chat-completions server on 127.0.0.1 whose every summary is one
+    sentence naming no file, command or error: the worst model a writer could be. With it,
+    whatever the final window recalls comes from the ledger alone."""
+
+    def __init__(self) -> None:
+        self.server: asyncio.Server | None = None
+        self.requests = 0
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/v1"
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.decode("latin-1").split("\r\n"):
+                    name, _, value = line.partition(":")
+                    if name.strip().lower() == "content-length":
+                        length = int(value.strip())
+                await reader.readexactly(length)
+                self.requests += 1
+                body = msgspec.json.encode(
+                    {
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": FORGETFUL_TEXT},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 10},
+                    }
+                )
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    + f"content-length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+class Host:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+
+    def publish(self, session_id: str, method: str, params: Any) -> None:
+        self.events.append((method, params))
+
+    def log(self, text: str) -> None:
+        self.events.append(("log", text))
+
+    def progress(self, session_id: str, token: str | int, value: dict[str, Any]) -> None:
+        self.events.append(("$/progress", value))
+
+    async def compacting_hook(self, session_id: str) -> list[Any]:
+        return []
+
+    async def client_complete(self, params: Any) -> Any:
+        raise RuntimeError("the bench uses the extractive writer")
+
+
+def to_part(p: TPart, sid: str, mid: str, t: int) -> Part:
+    pid = new_id("prt")
+    if p.type == "text":
+        return TextPart(id=pid, session_id=sid, message_id=mid, text=p.text)
+    if p.type == "reasoning":
+        return ReasoningPart(id=pid, session_id=sid, message_id=mid, text=p.text)
+    time_ = _ToolTime(start=t, end=t)
+    state: ToolCompleted | ToolError
+    if p.status == "error":
+        state = ToolError(input=p.input, error=p.output or "Tool execution aborted", time=time_)
+    else:
+        state = ToolCompleted(input=p.input, output=p.output, title=p.tool, time=time_)
+    call = p.callID or new_id("prt")
+    return ToolPart(id=pid, session_id=sid, message_id=mid, call_id=call, tool=p.tool, state=state)
+
+
+@dataclass
+class Run:
+    name: str
+    history: int = 0  # tokens of every message, as written
+    final: int = 0
+    compactions: int = 0
+    grew: int = 0
+    errors: list[str] = field(default_factory=list)
+    ours: dict[str, tuple[int, int]] = field(default_factory=dict)
+    base: dict[str, tuple[int, int]] = field(default_factory=dict)
+    base_tokens: int = 0
+
+
+async def replay(t: Transcript, args: argparse.Namespace) -> Run:
+    run = Run(name=t.session)
+    model = ModelRef(provider_id="replay", model_id=t.model)
+    layer: dict[str, Any] = {
+        "models": {f"replay/{t.model}": {"context": args.context, "output": args.output}}
+    }
+    forgetful = ForgetfulModel() if args.writer == "forgetful" else None
+    if forgetful is not None:
+        url = await forgetful.start()
+        layer["summarizer"] = {"provider": "openai", "model": "forgetful", "baseURL": url}
+    cfg = build([layer])
+    written: list[WithParts] = []
+    with tempfile.TemporaryDirectory(prefix="bench-recall-") as tmp:
+        store = await Store.open(Path(tmp) / "bench.db", synchronous="OFF")
+        host = Host()
+        engine = Engine(store, host, lambda: cfg)
+        try:
+            now = now_ms()
+            session = Session(
+                id=new_id("ses"), title=t.session, time=SessionTime(created=now, updated=now)
+            )
+            await store.put_session(session)
+            sid, parent, last = session.id, "", now
+
+            def tick() -> int:
+                nonlocal last
+                last = max(last + 1, now_ms())
+                return last
+
+            async def window() -> list[WithParts]:
+                return list(await load_window(store, session))
+
+            async def settle() -> None:
+                nonlocal last
+                while engine._tasks:
+                    await asyncio.gather(*list(engine._tasks), return_exceptions=True)
+                msgs = await store.window(sid)
+                if msgs:
+                    last = max(last, max(m.info.time.created for m in msgs))
+
+            def count(seen: int, before: int, after: int) -> None:
+                for method, params in host.events[seen:]:
+                    if method == "session/compacted":
+                        run.compactions += 1
+                        run.grew += after >= before
+                    elif method == "session/status" and params.status == "error":
+                        run.errors.append(str(params.error))
+
+            for index, m in enumerate(t.messages):
+                created = tick()
+                info: UserMessage | AssistantMessage
+                if m.role == "user":
+                    info = UserMessage(
+                        id=new_id("msg"),
+                        session_id=sid,
+                        time=MessageTime(created=created),
+                        model=model,
+                        agent="build",
+                    )
+                    parent = info.id
+                    parts = [to_part(p, sid, info.id, created) for p in m.parts]
+                else:
+                    prompt = estimate_messages(await window())
+                    mid = new_id("msg")
+                    parts = [to_part(p, sid, mid, created) for p in m.parts]
+                    nxt = t.messages[index + 1] if index + 1 < len(t.messages) else None
+                    tools = any(p.type == "tool" for p in m.parts)
+                    finish = "tool-calls" if tools and nxt and nxt.role == "assistant" else "stop"
+                    output = sum(estimate(p.text) for p in m.parts)
+                    info = AssistantMessage(
+                        id=mid,
+                        session_id=sid,
+                        parent_id=parent,
+                        time=MessageTime(created=created, completed=created + 1),
+                        provider_id=model.provider_id,
+                        model_id=model.model_id,
+                        mode="build",
+                        agent="build",
+                        finish=finish,
+                        tokens=Tokens(input=prompt, output=output, cache=CacheTokens()),
+                    )
+                written.append(WithParts(info=info, parts=parts))
+                await store.put_many([(info, _enc(info))], [(p, _enc(p)) for p in parts])
+                if isinstance(info, AssistantMessage):
+                    before = estimate_messages(await window())
+                    seen = len(host.events)
+                    engine.message_stored(info)
+                    await settle()
+                    count(seen, before, estimate_messages(await window()))
+            # The closing compaction: the window a fresh session would start from.
+            before = estimate_messages(await window())
+            seen = len(host.events)
+            if not args.no_closing:
+                await engine.compact(Request(session_id=sid))
+                await settle()
+            final = await window()
+            run.final = estimate_messages(final)
+            count(seen, before, run.final)
+            text = window_text(final)
+            if args.show and args.show in t.session:
+                for w in final:
+                    for p in w.parts:
+                        if isinstance(p, TextPart):
+                            print(p.text)
+                gt_ = truth(t.messages)
+                for k in KINDS:
+                    for a in gt_.kinds[k]:
+                        if a not in text:
+                            print(f"   missed {k}: {a!r}")
+        finally:
+            await engine.close()
+            await store.close()
+            if forgetful is not None:
+                await forgetful.close()
+    run.history = sum(estimate_messages([w]) for w in written)
+    gt = truth(t.messages)
+    run.ours = recall(gt, text)
+    # Baseline: the newest messages that fit in the same number of tokens.
+    kept: list[WithParts] = []
+    used = 0
+    for w in reversed(written):
+        cost = estimate_messages([w])
+        if used + cost > run.final:
+            break
+        kept.insert(0, w)
+        used += cost
+    run.base_tokens = used
+    run.base = recall(gt, window_text(kept))
+    return run
+
+
+def _enc(value: Any) -> bytes:
+    return msgspec.json.encode(value)
+
+
+def _cells(figures: dict[str, tuple[int, int]]) -> tuple[str, bool]:
+    cells = []
+    ok = True
+    for k in KINDS:
+        hit, total = figures[k]
+        if total == 0:
+            cells.append(f"{k} -")
+            continue
+        share = 100 * hit / total
+        ok = ok and share >= 95
+        cells.append(f"{k} {share:.0f}% ({hit}/{total})")
+    return ", ".join(cells), ok
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--context", type=int, default=32_000)
+    ap.add_argument("--output", type=int, default=4_000)
+    ap.add_argument("--transcripts", type=Path, default=DEFAULT_DIR)
+    ap.add_argument(
+        "--no-closing",
+        action="store_true",
+        help="measure the window where the replay ends (summary + newer messages) instead",
+    )
+    ap.add_argument(
+        "--writer",
+        choices=("extractive", "forgetful"),
+        default="extractive",
+        help="forgetful: a loopback OpenAI-compatible model whose summaries name nothing",
+    )
+    ap.add_argument("--only", default="", help="replay only transcripts whose name has this")
+    ap.add_argument("--show", default="", help="print the final window of this transcript")
+    args = ap.parse_args()
+    paths = [p for p in sorted(args.transcripts.glob("*.jsonl")) if args.only in p.stem]
+    if not paths:
+        sys.exit(f"no transcripts in {args.transcripts}")
+    print(
+        f"recall bench: window {args.context:,} tokens (output {args.output:,}), standard "
+        f"compaction, {args.writer} writer, "
+        + ("final window where the replay ends" if args.no_closing else "closing compaction")
+        + "; baseline = newest messages in as many tokens"
+    )
+    failed = 0
+    for path in paths:
+        t = load(path)
+        run = asyncio.run(replay(t, args))
+        compress = 100 * (1 - run.final / run.history) if run.history else 0.0
+        auto = run.compactions - (0 if args.no_closing else 1)  # the closing one is requested
+        long_enough = auto > 0
+        cells, ok = _cells(run.ours)
+        base_cells, _ = _cells(run.base)
+        goal = long_enough and ok and compress >= 90 and run.grew == 0
+        verdict = ("goal met" if goal else "goal NOT met") if long_enough else "too short"
+        failed += long_enough and not goal
+        print(
+            f"{run.name}: history {run.history:,} tok, window {run.final:,} tok, compression "
+            f"{compress:.1f}%, compactions {run.compactions} ({auto} automatic), grew "
+            f"{run.grew}, errors {len(run.errors)}; ledger recall: {cells}; {verdict}"
+        )
+        base_compress = 100 * (1 - run.base_tokens / run.history) if run.history else 0.0
+        print(
+            f"{run.name}: baseline keep-newest {run.base_tokens:,} tok, compression "
+            f"{base_compress:.1f}%; baseline recall: {base_cells}"
+        )
+        for e in run.errors[:3]:
+            print(f"   error: {e}")
+    if failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,754 @@
+"""The artifact ledger: what a compaction must never lose, extracted deterministically.
+
+Summaries written by models are weakest on the *artifact trail* -- which files changed, what
+failed and why, which tests ran, what the user asked. The ledger is that trail, built from the
+stored parts with no model: files modified (edit/write/patch tools and shell writes, see
+``sidecar.engine.shell``), files read, failed commands with their exit status and first error
+line, error signatures from tool outputs, tests run with their last status, and the first and the
+latest user request verbatim (bounded).
+
+It rolls across compactions: each summary ends with a fenced ``ledger`` block, which the next
+compaction parses back (``parse``) and extends with the newly summarized history (``update``).
+Growth is bounded (``bound``): the oldest entries go first, and each kind counts what it dropped.
+
+Pure: no I/O, no clock; the same inputs give the same bytes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
+
+from sidecar.engine import shell
+from sidecar.model.messages import UserMessage, WithParts
+from sidecar.model.parts import (
+    FilePart,
+    PatchPart,
+    TextPart,
+    ToolCompleted,
+    ToolError,
+    ToolPart,
+)
+from sidecar.model.tokens import estimate, js_length
+from sidecar.summarizers.extractive import (
+    EDITOR_TOOLS,
+    ERRORS,
+    FILES_MODIFIED,
+    FILES_READ,
+    READ_TOOLS,
+    SHELL_TOOLS,
+    SKIP_USER_TEXTS,
+    WRITE_TOOLS,
+    parse_summary,
+    tool_command,
+    tool_name,
+    tool_paths,
+)
+
+FENCE = "```ledger"
+TITLE = "## Artifact ledger"
+
+# Per-entry bounds (characters).
+PATH_CHARS = 200
+COMMAND_CHARS = 140
+ERROR_CHARS = 160
+REQUEST_CHARS = 600
+# Of one output's error lines the first ones (a compiler's root cause) and the last ones (a
+# Python exception after its traceback, a test summary) are kept.
+SIGNATURES_HEAD = 2
+SIGNATURES_TAIL = 2
+# Per-kind entry caps (the token bound of ``bound`` applies on top).
+CAPS = {"modified": 400, "read": 400, "failed": 200, "errors": 200, "tests": 100}
+
+
+class Failure(msgspec.Struct, frozen=True):
+    command: str
+    status: str  # "exit 2", "error", ...
+    error: str = ""
+
+
+class SuiteRun(msgspec.Struct, frozen=True):
+    command: str
+    status: str  # "passed", "failed", "exit 1", "ran"
+
+
+class Ledger(msgspec.Struct, kw_only=True):
+    """The stored form (serialised into the summary's fenced block). Lists run oldest first."""
+
+    modified: list[str] = msgspec.field(default_factory=list)
+    read: list[str] = msgspec.field(default_factory=list)
+    failed: list[Failure] = msgspec.field(default_factory=list)
+    errors: list[str] = msgspec.field(default_factory=list)
+    tests: list[SuiteRun] = msgspec.field(default_factory=list)
+    first_request: str = ""
+    latest_request: str = ""
+    dropped: dict[str, int] = msgspec.field(default_factory=dict)
+
+    def empty(self) -> bool:
+        return not (
+            self.modified
+            or self.read
+            or self.failed
+            or self.errors
+            or self.tests
+            or self.first_request
+            or self.latest_request
+        )
+
+
+# -- text helpers -------------------------------------------------------------------------------
+
+_WS = re.compile(r"\s+")
+
+
+def _line(text: str, limit: int) -> str:
+    flat = _WS.sub(" ", text).strip()
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+
+
+def _touch(items: list[str], item: str) -> None:
+    """Append ``item``; a repeated one moves to the newest position."""
+    if not item:
+        return
+    if item in items:
+        items.remove(item)
+    items.append(item)
+
+
+# -- exit status and error signatures -----------------------------------------------------------
+
+_EXIT = re.compile(
+    r"<returncode>\s*(-?\d+)\s*</returncode>"
+    r"|(?:command |process )?exited with (?:exit )?(?:code|status) (-?\d+)"
+    r"|completed with exit code (-?\d+)"
+    r"|^exit(?:_code| code| status):? (-?\d+)\s*$"
+    r"|\"exit_code\":\s*(-?\d+)",
+    re.I | re.M,
+)
+EXIT_SCAN = 400  # markers are looked for only this near either end, never in the middle of a file
+
+_SIGNATURES = (
+    # Python/Java/JS exceptions: "KeyError: 'x'", "django.core.exceptions.FieldError: ...",
+    # "java.lang.NullPointerException", "TypeError: x is not a function"
+    re.compile(
+        r"^(?:[A-Za-z_][\w]*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt|Failure)"
+        r"(?:\[[^\]]*\])?(?::.*)?$"
+    ),
+    # compilers and linters: "src/a.ts(3,4): error TS2345: ...", "a.c:3:4: error: ...",
+    # "error[E0308]: ...", "error: ...", "ERROR: ...", "fatal: ...", "FATAL ...", "Error: ..."
+    re.compile(r"^\S.{0,300}?:\s(?:fatal )?error\b.*$", re.I),
+    re.compile(r"^(?:error|fatal|panic)(?:\[[^\]]*\])?:\s.*$", re.I),
+    re.compile(r"^(?:ERROR|FATAL|FAILED|FAIL|ERR!)\b.*$"),
+    re.compile(r"^Error\b.*$"),
+    # tools: "npm ERR! ...", "make: *** [x] Error 2", "E: Unable to locate package ...",
+    # "bash: foo: command not found", "x: No such file or directory"
+    re.compile(r"^npm (?:ERR!|error)\s.*$"),
+    re.compile(r"^(?:g?make(?:\[\d+\])?): \*\*\*.*$"),
+    re.compile(r"^E: \S.*$"),
+    re.compile(r"^.*: (?:command not found|No such file or directory|Permission denied)$"),
+    # test runners: "--- FAIL: TestX", "✕ renders", "● Suite > case", "Tests: 1 failed, 3 passed"
+    re.compile(r"^--- FAIL: .*$"),
+    re.compile(r"^[✕✗\u00d7✘] .+$"),
+    re.compile(r"^● .+$"),
+    re.compile(r"^.*\b\d+ (?:failed|failing|errors?)\b.*$", re.I),
+    re.compile(r"^Segmentation fault.*$"),
+)
+_NOT_SIGNATURE = re.compile(r"\b0 (?:failed|errors?)\b")  # "0 failed, 12 passed" is good news
+
+
+# Commands that only look at text (a grep hit on "error:" is not an error of the session).
+VIEWERS = frozenset(
+    {
+        "grep",
+        "egrep",
+        "rg",
+        "ag",
+        "ack",
+        "cat",
+        "sed",
+        "head",
+        "tail",
+        "less",
+        "more",
+        "nl",
+        "find",
+        "ls",
+        "tree",
+        "wc",
+        "echo",
+        "printf",
+        "diff",
+        "awk",
+        "fd",
+        "file",
+        "stat",
+        "du",
+        "jq",
+    }
+)
+_QUIET_GIT = frozenset({"grep", "log", "show", "diff", "status", "blame"})
+
+
+def looks_only(fx: shell.Effects) -> bool:
+    """Whether the command line's main command only shows text (its output has no errors of
+    its own): the first command that is not ``cd``/``export``/``source``."""
+    for cmd in fx.commands:
+        prog = cmd.program
+        if prog in ("cd", "pushd", "export", "source", ".", "set", "true"):
+            continue
+        if prog == "git":
+            words = [w for w in cmd.argv[1:] if not w.startswith("-")]
+            return bool(words) and words[0] in _QUIET_GIT
+        return prog in VIEWERS
+    return False
+
+
+def error_signatures(output: str) -> list[str]:
+    """The first and the last error-signature lines of one tool output, distinct."""
+    found: list[str] = []
+    for raw in output.splitlines():
+        line = raw.strip()
+        if len(line) < 4 or len(line) > 2_000 or _NOT_SIGNATURE.search(line):
+            continue
+        if any(p.match(line) for p in _SIGNATURES):
+            found.append(_line(line, ERROR_CHARS))
+    head = list(dict.fromkeys(found))[:SIGNATURES_HEAD]
+    tail = list(dict.fromkeys(reversed(found)))[:SIGNATURES_TAIL]  # by last occurrence
+    return list(dict.fromkeys(head + tail[::-1]))
+
+
+def exit_status(output: str, metadata: dict[str, Any] | None) -> int | None:
+    """The exit status a tool result reports (metadata first, then the usual output markers)."""
+    meta = metadata or {}
+    for key in ("exit", "exitCode", "exit_code", "returncode"):
+        value = meta.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    found: int | None = None
+    ends = (
+        output if len(output) <= 2 * EXIT_SCAN else output[:EXIT_SCAN] + "\n" + output[-EXIT_SCAN:]
+    )
+    for m in _EXIT.finditer(ends):
+        digits = next(g for g in m.groups() if g is not None)
+        found = int(digits)
+    return found
+
+
+def _first_error_line(output: str) -> str:
+    sigs = error_signatures(output)
+    if sigs:
+        return sigs[-1] if sigs[-1].split(":", 1)[0].endswith(("Error", "Exception")) else sigs[0]
+    for raw in output.splitlines():
+        line = raw.strip()
+        if line and not _EXIT.search(line) and line not in ("<output>", "</output>"):
+            return _line(line, ERROR_CHARS)
+    return ""
+
+
+# -- tests --------------------------------------------------------------------------------------
+
+_TEST_WORDS = frozenset(
+    {
+        "pytest",
+        "py.test",
+        "tox",
+        "nox",
+        "jest",
+        "vitest",
+        "mocha",
+        "ava",
+        "rspec",
+        "phpunit",
+        "ctest",
+    }
+)
+_TEST_SUBCOMMANDS = {
+    "npm": ("test", "t"),
+    "yarn": ("test",),
+    "pnpm": ("test",),
+    "bun": ("test",),
+    "cargo": ("test", "nextest"),
+    "go": ("test",),
+    "make": ("test", "check", "tests"),
+    "mvn": ("test", "verify"),
+    "gradle": ("test",),
+    "./gradlew": ("test",),
+    "dotnet": ("test",),
+    "swift": ("test",),
+    "mix": ("test",),
+    "deno": ("test",),
+}
+_TEST_SCRIPT = re.compile(
+    r"(?:^|/)(?:test_[\w.-]*|[\w-]*_test|[\w-]*tests?|runtests)\.(?:py|sh|js|ts)$"
+)
+_PASS = re.compile(r"\b(\d+ passed|passed|OK\b|ok\b|PASS\b|All tests passed|0 failed)", re.I)
+_FAIL = re.compile(
+    r"\b(\d+ failed|FAILED|FAIL\b|failures?=\d|errors?=\d|\d+ failing|Error\b)", re.I
+)
+
+
+# Runners that start another program: "npx vitest run", "uv run pytest", "pnpm exec jest".
+_WRAPPERS = frozenset(
+    {
+        "npx",
+        "bunx",
+        "pnpx",
+        "uvx",
+        "uv",
+        "poetry",
+        "pipenv",
+        "pdm",
+        "hatch",
+        "rye",
+        "pnpm",
+        "yarn",
+        "bun",
+    }
+)
+
+
+def _unwrapped(argv: list[str]) -> list[str]:
+    while argv and argv[0].rsplit("/", 1)[-1] in _WRAPPERS:
+        rest = [w for w in argv[1:] if not w.startswith("-")]
+        if rest and rest[0] in ("run", "exec", "dlx", "x", "tool"):
+            rest = rest[1:]
+        if not rest:
+            break
+        argv = rest
+    return argv
+
+
+def is_test(cmd: shell.Command) -> bool:
+    """Whether ``cmd`` runs tests: a test runner, a package manager's test script, or a
+    ``test_*.py``-style script."""
+    if _runs_tests(cmd.argv):
+        return True
+    inner = _unwrapped(cmd.argv)
+    return inner != cmd.argv and _runs_tests(inner)
+
+
+def _runs_tests(argv: list[str]) -> bool:
+    if not argv:
+        return False
+    prog = argv[0].rsplit("/", 1)[-1]
+    if prog in _TEST_WORDS:
+        return True
+    if prog in _TEST_SUBCOMMANDS or argv[0] in _TEST_SUBCOMMANDS:
+        subs = _TEST_SUBCOMMANDS.get(argv[0], _TEST_SUBCOMMANDS.get(prog, ()))
+        words = [w for w in argv[1:] if not w.startswith("-")]
+        if words and words[0] == "run" and len(words) > 1:
+            return words[1].split(":")[0] in ("test", "tests")
+        return bool(words) and words[0] in subs
+    if prog in shell.INTERPRETERS or shell._PY_VERSION.match(prog):
+        args = argv[1:]
+        if "-m" in args:
+            i = args.index("-m")
+            return i + 1 < len(args) and args[i + 1] in (
+                "pytest",
+                "unittest",
+                "nose",
+                "nose2",
+                "tox",
+            )
+        ops = [w for w in args if not w.startswith("-")]
+        return bool(ops) and bool(_TEST_SCRIPT.search(ops[0]))
+    return bool(_TEST_SCRIPT.search(argv[0]))
+
+
+def _test_status(code: int | None, output: str, failed: bool) -> str:
+    if code is not None:
+        return "passed" if code == 0 else f"failed (exit {code})"
+    if failed:
+        return "failed"
+    if _FAIL.search(output):
+        return "failed"
+    if _PASS.search(output):
+        return "passed"
+    return "ran"
+
+
+# -- building -----------------------------------------------------------------------------------
+
+
+class _Builder:
+    def __init__(self, base: Ledger) -> None:
+        self.l = msgspec.structs.replace(
+            base,
+            modified=list(base.modified),
+            read=list(base.read),
+            failed=list(base.failed),
+            errors=list(base.errors),
+            tests=list(base.tests),
+            dropped=dict(base.dropped),
+        )
+        self.bodies: dict[str, str] = {}  # heredoc bodies written to files this cycle
+        self.opened = ""  # the last file opened or created (edit tools without a path)
+
+    def modified(self, paths: Iterable[str]) -> None:
+        for p in paths:
+            path = _line(p, PATH_CHARS)
+            _touch(self.l.modified, path)
+            if path in self.l.read:  # "Files read" lists what was only read
+                self.l.read.remove(path)
+
+    def read(self, paths: Iterable[str]) -> None:
+        for p in paths:
+            path = _line(p, PATH_CHARS)
+            if path not in self.l.modified:
+                _touch(self.l.read, path)
+
+    def user(self, msg: WithParts) -> None:
+        texts = [
+            p.text
+            for p in msg.parts
+            if isinstance(p, TextPart)
+            and not p.synthetic
+            and not p.ignored
+            and p.text.strip()
+            and _WS.sub(" ", p.text).strip().lower().rstrip(".") not in SKIP_USER_TEXTS
+        ]
+        for p in msg.parts:
+            if isinstance(p, FilePart):
+                path = (p.source or {}).get("path") if p.source else None
+                name = path if isinstance(path, str) and path else p.filename
+                if name:
+                    self.read([name])
+        if not texts:
+            return
+        text = _line("\n".join(texts), REQUEST_CHARS)
+        if not self.l.first_request:
+            self.l.first_request = text
+        self.l.latest_request = text
+
+    def assistant(self, msg: WithParts) -> None:
+        for part in msg.parts:
+            if isinstance(part, ToolPart):
+                self.tool(part)
+            elif isinstance(part, PatchPart):
+                self.modified(f for f in part.files if f.strip())
+
+    def tool(self, part: ToolPart) -> None:
+        state = part.state
+        if not isinstance(state, ToolCompleted | ToolError):
+            return  # pending / running: nothing happened for sure
+        name = tool_name(part.tool)
+        data = state.input if isinstance(state.input, dict) else {}
+        output = state.output if isinstance(state, ToolCompleted) else state.error
+        errored = isinstance(state, ToolError)
+        paths = tool_paths(data)
+        command = data.get("command")
+        text_action = (
+            isinstance(command, str) and not paths and name not in SHELL_TOOLS and command.strip()
+        )
+        if name in SHELL_TOOLS or (text_action and name not in READ_TOOLS | WRITE_TOOLS):
+            self.shell(_script(data), output, state.metadata, errored)
+            return
+        if text_action and isinstance(command, str):
+            # SWE-agent style "create reproduce.py" / "open file.py 40": the path is the 2nd word
+            words = command.split()
+            paths = [words[1]] if len(words) > 1 and words[0] == name else []
+        if errored:
+            self.signatures(output)
+            return
+        if name in EDITOR_TOOLS:
+            verb = str(data.get("command", "")).lower()
+            if verb in ("view", "read", ""):
+                self.read(paths)
+            else:
+                self.modified(paths)
+                self._remember(paths, data)
+        elif name in WRITE_TOOLS or "patch" in name:
+            if not paths:
+                patch_text = next(
+                    (
+                        v
+                        for k in ("patchText", "patch", "input", "diff")
+                        if isinstance(v := data.get(k), str)
+                    ),
+                    "",
+                )
+                paths = shell.diff_files(patch_text)
+            if not paths and self.opened and name in ("edit", "insert", "replace", "str_replace"):
+                paths = [self.opened]
+            self.modified(paths)
+            self._remember(paths, data)
+            if name in ("create", "create_file") and paths:
+                self.opened = paths[-1]
+        elif name in READ_TOOLS:
+            self.read(paths)
+            if paths:
+                self.opened = paths[-1]
+
+    def _remember(self, paths: list[str], data: dict[str, Any]) -> None:
+        """Keep a whole file written by a tool: a script written now may be run later."""
+        content = data.get("content", data.get("file_text"))
+        if isinstance(content, str) and len(paths) == 1:
+            self.bodies[paths[0]] = content
+
+    def _body(self, path: str) -> str | None:
+        """The known text of ``path``: same path, or the one file whose path ends like it
+        (``fix.py`` run from an unknown directory, written as ``/testbed/fix.py``)."""
+        if path in self.bodies:
+            return self.bodies[path]
+        tail = "/" + path.lstrip("./")
+        found = [k for k in self.bodies if k.endswith(tail) or path.endswith("/" + k.lstrip("./"))]
+        return self.bodies[found[0]] if len(found) == 1 else None
+
+    def signatures(self, output: str) -> None:
+        for sig in error_signatures(output):
+            _touch(self.l.errors, sig)
+
+    def shell(
+        self, command: str, output: str, metadata: dict[str, Any] | None, errored: bool
+    ) -> None:
+        fx = shell.analyse(command)
+        code = exit_status(output, metadata)
+        failed = errored or (code is not None and code != 0)
+        written = list(fx.written)
+        for path, body in fx.bodies.items():
+            self.bodies[path] = body
+        for script, cwd in fx.scripts_run + fx.patches_applied:
+            known = self._body(script)
+            if known is None:
+                continue
+            # paths inside a script or patch are relative to where it runs, not where it lies
+            for target in shell.script_writes(known) + shell.diff_files(known):
+                written.append(shell.join(cwd, target))
+        # A failed line surely wrote only its redirection targets (``cat > f <<EOF ... && python
+        # f`` that fails in python still created f); a failed ``sed -i`` may have written nothing.
+        self.modified(fx.redirected if failed else written)
+        self.read(fx.read)
+        if not looks_only(fx) or failed:
+            self.signatures(output)
+        for cmd in fx.commands:
+            if is_test(cmd):
+                status = _test_status(code, output, errored)
+                test = SuiteRun(command=_line(cmd.text, COMMAND_CHARS), status=status)
+                self.l.tests = [t for t in self.l.tests if t.command != test.command]
+                self.l.tests.append(test)
+        if failed:
+            first = _line(command.split("\n", 1)[0], COMMAND_CHARS)
+            status = f"exit {code}" if code is not None else "error"
+            entry = Failure(command=first, status=status, error=_first_error_line(output))
+            self.l.failed = [f for f in self.l.failed if f.command != entry.command]
+            self.l.failed.append(entry)
+
+
+def _script(data: dict[str, Any]) -> str:
+    """The command line of a shell tool call; an argv such as ``["bash", "-lc", "cd x && make"]``
+    (Codex) is its script, not the words joined."""
+    command = data.get("command", data.get("cmd"))
+    if (
+        isinstance(command, list)
+        and len(command) >= 3
+        and all(isinstance(w, str) for w in command)
+        and command[-2] in ("-c", "-lc", "-ic", "-lic", "-Command")
+    ):
+        return str(command[-1])
+    return tool_command(data)
+
+
+def update(base: Ledger, history: Sequence[WithParts]) -> Ledger:
+    """``base`` extended with what ``history`` (oldest first) did; ``base`` is not changed."""
+    b = _Builder(base)
+    for msg in history:
+        if isinstance(msg.info, UserMessage):
+            b.user(msg)
+        else:
+            b.assistant(msg)
+    _cap(b.l)
+    return b.l
+
+
+def _cap(led: Ledger) -> None:
+    for kind, cap in CAPS.items():
+        items: list[Any] = getattr(led, kind)
+        if len(items) > cap:
+            led.dropped[kind] = led.dropped.get(kind, 0) + len(items) - cap
+            del items[: len(items) - cap]
+
+
+# -- rendering, bounding and parsing back -------------------------------------------------------
+
+_HEADINGS = {
+    "modified": "Files modified",
+    "read": "Files read (and not modified)",
+    "failed": "Failed commands",
+    "errors": "Error signatures",
+    "tests": "Tests run (last status)",
+    "first": "First user request",
+    "latest": "Latest user request",
+}
+_KIND_OF = {v: k for k, v in _HEADINGS.items()}
+_HEAD = re.compile(r"^### (.+?)(?: \((\d+) older dropped\))?$")
+_FAILURE = re.compile(r"^\[(.+?)\] (.*?)(?: ⇒ (.*))?$")
+_TEST = re.compile(r"^\[(.+?)\] (.*)$")
+# Eviction order: the kind whose entries take most room loses its oldest first; modified files
+# and the user requests are the last to go.
+_EVICTABLE = ("read", "errors", "failed", "tests")
+
+
+def _items(led: Ledger, kind: str) -> list[str]:
+    if kind == "failed":
+        return [
+            f"[{f.status}] {f.command}" + (f" ⇒ {f.error}" if f.error else "") for f in led.failed
+        ]
+    if kind == "tests":
+        return [f"[{t.status}] {t.command}" for t in led.tests]
+    if kind == "first":
+        return [led.first_request] if led.first_request else []
+    if kind == "latest":
+        return [led.latest_request] if led.latest_request else []
+    items: list[str] = getattr(led, kind)
+    return items
+
+
+def render(led: Ledger) -> str:
+    """The fenced, machine-readable ledger block (empty string for an empty ledger)."""
+    if led.empty():
+        return ""
+    lines = [TITLE, "", FENCE]
+    for kind, heading in _HEADINGS.items():
+        items = _items(led, kind)
+        dropped = led.dropped.get(kind, 0)
+        if not items and not dropped:
+            continue
+        lines.append(f"### {heading}" + (f" ({dropped} older dropped)" if dropped else ""))
+        lines.extend(f"- {item}" for item in items)
+    lines.append("```")
+    return "\n".join(lines) + "\n"
+
+
+def _victim(led: Ledger, kind: str) -> int:
+    """Which entry of ``kind`` goes: the oldest, except that an error signature a failed
+    command already quotes goes before any other (nothing is lost with it)."""
+    if kind == "errors":
+        quoted = {f.error for f in led.failed}
+        for i, sig in enumerate(led.errors):
+            if sig in quoted:
+                return i
+    return 0
+
+
+def bound(led: Ledger, max_tokens: int) -> Ledger:
+    """A copy of ``led`` whose rendering fits ``max_tokens``: the kind taking most room loses
+    its oldest entry first (see ``_victim``), modified files only when nothing else is left,
+    the user requests shrink last."""
+    out = update(led, [])  # a copy
+    limit = max(0, max_tokens) * 4 + 1  # estimate(n chars) <= max_tokens  <=>  n <= 4*max + 1
+    while (excess := js_length(render(out)) - limit) > 0:  # UTF-16 units, as ``estimate``
+        if not _evict(out, excess):
+            break
+    while js_length(render(out)) > limit and (
+        len(out.first_request) > REQUEST_FLOOR or len(out.latest_request) > REQUEST_FLOOR
+    ):
+        out.first_request = _line(
+            out.first_request, max(REQUEST_FLOOR, len(out.first_request) // 2)
+        )
+        out.latest_request = _line(
+            out.latest_request, max(REQUEST_FLOOR, len(out.latest_request) // 2)
+        )
+    return out
+
+
+REQUEST_FLOOR = 40
+
+
+def _evict(out: Ledger, excess: int) -> bool:
+    """Drop entries worth about ``excess`` characters; ``False`` when nothing is left to drop."""
+    sizes = {k: sum(len(i) + 3 for i in _items(out, k)) for k in (*_EVICTABLE, "modified")}
+    while excess > 0:
+        kinds = [k for k in _EVICTABLE if getattr(out, k)] or (["modified"] if out.modified else [])
+        if not kinds:
+            return False
+        kind = max(kinds, key=lambda k: sizes[k])
+        items: list[Any] = getattr(out, kind)
+        at = _victim(out, kind)
+        gone = len(_items(out, kind)[at]) + 3
+        del items[at]
+        sizes[kind] -= gone
+        excess -= gone
+        if not out.dropped.get(kind):
+            excess += 20  # the "(N older dropped)" note appears
+        out.dropped[kind] = out.dropped.get(kind, 0) + 1
+    return True
+
+
+def parse(text: str) -> Ledger | None:
+    """The ledger in the last fenced ``ledger`` block of ``text``; ``None`` when there is none."""
+    start = text.rfind("\n" + FENCE + "\n")
+    if start < 0:
+        if not text.startswith(FENCE + "\n"):
+            return None
+        start = -1
+    body = text[start + 1 + len(FENCE) + 1 :]
+    end = body.find("\n```")
+    if end >= 0:
+        body = body[:end]
+    led = Ledger()
+    kind = ""
+    for line in body.splitlines():
+        head = _HEAD.match(line)
+        if head:
+            kind = _KIND_OF.get(head.group(1), "")
+            if kind and head.group(2):
+                led.dropped[kind] = int(head.group(2))
+            continue
+        if not line.startswith("- ") or not kind:
+            continue
+        item = line[2:]
+        if kind in ("modified", "read", "errors"):
+            getattr(led, kind).append(item)
+        elif kind == "failed":
+            m = _FAILURE.match(item)
+            if m:
+                led.failed.append(
+                    Failure(command=m.group(2), status=m.group(1), error=m.group(3) or "")
+                )
+        elif kind == "tests":
+            m = _TEST.match(item)
+            if m:
+                led.tests.append(SuiteRun(command=m.group(2), status=m.group(1)))
+        elif kind == "first":
+            led.first_request = item
+        elif kind == "latest":
+            led.latest_request = item
+    return led
+
+
+_BLOCK = re.compile(r"\n*(?:## Artifact ledger\n+)?```ledger\n.*?(?:\n```[ \t]*(?:\n|$)|$)", re.S)
+
+
+def drop_block(text: str) -> str:
+    """``text`` without its ledger block(s) (what a writer sees of an earlier summary)."""
+    if FENCE not in text:
+        return text
+    return _BLOCK.sub("\n", text).rstrip()
+
+
+def latest(summaries: Sequence[str]) -> Ledger:
+    """The ledger of the newest summary that carries one (each is cumulative). A session whose
+    summaries predate the ledger starts from the newest one's file and error sections."""
+    for text in reversed(summaries):
+        found = parse(text)
+        if found is not None:
+            return found
+    newest = next((t for t in reversed(summaries) if t.strip()), "")
+    if not newest:
+        return Ledger()
+    sections = parse_summary(newest).lists
+    led = Ledger(
+        modified=list(sections[FILES_MODIFIED]),
+        read=[p for p in sections[FILES_READ] if p not in sections[FILES_MODIFIED]],
+        errors=list(sections[ERRORS]),
+    )
+    _cap(led)
+    return led
+
+
+def tokens(block: str) -> int:
+    """The estimated size of a rendered block (OpenCode's estimate, as the window counts it)."""
+    return estimate(block)

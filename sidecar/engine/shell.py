@@ -1,0 +1,558 @@
+"""What a shell command line does to files: a small POSIX-shell lexer and a command analyser.
+
+Agents change files with shell commands as often as with edit tools (``sed -i``, ``cat > f <<EOF``,
+``tee``, ``patch``, ``git apply``, ``mv``/``cp``/``rm``, a Python one-off that opens a file for
+writing). The ledger must see those writes, so this module tokenises a command line the way a
+shell does -- quotes, escapes, ``$(...)``/backticks kept inside words, comments, heredocs,
+redirections, pipelines and ``&&``/``||``/``;`` lists -- and then reads each simple command's
+words. It is deliberately *not* ``shlex.split`` on the whole line: that loses the operators and
+the heredoc bodies, and fails outright on the unbalanced quotes real transcripts contain.
+
+Pure functions, no I/O. Anything it cannot parse yields fewer facts, never an exception.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+# -- lexing -------------------------------------------------------------------------------------
+
+_OPERATORS = ("&&", "||", ";;", "|&", ";", "|", "&", "(", ")", "\n")
+_REDIR = re.compile(r"(\d*)(&>>|&>|>>|>\||>&|<<<|<<-|<<|<&|<>|>|<)")
+
+
+@dataclass
+class Redirect:
+    op: str  # ">", ">>", "<", "<<", ...
+    fd: str  # "" (default), "1", "2", ...
+    target: str  # the word after the operator (a heredoc's delimiter for "<<")
+    body: str = ""  # a heredoc's text
+
+
+@dataclass
+class Command:
+    """One simple command: its words, redirections, source text and the directory it runs in."""
+
+    words: list[str]
+    redirects: list[Redirect] = field(default_factory=list)
+    text: str = ""
+    cwd: str = ""  # from a preceding ``cd`` in the same line ("" = unknown / session dir)
+
+    @property
+    def program(self) -> str:
+        """The command name without directories, env assignments, ``sudo``/``env`` and the like."""
+        words = self.argv
+        return posixpath.basename(words[0]) if words else ""
+
+    @property
+    def argv(self) -> list[str]:
+        words = list(self.words)
+        while words and (_ASSIGN.match(words[0]) or words[0] in _PREFIXES):
+            words.pop(0)
+        return words
+
+
+_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+# Words before the real command: wrappers and the keywords that open a compound command.
+_PREFIXES = frozenset(
+    {
+        "sudo",
+        "env",
+        "command",
+        "exec",
+        "time",
+        "nohup",
+        "do",
+        "then",
+        "else",
+        "elif",
+        "if",
+        "while",
+        "until",
+        "!",
+        "{",
+    }
+)
+
+
+@dataclass
+class _Tok:
+    kind: str  # "word" | "op" | "redir"
+    value: str
+    start: int
+    end: int
+    fd: str = ""
+
+
+def _read_word(s: str, i: int) -> tuple[str, int]:
+    """One shell word starting at ``i``: quotes removed, ``$(...)``/backticks kept verbatim."""
+    out: list[str] = []
+    n = len(s)
+    while i < n:
+        c = s[i]
+        if c in " \t\n;&|()<>":
+            # "<(" / ">(" process substitution is part of a word
+            if c in "<>" and i + 1 < n and s[i + 1] == "(" and out:
+                pass
+            else:
+                break
+        if c == "\\":
+            if i + 1 < n and s[i + 1] != "\n":
+                out.append(s[i + 1])
+            i += 2
+            continue
+        if c == "'":
+            j = s.find("'", i + 1)
+            j = n if j < 0 else j
+            out.append(s[i + 1 : j])
+            i = j + 1
+            continue
+        if c == '"':
+            i += 1
+            while i < n and s[i] != '"':
+                if s[i] == "\\" and i + 1 < n and s[i + 1] in '"\\$`':
+                    out.append(s[i + 1])
+                    i += 2
+                    continue
+                if s[i] == "$" and s.startswith("$(", i):
+                    j = _skip_parens(s, i + 1)
+                    out.append(s[i:j])
+                    i = j
+                    continue
+                out.append(s[i])
+                i += 1
+            i += 1
+            continue
+        if c == "$" and s.startswith("$(", i):
+            j = _skip_parens(s, i + 1)
+            out.append(s[i:j])
+            i = j
+            continue
+        if c == "$" and s.startswith("$'", i):
+            j = s.find("'", i + 2)
+            j = n if j < 0 else j
+            out.append(s[i + 2 : j])
+            i = j + 1
+            continue
+        if c == "`":
+            j = s.find("`", i + 1)
+            j = n if j < 0 else j
+            out.append(s[i : j + 1])
+            i = j + 1
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out), i
+
+
+def _skip_parens(s: str, i: int) -> int:
+    """Index after the ``)`` matching the ``(`` at ``i`` (quotes respected)."""
+    depth = 0
+    n = len(s)
+    while i < n:
+        c = s[i]
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        elif c in "'\"":
+            j = s.find(c, i + 1)
+            i = n if j < 0 else j
+        elif c == "\\":
+            i += 1
+        i += 1
+    return n
+
+
+def _tokens(s: str) -> Iterator[_Tok]:
+    i, n = 0, len(s)
+    at_word_start = True
+    while i < n:
+        c = s[i]
+        if c in " \t":
+            i += 1
+            at_word_start = True
+            continue
+        if c == "\\" and i + 1 < n and s[i + 1] == "\n":  # line continuation
+            i += 2
+            continue
+        if c == "#" and at_word_start:
+            j = s.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        m = _REDIR.match(s, i)
+        if m:  # tokens start here, so "2>" is a redirection and "a2>" never reaches this
+            op = m.group(2)
+            if not (op in ("<", ">") and s.startswith("(", m.end())):  # not <( ) / >( )
+                yield _Tok("redir", op, i, m.end(), fd=m.group(1))
+                i = m.end()
+                at_word_start = True
+                continue
+        op_found = next((op for op in _OPERATORS if s.startswith(op, i)), None)
+        if op_found is not None:
+            yield _Tok("op", op_found, i, i + len(op_found))
+            i += len(op_found)
+            at_word_start = True
+            continue
+        word, j = _read_word(s, i)
+        if j == i:  # a lone character the word reader refuses: skip it
+            j = i + 1
+        yield _Tok("word", word, i, j)
+        i = j
+        at_word_start = False
+
+
+def parse(script: str) -> list[Command]:
+    """The simple commands of ``script`` in order, heredoc bodies attached, ``cd`` tracked.
+
+    A ``cd DIR`` applies to the commands after it in the same line (``cd d && make``,
+    ``cd d; make``); inside ``( ... )`` it ends with the group.
+    """
+    commands: list[Command] = []
+    pending_heredocs: list[Redirect] = []
+    current = Command(words=[])
+    start = -1
+    cwd_stack: list[str] = [""]
+    toks = _tokens(script)
+    end = 0
+    for tok in toks:
+        if tok.kind == "word":
+            if start < 0:
+                start = tok.start
+            current.words.append(tok.value)
+            end = tok.end
+            continue
+        if tok.kind == "redir":
+            if start < 0:
+                start = tok.start
+            target = next(toks, None)
+            if target is None or target.kind != "word":
+                continue
+            end = target.end
+            r = Redirect(op=tok.value, fd=tok.fd, target=target.value)
+            current.redirects.append(r)
+            if tok.value in ("<<", "<<-"):
+                pending_heredocs.append(r)
+            continue
+        # an operator ends the simple command
+        if current.words or current.redirects:
+            current.text = script[start:end]
+            current.cwd = cwd_stack[-1]
+            _apply_cd(current, cwd_stack)
+            commands.append(current)
+        current, start = Command(words=[]), -1
+        if tok.value == "(":
+            cwd_stack.append(cwd_stack[-1])
+        elif tok.value == ")" and len(cwd_stack) > 1:
+            cwd_stack.pop()
+        if tok.value == "\n" and pending_heredocs:
+            # Heredoc bodies start on the next line; consume them and restart lexing after.
+            pos = tok.end
+            for r in pending_heredocs:
+                pos = _heredoc(script, pos, r)
+            pending_heredocs = []
+            rest = parse_from(script, pos, cwd_stack[-1])
+            commands.extend(rest)
+            return commands
+    if current.words or current.redirects:
+        current.text = script[start:end]
+        current.cwd = cwd_stack[-1]
+        commands.append(current)
+    if pending_heredocs:  # a heredoc with its body after the last operator
+        pos = len(script)
+        for r in pending_heredocs:
+            pos = _heredoc(script, pos, r)
+    return commands
+
+
+def parse_from(script: str, pos: int, cwd: str) -> list[Command]:
+    """``parse`` of ``script[pos:]`` with the working directory ``cwd`` carried over."""
+    rest = script[pos:]
+    if not rest.strip():
+        return []
+    out = parse(rest)
+    if cwd:
+        for cmd in out:
+            cmd.cwd = join(cwd, cmd.cwd) if cmd.cwd else cwd
+    return out
+
+
+def _heredoc(script: str, pos: int, r: Redirect) -> int:
+    """Read the heredoc body for ``r`` from ``pos``; return the index after its delimiter line."""
+    delim = r.target
+    strip_tabs = r.op == "<<-"
+    lines: list[str] = []
+    i = pos
+    n = len(script)
+    while i < n:
+        j = script.find("\n", i)
+        line = script[i:] if j < 0 else script[i:j]
+        nxt = n if j < 0 else j + 1
+        check = line.lstrip("\t") if strip_tabs else line
+        if check.rstrip() == delim:
+            r.body = "\n".join(lines)
+            return nxt
+        lines.append(check)
+        i = nxt
+    r.body = "\n".join(lines)
+    return n
+
+
+def _apply_cd(cmd: Command, cwd_stack: list[str]) -> None:
+    argv = cmd.argv
+    if not argv or argv[0] not in ("cd", "pushd"):
+        return
+    args = [a for a in argv[1:] if not a.startswith("-")]
+    if not args or "$" in args[0] or args[0].startswith("~"):
+        cwd_stack[-1] = ""  # unknown from here on
+        return
+    cwd_stack[-1] = join(cwd_stack[-1], args[0])
+
+
+def join(cwd: str, path: str) -> str:
+    """``path`` as seen from directory ``cwd`` ("" = unknown: ``path`` as written)."""
+    if not path:
+        return path
+    slash = "/" if path.endswith("/") and path != "/" else ""  # "dir/" stays a directory
+    if not cwd or path.startswith("/") or path.startswith("~"):
+        return posixpath.normpath(path) + slash
+    return posixpath.normpath(posixpath.join(cwd, path)) + slash
+
+
+# -- what commands do ---------------------------------------------------------------------------
+
+
+@dataclass
+class Effects:
+    """Files a command line writes and reads, heredoc bodies written to files, programs run."""
+
+    written: list[str] = field(default_factory=list)
+    # the subset written by a redirection: the shell truncates the target before the command
+    # runs, so these are written even when the command then fails
+    redirected: list[str] = field(default_factory=list)
+    read: list[str] = field(default_factory=list)
+    # file -> text written into it by a heredoc (``cat > f <<EOF``): lets the ledger learn what
+    # a script or patch created earlier will touch when it is run / applied later.
+    bodies: dict[str, str] = field(default_factory=dict)
+    # (file, directory it ran in): ``python f.py``, ``bash f.sh``; ``git apply f``, ``patch < f``
+    scripts_run: list[tuple[str, str]] = field(default_factory=list)
+    patches_applied: list[tuple[str, str]] = field(default_factory=list)
+    commands: list[Command] = field(default_factory=list)
+
+    def _add(self, bucket: list[str], path: str) -> None:
+        if path and path not in bucket:
+            bucket.append(path)
+
+    def _ran(self, bucket: list[tuple[str, str]], cmd: Command, path: str) -> None:
+        if path and (path, cmd.cwd) not in bucket:
+            bucket.append((path, cmd.cwd))
+
+
+_NOT_FILES = re.compile(r"^(?:/dev/|/proc/|&|-$)|[$`*?\[]")  # devices, variables, globs
+READERS = frozenset({"cat", "head", "tail", "less", "more", "nl", "bat", "batcat", "view"})
+INTERPRETERS = frozenset(
+    {"python", "python3", "python2", "node", "bash", "sh", "zsh", "ruby", "perl", "deno", "bun"}
+)
+_PY_VERSION = re.compile(r"^python\d+(?:\.\d+)*$")
+# Writes inside scripts: open('f', 'w'), Path('f').write_text(...), fs.writeFileSync('f', ...).
+_SCRIPT_WRITES = (
+    re.compile(r"""\bopen\(\s*(?:r|f)?(['"])([^'"\n]+)\1\s*,\s*(?:mode\s*=\s*)?['"][wax+]"""),
+    re.compile(r"""\bPath\(\s*(?:r|f)?(['"])([^'"\n]+)\1\s*\)\s*\.\s*write_(?:text|bytes)\b"""),
+    re.compile(
+        r"""\b(?:fs\.)?(?:writeFileSync|writeFile|appendFileSync|appendFile)\(\s*(['"`])([^'"`\n]+)\1"""
+    ),
+)
+_DIFF_FILE = re.compile(
+    r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$|^\+\+\+ (?:[ab]/)?(.+?)(?:\t.*)?\s*$",
+    re.M,
+)
+
+
+def diff_files(text: str) -> list[str]:
+    """Target files named by a unified diff or an apply_patch envelope."""
+    out: list[str] = []
+    for m in _DIFF_FILE.finditer(text):
+        path = (m.group(1) or m.group(2) or "").strip()
+        if path and path != "/dev/null" and path not in out:
+            out.append(path)
+    return out
+
+
+def script_writes(text: str) -> list[str]:
+    """Literal file names a Python/JS snippet opens for writing."""
+    out: list[str] = []
+    for pattern in _SCRIPT_WRITES:
+        for m in pattern.finditer(text):
+            path = m.group(2).strip()
+            if path and path not in out and "{" not in path:
+                out.append(path)
+    return out
+
+
+def _file(cmd: Command, word: str) -> str:
+    """``word`` as a path, joined to the command's ``cd`` directory; "" when not a file."""
+    if not word or _NOT_FILES.search(word) or word in (".", ".."):
+        return ""
+    return join(cmd.cwd, word) if cmd.cwd else word
+
+
+def analyse(script: str) -> Effects:
+    """What ``script`` does to files (best effort; never raises)."""
+    fx = Effects()
+    try:
+        commands = parse(script)
+    except (RecursionError, IndexError, ValueError):
+        return fx
+    fx.commands = commands
+    for cmd in commands:
+        _redirects(fx, cmd)
+        _command(fx, cmd)
+    return fx
+
+
+def _redirects(fx: Effects, cmd: Command) -> None:
+    heredoc = next((r.body for r in cmd.redirects if r.op in ("<<", "<<-") and r.body), "")
+    herestring = next((r.target for r in cmd.redirects if r.op == "<<<"), "")
+    for r in cmd.redirects:
+        if r.op in (">", ">>", ">|", "&>", "&>>", "<>"):
+            path = _file(cmd, r.target)
+            if path:
+                fx._add(fx.written, path)
+                fx._add(fx.redirected, path)
+                if heredoc and cmd.program in ("cat", "tee", ""):
+                    fx.bodies[path] = heredoc
+        elif r.op == "<":
+            path = _file(cmd, r.target)
+            if path and cmd.program in ("patch",):
+                fx._ran(fx.patches_applied, cmd, path)
+            elif path and (cmd.program in INTERPRETERS or _PY_VERSION.match(cmd.program)):
+                fx._ran(fx.scripts_run, cmd, path)
+    # Snippets fed to an interpreter on stdin (python - <<EOF ... EOF) or with -c / -e.
+    prog = cmd.program
+    if prog in INTERPRETERS or _PY_VERSION.match(prog):
+        code = heredoc or herestring
+        argv = cmd.argv
+        for flag in ("-c", "-e", "--eval"):
+            if flag in argv[1:-1]:
+                code += "\n" + argv[argv.index(flag) + 1]
+        for path in script_writes(code):
+            fx._add(fx.written, _file(cmd, path) or path)
+    if prog in ("patch", "apply_patch", "applypatch") and heredoc:
+        for path in diff_files(heredoc):
+            fx._add(fx.written, _file(cmd, path) or path)
+    if prog == "git" and "apply" in cmd.argv and heredoc:
+        for path in diff_files(heredoc):
+            fx._add(fx.written, _file(cmd, path) or path)
+
+
+def _operands(argv: list[str], with_value: frozenset[str] = frozenset()) -> list[str]:
+    """Non-option words after the program (``--`` ends options; ``with_value`` take one arg)."""
+    out: list[str] = []
+    skip = False
+    dashdash = False
+    for w in argv[1:]:
+        if skip:
+            skip = False
+            continue
+        if dashdash:
+            out.append(w)
+        elif w == "--":
+            dashdash = True
+        elif w.startswith("-") and len(w) > 1:
+            if w in with_value:
+                skip = True
+        elif w:  # an empty word ("sed -i '' ...") is no operand
+            out.append(w)
+    return out
+
+
+def _command(fx: Effects, cmd: Command) -> None:
+    argv = cmd.argv
+    prog = cmd.program
+    if not argv:
+        return
+    if prog == "tee":
+        for w in _operands(argv):
+            fx._add(fx.written, _file(cmd, w))
+    elif prog in ("sed", "perl") and any(
+        w.startswith("-i") or w == "--in-place" or (prog == "perl" and re.match(r"^-\w*i", w))
+        for w in argv[1:]
+    ):
+        ops = _operands(argv, frozenset({"-e", "-f", "--expression", "--file"}))
+        has_script_flag = any(w in ("-e", "--expression", "-f", "--file") for w in argv[1:])
+        files = ops if has_script_flag else ops[1:]
+        for w in files:
+            fx._add(fx.written, _file(cmd, w))
+    elif prog == "sed":
+        ops = _operands(argv, frozenset({"-e", "-f", "--expression", "--file"}))
+        has_script_flag = any(w in ("-e", "--expression", "-f", "--file") for w in argv[1:])
+        for w in ops if has_script_flag else ops[1:]:
+            fx._add(fx.read, _file(cmd, w))
+    elif prog in READERS:
+        for w in _operands(argv, frozenset({"-n", "-c", "--lines", "--bytes"})):
+            if not w.lstrip("+-").isdigit():
+                fx._add(fx.read, _file(cmd, w))
+    elif prog in ("touch", "rm", "unlink", "truncate", "shred"):
+        for w in _operands(argv, frozenset({"-s", "--size", "-d", "-t", "-r"})):
+            fx._add(fx.written, _file(cmd, w))
+    elif prog in ("mv", "cp", "install", "rsync", "ln"):
+        ops = _operands(argv, frozenset({"-t", "--target-directory", "-S", "-m", "-o", "-g"}))
+        if len(ops) >= 2:
+            if prog == "mv":
+                for w in ops[:-1]:
+                    fx._add(fx.written, _file(cmd, w))
+            fx._add(fx.written, _file(cmd, ops[-1]))
+    elif prog == "dd":
+        for w in argv[1:]:
+            if w.startswith("of="):
+                fx._add(fx.written, _file(cmd, w[3:]))
+    elif prog == "patch":
+        for flag in ("-i", "--input"):
+            if flag in argv[:-1]:
+                fx._ran(fx.patches_applied, cmd, _file(cmd, argv[argv.index(flag) + 1]))
+        ops = _operands(argv, frozenset({"-p", "-i", "--input", "-d", "-o", "-r", "-F", "-B"}))
+        if ops:  # patch [options] [originalfile [patchfile]]
+            fx._add(fx.written, _file(cmd, ops[0]))
+    elif prog == "git":
+        _git(fx, cmd, argv)
+    elif prog in INTERPRETERS or _PY_VERSION.match(prog):
+        ops = _operands(argv, frozenset({"-m", "-c", "-e", "-W", "-X", "--eval", "-r"}))
+        if "-m" in argv or "-c" in argv or "-e" in argv:
+            return
+        if ops:
+            fx._ran(fx.scripts_run, cmd, _file(cmd, ops[0]))
+
+
+_GIT_OPTS_WITH_VALUE = frozenset({"-C", "-c", "--git-dir", "--work-tree"})
+
+
+def _git(fx: Effects, cmd: Command, argv: list[str]) -> None:
+    rest = argv[1:]
+    while rest and rest[0].startswith("-"):  # global options: git -C dir apply ...
+        rest = rest[2:] if rest[0] in _GIT_OPTS_WITH_VALUE else rest[1:]
+    if not rest:
+        return
+    sub, args = rest[0], ["git-" + rest[0], *rest[1:]]
+    if sub == "apply" or sub == "am":
+        if "--check" in args or "--stat" in args:
+            return
+        for w in _operands(args, frozenset({"-p", "--directory", "--exclude", "--include"})):
+            fx._ran(fx.patches_applied, cmd, _file(cmd, w))
+    elif sub in ("checkout", "restore"):
+        if "--" in args:
+            files = args[args.index("--") + 1 :]
+        elif sub == "restore":
+            files = _operands(args, frozenset({"-s", "--source"}))
+        else:
+            return  # "git checkout X" is a branch switch as often as a file restore
+        for w in files:
+            fx._add(fx.written, _file(cmd, w) if w != "." else (cmd.cwd or "."))
+    elif sub in ("rm", "mv"):
+        ops = _operands(args)
+        for w in ops:
+            fx._add(fx.written, _file(cmd, w))
