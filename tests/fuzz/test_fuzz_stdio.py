@@ -199,7 +199,9 @@ class Fuzzer:
         return out.replace(HOLE_JSON, raw) if raw is not None else out
 
     async def probe(self, must_answer: bool) -> None:
-        call = self.c.call("session/get", {"sessionID": self.session_id}, timeout=REPLY_TIMEOUT)
+        call: Call[Any] = self.c.call(
+            "session/get", {"sessionID": self.session_id}, timeout=REPLY_TIMEOUT
+        )
         if must_answer:
             try:
                 result = await call
@@ -265,7 +267,7 @@ class Fuzzer:
             self.c.send_raw(frame(self.rng.randbytes(self.rng.randrange(0, 300))))
             await self.probe(must_answer=True)
             return
-        call = self.c.reserve_call(timeout=None)
+        call: Call[Any] = self.c.reserve_call(timeout=None)
         method, payload = self.write()
         raw: bytes | None = None
         if kind == "field":
