@@ -227,6 +227,9 @@ class Fuzzer:
         if not isinstance(parsed, dict) or parsed.get("id") != call.id:
             call.cancel()  # the id did not survive: no reply to wait for
             return
+        if "method" not in parsed and ("result" in parsed or "error" in parsed):
+            call.cancel()  # now a response (to a daemon request): it gets no reply
+            return
         future = call._future
         await asyncio.wait({future}, timeout=REPLY_TIMEOUT)
         nulls = len(self.c.unsolicited_errors()) - nulls_before
