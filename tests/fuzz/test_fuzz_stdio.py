@@ -28,6 +28,7 @@ import collections
 import json
 import os
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -215,14 +216,13 @@ class Fuzzer:
         self, call: Call[Any], body: bytes, nulls_before: int, what: dict[str, Any] | None
     ) -> None:
         """Check the one reply to a frame sent under ``call.id``; record the write."""
+        parsed = loads(body.decode("utf-8", "surrogateescape"))
+        strict = True
         try:
-            parsed = json.loads(body.decode("utf-8", "surrogateescape"))
-        except ValueError:
-            parsed = None
-        try:
-            json.loads(body)
-            strict = True
-        except ValueError:
+            body.decode()
+        except UnicodeDecodeError:
+            strict = False
+        if loads(body) is None:
             strict = False
         if not isinstance(parsed, dict) or parsed.get("id") != call.id:
             call.cancel()  # the id did not survive: no reply to wait for
@@ -335,15 +335,28 @@ def describe(method: str, payload: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def loads(text: str | bytes) -> Any:
+    """The JSON value, or ``None`` for text that is not JSON. Our deepest input (5,000
+    levels) is read with a raised recursion limit."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 20_000))
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    finally:
+        sys.setrecursionlimit(limit)
+
+
 def describe_body(body: bytes) -> dict[str, Any] | None:
     try:
-        request = json.loads(body)
+        request = loads(body)
         params = request["params"]
         if request.get("method") == "message/update":
             return describe("message/update", params["message"])
         if request.get("method") == "part/update":
             return describe("part/update", params["part"])
-    except (ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         pass
     return None
 
