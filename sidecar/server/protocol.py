@@ -370,7 +370,10 @@ class SidecarProtocol(JsonRPCProtocol):
 
     def _handle_reply(self, env: _Envelope) -> None:
         if env.id is UNSET or env.id is None or (not len(env.result) and not len(env.error)):
-            self.send_error(None, INVALID_REQUEST, "invalid request: no method, result or error")
+            # A frame with an id but no method, result or error is a broken request: its
+            # one reply carries that id.
+            msg_id = None if env.id is UNSET else env.id
+            self.send_error(msg_id, INVALID_REQUEST, "invalid request: no method, result or error")
             return
         if len(env.error):
             try:

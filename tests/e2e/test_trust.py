@@ -825,8 +825,10 @@ async def test_f11_one_message_with_many_parts_is_paged_by_part_limit(shared: Cl
 
 
 async def test_f11_replies_stay_under_max_reply_bytes(limited: Client) -> None:
-    """``session/messages`` pages by bytes too; a read that cannot be paged (the context
-    window) over the cap is -32047 saying how to ask for less; never -32603."""
+    """Asked for the whole history (no ``limit``/``partLimit``) that does not fit one reply,
+    ``session/messages`` is -32047 saying how to page; paged, every page stays under the cap
+    (pages end by bytes too) and the pages give every part; a read that cannot be paged (the
+    context window) over the cap is -32047 saying how to ask for less; never -32603."""
     client = limited
     cap = LIMITS["server"]["maxReplyBytes"]
     session = await client.create_session()
@@ -836,10 +838,14 @@ async def test_f11_replies_stay_under_max_reply_bytes(limited: Client) -> None:
         for _ in range(50)
     ]
     full = sorted([(await c)["id"] for c in calls])
+    with pytest.raises(RpcError) as err:
+        await client.request("session/messages", {"sessionID": session.id})
+    assert err.value.code == REPLY_TOO_LARGE, err.value
+    assert "partLimit" in err.value.message and "cursor" in err.value.message
     seen: list[str] = []
     cursor: str | None = None
     for _ in range(50):
-        params: dict[str, Any] = {"sessionID": session.id}
+        params: dict[str, Any] = {"sessionID": session.id, "partLimit": 40}
         if cursor is not None:
             params["cursor"] = cursor
         page = await client.request("session/messages", params)

@@ -541,6 +541,12 @@ class Client:
 
     def _dispatch(self, body: bytes) -> None:
         try:
+            self._dispatch_frame(body)
+        except RecursionError:  # JSON nested past what Python decodes: one bad frame
+            self.protocol_errors.append("a frame from the daemon nests too deep to decode")
+
+    def _dispatch_frame(self, body: bytes) -> None:
+        try:
             msg = _incoming.decode(body)
         except msgspec.DecodeError as exc:
             self.protocol_errors.append(f"undecodable frame from the daemon: {exc}")
