@@ -1,0 +1,76 @@
+"""``--format auto``: tell the formats apart by their shape, then read with the right module."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from sidecar.tools.importers import claude_code, opencode, pi, transcript
+from sidecar.tools.importers.common import Imported, ImportFailure
+
+Format = Literal["auto", "opencode", "claude-code", "pi", "transcript"]
+FORMATS: tuple[Format, ...] = ("auto", "opencode", "claude-code", "pi", "transcript")
+
+
+def _first_object(path: Path) -> dict[str, object] | None:
+    with path.open("rb") as f:
+        for line in f:
+            if line.strip():
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    return None
+                return obj if isinstance(obj, dict) else None
+    return None
+
+
+def detect(path: Path) -> Format:
+    """Which format ``path`` is in; an error says what was seen when none fits."""
+    if path.is_dir():
+        if opencode.storage_root(path) or opencode.sqlite_path(path):
+            return "opencode"
+        raise ImportFailure(
+            f"{path}: a folder, but not OpenCode storage (no session/, opencode.db)"
+        )
+    if not path.is_file():
+        raise ImportFailure(f"{path}: no such file")
+    if opencode.looks_like_sqlite(path):
+        return "opencode"
+    first = _first_object(path)
+    if first is None:
+        try:
+            whole = json.loads(path.read_bytes())
+        except ValueError:
+            whole = None
+        if opencode.looks_like_export(whole):
+            return "opencode"
+        raise ImportFailure(f"{path}:1: not JSON or JSONL of a known format; give --format")
+    if pi.looks_like(first):
+        return "pi"
+    if claude_code.looks_like(first):
+        return "claude-code"
+    if transcript.looks_like(first):
+        return "transcript"
+    if opencode.looks_like_export(first):
+        return "opencode"
+    raise ImportFailure(f"{path}:1: unknown format (keys {sorted(first)[:8]}); give --format")
+
+
+def read(path: Path, fmt: Format = "auto") -> list[Imported]:
+    """Every session in ``path``, fully read and validated (nothing written yet)."""
+    if fmt == "auto":
+        fmt = detect(path)
+    if fmt == "opencode":
+        if path.is_dir():
+            if opencode.storage_root(path):
+                return opencode.read_storage(path)
+            return opencode.read_sqlite(path)
+        if opencode.looks_like_sqlite(path):
+            return opencode.read_sqlite(path)
+        return opencode.read_export(path)
+    if fmt == "pi":
+        return pi.read(path)
+    if fmt == "claude-code":
+        return claude_code.read(path)
+    return transcript.read(path)
