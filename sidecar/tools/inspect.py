@@ -166,7 +166,8 @@ def inspect(
     elif model is not None:
         limit = lookup(*model)
         window = limit.context if limit else None
-    if limit is not None and limit.context:
+    if limit is not None and limit.context and (context is None or limit.output):
+        # With only ``--context`` the output reserve is unknown, so no usable line is drawn.
         usable = check(Tokens(), limit, cfg).usable
     return Inspection(
         session=summarize(session, history),

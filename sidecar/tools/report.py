@@ -13,7 +13,7 @@ from html import escape
 from sidecar.model.inspect import Inspection
 
 WIDTH, HEIGHT = 960, 380
-LEFT, RIGHT, TOP, BOTTOM = 70, 20, 20, 50
+LEFT, RIGHT, TOP, BOTTOM = 70, 20, 44, 50
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;
@@ -49,13 +49,14 @@ def _when(ms: int) -> str:
 
 
 def _nice_max(v: int) -> int:
-    """The smallest 1/2/5 x 10^k at or above ``v`` (a round top for the y axis)."""
+    """A round top for the y axis at or above ``v`` (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 x 10^k),
+    so the highest point uses most of the chart's height."""
     v = max(v, 1)
     step = 1
     while True:
-        for m in (1, 2, 5):
-            if step * m >= v:
-                return step * m
+        for m in (10, 12, 15, 20, 25, 30, 40, 50, 60, 80):
+            if step * m >= v * 10:
+                return step * m // 10 if step * m % 10 == 0 else -(-step * m // 10)
         step *= 10
 
 
@@ -88,7 +89,10 @@ def chart(ins: Inspection) -> str:
             f'<line x1="{LEFT}" x2="{LEFT + pw}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#eceef2"/>'
             f'<text x="{LEFT - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{int(v):,}</text>'
         )
-    ticks = sorted({1, n, *range(1, n + 1, max(1, n // 10))})
+    every = max(1, n // 10)
+    ticks = list(range(1, n + 1, every))
+    if n - ticks[-1] >= max(1, every // 2):
+        ticks.append(n)
     for t in ticks:
         out.append(f'<text x="{x(t):.1f}" y="{TOP + ph + 16}" text-anchor="middle">{t}</text>')
     out.append(
@@ -148,12 +152,12 @@ def _legend(ins: Inspection, reported: bool) -> str:
     if ins.usable:
         items.append(("usable", "usable input", "line"))
     if ins.compactions:
-        items.append(("compaction", "compaction", "dot"))
+        items.append(("compaction", "compaction (filled: before, hollow: after)", "dot"))
     if ins.prunes:
         items.append(("prune", "prune", "dot"))
     parts = ['<g class="legend">']
-    lx = LEFT + 10
-    ly = TOP + 14
+    lx = LEFT
+    ly = TOP - 16
     for key, label, kind in items:
         color = COLORS[key]
         if kind == "line":
@@ -164,7 +168,7 @@ def _legend(ins: Inspection, reported: bool) -> str:
         else:
             parts.append(f'<circle cx="{lx + 9}" cy="{ly - 4}" r="4" fill="{color}"/>')
         parts.append(f'<text x="{lx + 24}" y="{ly}">{escape(label)}</text>')
-        lx += 30 + 7 * len(label)
+        lx += 34 + int(6.2 * len(label))
     parts.append("</g>")
     return "".join(parts)
 
@@ -230,8 +234,12 @@ def _prune_table(ins: Inspection) -> str:
 def _summaries(ins: Inspection) -> str:
     if not ins.compactions:
         return ""
-    out = ["<h2>Summaries</h2>"]
+    out = ["<h2>Summaries</h2><p>The latest is open; it is what the model reads now.</p>"]
+    last = len(ins.compactions)
     for i, c in enumerate(ins.compactions, 1):
-        out.append(f"<h3>C{i} · {c.before:,} -&gt; {c.after:,} tokens</h3>")
-        out.append(f'<div class="summary">{escape(c.summary) or "(empty)"}</div>')
+        out.append(
+            f"<details{' open' if i == last else ''}><summary>C{i} · after turn {c.turn} · "
+            f"{c.before:,} -&gt; {c.after:,} tokens</summary>"
+            f'<div class="summary">{escape(c.summary) or "(empty)"}</div></details>'
+        )
     return "".join(out)
