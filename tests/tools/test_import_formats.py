@@ -201,3 +201,41 @@ def test_put_session_with_is_one_transaction(tmp_path: Path) -> None:
             await store.close()
 
     assert asyncio.run(go()) == 0
+
+
+def test_claude_code_subagent_log_is_a_child_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """claude-code-viewer's real ``agent-*.jsonl``: every record is a sidechain."""
+    db = tmp_path / "s.db"
+    row = _import(capsys, db, FIXTURES / "claude-code" / "agent-test-hash-123.jsonl")
+    parent = "ses_5c0375b4-57a5-4f26-b12d-d022ee4e51b7"
+    assert row["sessionID"] == f"{parent}_agent-test-hash-123" and row["messages"] == 2
+    conn = open_ro(db)
+    assert find_session(conn, row["sessionID"]).parent_id == parent
+    conn.close()
+
+
+def test_pi_version_1_compaction_index(tmp_path: Path) -> None:
+    """Version 1 files have no entry ids; ``firstKeptEntryIndex`` counts the header as 0."""
+    lines = [
+        {"type": "session", "id": "v1", "timestamp": "2025-11-20T23:33:50.805Z", "cwd": "/w"},
+        {"type": "message", "timestamp": "2025-11-20T23:34:00Z",
+         "message": {"role": "user", "content": [{"type": "text", "text": "old"}]}},
+        {"type": "message", "timestamp": "2025-11-20T23:34:01Z",
+         "message": {"role": "user", "content": [{"type": "text", "text": "kept"}]}},
+        {"type": "compaction", "timestamp": "2025-11-20T23:35:00Z", "summary": "S",
+         "firstKeptEntryIndex": 2, "tokensBefore": 100},
+        {"type": "message", "timestamp": "2025-11-20T23:36:00Z",
+         "message": {"role": "user", "content": "new"}},
+    ]  # fmt: skip
+    path = tmp_path / "v1.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    imp = read(path)[0]
+    history = [
+        WithParts(info=m, parts=[p for p, _ in imp.parts if p.message_id == m.id])
+        for m, _ in sorted(imp.messages, key=lambda x: (x[0].time.created, x[0].id))
+    ]
+    window = to_anthropic(filter_compacted(history))
+    texts = [block["text"] for m in window for block in m["content"]]
+    assert texts == ["What did we do so far?", "S", "kept", "new"]

@@ -57,15 +57,21 @@ def read(path: Path) -> list[Imported]:
     marker: dict[str, Any] | None = None
     info: dict[str, Any]
     summary_title = ""
+    # A subagent's own log (``agent-*.jsonl``) is all sidechain: import it as a child session.
+    convo = [r for _, r in records if r.get("type") in ("user", "assistant")]
+    subagent = bool(convo) and all(r.get("isSidechain") for r in convo)
     for n, rec in records:
         kind = rec.get("type")
         if kind == "summary" and isinstance(rec.get("summary"), str):
             summary_title = summary_title or rec["summary"]
             continue
-        if kind not in ("user", "assistant", "system") or rec.get("isSidechain"):
+        if kind not in ("user", "assistant", "system") or (rec.get("isSidechain") and not subagent):
             continue
         if not d.session_id and isinstance(rec.get("sessionId"), str):
             d.session_id = f"ses_{rec['sessionId']}"
+            if subagent:
+                d.parent_id = d.session_id
+                d.session_id = f"{d.session_id}_{path.stem}"
         if not d.directory and isinstance(rec.get("cwd"), str):
             d.directory = rec["cwd"]
         uuid = rec.get("uuid")

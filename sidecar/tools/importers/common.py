@@ -115,6 +115,7 @@ class Draft:
         self.session_id = ""
         self.title = ""
         self.directory: str | None = None
+        self.parent_id: str | None = None
         self.created = 0
         self.updated = 0
         self.messages: list[tuple[dict[str, Any], list[dict[str, Any]], int]] = []
@@ -155,6 +156,8 @@ class Draft:
         }
         if self.directory:
             session["directory"] = self.directory
+        if self.parent_id:
+            session["parentID"] = self.parent_id
         out = Imported(self.source, decode_session(session, self.path))
         for info, parts, line in self.messages:
             where = f"{self.path}:{line}"

@@ -94,8 +94,12 @@ def read(path: Path) -> list[Imported]:
                 raise ImportFailure(f"{path}:{n}: compaction: field 'summary': missing")
             marker = {"id": f"msg_{eid}", "role": "user", "time": {"created": d.tick(ts)}}
             parts = d.message(marker, n)
-            body: dict[str, Any] = {"type": "compaction", "auto": not entry.get("fromHook")}
+            body: dict[str, Any] = {"type": "compaction", "auto": bool(entry.get("auto", True))}
             kept = entry.get("firstKeptEntryId")
+            index = entry.get("firstKeptEntryIndex")  # version 1: an index into the file's entries
+            if kept is None and isinstance(index, int) and 0 < index < len(entries):
+                n_k, e_k = entries[index]
+                kept = str(e_k.get("id") or f"l{n_k}")
             compaction = d.part(parts, marker, body)
             if isinstance(kept, str):
                 pending_tail.append((compaction, kept))
