@@ -30,13 +30,13 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="one JSON array, for scripts")
 
     p = sub.add_parser("inspect", help="a session turn by turn: context, compactions, prunes")
-    p.add_argument("session", help="session id (or a unique prefix of it)")
+    p.add_argument("session", help="session id, a unique prefix of it, or its title")
     p.add_argument("--db", type=Path, help=db_help)
     p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     p.add_argument("--context", type=_positive, help="model window to draw (default: catalog)")
 
     p = sub.add_parser("report", help="a self-contained HTML report of a session")
-    p.add_argument("session", help="session id (or a unique prefix of it)")
+    p.add_argument("session", help="session id, a unique prefix of it, or its title")
     p.add_argument("--db", type=Path, help=db_help)
     p.add_argument("-o", "--output", type=Path, required=True, help="the HTML file to write")
     p.add_argument("--context", type=_positive, help="model window to draw (default: catalog)")
@@ -80,6 +80,11 @@ def dispatch(args: argparse.Namespace) -> int:
     except (DatabaseError, ImportFailure) as exc:
         print(f"compaction-sidecar {args.command}: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `sessions | head`: the reader left, which is not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _when(ms: int) -> str:

@@ -61,7 +61,7 @@ def list_sessions(conn: sqlite3.Connection) -> list[SessionRow]:
 
 
 def find_session(conn: sqlite3.Connection, ref: str) -> Session:
-    """A session by id, or by a unique id prefix (ids are long to type)."""
+    """A session by id, a unique id prefix (ids are long to type), or its title."""
     rows = conn.execute("SELECT data, updated FROM sessions WHERE id = ?", (ref,)).fetchall()
     if not rows:
         like = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
@@ -70,6 +70,21 @@ def find_session(conn: sqlite3.Connection, ref: str) -> Session:
         ).fetchall()
         if len(rows) > 1:
             raise DatabaseError(f"session {ref!r} is ambiguous: give more of its id")
+    if not rows:  # a title, or the start of one, when it names one session
+        rows = (
+            conn.execute(
+                "SELECT data, updated FROM sessions WHERE json_extract(data, '$.title') = ? "
+                "LIMIT 2",
+                (ref,),
+            ).fetchall()
+            or conn.execute(
+                "SELECT data, updated FROM sessions "
+                "WHERE substr(json_extract(data, '$.title'), 1, ?) = ? LIMIT 2",
+                (len(ref), ref),
+            ).fetchall()
+        )
+        if len(rows) > 1:
+            raise DatabaseError(f"{ref!r} names more than one session: give its id")
     if not rows:
         raise DatabaseError(f"no session {ref!r}")
     session = _session_decoder.decode(rows[0][0])

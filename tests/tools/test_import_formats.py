@@ -239,3 +239,33 @@ def test_pi_version_1_compaction_index(tmp_path: Path) -> None:
     window = to_anthropic(filter_compacted(history))
     texts = [block["text"] for m in window for block in m["content"]]
     assert texts == ["What did we do so far?", "S", "kept", "new"]
+
+
+def test_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import pty
+
+    from sidecar.tools.cli import _progress
+
+    assert _progress(10_000) is None  # pytest's stderr is not a terminal
+    import select
+
+    import fcntl
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    seen = b""
+    with os.fdopen(follower, "w") as tty:
+        monkeypatch.setattr("sys.stderr", tty)
+        assert _progress(10) is None, "short imports draw nothing"
+        bar = _progress(10_000)
+        assert bar is not None
+        bar.update(5_000)
+        bar.close()
+        tty.flush()
+        while select.select([leader], [], [], 0)[0]:  # already written: polling, no waiting
+            seen += os.read(leader, 4096)
+    os.close(leader)
+    assert b"5000/10000" in seen, seen

@@ -126,3 +126,12 @@ def test_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 def test_unknown_session(compacted: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["inspect", "ses_nothing", "--db", str(compacted[0])]) == 1
     assert "no session 'ses_nothing'" in capsys.readouterr().err
+
+
+def test_a_session_by_title(compacted: tuple[Path, str]) -> None:
+    conn = open_ro(compacted[0])
+    try:
+        assert find_session(conn, "tools-fixture").id == compacted[1]
+        assert find_session(conn, "tools-fix").id == compacted[1]
+    finally:
+        conn.close()

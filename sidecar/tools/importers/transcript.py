@@ -1,7 +1,8 @@
 """The project's neutral transcript JSONL (../shared/transcripts, ``sidecar.replay``).
 
-Transcripts carry no ids or times: they are made here, ascending in file order, from the
-header's ``session`` name so that importing the same file twice gives the same session.
+Transcripts carry no ids or times: ids are made from the header's ``session`` name and times
+from the file's modification time, ascending in file order, so that importing the same file
+twice gives the same session.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def read(path: Path) -> list[Imported]:
     digest = hashlib.sha256(t.session.encode()).hexdigest()[:24]
     d.session_id = f"ses_{digest}"
     d.title = t.session
-    base = 1_000_000_000_000  # fixed, so a re-import is the same session
+    # The file's modification time: a re-import of the same file is the same session.
+    base = int(path.stat().st_mtime * 1000) - len(t.messages)
     last_user = ""
     for i, m in enumerate(t.messages, start=2):
         at = d.tick(base)
