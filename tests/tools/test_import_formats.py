@@ -248,9 +248,8 @@ def test_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> Non
     from sidecar.tools.cli import _progress
 
     assert _progress(10_000) is None  # pytest's stderr is not a terminal
-    import select
-
     import fcntl
+    import select
     import struct
     import termios
 
