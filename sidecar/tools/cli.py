@@ -222,6 +222,12 @@ async def _check_ids(store: Any, imp: Any, path: Path) -> None:
             raise ImportFailure(
                 f"{path}: message {msg.id!r} is already stored in session {hit[0].session_id!r}"
             )
+    for part, _ in imp.parts:
+        found = await store.get_part(part.id)
+        if found is not None and found[0].message_id != part.message_id:
+            raise ImportFailure(
+                f"{path}: part {part.id!r} is already stored in message {found[0].message_id!r}"
+            )
 
 
 def _progress(total: int) -> Any:

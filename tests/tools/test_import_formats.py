@@ -15,7 +15,7 @@ from sidecar.cli import main
 from sidecar.engine.filter import filter_compacted
 from sidecar.engine.render import to_anthropic
 from sidecar.model.messages import UserMessage, WithParts
-from sidecar.model.parts import CompactionPart, ToolCompleted, ToolError, ToolPart
+from sidecar.model.parts import CompactionPart, FilePart, ToolCompleted, ToolError, ToolPart
 from sidecar.store import Store
 from sidecar.tools.importers.common import ImportFailure
 from sidecar.tools.importers.detect import detect, read
@@ -79,6 +79,7 @@ def test_claude_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     }
     assert "swapped day and month" in window[1]["content"][0]["text"]
     assert window[2]["content"][0]["text"] == "Thanks. Add a test for leap days too."
+    assert window[2]["content"][1]["type"] == "image"
     marker = next(p for m in history for p in m.parts if isinstance(p, CompactionPart))
     assert marker.auto is False  # compactMetadata.trigger == "manual"
     conn = open_ro(db)
@@ -96,6 +97,8 @@ def test_pi_keeps_its_compaction_tail_and_current_branch(
     sid = row["sessionID"]
     history = _history(db, sid)
     assert "abandoned question" not in json.dumps([msgspec.to_builtins(m) for m in history])
+    files = [p for m in history for p in m.parts if isinstance(p, FilePart)]
+    assert [(f.mime, f.url) for f in files] == [("image/png", "data:image/png;base64,iVBORw0KGgo=")]
     window = to_anthropic(filter_compacted(history))
     # pi's own context: summary, the kept messages from firstKeptEntryId, then what followed
     assert window[0]["content"][0]["text"] == "What did we do so far?"

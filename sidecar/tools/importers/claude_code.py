@@ -113,6 +113,7 @@ def read(path: Path) -> list[Imported]:
             if not isinstance(blocks, list):
                 raise ImportFailure(f"{path}:{n}: field 'message.content': expected text or a list")
             texts: list[str] = []
+            images: list[dict[str, Any]] = []
             for b in blocks:
                 if not isinstance(b, dict):
                     continue
@@ -146,13 +147,21 @@ def read(path: Path) -> list[Imported]:
                     )
                 elif b.get("type") == "text" and b.get("text"):
                     texts.append(str(b["text"]))
-            if texts:
+                elif b.get("type") == "image" and isinstance(b.get("source"), dict):
+                    images.append(b["source"])
+            if texts or images:
                 info = {"id": f"msg_{uuid}", "role": "user", "time": {"created": d.tick(ts)}}
                 parts = d.message(info, n)
                 for t in texts:
                     d.part(parts, info, {"type": "text", "text": t})
+                for src in images:
+                    mime = str(src.get("media_type") or "image/png")
+                    url = f"data:{mime};base64,{src.get('data', '')}"
+                    if src.get("type") == "url":
+                        url = str(src.get("url") or "")
+                    d.part(parts, info, {"type": "file", "mime": mime, "url": url})
                 last_user = info["id"]
-                if not d.title and not rec.get("isMeta"):
+                if texts and not d.title and not rec.get("isMeta"):
                     d.title = text_title(texts[0])
             continue
         # assistant: merge the lines of one response (same message.id)

@@ -59,6 +59,12 @@ def _text(content: Any) -> str:
     return ""
 
 
+def _images(content: Any) -> list[dict[str, Any]]:
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict) and b.get("type") == "image"]
+
+
 def read(path: Path) -> list[Imported]:
     entries = read_jsonl(str(path), path.read_bytes())
     n0, header = entries[0]
@@ -230,7 +236,12 @@ def read(path: Path) -> list[Imported]:
                 if model:
                     info["model"] = {"providerID": provider, "modelID": model}
                 parts = d.message(info, n)
-                d.part(parts, info, {"type": "text", "text": text})
+                if text:
+                    d.part(parts, info, {"type": "text", "text": text})
+                for block in _images(msg.get("content")):
+                    mime = str(block.get("mimeType") or "image/png")
+                    url = f"data:{mime};base64,{block.get('data', '')}"
+                    d.part(parts, info, {"type": "file", "mime": mime, "url": url})
                 last_user = mid
                 if role == "user" and not d.title and text.strip():
                     d.title = text_title(text)
