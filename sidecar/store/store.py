@@ -437,7 +437,11 @@ class Store:
             statements.append((_UPSERT_MESSAGE, [message_row(m, r) for m, r in messages]))
         if parts:
             statements.append((_UPSERT_PART, [part_row(p, r) for p, r in parts]))
-        await self._writer.submit(statements, needs_counts=True)
+        await self._writer.submit(
+            statements,
+            on_integrity=lambda exc: Conflict(f"session {session.id!r} not stored: {exc}"),
+            needs_counts=True,
+        )
         self.cache.invalidate(session.id)
 
     async def get_message(self, message_id: str) -> tuple[Message, str] | None:

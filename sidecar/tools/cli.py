@@ -68,6 +68,7 @@ def _db(args: argparse.Namespace) -> Path:
 
 def dispatch(args: argparse.Namespace) -> int:
     """Run the tools command in ``args``; 1 with a one-line message on a user error."""
+    from sidecar.errors import Conflict
     from sidecar.tools.importers.common import ImportFailure
     from sidecar.tools.readdb import DatabaseError
 
@@ -77,7 +78,7 @@ def dispatch(args: argparse.Namespace) -> int:
         if args.command in ("inspect", "report"):
             return _inspect(args)
         return asyncio.run(_import(args))
-    except (DatabaseError, ImportFailure) as exc:
+    except (DatabaseError, ImportFailure, Conflict) as exc:
         print(f"compaction-sidecar {args.command}: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `sessions | head`: the reader left, which is not an error

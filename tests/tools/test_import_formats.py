@@ -14,6 +14,7 @@ import pytest
 from sidecar.cli import main
 from sidecar.engine.filter import filter_compacted
 from sidecar.engine.render import to_anthropic
+from sidecar.errors import Conflict
 from sidecar.model.messages import UserMessage, WithParts
 from sidecar.model.parts import CompactionPart, FilePart, ToolCompleted, ToolError, ToolPart
 from sidecar.store import Store
@@ -197,7 +198,7 @@ def test_put_session_with_is_one_transaction(tmp_path: Path) -> None:
     async def go() -> int:
         store = await Store.open(tmp_path / "s.db")
         try:
-            with pytest.raises(Exception):  # noqa: B017 - the constraint error is the store's
+            with pytest.raises(Conflict, match="not stored"):
                 await store.put_session_with(imp.session, imp.messages, [*imp.parts, (orphan, raw)])
             return len((await store.list_sessions())[0])
         finally:
