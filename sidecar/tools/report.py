@@ -19,7 +19,8 @@ _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px auto;
 max-width:1000px;color:#1d2330;background:#fff;padding:0 16px}
 h1{font-size:1.4em;margin:0 0 4px}h2{font-size:1.1em;margin:28px 0 8px}
-.meta{color:#596273;font-size:.9em;margin:0 0 16px}.meta span{margin-right:18px;white-space:nowrap;display:inline-block}
+.meta{color:#596273;font-size:.9em;margin:0 0 16px}
+.meta span{margin-right:18px;white-space:nowrap;display:inline-block}
 table{border-collapse:collapse;font-size:.88em}
 td,th{padding:3px 10px;border-bottom:1px solid #e3e6eb;text-align:right}
 th{background:#f4f6f9}td.l,th.l{text-align:left}

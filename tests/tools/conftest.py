@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -59,13 +60,10 @@ def _transcript(path: Path, turns: int = 16) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
-def compacted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """(db, session id): a generated transcript replayed against a 6,000-token window, with
-    prune thresholds low enough (user config file) that prunes happen too."""
+def _replayed(factory: pytest.TempPathFactory, method: str) -> tuple[Path, str]:
     from sidecar.replay.runner import replay
 
-    home = tmp_path_factory.mktemp("home")
+    home = factory.mktemp("home")
     (home / "config" / "compaction-sidecar").mkdir(parents=True)
     (home / "config" / "compaction-sidecar" / "config.json").write_text(
         json.dumps({"compaction": {"pruneProtect": 1200, "pruneMinimum": 300}})
@@ -75,6 +73,7 @@ def compacted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         replay(
             load(_transcript(home / "t.jsonl")),
             context=4_000,
+            method=method,
             db=db,
             echo=lambda _s: None,
             verbose=False,
@@ -82,8 +81,21 @@ def compacted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         )
     )
     assert report.compactions and report.prunes, "the fixture must compact and prune"
-    import sqlite3
-
     with sqlite3.connect(db) as conn:
         (sid,) = conn.execute("SELECT id FROM sessions").fetchone()
     return db, str(sid)
+
+
+@pytest.fixture(scope="session")
+def compacted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """(db, session id): a generated transcript replayed by the real daemon against a
+    4,000-token window, with prune thresholds low enough (user config file) that prunes
+    happen too. The replay runner sends each call's ``session/context`` estimate as that
+    message's ``tokens.input``, which lets tests check ``inspect`` turn by turn."""
+    return _replayed(tmp_path_factory, "standard")
+
+
+@pytest.fixture(scope="session")
+def collapsed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The same with collapse compaction (markers point back at a kept tail)."""
+    return _replayed(tmp_path_factory, "collapse")

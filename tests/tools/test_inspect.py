@@ -44,6 +44,23 @@ async def test_last_figure_is_the_daemons_session_context(
     assert ins.session.estimated_tokens == ctx.estimated_tokens
 
 
+@pytest.mark.parametrize("fixture", ["compacted", "collapsed"])
+def test_each_turn_is_the_window_the_daemon_served(
+    fixture: str, request: pytest.FixtureRequest
+) -> None:
+    """The replay runner stored each call's ``session/context`` estimate as its
+    ``tokens.input``: inspect must rebuild every one of them from the history alone, across
+    prunes and (standard or collapse) compactions."""
+    db, sid = request.getfixturevalue(fixture)
+    ins = _inspection(db, sid)
+    conn = open_ro(db)
+    infos = {m.info.id: m.info for m in load_history(conn, find_session(conn, sid))}
+    conn.close()
+    sent = [infos[t.message_id].tokens.input for t in ins.turns]  # type: ignore[union-attr]
+    assert [t.context_tokens for t in ins.turns] == sent
+    assert ins.compactions and ins.prunes
+
+
 def test_turns_compactions_and_prunes(compacted: tuple[Path, str]) -> None:
     db, sid = compacted
     ins = _inspection(db, sid)
