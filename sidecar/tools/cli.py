@@ -95,12 +95,25 @@ def _when(ms: int) -> str:
 
 
 def _sessions(args: argparse.Namespace) -> int:
-    from sidecar.tools.inspect import summarize
-    from sidecar.tools.readdb import list_sessions, load_history, open_ro
+    from sidecar.engine.tokens import estimate_messages
+    from sidecar.model.inspect import SessionSummary
+    from sidecar.tools.readdb import list_sessions, open_ro, overview
 
     conn = open_ro(_db(args))
+    rows: list[SessionSummary] = []
     try:
-        rows = [summarize(r.session, load_history(conn, r.session)) for r in list_sessions(conn)]
+        for session in list_sessions(conn):
+            o = overview(conn, session)
+            rows.append(
+                SessionSummary(
+                    id=session.id,
+                    title=session.title,
+                    messages=o.messages,
+                    estimated_tokens=estimate_messages(o.window),
+                    compactions=o.compactions,
+                    last_activity=o.last_activity,
+                )
+            )
     finally:
         conn.close()
     if args.json:

@@ -88,7 +88,8 @@ def model_of(history: Sequence[WithParts]) -> tuple[str, str] | None:
 
 
 def summarize(session: Session, history: Sequence[WithParts]) -> SessionSummary:
-    """The ``sessions`` line: current window size, finished compactions, last activity."""
+    """The ``sessions`` line from the whole history: current window size, finished
+    compactions, last activity (``readdb.overview`` gets the same without the history)."""
     last = max(
         [session.time.updated, *(m.info.time.completed or m.info.time.created for m in history)]
     )

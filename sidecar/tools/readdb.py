@@ -13,6 +13,7 @@ from pathlib import Path
 
 import msgspec
 
+from sidecar.engine.filter import filter_compacted
 from sidecar.engine.window import cut_reverted
 from sidecar.model.messages import WithParts
 from sidecar.model.parts import Part
@@ -25,12 +26,6 @@ _session_decoder = msgspec.json.Decoder(Session)
 
 class DatabaseError(Exception):
     """The database is missing or not one of ours; the message says which file."""
-
-
-@dataclass(frozen=True)
-class SessionRow:
-    session: Session
-    messages: int
 
 
 def open_ro(path: Path) -> sqlite3.Connection:
@@ -46,17 +41,15 @@ def open_ro(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def list_sessions(conn: sqlite3.Connection) -> list[SessionRow]:
-    """Every session, most recently active first, with its message count."""
-    rows = conn.execute(
-        "SELECT s.data, s.updated, (SELECT count(*) FROM messages m WHERE m.session_id = s.id) "
-        "FROM sessions s ORDER BY s.updated DESC, s.id DESC"
-    ).fetchall()
-    out: list[SessionRow] = []
-    for data, updated, count in rows:
+def list_sessions(conn: sqlite3.Connection) -> list[Session]:
+    """Every session, most recently active first."""
+    out: list[Session] = []
+    for data, updated in conn.execute(
+        "SELECT data, updated FROM sessions ORDER BY updated DESC, id DESC"
+    ):
         session = _session_decoder.decode(data)
         session.time.updated = max(session.time.updated, updated)
-        out.append(SessionRow(session, int(count)))
+        out.append(session)
     return out
 
 
@@ -92,16 +85,24 @@ def find_session(conn: sqlite3.Connection, ref: str) -> Session:
     return session
 
 
-def load_history(conn: sqlite3.Connection, session: Session) -> list[WithParts]:
-    """Every visible message of ``session``, chronological, revert applied (as the engine)."""
+def load_history(
+    conn: sqlite3.Connection, session: Session, start: Key | None = None
+) -> list[WithParts]:
+    """Every visible message of ``session`` (from ``start`` on), chronological, revert applied
+    (as the engine)."""
+    cond = "session_id = ?"
+    args: list[object] = [session.id]
+    if start is not None:
+        cond += " AND (created, id) >= (?, ?)"
+        args += [start.created, start.id]
     msgs = conn.execute(
-        "SELECT id, data, created FROM messages WHERE session_id = ? ORDER BY created, id",
-        (session.id,),
+        f"SELECT id, data, created FROM messages WHERE {cond} ORDER BY created, id", args
     ).fetchall()
     by_message: dict[str, list[Part]] = {}
     for mid, data in conn.execute(
-        "SELECT message_id, data FROM parts WHERE session_id = ? ORDER BY message_id, id",
-        (session.id,),
+        f"SELECT p.message_id, p.data FROM parts p WHERE p.message_id IN "
+        f"(SELECT id FROM messages WHERE {cond}) ORDER BY p.message_id, p.id",
+        args,
     ):
         by_message.setdefault(mid, []).append(decode_part(data))
     history = [
@@ -114,3 +115,46 @@ def load_history(conn: sqlite3.Connection, session: Session) -> list[WithParts]:
             None,
         )
     return cut_reverted(history, session, rkey)
+
+
+@dataclass(frozen=True)
+class Overview:
+    """What ``sessions`` shows of one session, read without its whole history."""
+
+    window: list[WithParts]
+    messages: int
+    compactions: int
+    last_activity: int
+
+
+def overview(conn: sqlite3.Connection, session: Session) -> Overview:
+    """The current window (from the newest marker whose summary finished, or the collapse
+    tail it points back at: what ``window.load_window`` reads), plus counts from SQL."""
+    start: Key | None = None
+    if session.revert is None:  # with a revert point the cut needs the whole history
+        row = conn.execute(
+            "SELECT m.created, m.id, json_extract(p.data, '$.tailStartID') "
+            "FROM parts p JOIN messages m ON m.id = p.message_id "
+            "WHERE p.session_id = ? AND p.type = 'compaction' AND m.role = 'user' "
+            "AND EXISTS (SELECT 1 FROM messages s WHERE s.parent_id = m.id "
+            "AND s.summary_ok = 1 AND s.session_id = m.session_id) "
+            "ORDER BY m.created DESC, m.id DESC LIMIT 1",
+            (session.id,),
+        ).fetchone()
+        if row is not None:
+            start = Key(row[0], row[1])
+            if row[2]:
+                tail = conn.execute(
+                    "SELECT created, id FROM messages WHERE id = ? AND session_id = ?",
+                    (row[2], session.id),
+                ).fetchone()
+                if tail is not None and Key(*tail) < start:
+                    start = Key(*tail)
+    window = filter_compacted(load_history(conn, session, start))
+    count, summaries, newest = conn.execute(
+        "SELECT count(*), coalesce(sum(summary_ok), 0), coalesce(max(created), 0) "
+        "FROM messages WHERE session_id = ?",
+        (session.id,),
+    ).fetchone()
+    last = max([session.time.updated, newest, *(m.info.time.completed or 0 for m in window)])
+    return Overview(window, int(count), int(summaries), int(last))

@@ -152,3 +152,28 @@ def test_a_session_by_title(compacted: tuple[Path, str]) -> None:
         assert find_session(conn, "tools-fix").id == compacted[1]
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize("fixture", ["compacted", "collapsed"])
+def test_sessions_reads_only_the_window_and_agrees_with_the_history(
+    fixture: str, request: pytest.FixtureRequest
+) -> None:
+    from sidecar.engine.tokens import estimate_messages
+    from sidecar.tools.inspect import summarize
+    from sidecar.tools.readdb import overview
+
+    db, sid = request.getfixturevalue(fixture)
+    conn = open_ro(db)
+    try:
+        session = find_session(conn, sid)
+        full = summarize(session, load_history(conn, session))
+        o = overview(conn, session)
+    finally:
+        conn.close()
+    assert len(o.window) < full.messages, "only the window is read"
+    assert estimate_messages(o.window) == full.estimated_tokens
+    assert (o.messages, o.compactions, o.last_activity) == (
+        full.messages,
+        full.compactions,
+        full.last_activity,
+    )
