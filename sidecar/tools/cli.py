@@ -159,7 +159,8 @@ def _print_inspection(ins: Any) -> None:
     s = ins.session
     window = f"{ins.window:,}" if ins.window else "unknown"
     print(f"{s.id}  {s.title}")
-    print(f"model {ins.model or 'unknown'}, window {window}, usable {ins.usable or '-'}")
+    usable = f"{ins.usable:,}" if ins.usable else "-"
+    print(f"model {ins.model or 'unknown'}, window {window}, usable {usable}")
     print(f"{s.messages} messages, current context {s.estimated_tokens:,} estimated tokens")
     events: dict[int, list[str]] = {}
     for i, c in enumerate(ins.compactions, 1):

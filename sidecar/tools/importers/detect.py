@@ -63,9 +63,10 @@ def read(path: Path, fmt: Format = "auto") -> list[Imported]:
         fmt = detect(path)
     if fmt == "opencode":
         if path.is_dir():
-            if opencode.storage_root(path):
-                return opencode.read_storage(path)
-            return opencode.read_sqlite(path)
+            # A data dir upgraded from 1.1 to 1.2 may hold both: the database is the live one.
+            if opencode.sqlite_path(path):
+                return opencode.read_sqlite(path)
+            return opencode.read_storage(path)
         if opencode.looks_like_sqlite(path):
             return opencode.read_sqlite(path)
         return opencode.read_export(path)
