@@ -268,7 +268,9 @@ def test_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> Non
         bar.update(5_000)
         bar.close()
         tty.flush()
-        while select.select([leader], [], [], 0)[0]:  # already written: polling, no waiting
+        # The kernel hands pty output to the reader asynchronously: wait for data (an event,
+        # bounded), not for time.
+        while b"5000/10000" not in seen and select.select([leader], [], [], 10)[0]:
             seen += os.read(leader, 4096)
     os.close(leader)
     assert b"5000/10000" in seen, seen
