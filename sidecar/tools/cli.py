@@ -14,9 +14,13 @@ import datetime as dt
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+if TYPE_CHECKING:
+    from sidecar.store import Store
+    from sidecar.tools.importers.common import Imported
 
 _FORMATS = ("auto", "opencode", "claude-code", "pi", "transcript")
 COMMANDS = frozenset({"sessions", "inspect", "report", "import"})
@@ -187,8 +191,9 @@ def _print_inspection(ins: Any) -> None:
 
 
 async def _import(args: argparse.Namespace) -> int:
+    """Read and check every file first, then write each session in its own transaction; if
+    one fails, the sessions written before it are still listed (they are complete)."""
     from sidecar.store import Store
-    from sidecar.tools.importers.common import Imported, ImportFailure
     from sidecar.tools.importers.detect import read
 
     batches: list[tuple[Path, list[Imported]]] = []
@@ -212,23 +217,21 @@ async def _import(args: argparse.Namespace) -> int:
                 )
                 if bar is not None:
                     bar.update(len(imp.messages))
-    except ImportFailure:
-        raise
     finally:
         if bar is not None:
             bar.close()
         await store.close()
-    if args.json:
-        print(json.dumps(done))
-    else:
-        for d in done:
-            print(f"{d['sessionID']}  {d['source']}  {d['messages']} messages")
+        if args.json:
+            print(json.dumps(done))
+        else:
+            for d in done:
+                print(f"{d['sessionID']}  {d['source']}  {d['messages']} messages")
     return 0
 
 
-async def _check_ids(store: Any, imp: Any, path: Path) -> None:
-    """An id already stored in another session would be skipped silently by the upsert;
-    say so instead (DESIGN §4 Integrity)."""
+async def _check_ids(store: Store, imp: Imported, path: Path) -> None:
+    """The store refuses an id that belongs to another session or message; checking first
+    gives an error that names the file and the id."""
     from sidecar.tools.importers.common import ImportFailure
 
     for msg, _ in imp.messages:

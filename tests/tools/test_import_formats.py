@@ -185,8 +185,13 @@ def test_an_id_of_another_session_is_refused(
     )
     other = tmp_path / "other.jsonl"
     other.write_text(moved)
-    assert main(["import", str(other), "--db", str(db)]) == 1
-    assert "is already stored in session" in capsys.readouterr().err
+    assert main(["import", str(PI), str(other), "--db", str(db), "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert "is already stored in session" in err
+    # the session before the refused one is complete, stored, and listed
+    assert [r["source"] for r in json.loads(out)] == ["pi"]
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM sessions").fetchone() == (2,)
 
 
 def test_put_session_with_is_one_transaction(tmp_path: Path) -> None:

@@ -54,10 +54,24 @@ def test_each_turn_is_the_window_the_daemon_served(
     db, sid = request.getfixturevalue(fixture)
     ins = _inspection(db, sid)
     conn = open_ro(db)
-    infos = {m.info.id: m.info for m in load_history(conn, find_session(conn, sid))}
+    history = load_history(conn, find_session(conn, sid))
     conn.close()
-    sent = [infos[t.message_id].tokens.input for t in ins.turns]  # type: ignore[union-attr]
-    assert [t.context_tokens for t in ins.turns] == sent
+    infos = {m.info.id: m.info for m in history}
+    # Every id here is the daemon's, and those ascend in write order. Known daemon fault
+    # (reported to the lead): the compactor stamps its marker/summary/continue up to a few
+    # ms ahead of the clock, and a frontend message written right after gets ``now``, so it
+    # is stored *before* the continue message it followed. From such an inversion on, the
+    # stored history is not the one the frontend saw, so only the turns before it compare.
+    ids = [m.info.id for m in history]
+    later_min = [*ids[1:], "~"]  # "~" sorts after every id
+    for i in range(len(ids) - 2, -1, -1):
+        later_min[i] = min(ids[i + 1], later_min[i + 1])
+    # the first message stored before one written earlier than itself
+    stop = next((i for i, mid in enumerate(ids) if mid > later_min[i]), len(ids))
+    checked = [t for t in ins.turns if ids.index(t.message_id) < stop]
+    assert len(checked) >= 10 and any(p.turn < len(checked) for p in ins.prunes)
+    sent = [infos[t.message_id].tokens.input for t in checked]  # type: ignore[union-attr]
+    assert [t.context_tokens for t in checked] == sent
     assert ins.compactions and ins.prunes
 
 
