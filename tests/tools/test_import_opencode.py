@@ -18,6 +18,7 @@ from tests.tools.conftest import FIXTURES, daemon
 
 V1153 = FIXTURES / "opencode-1.1.53"
 V1227 = FIXTURES / "opencode-1.2.27"
+V11833 = FIXTURES / "opencode-1.18.33"
 
 
 def _import(capsys: pytest.CaptureFixture[str], db: Path, *args: str) -> list[dict[str, Any]]:
@@ -77,16 +78,17 @@ def test_opencode_1153_context_equals_its_last_request(
     assert parts.boundary_message_id == head["info"]["id"]
 
 
-def test_opencode_1227_sqlite_context_equals_its_last_request(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("fixture", [V1227, V11833], ids=["1.2.27", "1.18.33"])
+def test_opencode_sqlite_context_equals_its_last_request(
+    fixture: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db = tmp_path / "s.db"
     copy = tmp_path / "opencode.db"
-    shutil.copy(V1227 / "opencode.db", copy)
+    shutil.copy(fixture / "opencode.db", copy)
     [row] = _import(capsys, db, str(copy))
     assert row["source"] == "opencode-sqlite" and row["messages"] == 15
     ctx = _context(db, tmp_path, row["sessionID"])
-    assert _normalize(msgspec.to_builtins(ctx.messages)) == _normalize(_expected(V1227))
+    assert _normalize(msgspec.to_builtins(ctx.messages)) == _normalize(_expected(fixture))
 
 
 def test_export_keeps_every_stored_field(
