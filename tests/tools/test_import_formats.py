@@ -279,3 +279,15 @@ def test_progress_bar_only_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> Non
             seen += os.read(leader, 4096)
     os.close(leader)
     assert b"5000/10000" in seen, seen
+
+
+def test_a_folder_of_session_logs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Claude Code project folder: every ``*.jsonl`` in it, each detected on its own."""
+    db = tmp_path / "s.db"
+    assert main(["import", str(FIXTURES / "claude-code"), "--db", str(db), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted(r["messages"] for r in rows) == [2, 8]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ImportFailure, match="without OpenCode storage"):
+        read(empty)

@@ -31,7 +31,7 @@ def detect(path: Path) -> Format:
         if opencode.storage_root(path) or opencode.sqlite_path(path):
             return "opencode"
         raise ImportFailure(
-            f"{path}: a folder, but not OpenCode storage (no session/, opencode.db)"
+            f"{path}: a folder without OpenCode storage, opencode.db or *.jsonl sessions"
         )
     if not path.is_file():
         raise ImportFailure(f"{path}: no such file")
@@ -58,7 +58,13 @@ def detect(path: Path) -> Format:
 
 
 def read(path: Path, fmt: Format = "auto") -> list[Imported]:
-    """Every session in ``path``, fully read and validated (nothing written yet)."""
+    """Every session in ``path``, fully read and validated (nothing written yet). A folder
+    that is not OpenCode storage is read as its ``*.jsonl`` files (a Claude Code project
+    folder, pi's sessions folder), each detected on its own."""
+    if path.is_dir() and not (opencode.storage_root(path) or opencode.sqlite_path(path)):
+        files = sorted(path.glob("*.jsonl"))
+        if files:
+            return [imp for f in files for imp in read(f, fmt)]
     if fmt == "auto":
         fmt = detect(path)
     if fmt == "opencode":
