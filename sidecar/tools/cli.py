@@ -46,9 +46,17 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--context", type=_positive, help="model window to draw (default: catalog)")
 
     p = sub.add_parser("import", help="import OpenCode, Claude Code, pi or transcript sessions")
-    p.add_argument("files", type=Path, nargs="+", metavar="FILE")
+    p.add_argument(
+        "files",
+        type=Path,
+        nargs="+",
+        metavar="FILE",
+        help="an export or log file, an OpenCode data/storage folder, or a folder of *.jsonl",
+    )
     p.add_argument("--db", type=Path, help=db_help)
-    p.add_argument("--format", choices=_FORMATS, default="auto")
+    p.add_argument(
+        "--format", choices=_FORMATS, default="auto", help="default: told by each file's shape"
+    )
     p.add_argument("--json", action="store_true", help="[{sessionID, source, messages}]")
 
 
