@@ -52,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--base-url", help="summarizer base URL")
     replay.add_argument("--api-key-env", help="environment variable holding the API key")
     replay.add_argument("--quiet", action="store_true")
+    from sidecar.tools.cli import add_commands
+
+    add_commands(sub)
     return parser
 
 
@@ -81,5 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         from sidecar.replay import main as replay_main
 
         return replay_main(args)
+    from sidecar.tools.cli import COMMANDS, dispatch
+
+    if args.command in COMMANDS:
+        return dispatch(args)
     _parser().print_help()
     return 0

@@ -409,6 +409,41 @@ class Store:
         for sid in {m.session_id for m, _ in messages} | {p.session_id for p, _ in parts}:
             self.cache.invalidate(sid)
 
+    async def put_session_with(
+        self,
+        session: Session,
+        messages: Sequence[tuple[Message, bytes | str]],
+        parts: Sequence[tuple[Part, bytes | str]],
+    ) -> None:
+        """A whole session in one transaction (import): either all of it is stored or none."""
+        statements: list[Statement] = [
+            (
+                "INSERT INTO sessions (id, parent_id, created, updated, data) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+                "parent_id = excluded.parent_id, updated = excluded.updated, "
+                "data = excluded.data",
+                [
+                    (
+                        session.id,
+                        session.parent_id,
+                        session.time.created,
+                        session.time.updated,
+                        _encoder.encode(session).decode(),
+                    )
+                ],
+            )
+        ]
+        if messages:
+            statements.append((_UPSERT_MESSAGE, [message_row(m, r) for m, r in messages]))
+        if parts:
+            statements.append((_UPSERT_PART, [part_row(p, r) for p, r in parts]))
+        await self._writer.submit(
+            statements,
+            on_integrity=lambda exc: Conflict(f"session {session.id!r} not stored: {exc}"),
+            needs_counts=True,
+        )
+        self.cache.invalidate(session.id)
+
     async def get_message(self, message_id: str) -> tuple[Message, str] | None:
         rows = await self._query("SELECT data FROM messages WHERE id = ?", (message_id,))
         return (decode_message(rows[0][0]), rows[0][0]) if rows else None

@@ -1,0 +1,66 @@
+"""What ``sessions --json`` and ``inspect --json`` print: scripts rely on these names."""
+
+from __future__ import annotations
+
+import msgspec
+
+from sidecar.model.base import Dense
+
+
+class SessionSummary(Dense, kw_only=True):
+    """One line of ``sessions``: ``estimatedTokens`` is the size of the current window."""
+
+    id: str
+    title: str
+    messages: int
+    estimated_tokens: int
+    compactions: int
+    last_activity: int  # ms since the epoch
+
+
+class TurnPoint(Dense, kw_only=True):
+    """One model call: the window the frontend would have sent just before ``messageID``.
+
+    ``reportedTokens`` is what the provider reported for that call (input + cache read +
+    output, the count overflow compares), or null when the call reported nothing.
+    """
+
+    turn: int
+    message_id: str
+    time: int
+    context_tokens: int
+    reported_tokens: int | None = None
+
+
+class CompactionEvent(Dense, kw_only=True):
+    """``before``: the window when the marker was written; ``after``: right after the summary.
+    ``turn``: the number of turns before it, so it sits between ``turn`` and ``turn + 1``."""
+
+    turn: int
+    marker_id: str
+    summary_id: str
+    auto: bool
+    before: int
+    after: int
+    time: int
+    summary: str
+
+
+class PruneEvent(Dense, kw_only=True):
+    """Tool outputs cleared at one ``time`` (one prune), and the tokens that freed."""
+
+    turn: int
+    time: int
+    part_ids: list[str] = msgspec.field(default_factory=list)
+    tokens_saved: int = 0
+
+
+class Inspection(Dense, kw_only=True):
+    session: SessionSummary
+    model: str | None = None
+    window: int | None = None  # the model's context window, when known
+    usable: int | None = None  # the part of it a prompt may use (overflow's ``usable``)
+    turns: list[TurnPoint] = msgspec.field(default_factory=list)
+    compactions: list[CompactionEvent] = msgspec.field(default_factory=list)
+    prunes: list[PruneEvent] = msgspec.field(default_factory=list)
+    latest_summary: str | None = None

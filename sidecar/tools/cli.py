@@ -1,0 +1,265 @@
+"""The ``sessions``, ``inspect``, ``report`` and ``import`` commands.
+
+``add_commands`` puts them on the main parser and ``dispatch`` runs one, so ``sidecar.cli``
+needs two lines for them. The look-at commands open the database read-only and never need a
+daemon; ``import`` writes through the ``Store`` (one transaction per session), which is safe
+beside a running daemon thanks to WAL and the busy timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+if TYPE_CHECKING:
+    from sidecar.store import Store
+    from sidecar.tools.importers.common import Imported
+
+_FORMATS = ("auto", "opencode", "claude-code", "pi", "transcript")
+COMMANDS = frozenset({"sessions", "inspect", "report", "import"})
+
+
+def add_commands(sub: Any) -> None:
+    """Add the tools' subcommands to ``sub`` (an ``add_subparsers`` result)."""
+    db_help = "the daemon's SQLite file (default: the daemon's default database)"
+    p = sub.add_parser("sessions", help="list stored sessions (read-only)")
+    p.add_argument("--db", type=Path, help=db_help)
+    p.add_argument("--json", action="store_true", help="one JSON array, for scripts")
+
+    p = sub.add_parser("inspect", help="a session turn by turn: context, compactions, prunes")
+    p.add_argument("session", help="session id, a unique prefix of it, or its title")
+    p.add_argument("--db", type=Path, help=db_help)
+    p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
+    p.add_argument("--context", type=_positive, help="model window to draw (default: catalog)")
+
+    p = sub.add_parser("report", help="a self-contained HTML report of a session")
+    p.add_argument("session", help="session id, a unique prefix of it, or its title")
+    p.add_argument("--db", type=Path, help=db_help)
+    p.add_argument("-o", "--output", type=Path, required=True, help="the HTML file to write")
+    p.add_argument("--context", type=_positive, help="model window to draw (default: catalog)")
+
+    p = sub.add_parser("import", help="import OpenCode, Claude Code, pi or transcript sessions")
+    p.add_argument(
+        "files",
+        type=Path,
+        nargs="+",
+        metavar="FILE",
+        help="an export or log file, an OpenCode data/storage folder, or a folder of *.jsonl",
+    )
+    p.add_argument("--db", type=Path, help=db_help)
+    p.add_argument(
+        "--format", choices=_FORMATS, default="auto", help="default: told by each file's shape"
+    )
+    p.add_argument("--json", action="store_true", help="[{sessionID, source, messages}]")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {value}")
+    return value
+
+
+def _db(args: argparse.Namespace) -> Path:
+    if args.db is not None:
+        return Path(args.db)
+    from sidecar.server.daemon import default_db_path
+
+    return Path(default_db_path())
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """Run the tools command in ``args``; 1 with a one-line message on a user error."""
+    from sidecar.errors import Conflict
+    from sidecar.tools.importers.common import ImportFailure
+    from sidecar.tools.readdb import DatabaseError
+
+    try:
+        if args.command == "sessions":
+            return _sessions(args)
+        if args.command in ("inspect", "report"):
+            return _inspect(args)
+        return asyncio.run(_import(args))
+    except (DatabaseError, ImportFailure, Conflict) as exc:
+        print(f"compaction-sidecar {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `sessions | head`: the reader left, which is not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _when(ms: int) -> str:
+    if not ms:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M")
+
+
+def _sessions(args: argparse.Namespace) -> int:
+    from sidecar.engine.tokens import estimate_messages
+    from sidecar.model.inspect import SessionSummary
+    from sidecar.tools.readdb import list_sessions, open_ro, overview
+
+    conn = open_ro(_db(args))
+    rows: list[SessionSummary] = []
+    try:
+        for session in list_sessions(conn):
+            o = overview(conn, session)
+            rows.append(
+                SessionSummary(
+                    id=session.id,
+                    title=session.title,
+                    messages=o.messages,
+                    estimated_tokens=estimate_messages(o.window),
+                    compactions=o.compactions,
+                    last_activity=o.last_activity,
+                )
+            )
+    finally:
+        conn.close()
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(rows).decode() + "\n")
+        return 0
+    if not rows:
+        print("no sessions")
+        return 0
+    print(f"{'id':<34} {'messages':>8} {'tokens':>9} {'compact':>7}  {'last activity':<16}  title")
+    for s in rows:
+        print(
+            f"{s.id:<34} {s.messages:>8,} {s.estimated_tokens:>9,} {s.compactions:>7}  "
+            f"{_when(s.last_activity):<16}  {s.title}"
+        )
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from sidecar.tools.inspect import inspect
+    from sidecar.tools.readdb import find_session, load_history, open_ro
+
+    conn = open_ro(_db(args))
+    try:
+        session = find_session(conn, args.session)
+        history = load_history(conn, session)
+    finally:
+        conn.close()
+    result = inspect(session, history, context=args.context)
+    if args.command == "report":
+        from sidecar.tools.report import render
+
+        args.output.write_text(render(result), encoding="utf-8")
+        print(f"wrote {args.output}")
+        return 0
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(result).decode() + "\n")
+        return 0
+    _print_inspection(result)
+    return 0
+
+
+def _print_inspection(ins: Any) -> None:
+    s = ins.session
+    window = f"{ins.window:,}" if ins.window else "unknown"
+    print(f"{s.id}  {s.title}")
+    usable = f"{ins.usable:,}" if ins.usable else "-"
+    print(f"model {ins.model or 'unknown'}, window {window}, usable {usable}")
+    print(f"{s.messages} messages, current context {s.estimated_tokens:,} estimated tokens")
+    events: dict[int, list[str]] = {}
+    for i, c in enumerate(ins.compactions, 1):
+        kind = "auto" if c.auto else "manual"
+        events.setdefault(c.turn, []).append(
+            f"   -- compaction C{i} ({kind}): {c.before:,} -> {c.after:,} tokens"
+        )
+    for p in ins.prunes:
+        events.setdefault(p.turn, []).append(
+            f"   -- prune: {len(p.part_ids)} tool outputs cleared, {p.tokens_saved:,} tokens saved"
+        )
+    print(f"{'turn':>5} {'context':>9} {'reported':>9} {'of window':>9}")
+    for line in events.get(0, []):
+        print(line)
+    for t in ins.turns:
+        pct = f"{100 * t.context_tokens / ins.window:.0f}%" if ins.window else "-"
+        rep = f"{t.reported_tokens:,}" if t.reported_tokens is not None else "-"
+        print(f"{t.turn:>5} {t.context_tokens:>9,} {rep:>9} {pct:>9}")
+        for line in events.get(t.turn, []):
+            print(line)
+    if ins.latest_summary:
+        print("\nlatest summary:")
+        print(ins.latest_summary)
+
+
+async def _import(args: argparse.Namespace) -> int:
+    """Read and check every file first, then write each session in its own transaction; if
+    one fails, the sessions written before it are still listed (they are complete)."""
+    from sidecar.store import Store
+    from sidecar.tools.importers.detect import read
+
+    batches: list[tuple[Path, list[Imported]]] = []
+    for path in args.files:
+        batches.append((path, read(Path(path), args.format)))
+    total = sum(len(i.messages) for _, imps in batches for i in imps)
+    store = await Store.open(_db(args))
+    done: list[dict[str, Any]] = []
+    bar = _progress(total)
+    try:
+        for path, imps in batches:
+            for imp in imps:
+                await _check_ids(store, imp, path)
+                await store.put_session_with(imp.session, imp.messages, imp.parts)
+                done.append(
+                    {
+                        "sessionID": imp.session.id,
+                        "source": imp.source,
+                        "messages": len(imp.messages),
+                    }
+                )
+                if bar is not None:
+                    bar.update(len(imp.messages))
+    finally:
+        if bar is not None:
+            bar.close()
+        await store.close()
+        if args.json:
+            print(json.dumps(done))
+        else:
+            for d in done:
+                print(f"{d['sessionID']}  {d['source']}  {d['messages']} messages")
+    return 0
+
+
+async def _check_ids(store: Store, imp: Imported, path: Path) -> None:
+    """The store refuses an id that belongs to another session or message; checking first
+    gives an error that names the file and the id."""
+    from sidecar.tools.importers.common import ImportFailure
+
+    for msg, _ in imp.messages:
+        hit = await store.get_message(msg.id)
+        if hit is not None and hit[0].session_id != imp.session.id:
+            raise ImportFailure(
+                f"{path}: message {msg.id!r} is already stored in session {hit[0].session_id!r}"
+            )
+    for part, _ in imp.parts:
+        found = await store.get_part(part.id)
+        if found is not None and found[0].message_id != part.message_id:
+            raise ImportFailure(
+                f"{path}: part {part.id!r} is already stored in message {found[0].message_id!r}"
+            )
+
+
+def _progress(total: int) -> Any:
+    """A tqdm bar on stderr when it is a terminal and the import is long; else None."""
+    if total < 500 or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm  # type: ignore[import-untyped]
+
+    return tqdm(total=total, unit="msg", desc="import", file=sys.stderr)

@@ -1,0 +1,129 @@
+"""``report``: one self-contained HTML page whose SVG has a series per line and a marker per
+compaction and prune."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from sidecar.cli import main
+from sidecar.model.inspect import CompactionEvent, Inspection, SessionSummary, TurnPoint
+from sidecar.tools.inspect import inspect
+from sidecar.tools.readdb import find_session, load_history, open_ro
+from sidecar.tools.report import render
+
+
+class _Page(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.svg_text = ""
+        self._depth = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def of(self, tag: str, cls: str | None = None) -> list[dict[str, str | None]]:
+        return [
+            a
+            for t, a in self.tags
+            if t == tag and (cls is None or set(cls.split()) <= set((a.get("class") or "").split()))
+        ]
+
+
+def _parse(html: str) -> _Page:
+    page = _Page()
+    page.feed(html)
+    page.close()
+    return page
+
+
+def _assert_self_contained(html: str, page: _Page) -> None:
+    assert not re.search(r"(https?:)?//[\w.-]+\.\w", html), "no URL of any kind"
+    for tag in ("script", "link", "img", "iframe", "object", "embed"):
+        assert not page.of(tag), f"no <{tag}>"
+    for _, attrs in page.tags:
+        for name in ("src", "href"):
+            assert name not in attrs
+
+
+def test_report_structure(compacted: tuple[Path, str], tmp_path: Path) -> None:
+    db, sid = compacted
+    out = tmp_path / "r.html"
+    assert main(["report", sid, "--db", str(db), "-o", str(out), "--context", "4000"]) == 0
+    html = out.read_text(encoding="utf-8")
+    page = _parse(html)
+    conn = open_ro(db)
+    session = find_session(conn, sid)
+    ins = inspect(session, load_history(conn, session), context=4_000)
+    conn.close()
+    assert len(page.of("svg")) == 1
+    series = page.of("polyline", "series")
+    names = {(a.get("class") or "").split()[1] for a in series}
+    assert names == {"context", "reported"}
+    context = page.of("polyline", "series context")[0]
+    assert len((context.get("points") or "").split()) == len(ins.turns)
+    assert len(page.of("g", "marker compaction")) == len(ins.compactions) >= 1
+    assert len(page.of("g", "marker prune")) == len(ins.prunes) >= 1
+    assert page.of("line", "limit window"), "the model window is drawn"
+    _assert_self_contained(html, page)
+    svg = html[html.index("<svg") : html.index("</svg>") + len("</svg>")]
+    root = ET.fromstring(svg)  # well-formed XML on its own
+    assert root.tag == "svg"
+    for c in ins.compactions:
+        assert (
+            c.summary.splitlines()[0][:40] in html.replace("&#x27;", "'").replace("&quot;", '"')
+            or c.summary.strip() == ""
+        )
+
+
+def test_untrusted_text_is_escaped() -> None:
+    evil = '<script>alert("x")</script>'
+    ins = Inspection(
+        session=SessionSummary(
+            id="ses_1", title=evil, messages=2, estimated_tokens=10, compactions=1, last_activity=0
+        ),
+        window=100,
+        turns=[
+            TurnPoint(turn=1, message_id="m1", time=1, context_tokens=50),
+            TurnPoint(turn=2, message_id="m2", time=3, context_tokens=20),
+        ],
+        compactions=[
+            CompactionEvent(
+                turn=1,
+                marker_id='x"><script>',
+                summary_id="s",
+                auto=True,
+                before=60,
+                after=15,
+                time=2,
+                summary=evil,
+            )
+        ],
+    )
+    html = render(ins)
+    page = _parse(html)
+    assert not page.of("script")
+    assert "&lt;script&gt;" in html
+    _assert_self_contained(html, page)
+
+
+@pytest.mark.parametrize("turns", [0, 1])
+def test_tiny_sessions_render(turns: int) -> None:
+    ins = Inspection(
+        session=SessionSummary(
+            id="ses_1",
+            title="t",
+            messages=turns,
+            estimated_tokens=0,
+            compactions=0,
+            last_activity=0,
+        ),
+        turns=[TurnPoint(turn=1, message_id="m", time=1, context_tokens=5)][:turns],
+    )
+    page = _parse(render(ins))
+    assert len(page.of("svg")) == turns
