@@ -188,8 +188,13 @@ class WindowCache:
         if old is not None:
             entry.info[key.id] = raw
             return
-        if entry.start is not None and key < entry.start:
-            return  # before the window: not part of it
+        if entry.start is not None:
+            if key < entry.start:
+                return  # before the window: not part of it
+            # Unknown here, but it may be a message from before the window that moved into
+            # it (its time changed), with parts this entry never saw: read it again.
+            self.invalidate(sid)
+            return
         bisect.insort(entry.keys, key)
         entry.info[key.id] = raw
         entry.key_of[key.id] = key

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sidecar.errors import Conflict
@@ -94,6 +94,8 @@ ops = st.lists(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(ops=ops, window_from=st.integers(0, 3))
+# A message from before the window, with a part, moved into it by a new time (once missed).
+@example(ops=[("msg", 1, 0), ("part", 1, 0), ("retime", 1, 3)], window_from=1)
 async def test_random_writes_never_make_the_cache_diverge(
     store: Store, ops: list[tuple[str, int, int]], window_from: int
 ) -> None:
