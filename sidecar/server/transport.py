@@ -8,6 +8,7 @@ import contextlib
 import os
 import stat
 import sys
+import threading
 from pathlib import Path
 
 from sidecar.server.app import App
@@ -19,16 +20,84 @@ class ListenError(ValueError):
 
 
 async def run_stdio(app: App) -> int:
-    """Serve the process's stdin/stdout until EOF or ``exit``; returns the exit code."""
+    """Serve the process's stdin/stdout until EOF or ``exit``; returns the exit code.
+
+    Pipes, sockets and terminals go through asyncio's pipe transports. Those refuse regular
+    files and cannot poll /dev/null, so such a stdin is read by a thread, and such a stdout
+    written with plain blocking writes (a file never blocks for long).
+    """
     loop = asyncio.get_running_loop()
     conn = Connection(app)
     # The writer first: a frame already waiting on stdin may need an immediate reply.
-    w_transport, _ = await loop.connect_write_pipe(conn.write_side, sys.stdout)
-    conn.attach(w_transport, w_transport)
-    await loop.connect_read_pipe(conn.reader, sys.stdin)
+    out_fd, in_fd = sys.stdout.fileno(), sys.stdin.fileno()
+    if _pollable(out_fd):
+        w_transport, _ = await loop.connect_write_pipe(conn.write_side, sys.stdout)
+        conn.attach(w_transport, w_transport)
+    else:
+        writer = _FileWriter(out_fd)
+        conn.attach(writer, writer)
+    reader = conn.reader()
+    if _pollable(in_fd):
+        await loop.connect_read_pipe(lambda: reader, sys.stdin)
+    else:
+        end_of_input = asyncio.Event()
+        threading.Thread(
+            target=_read_blocking, args=(in_fd, loop, reader, end_of_input), daemon=True
+        ).start()
+        await end_of_input.wait()
+        if stat.S_ISREG(os.fstat(in_fd).st_mode):
+            # A file is a batch of requests, not a peer that went away: answer them all.
+            await _requests_done(conn)
+        reader.connection_lost(None)
     await conn.closed.wait()
     # LSP: ``exit`` without a prior ``shutdown`` ends with status 1.
     return 1 if conn.exit_requested and not conn.protocol.shutting_down else 0
+
+
+def _pollable(fd: int) -> bool:
+    """Whether asyncio's pipe transports (epoll/kqueue) can serve ``fd``."""
+    mode = os.fstat(fd).st_mode
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or (stat.S_ISCHR(mode) and os.isatty(fd))
+
+
+def _read_blocking(
+    fd: int, loop: asyncio.AbstractEventLoop, reader: asyncio.Protocol, done: asyncio.Event
+) -> None:
+    """Feed ``reader`` from a blocking ``fd`` on this thread; set ``done`` at EOF or error."""
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            loop.call_soon_threadsafe(reader.data_received, chunk)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(RuntimeError):  # the loop is already closed
+            loop.call_soon_threadsafe(done.set)
+
+
+async def _requests_done(conn: Connection) -> None:
+    """Wait until every request read so far has been answered."""
+    while pending := [f for f in conn.protocol._request_futures.values() if not f.done()]:
+        await asyncio.wait(pending)
+
+
+class _FileWriter(asyncio.BaseTransport):
+    """The write side of stdio when stdout is a regular file: blocking, complete writes."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+        self._closing = False
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        self._closing = True
 
 
 def parse_listen(spec: str) -> tuple[str, str, int]:
