@@ -1,6 +1,7 @@
-"""Command line: ``serve``, ``demo``, ``replay``.
+"""Command line (DESIGN §7): each group of commands registers its subparsers from one function
+and names the function that runs it (``set_defaults(run=...)``).
 
-Imports are lazy so that ``--help`` and the launcher path do not pay for pygls/lsprotocol.
+Imports are lazy so that ``--help``, ``connect`` and ``status`` do not pay for pygls.
 """
 
 from __future__ import annotations
@@ -9,21 +10,79 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from sidecar import __version__
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="compaction-sidecar",
-        description="Conversation store and context-compaction daemon for coding agents.",
+PROG = "compaction-sidecar"
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+DEFAULT_IDLE_EXIT = 300.0
+
+
+class UsageError(Exception):
+    """A bad combination of arguments: reported without a traceback, exit status 2."""
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
+    return value
+
+
+def existing_file(option: str, path: Path | None) -> Path | None:
+    if path is not None and not path.is_file():
+        raise UsageError(f"{option} {path}: no such file")
+    return path
+
+
+def _log_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default=None,
+        help="daemon log level (default: $SIDECAR_LOG or WARNING)",
     )
-    sub = parser.add_subparsers(dest="command")
+    p.add_argument("--log-file", type=Path, help="append the daemon's log here (default: stderr)")
 
+
+def _log_level(args: argparse.Namespace) -> str:
+    level = str(args.log_level or os.environ.get("SIDECAR_LOG") or "WARNING").upper()
+    if level not in LOG_LEVELS:
+        raise UsageError(f"SIDECAR_LOG={level!r}: use one of {', '.join(LOG_LEVELS)}")
+    return level
+
+
+# -- serve ---------------------------------------------------------------------------------------
+
+
+def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser("serve", help="run the JSON-RPC daemon (stdio unless --listen)")
-    serve.add_argument("--db", type=Path, help="SQLite file (default: $XDG_DATA_HOME/...)")
+    serve.add_argument("--db", type=Path, help="SQLite file (default: in the user data dir)")
     serve.add_argument("--config", type=Path, help="workspace config file (JSON)")
     serve.add_argument(
         "--listen", help="tcp://127.0.0.1:PORT or unix:PATH for a shared daemon (default stdio)"
+    )
+    serve.add_argument(
+        "--token-file",
+        type=Path,
+        help="TCP only: where the fresh token is written, 0600 (default: in the user runtime "
+        "dir; not written when COMPACTION_SIDECAR_TOKEN sets the token)",
+    )
+    serve.add_argument(
+        "--idle-exit",
+        type=positive_float,
+        metavar="SECONDS",
+        help="with --listen: exit after this long with no client connected",
     )
     serve.add_argument(
         "--synchronous",
@@ -31,62 +90,202 @@ def _parser() -> argparse.ArgumentParser:
         default="normal",
         help="SQLite durability: normal survives a killed daemon, full also a power cut",
     )
-    serve.add_argument("--log-level", default=os.environ.get("SIDECAR_LOG", "WARNING"))
+    _log_options(serve)
+    # Given by ``connect``: it holds the socket's lock and waits for "ready" on this pipe.
+    serve.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
+    serve.set_defaults(run=run_serve)
 
+
+def run_serve(args: argparse.Namespace) -> int:
+    existing_file("--config", args.config)
+    if args.listen is None and args.idle_exit is not None:
+        raise UsageError("--idle-exit needs --listen (a stdio daemon ends with its client)")
+    if args.token_file is not None and not str(args.listen or "").startswith("tcp://"):
+        raise UsageError("--token-file is for a TCP listener (--listen tcp://127.0.0.1:PORT)")
+    level = getattr(logging, _log_level(args))
+    fmt = "%(asctime)s %(name)s %(levelname)s %(message)s"
+    if args.log_file is not None:
+        args.log_file.parent.mkdir(parents=True, exist_ok=True)
+        logging.basicConfig(filename=args.log_file, level=level, format=fmt)
+    else:
+        logging.basicConfig(stream=sys.stderr, level=level, format=fmt)
+    # pygls logs every error reply with a traceback; ours are client mistakes, not bugs.
+    logging.getLogger("pygls").setLevel(max(level, logging.CRITICAL if level > 10 else 10))
+    import asyncio
+
+    from sidecar import paths
+    from sidecar.server.daemon import Options, run
+    from sidecar.server.transport import ListenError
+
+    try:
+        db = args.db or paths.default_db_path()
+        opts = Options(
+            db=db,
+            config_file=args.config,
+            listen=args.listen,
+            synchronous=args.synchronous.upper(),
+            idle_exit=args.idle_exit,
+            token_file=args.token_file,
+            ready_fd=args.ready_fd,
+        )
+        return asyncio.run(run(opts))
+    except (ListenError, paths.UnsafeDirectory) as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+
+
+# -- the shared background daemon: connect, status, stop ---------------------------------------
+
+
+def add_shared_daemon(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    socket_help = "the daemon's unix socket (default: compaction-sidecar/daemon.sock in the "
+    socket_help += "user runtime dir)"
+    connect = sub.add_parser(
+        "connect",
+        help="bridge stdio to the shared background daemon, starting it if none runs "
+        "(what an editor spawns instead of serve)",
+    )
+    connect.add_argument("--socket", type=Path, help=socket_help)
+    connect.add_argument(
+        "--db", type=Path, help="SQLite file, for a daemon this starts (default: user data dir)"
+    )
+    connect.add_argument("--config", type=Path, help="config file, for a daemon this starts")
+    connect.add_argument(
+        "--idle-exit",
+        type=positive_float,
+        default=DEFAULT_IDLE_EXIT,
+        metavar="SECONDS",
+        help=f"a daemon this starts exits after this long with no client "
+        f"(default {DEFAULT_IDLE_EXIT:g})",
+    )
+    _log_options(connect)
+    connect.set_defaults(run=run_connect)
+
+    status = sub.add_parser("status", help="show the background daemon: pid, clients, sessions")
+    status.add_argument("--socket", type=Path, help=socket_help)
+    status.add_argument("--json", action="store_true", help="one JSON object, for scripts")
+    status.set_defaults(run=run_status)
+
+    stop = sub.add_parser("stop", help="stop the background daemon gracefully")
+    stop.add_argument("--socket", type=Path, help=socket_help)
+    stop.set_defaults(run=run_stop)
+
+
+def _socket(args: argparse.Namespace) -> tuple[Path, bool]:
+    if args.socket is not None:
+        return args.socket, False
+    from sidecar import paths
+
+    return paths.default_socket_path(), True
+
+
+def run_connect(args: argparse.Namespace) -> int:
+    from sidecar import bridge
+
+    existing_file("--config", args.config)
+    sock, default = _socket(args)
+    target = bridge.Target(
+        socket=sock,
+        db=args.db,
+        config=args.config,
+        idle_exit=args.idle_exit,
+        log_level=_log_level(args),
+        log_file=args.log_file,
+    )
+    return bridge.main(target, default_socket=default)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from sidecar import ctl
+
+    return ctl.status(_socket(args)[0], as_json=args.json)
+
+
+def run_stop(args: argparse.Namespace) -> int:
+    from sidecar import ctl
+
+    return ctl.stop(_socket(args)[0])
+
+
+# -- demo and replay ---------------------------------------------------------------------------
+
+
+def add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = sub.add_parser("demo", help="replay a bundled real transcript with a small window")
-    demo.add_argument("--context", type=int, default=None, help="model context window (tokens)")
+    demo.add_argument(
+        "--context", type=positive_int, default=None, help="model context window (tokens)"
+    )
     demo.add_argument("--method", choices=["standard", "collapse"], default="standard")
+    demo.add_argument("--db", type=Path, help="keep the replayed session in this SQLite file")
     demo.add_argument("--quiet", action="store_true", help="only the final summary lines")
+    demo.set_defaults(run=run_replay)
 
     replay = sub.add_parser("replay", help="replay a transcript JSONL through the daemon")
     replay.add_argument("file", type=Path)
-    replay.add_argument("--context", type=int, default=None, help="model context window (tokens)")
+    replay.add_argument(
+        "--context", type=positive_int, default=None, help="model context window (tokens)"
+    )
     replay.add_argument("--method", choices=["standard", "collapse"], default="standard")
     replay.add_argument(
         "--summarizer",
         choices=["extractive", "openai", "anthropic"],
         default="extractive",
-        help="who writes summaries (openai/anthropic read SIDECAR_SUMMARIZER_* settings)",
+        help="who writes summaries: extractive (offline, default); openai (any "
+        "OpenAI-compatible server) and anthropic need --model",
     )
     replay.add_argument("--model", help="summarizer model id")
     replay.add_argument("--base-url", help="summarizer base URL")
     replay.add_argument("--api-key-env", help="environment variable holding the API key")
+    replay.add_argument("--db", type=Path, help="keep the replayed session in this SQLite file")
     replay.add_argument("--quiet", action="store_true")
-    from sidecar.tools.cli import add_commands
+    replay.set_defaults(run=run_replay)
 
-    add_commands(sub)
-    return parser
+
+def run_replay(args: argparse.Namespace) -> int:
+    if getattr(args, "summarizer", "extractive") != "extractive" and not args.model:
+        raise UsageError(f"--summarizer {args.summarizer} needs --model (the summary model's id)")
+    from sidecar.replay import main as replay_main
+
+    return replay_main(args)
+
+
+# -- entry point -------------------------------------------------------------------------------
+
+REGISTER: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
+    add_serve,
+    add_shared_daemon,
+    add_replay,
+]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Conversation store and context-compaction daemon for coding agents.",
+    )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for register in REGISTER:
+        register(sub)
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.command == "serve":
-        level = getattr(logging, str(args.log_level).upper(), logging.WARNING)
-        logging.basicConfig(
-            stream=sys.stderr, level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
-        )
-        # pygls logs every error reply with a traceback; ours are client mistakes, not bugs.
-        logging.getLogger("pygls").setLevel(max(level, logging.CRITICAL if level > 10 else 10))
-        import asyncio
-
-        from sidecar.server.daemon import default_db_path, run
-        from sidecar.server.transport import ListenError
-
-        try:
-            db = args.db or default_db_path()
-            return asyncio.run(run(db, args.config, args.listen, args.synchronous.upper()))
-        except ListenError as exc:
-            print(f"compaction-sidecar: {exc}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            return 0
-    if args.command in ("demo", "replay"):
-        from sidecar.replay import main as replay_main
-
-        return replay_main(args)
-    from sidecar.tools.cli import COMMANDS, dispatch
-
-    if args.command in COMMANDS:
-        return dispatch(args)
-    _parser().print_help()
-    return 0
+    p = parser()
+    args = p.parse_args(argv)
+    run: Callable[[argparse.Namespace], int] | None = getattr(args, "run", None)
+    if run is None:
+        p.print_help()
+        return 0
+    try:
+        return run(args)
+    except UsageError as exc:
+        print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # The reader of our output left (``demo | head``): stop quietly, as `cat` would.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141

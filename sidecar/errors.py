@@ -73,3 +73,9 @@ class Busy(SidecarError):
 
 class CompactionFailed(SidecarError):
     code = COMPACTION_FAILED
+
+
+class Unauthorized(SidecarError):
+    """``initialize`` without the listener's token; the connection is closed after the reply."""
+
+    code = UNAUTHORIZED

@@ -114,8 +114,10 @@ def env_layer(environ: os._Environ[str] | dict[str, str] | None = None) -> dict[
 
 
 def user_config_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "compaction-sidecar" / "config.json"
+    """The user config file in the platform's config dir (``$XDG_CONFIG_HOME`` on Linux)."""
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("compaction-sidecar", appauthor=False)) / "config.json"
 
 
 def read_layer(path: Path) -> dict[str, Any]:

@@ -42,6 +42,8 @@ class InitializeParams(Base, kw_only=True):
     client_info: ClientInfo | None = None
     capabilities: ClientCapabilities = msgspec.field(default_factory=ClientCapabilities)
     initialization_options: dict[str, Any] | None = None
+    #: The daemon's token; required on a TCP listener (DESIGN §4).
+    auth_token: str | None = None
 
 
 class ServerInfo(Base, kw_only=True):

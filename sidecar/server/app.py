@@ -13,6 +13,7 @@ from sidecar.server.settings import ConfigManager
 from sidecar.store import Store
 
 if TYPE_CHECKING:
+    from sidecar.server.admin import Control
     from sidecar.server.connection import Connection
 
 log = logging.getLogger("sidecar.app")
@@ -27,6 +28,8 @@ class App:
         store.max_read_bytes = config.current.server.max_reply_bytes
         self.hub = Hub()
         self.connections: set[Connection] = set()
+        # How this daemon was started and is stopped (``daemon/status``, ``daemon/stop``, auth).
+        self.control: Control | None = None
         # Requests of every connection still waiting for their first step: while there are
         # any, a write may be joined by theirs, so the store queues it for a group commit.
         self.starting = Starting()

@@ -1,50 +1,206 @@
-"""Start the daemon: open the store, load configuration, serve a transport."""
+"""Start the daemon: open the store, load configuration, serve a transport until told to stop.
+
+A shared daemon (``--listen``) stops on SIGTERM/SIGINT, on ``daemon/stop``, or — with
+``--idle-exit`` — once no client has been connected for that long. However it stops, it
+closes its listener, removes its unix socket and TCP token file, then closes the store.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import os
+import secrets
 import signal
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from sidecar import paths, sockets
 from sidecar.model.config import user_config_path
+from sidecar.server.admin import Control
 from sidecar.server.app import App, ConfigManager
-from sidecar.server.transport import run_stdio, serve_socket
+from sidecar.server.connection import Connection
+from sidecar.server.transport import Listener, ListenError, run_stdio, serve_socket
 from sidecar.store import Store
 
 log = logging.getLogger("sidecar.daemon")
 
-
-def default_db_path() -> Path:
-    import os
-
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "compaction-sidecar" / "sessions.db"
+TOKEN_ENV = "COMPACTION_SIDECAR_TOKEN"
 
 
-async def run(
-    db: Path, config_file: Path | None, listen: str | None, synchronous: str = "NORMAL"
-) -> int:
+@dataclass(frozen=True)
+class Options:
+    db: Path
+    config_file: Path | None = None
+    listen: str | None = None  # None: stdio
+    synchronous: str = "NORMAL"
+    idle_exit: float | None = None
+    token_file: Path | None = None
+    #: Set by ``connect``, which holds the socket's lock until "ready" is written here.
+    ready_fd: int | None = None
+
+
+async def run(opts: Options) -> int:
     files = [user_config_path()]
-    if config_file is not None:
-        files.append(config_file)
+    if opts.config_file is not None:
+        files.append(opts.config_file)
     config = ConfigManager(files)
-    store = await Store.open(db, synchronous=synchronous)
+    store = await Store.open(opts.db, synchronous=opts.synchronous)
     app = App(store, config)
     try:
-        if listen is None:
+        if opts.listen is None:
+            app.control = Control(db=str(opts.db), listen="stdio", stop=lambda: _close_all(app))
             return await run_stdio(app)
-        server = await serve_socket(app, listen)
-        addrs = ", ".join(str(s.getsockname()) for s in server.sockets)
-        log.warning("compaction-sidecar listening on %s", addrs)
-        stop = asyncio.Event()
+        return await _serve_shared(app, opts)
+    finally:
+        await app.close()
+
+
+async def _serve_shared(app: App, opts: Options) -> int:
+    assert opts.listen is not None
+    stopping = asyncio.Event()
+    token = _token() if opts.listen.startswith("tcp://") else None
+    control = Control(
+        db=str(opts.db),
+        listen=opts.listen,
+        stop=stopping.set,
+        token=token,
+        idle_exit=opts.idle_exit,
+    )
+    app.control = control
+    idle = IdleExit(app, opts.idle_exit, stopping.set) if opts.idle_exit is not None else None
+    listener = await serve_socket(
+        app,
+        opts.listen,
+        on_connection=idle.opened if idle is not None else None,
+        locked=opts.ready_fd is not None,
+    )
+    control.listen = listener.address
+    token_file: Path | None = None
+    try:
+        note = ""
+        if token is not None and os.environ.get(TOKEN_ENV) is None:
+            token_file = opts.token_file or paths.default_token_path(listener.port)
+            _write_secret(token_file, token, private=opts.token_file is None)
+            note = f"; token in {token_file}"
+        log.warning("compaction-sidecar listening on %s%s", listener.address, note)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, stop.set)
-        async with server:
-            await stop.wait()
-        return 0
+                loop.add_signal_handler(sig, stopping.set)
+        if opts.ready_fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(opts.ready_fd, b"ready\n")
+            os.close(opts.ready_fd)
+        if idle is not None:
+            idle.start(listener)
+        await stopping.wait()
+        log.warning("compaction-sidecar stopping (%s)", idle.reason if idle else "asked to")
     finally:
-        await app.close()
+        listener.close()
+        await asyncio.to_thread(listener.remove_socket)
+        _close_all(app)
+        if token_file is not None:
+            with contextlib.suppress(OSError):
+                token_file.unlink()
+    return 0
+
+
+def _close_all(app: App) -> None:
+    for conn in list(app.connections):
+        conn.close()
+
+
+def _token() -> str:
+    """The TCP listener's token: ``$COMPACTION_SIDECAR_TOKEN``, else a fresh random one."""
+    given = os.environ.get(TOKEN_ENV)
+    if given is None:
+        return secrets.token_urlsafe(32)
+    if len(given) < 16:
+        raise ListenError(f"{TOKEN_ENV} must be at least 16 characters")
+    return given
+
+
+def _write_secret(path: Path, text: str, *, private: bool) -> None:
+    """Write ``text`` to ``path`` as a 0600 file, atomically (never readable by others)."""
+    if private:
+        paths.private_dir(path.parent)
+    else:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, text.encode() + b"\n")
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+class IdleExit:
+    """Stops the daemon once no client has been connected for ``seconds``.
+
+    The last look happens under the socket's lock (``connect`` holds it from its probe until
+    its socket is connected), after any connection already accepted has reached us and with
+    none waiting in the backlog, and the socket is removed before the lock is released: a
+    client either arrives in time to keep this daemon or finds no socket and starts another.
+    """
+
+    def __init__(self, app: App, seconds: float, stop: Callable[[], None]) -> None:
+        self.app = app
+        self.seconds = seconds
+        self._stop = stop
+        self._listener: Listener | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._arrivals = 0
+        self._watchers: set[asyncio.Task[None]] = set()
+        self.reason = "asked to"
+
+    def start(self, listener: Listener) -> None:
+        self._listener = listener
+        self._rearm()
+
+    def opened(self, conn: Connection) -> None:
+        self._arrivals += 1
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        task = asyncio.ensure_future(self._watch(conn))
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+
+    async def _watch(self, conn: Connection) -> None:
+        await conn.closed.wait()
+        self._rearm()
+
+    def _rearm(self) -> None:
+        if self._listener is None or self.app.connections or self._timer is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self.seconds, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        task = asyncio.ensure_future(self._check())
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+
+    async def _check(self) -> None:
+        listener = self._listener
+        assert listener is not None
+        seen = self._arrivals
+        held = sockets.Lock(listener.path) if listener.path is not None else None
+        if held is not None:
+            await asyncio.to_thread(held.acquire)
+        try:
+            await asyncio.sleep(0)  # an accepted connection reaches ``opened`` in this step
+            if self.app.connections or self._arrivals != seen or listener.pending():
+                return  # a client came; its leaving re-arms the timer
+            listener.close()
+            listener.remove_socket(locked=True)
+            self.reason = f"no client for {self.seconds:g}s"
+            self._stop()
+        finally:
+            if held is not None:
+                held.release()

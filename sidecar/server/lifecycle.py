@@ -5,10 +5,13 @@
 
 from __future__ import annotations
 
+import hmac
 from typing import Any
 
 from sidecar import __version__
+from sidecar.errors import Unauthorized
 from sidecar.model.rpc import Empty, InitializeParams, InitializeResult, ServerInfo
+from sidecar.server.admin import after_reply
 from sidecar.server.connection import Connection
 from sidecar.server.routes import ROUTES, route
 
@@ -25,6 +28,9 @@ NOTIFICATIONS = [
 
 @route("initialize", InitializeParams, writes=True)
 async def initialize(conn: Connection, params: InitializeParams) -> InitializeResult:
+    control = conn.app.control
+    if control is not None and control.token is not None:
+        _authenticate(conn, control.token, params.auth_token)
     if params.initialization_options:
         conn.config.apply_initialization(params.initialization_options)
     conn.capabilities = params.capabilities
@@ -39,6 +45,17 @@ async def initialize(conn: Connection, params: InitializeParams) -> InitializeRe
     }
     return InitializeResult(
         server_info=ServerInfo(name="compaction-sidecar", version=__version__), capabilities=caps
+    )
+
+
+def _authenticate(conn: Connection, token: str, given: str | None) -> None:
+    """A TCP listener's check (DESIGN §4): the wrong token gets an error and a closed socket."""
+    if given is not None and hmac.compare_digest(given.encode(), token.encode()):
+        return
+    after_reply(conn, conn.close)
+    raise Unauthorized(
+        "initialize: params.authToken is missing or wrong; this TCP listener requires the "
+        "token from its --token-file (or COMPACTION_SIDECAR_TOKEN)"
     )
 
 

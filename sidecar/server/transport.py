@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import stat
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
+from sidecar import sockets
 from sidecar.server.app import App
 from sidecar.server.connection import Connection
 
@@ -77,7 +80,7 @@ def _read_blocking(
 async def _requests_done(conn: Connection) -> None:
     """Wait until every request read so far has been answered."""
     while pending := [f for f in conn.protocol._request_futures.values() if not f.done()]:
-        await asyncio.wait(pending)
+        await asyncio.wait([asyncio.wrap_future(f) for f in pending])
 
 
 class _FileWriter(asyncio.BaseTransport):
@@ -118,24 +121,104 @@ def parse_listen(spec: str) -> tuple[str, str, int]:
     raise ListenError(f"--listen takes tcp://127.0.0.1:PORT or unix:PATH, not {spec!r}")
 
 
-async def serve_socket(app: App, spec: str) -> asyncio.Server:
+class Listener:
+    """A bound shared-daemon socket and what closing it must undo.
+
+    A unix socket is removed on close, under the path's lock and only while it is still the
+    one this daemon bound (a successor may already have replaced it).
+    """
+
+    def __init__(self, server: asyncio.Server, kind: str, path: Path | None) -> None:
+        self.server = server
+        self.kind = kind
+        self.path = path
+        self._inode = path.stat().st_ino if path is not None else None
+
+    @property
+    def address(self) -> str:
+        if self.path is not None:
+            return f"unix:{self.path}"
+        host, port = self.server.sockets[0].getsockname()[:2]
+        return f"tcp://{host}:{port}"
+
+    @property
+    def port(self) -> int:
+        return int(self.server.sockets[0].getsockname()[1]) if self.kind == "tcp" else 0
+
+    def pending(self) -> bool:
+        """Whether a connection waits in the backlog, not yet accepted."""
+        fds = [s.fileno() for s in self.server.sockets if s.fileno() >= 0]
+        return bool(fds) and bool(select.select(fds, [], [], 0)[0])
+
+    def close(self) -> None:
+        """Stop accepting; established connections are left to their owners."""
+        self.server.close()
+
+    def remove_socket(self, *, locked: bool = False) -> None:
+        """Unlink our socket file (blocking: takes the path's lock unless ``locked``)."""
+        if self.path is None:
+            return
+        if not locked:
+            with sockets.lock(self.path):
+                self.remove_socket(locked=True)
+            return
+        with contextlib.suppress(FileNotFoundError):
+            if self.path.stat().st_ino == self._inode:
+                self.path.unlink()
+        self._inode = None
+
+
+async def serve_socket(
+    app: App,
+    spec: str,
+    *,
+    on_connection: Callable[[Connection], None] | None = None,
+    locked: bool = False,
+) -> Listener:
+    """Listen on ``spec``; ``locked``: the caller already holds the unix path's lock."""
     kind, where, port = parse_listen(spec)
     loop = asyncio.get_running_loop()
 
     def factory() -> asyncio.Protocol:
-        return Connection(app).reader(duplex=True)
+        conn = Connection(app)
+        if on_connection is not None:
+            on_connection(conn)
+        return conn.reader(duplex=True)
 
     if kind == "tcp":
-        return await loop.create_server(factory, where, port)
+        return Listener(await loop.create_server(factory, where, port), "tcp", None)
     path = Path(where)
-    if path.exists() and stat.S_ISSOCK(path.stat().st_mode):
-        path.unlink()
     path.parent.mkdir(parents=True, exist_ok=True)
+    if locked:
+        return await _bind_unix(factory, path)
+    held = sockets.Lock(path)
+    await asyncio.to_thread(held.acquire)
+    try:
+        return await _bind_unix(factory, path)
+    finally:
+        held.release()
+
+
+async def _bind_unix(factory: Callable[[], asyncio.Protocol], path: Path) -> Listener:
+    """Bind ``path`` (its lock held): refuse a live daemon's socket, replace a stale one."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISSOCK(mode):
+            raise ListenError(f"{path} exists and is not a socket; not touching it")
+        if sockets.probe(path):
+            raise ListenError(
+                f"a daemon is already listening on {path}; "
+                "use `compaction-sidecar connect` to share it, or `stop` it first"
+            )
+        path.unlink()  # a stale socket: nobody accepts on it any more
     old = os.umask(0o177)  # the socket is created 0600: only this user may connect
     try:
-        server = await loop.create_unix_server(factory, str(path))
+        server = await asyncio.get_running_loop().create_unix_server(factory, str(path))
     finally:
         os.umask(old)
     with contextlib.suppress(OSError):
         path.chmod(0o600)
-    return server
+    return Listener(server, "unix", path)

@@ -819,6 +819,10 @@ class Store:
             texts.append("\n".join(t for (t,) in parts if t))
         return texts
 
+    async def count_sessions(self) -> int:
+        rows = await self._reader.execute_fetchall("SELECT count(*) FROM sessions")
+        return int(rows[0][0])
+
     async def count_messages(self, session_id: str) -> int:
         rows = await self._query(
             "SELECT count(*) FROM messages WHERE session_id = ?", (session_id,)

@@ -141,7 +141,12 @@ class SocketDaemon:
 
     @classmethod
     async def start(
-        cls, address: str, db: Path, env: Mapping[str, str | None], timeout: float = 20.0
+        cls,
+        address: str,
+        db: Path,
+        env: Mapping[str, str | None],
+        timeout: float = 20.0,
+        extra_args: Sequence[str] = (),
     ) -> SocketDaemon:
         full_env = dict(os.environ)
         for key, value in env.items():
@@ -158,6 +163,7 @@ class SocketDaemon:
             str(db),
             "--listen",
             address,
+            *extra_args,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,

@@ -594,11 +594,16 @@ class Client:
         initialization_options: Mapping[str, Any] | None = None,
         *,
         send_initialized: bool = True,
+        auth_token: str | None = None,
     ) -> dict[str, Any]:
-        """``initialize`` (then the ``initialized`` notification); returns the result."""
+        """``initialize`` (then the ``initialized`` notification); returns the result.
+
+        ``auth_token`` is the daemon's token, required on a TCP listener (its ``--token-file``).
+        """
         params = _clean(
             {
                 "processId": os.getpid(),
+                "authToken": auth_token,
                 "clientInfo": {"name": CLIENT_NAME, "version": CLIENT_VERSION},
                 "capabilities": dict(capabilities or {}),
                 "initializationOptions": (
@@ -855,10 +860,11 @@ async def _start(
     initialize: bool,
     capabilities: Mapping[str, Any] | None,
     initialization_options: Mapping[str, Any] | None,
+    auth_token: str | None = None,
 ) -> Client:
     try:
         if initialize:
-            await client.initialize(capabilities, initialization_options)
+            await client.initialize(capabilities, initialization_options, auth_token=auth_token)
     except BaseException:
         if client.process is not None:
             await client.kill()
@@ -905,7 +911,12 @@ async def connect(
     initialize: bool = True,
     capabilities: Mapping[str, Any] | None = None,
     initialization_options: Mapping[str, Any] | None = None,
+    auth_token: str | None = None,
 ) -> Client:
-    """Connect to a shared daemon at ``tcp://127.0.0.1:PORT`` or ``unix:/path``."""
+    """Connect to a shared daemon at ``tcp://127.0.0.1:PORT`` or ``unix:/path``.
+
+    A TCP daemon requires ``auth_token``: the contents of its ``--token-file`` (or its
+    ``COMPACTION_SIDECAR_TOKEN``). A unix socket (0600) needs none.
+    """
     client = Client(await open_socket(address))
-    return await _start(client, initialize, capabilities, initialization_options)
+    return await _start(client, initialize, capabilities, initialization_options, auth_token)

@@ -1,0 +1,24 @@
+"""Wire types of the daemon's own extension requests (``daemon/status``, ``daemon/stop``)."""
+
+from __future__ import annotations
+
+from sidecar.model.base import Dense
+
+
+class DaemonStatus(Dense, kw_only=True):
+    """What ``compaction-sidecar status`` shows about a running daemon."""
+
+    pid: int
+    version: str
+    #: ``stdio``, ``unix:PATH`` or ``tcp://HOST:PORT``.
+    listen: str
+    #: The unix socket's path (``None`` on stdio and TCP).
+    socket: str | None
+    db: str
+    #: Connected clients, this one included.
+    clients: int
+    sessions: int
+    #: Seconds since the daemon started.
+    uptime: float
+    #: Seconds a daemon started with ``--idle-exit`` waits with no client before it exits.
+    idle_exit: float | None
