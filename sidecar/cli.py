@@ -114,7 +114,7 @@ def run_serve(args: argparse.Namespace) -> int:
     import asyncio
 
     from sidecar import paths
-    from sidecar.server.daemon import Options, run
+    from sidecar.server.daemon import Options, StartError, run
     from sidecar.server.transport import ListenError
 
     try:
@@ -129,7 +129,7 @@ def run_serve(args: argparse.Namespace) -> int:
             ready_fd=args.ready_fd,
         )
         return asyncio.run(run(opts))
-    except (ListenError, paths.UnsafeDirectory) as exc:
+    except (ListenError, StartError, paths.UnsafeDirectory) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

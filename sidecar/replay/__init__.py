@@ -58,6 +58,7 @@ def main(args: argparse.Namespace) -> int:
             context=context,
             method=args.method,
             summarizer=_summarizer(args),
+            db=args.db,
             verbose=not args.quiet,
         )
     )
@@ -69,6 +70,8 @@ def main(args: argparse.Namespace) -> int:
     for i, c in enumerate(report.compactions, 1):
         print(f"  #{i} at message {c.turn}: {c.before:,} -> {c.after:,} tokens")
     print(f"final context: {report.final_tokens:,} estimated tokens (window {context:,})")
+    if args.db is not None:
+        print(f"session {report.session_id} kept in {args.db}")
     if report.summary:
         print("\nlatest summary:\n")
         print(report.summary)

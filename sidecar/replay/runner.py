@@ -45,6 +45,7 @@ class Report:
     final_tokens: int = 0
     summary: str = ""
     window: int = 0
+    session_id: str = ""
 
 
 def _tool_state(p: TPart, now: int) -> dict[str, Any]:
@@ -139,7 +140,7 @@ async def _drive(
     session = await client.create_session(title=t.session)
     sid = session.id
     ref = {"providerID": "replay", "modelID": model}
-    report = Report(session=t.session, messages=len(t.messages), window=context)
+    report = Report(session=t.session, messages=len(t.messages), window=context, session_id=sid)
     bar = _Bar(len(t.messages))
     seen = {"session/compacted": 0, "session/pruned": 0, "session/status": 0}
     last_user = ""

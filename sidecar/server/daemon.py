@@ -13,6 +13,7 @@ import logging
 import os
 import secrets
 import signal
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,10 @@ from sidecar.store import Store
 log = logging.getLogger("sidecar.daemon")
 
 TOKEN_ENV = "COMPACTION_SIDECAR_TOKEN"
+
+
+class StartError(Exception):
+    """The daemon cannot start (e.g. its database cannot be opened); the message says why."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,10 @@ async def run(opts: Options) -> int:
     if opts.config_file is not None:
         files.append(opts.config_file)
     config = ConfigManager(files)
-    store = await Store.open(opts.db, synchronous=opts.synchronous)
+    try:
+        store = await Store.open(opts.db, synchronous=opts.synchronous)
+    except (OSError, sqlite3.Error) as exc:
+        raise StartError(f"cannot open the database {opts.db}: {exc}") from None
     app = App(store, config)
     try:
         if opts.listen is None:
