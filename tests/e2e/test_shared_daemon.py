@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import pytest_asyncio
 from sidecar_client import Client
 from sidecar_client._transport import STREAM_LIMIT, StreamTransport, merged_env
