@@ -95,29 +95,34 @@ def start(target: Target) -> None:
             )
         os.close(ready_w)
         ready_w = -1
-        said = _read_until_eof(ready_r, START_TIMEOUT)
+        said = _read_line(ready_r, START_TIMEOUT)
     finally:
         os.close(ready_r)
         if ready_w >= 0:
             os.close(ready_w)
-    if said.startswith(b"ready"):
+    if said == b"ready\n":
         return
-    code = proc.poll()
-    if code is None:
+    try:
+        # Without "ready" the pipe closes only as the daemon exits.
+        code = proc.wait(timeout=START_TIMEOUT if said is not None else 0)
+    except subprocess.TimeoutExpired:
         proc.kill()
-        raise BridgeError(f"the daemon did not start within {START_TIMEOUT:g}s; see {log_file}")
+        proc.wait()
+        raise BridgeError(
+            f"the daemon did not start within {START_TIMEOUT:g}s; see {log_file}"
+        ) from None
     raise BridgeError(
         f"the daemon exited with status {code} before listening:\n"
         f"{_tail(log_file, offset)}(log: {log_file})"
     )
 
 
-def _read_until_eof(fd: int, timeout: float) -> bytes:
-    """What arrives on ``fd`` until its writer says "ready\\n", closes it, or ``timeout``."""
+def _read_line(fd: int, timeout: float) -> bytes | None:
+    """One line from ``fd`` (less if its writer closes it first); ``None`` after ``timeout``."""
     data = b""
     while not data.endswith(b"\n"):
         if not select.select([fd], [], [], timeout)[0]:
-            break
+            return None
         chunk = os.read(fd, 64)
         if not chunk:
             break
