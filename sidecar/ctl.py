@@ -22,11 +22,14 @@ class NotRunning(Exception):
 
 async def _ask(sock: Path, method: str) -> tuple[dict[str, Any], Any]:
     """``daemon/status`` then ``method`` on one connection; (status, the reply)."""
-    from sidecar_client import connect
+    from sidecar_client import ConnectionClosed, connect
 
     if not sockets.probe(sock):
         raise NotRunning(f"no daemon is listening on {sock}")
-    client = await connect(f"unix:{sock}")
+    try:
+        client = await connect(f"unix:{sock}")
+    except (ConnectionClosed, OSError) as exc:  # it stopped between the probe and now
+        raise NotRunning(f"no daemon is listening on {sock} ({exc})") from None
     try:
         status = await client.request("daemon/status", {}, timeout=TIMEOUT)
         reply = status if method == "daemon/status" else await client.request(method, {})

@@ -82,14 +82,13 @@ def test_replay_help_promises_no_environment_variables(capsys: pytest.CaptureFix
     assert "SIDECAR_SUMMARIZER" not in capsys.readouterr().out
 
 
-def _demo(*args: str, **kwargs: object) -> subprocess.Popen[bytes]:
+def _demo(*args: str) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENCODE_", "SIDECAR_"))}
     return subprocess.Popen(
         [sys.executable, "-m", "sidecar", "demo", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
-        **kwargs,  # type: ignore[call-overload]
     )
 
 

@@ -113,7 +113,12 @@ async def process_exit(pid: int) -> None:
         return
     loop = asyncio.get_running_loop()
     gone: asyncio.Future[None] = loop.create_future()
-    loop.add_reader(fd, lambda: gone.done() or gone.set_result(None))
+
+    def ended() -> None:
+        if not gone.done():
+            gone.set_result(None)
+
+    loop.add_reader(fd, ended)
     try:
         await asyncio.wait_for(gone, GUARD)
     finally:
