@@ -167,6 +167,17 @@ async def test_two_editors_starting_together_share_one_daemon_that_idles_out(
     assert "stopping (no client for 0.5s)" in place.log.read_text()
 
 
+async def test_many_editors_at_once_start_exactly_one_daemon(place: Place) -> None:
+    bridges = await asyncio.gather(*(connect_bridge(place.env) for _ in range(5)))
+    await asyncio.gather(*(b.initialize() for b in bridges))
+    pids = {(await b.request("daemon/status", {}))["pid"] for b in bridges}
+    assert len(pids) == 1
+    assert place.log.read_text().count("listening on") == 1
+    assert all(code == 0 for code in await asyncio.gather(*(b.close(GUARD) for b in bridges)))
+    await process_exit(pids.pop())
+    assert not place.socket.exists()
+
+
 async def test_a_bridge_after_idle_exit_starts_a_fresh_daemon_on_the_same_store(
     place: Place,
 ) -> None:
