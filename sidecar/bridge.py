@@ -164,7 +164,9 @@ def bridge(conn: socket.socket, in_fd: int = 0, out_fd: int = 1) -> int:
     except BrokenPipeError:
         return 0  # the editor is gone
     except OSError:
-        return 1
+        return 1  # the daemon broke the connection
+    except KeyboardInterrupt:
+        return 130
     finally:
         conn.close()
     return 0

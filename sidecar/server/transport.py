@@ -47,11 +47,15 @@ async def run_stdio(app: App) -> int:
         threading.Thread(
             target=_read_blocking, args=(in_fd, loop, reader, end_of_input), daemon=True
         ).start()
-        await end_of_input.wait()
-        if stat.S_ISREG(os.fstat(in_fd).st_mode):
-            # A file is a batch of requests, not a peer that went away: answer them all.
-            await _requests_done(conn)
-        reader.connection_lost(None)
+        waits = [asyncio.ensure_future(e.wait()) for e in (end_of_input, conn.closed)]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
+        if not conn.closed.is_set():
+            if stat.S_ISREG(os.fstat(in_fd).st_mode):
+                # A file is a batch of requests, not a peer that went away: answer them all.
+                await _requests_done(conn)
+            reader.connection_lost(None)
     await conn.closed.wait()
     # LSP: ``exit`` without a prior ``shutdown`` ends with status 1.
     return 1 if conn.exit_requested and not conn.protocol.shutting_down else 0
