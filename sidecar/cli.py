@@ -251,12 +251,24 @@ def run_replay(args: argparse.Namespace) -> int:
     return replay_main(args)
 
 
+# -- sessions, inspect, report, import (sidecar.tools) ------------------------------------------
+
+
+def add_tools(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from sidecar.tools.cli import COMMANDS, add_commands, dispatch
+
+    add_commands(sub)
+    for name in COMMANDS:
+        sub.choices[name].set_defaults(run=dispatch)
+
+
 # -- entry point -------------------------------------------------------------------------------
 
 REGISTER: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     add_serve,
     add_shared_daemon,
     add_replay,
+    add_tools,
 ]
 
 

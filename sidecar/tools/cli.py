@@ -73,9 +73,9 @@ def _positive(text: str) -> int:
 def _db(args: argparse.Namespace) -> Path:
     if args.db is not None:
         return Path(args.db)
-    from sidecar.server.daemon import default_db_path
+    from sidecar.paths import default_db_path
 
-    return Path(default_db_path())
+    return default_db_path()
 
 
 def dispatch(args: argparse.Namespace) -> int:
