@@ -22,7 +22,7 @@ import pytest_asyncio
 from sidecar_client import Client
 from sidecar_client._transport import STREAM_LIMIT, StreamTransport, merged_env
 
-from .builders import user_message
+from .builders import text_part, user_message
 
 GUARD = 60.0
 
@@ -165,6 +165,24 @@ async def test_two_editors_starting_together_share_one_daemon_that_idles_out(
     await process_exit(mine["pid"])
     assert not place.socket.exists()
     assert "stopping (no client for 0.5s)" in place.log.read_text()
+
+
+async def test_the_bridge_is_byte_exact(place: Place) -> None:
+    client = await connect_bridge(place.env)
+    await client.initialize()
+    session = await client.create_session(title="bytes")
+    message = await client.update_message(user_message(session.id))
+    # Larger than any pipe or socket buffer, and not ASCII: it crosses the bridge in pieces.
+    text = "ünïcödé ✓ " * 40_000
+    part = await client.update_part(text_part(session.id, message["id"], text))
+    page = await client.messages(session.id)
+    assert [p["text"] for p in page.messages[0].parts] == [text]
+    assert part["text"] == text
+    # A malformed frame gets the daemon's own answer, as over serve's stdio.
+    client.send_raw(b"Content-Length: 9\r\n\r\n{not json")
+    error = await client.wait_for_error(timeout=GUARD)
+    assert error.code == -32700
+    assert await client.shutdown_and_exit(GUARD) == 0
 
 
 async def test_many_editors_at_once_start_exactly_one_daemon(place: Place) -> None:
