@@ -159,6 +159,7 @@ class SidecarProtocol(JsonRPCProtocol):
         self._held: deque[tuple[int | str, str, Any]] = deque()
         self._unacked = 0
         self._acked: asyncio.Future[None] | None = None
+        self._initializing = False  # an ``initialize`` was read; what follows waits for it
 
     # -- inbound ---------------------------------------------------------------------------
 
@@ -203,10 +204,13 @@ class SidecarProtocol(JsonRPCProtocol):
         if is_request and msg_id is None:
             self.send_error(None, INVALID_REQUEST, 'invalid request: "id" must not be null')
             return
-        if not self.initialized and method not in _PRE_INIT:
+        if not self.initialized and not self._initializing and method not in _PRE_INIT:
             if is_request:
                 self.send_error(msg_id, SERVER_NOT_INITIALIZED, f"{method}: server not initialized")
             return
+        if method == "initialize" and is_request:
+            # Requests pipelined behind it wait for it (it is a barrier), then are checked.
+            self._initializing = True
         if self.shutting_down and method != "exit":
             if is_request:
                 self.send_error(msg_id, INVALID_REQUEST, f"{method}: server is shutting down")
@@ -284,6 +288,10 @@ class SidecarProtocol(JsonRPCProtocol):
         now and answer through a callback, usually the store's commit; they cannot be
         cancelled (LSP lets a server answer a cancelled request normally).
         """
+        if not self.initialized and method not in _PRE_INIT:
+            # Held behind an ``initialize`` that failed.
+            self.send_error(msg_id, SERVER_NOT_INITIALIZED, f"{method}: server not initialized")
+            return
         handler: Any = self._get_handler(method)
         writes = self.specs[method].writes
         if getattr(handler, "sidecar_deferred", False):

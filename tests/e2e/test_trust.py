@@ -211,6 +211,30 @@ async def test_f1_part_pipelined_after_its_message_succeeds(shared: Client) -> N
     assert len(stored) == 5 and all(len(parts) == 1 for _, parts in stored)
 
 
+async def test_f1_requests_pipelined_behind_initialize_wait_for_it(spawner: Spawner) -> None:
+    """A stdin holding ``initialize`` and the requests after it (a script, a file): they wait
+    for ``initialize`` instead of getting -32002; a failed ``initialize`` leaves them -32002."""
+    client = await spawner(initialize=False)
+    first, second, third = (client.reserve_call() for _ in range(3))
+    client.send_raw(
+        request_frame(first.id, "initialize", {"processId": None, "capabilities": {}})
+        + request_frame(second.id, "session/create", {"title": "behind initialize"})
+        + request_frame(third.id, "session/list", {})
+    )
+    assert "capabilities" in await first
+    assert (await second)["title"] == "behind initialize"
+    assert [s["title"] for s in (await third)["sessions"]] == ["behind initialize"]
+    other = await spawner(initialize=False)
+    bad, behind = other.reserve_call(), other.reserve_call()
+    other.send_raw(
+        request_frame(bad.id, "initialize", {"initializationOptions": {"server": {}}})
+        + request_frame(behind.id, "session/list", {})
+    )
+    assert isinstance(await outcome(bad), RpcError)
+    refused = await outcome(behind)
+    assert isinstance(refused, RpcError) and refused.code == -32002
+
+
 async def test_f1_message_pipelined_after_session_create_succeeds(shared: Client) -> None:
     for _ in range(5):
         session_id = new_id("ses")
