@@ -28,10 +28,9 @@ Ratio = Annotated[float, msgspec.Meta(gt=0, lt=1)]
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=86_400)]
 
 
-class Strict(
-    msgspec.Struct, kw_only=True, omit_defaults=True, rename=wire_name, forbid_unknown_fields=True
-):
-    """Config objects: an unknown key is an error that names it (a typo must not be ignored)."""
+class Strict(msgspec.Struct, kw_only=True, rename=wire_name, forbid_unknown_fields=True):
+    """Config objects: an unknown key is an error that names it (a typo must not be ignored),
+    and every value is written, defaults included (``config/get`` shows what is in force)."""
 
 
 class CompactionConfig(Strict, kw_only=True):

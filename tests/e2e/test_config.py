@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sidecar_client import Client
+import pytest
+from sidecar_client import Client, RpcError
 
 from .conftest import Spawner
 
@@ -47,3 +48,22 @@ async def test_disable_autocompact_env_wins_over_config_update(spawner: Spawner)
     assert updated.compaction.auto is False
     assert updated.compaction.prune is False  # the rest of the update applies
     assert (await client.get_config()).compaction.auto is False
+
+
+async def test_config_get_shows_every_effective_value_defaults_included(client: Client) -> None:
+    raw = await client.request("config/get", {})
+    assert raw["compaction"]["auto"] is True and raw["compaction"]["pruneProtect"] == 40_000
+    assert raw["summarizer"]["provider"] == "extractive" and raw["summarizer"]["maxRetries"] == 4
+    assert raw["server"]["maxDepth"] == 64 and raw["server"]["maxReplyBytes"] == 128 << 20
+
+
+async def test_unknown_keys_and_out_of_range_values_name_the_key(client: Client) -> None:
+    for patch, named in (
+        ({"compaction": {"atuo": False}}, "`atuo` - at `$.config.compaction` (did you mean `auto`"),
+        ({"compation": {}}, "did you mean `compaction`"),
+        ({"compaction": {"trigger": 1.5}}, "$.config.compaction.trigger"),
+        ({"compaction": {"reserved": -1}}, "$.config.compaction.reserved"),
+    ):
+        with pytest.raises(RpcError) as err:
+            await client.update_config(patch)
+        assert err.value.code == -32602 and named in err.value.message, err.value.message

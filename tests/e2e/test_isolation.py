@@ -112,7 +112,7 @@ async def test_a_clients_settings_never_reach_another_client(
     )
     effective = await theirs.request("config/get", {})
     assert effective["summarizer"]["baseURL"] == "http://127.0.0.1:9/v1"
-    assert effective["compaction"].get("auto", True) is True
+    assert effective["compaction"]["auto"] is True
     with pytest.raises(RpcError) as err:
         await mine.request("config/update", {"config": {"server": {"maxFrameBytes": 16}}})
     assert err.value.code == -32602
