@@ -45,7 +45,7 @@ from sidecar.model.rpc import (
     StatusEvent,
 )
 from sidecar.model.tokens import Tokens
-from sidecar.store import Store
+from sidecar.store import Key, Store
 from sidecar.summarizers.base import (
     COMPACTION_SYSTEM,
     DEFAULT_PROMPT,
@@ -64,6 +64,14 @@ class Request:
     instructions: str | None = None
     overflow: bool = False
     progress_token: str | int | None = None
+    # Automatic work: the message that caused it. The compaction sees the session only up to
+    # it, so what the frontend writes meanwhile changes nothing it stores.
+    cutoff: Key | None = None
+    # An overflow's reported usage and the usable budget: when compaction cannot shrink the
+    # history and the rest of the usage (system prompt, tools) alone is over budget, the error
+    # says that compaction cannot help, rather than only that it did not.
+    reported_tokens: int = 0
+    usable: int = 0
 
 
 @dataclass
@@ -71,6 +79,9 @@ class Outcome:
     result: CompactResult
     before_tokens: int = 0
     after_tokens: int = 0
+    cut: Key | None = None  # the newest message the compaction saw
+    marker: Key | None = None  # its marker
+    end: Key | None = None  # the newest message it added
 
 
 def _is_marker(m: WithParts) -> bool:
@@ -113,13 +124,18 @@ def _last_user(window: Sequence[WithParts]) -> UserMessage | None:
 
 
 class _Clock:
-    """Strictly increasing millisecond times, starting no earlier than ``start``."""
+    """Strictly increasing millisecond times from ``start``, on the session's own timeline.
+
+    What the daemon adds is stamped right after the session's latest message, not with the
+    daemon's wall clock: it sorts after everything the compaction saw and, whatever either
+    clock says, before what the frontend writes next (DESIGN §4, One timeline); and the same
+    writes give the same stored times."""
 
     def __init__(self, start: int) -> None:
         self._last = start - 1
 
     def __call__(self) -> int:
-        self._last = max(self._last + 1, now_ms())
+        self._last += 1
         return self._last
 
 
@@ -150,6 +166,9 @@ class Compactor:
         if session.revert is not None:
             session = await revert.cleanup(self.store, self.host, session)
         window = await load_window(self.store, session)
+        if req.cutoff is not None:
+            cutoff = req.cutoff
+            window = [m for m in window if Key(m.info.time.created, m.info.id) <= cutoff]
         before = estimate_messages(window)
         ccfg = cfg.compaction
         if ccfg.method == "collapse":
@@ -170,8 +189,9 @@ class Compactor:
         model = req.model or (last_user.model if last_user else None)
         # What compaction appends must sort after everything already in the session, even
         # when a frontend's clock runs ahead of ours.
-        latest = max((m.info.time.created for m in window), default=0)
-        clock = _Clock(max(now_ms(), latest + 1))
+        latest = max((m.info.time.created for m in window), default=None)
+        cut = max((Key(m.info.time.created, m.info.id) for m in window), default=None)
+        clock = _Clock(now_ms() if latest is None else latest + 1)
         now = clock()
         marker = UserMessage(
             id=new_id("msg"),
@@ -260,6 +280,14 @@ class Compactor:
                 *tail,
             ]
             after = estimate_messages(filter_compacted(after_window))
+            if after >= before and req.usable > 0 and req.reported_tokens - before > req.usable:
+                raise SummaryError(
+                    "context overflow that compaction cannot help: the provider counted "
+                    f"{req.reported_tokens} tokens but the history is only about {before}; the "
+                    f"rest (about {req.reported_tokens - before}: system prompt, tool definitions)"
+                    f" alone exceeds the usable {req.usable}. Shrink them or raise the model's "
+                    "limits; history kept"
+                )
             if after >= before:
                 raise SummaryError(
                     f"compaction would not make the context smaller ({before} -> {after} "
@@ -289,6 +317,7 @@ class Compactor:
                 before,
                 before,
             )
+        end = Key(done.time.created, done.id)
 
         if req.auto:
             cont = UserMessage(
@@ -306,6 +335,7 @@ class Compactor:
                 synthetic=True,
             )
             await self._put([cont], [cont_part])
+            end = Key(cont.time.created, cont.id)
         self.host.publish(
             sid,
             "session/compacted",
@@ -313,7 +343,14 @@ class Compactor:
         )
         self.host.progress(sid, token, {"kind": "end", "message": f"{before} -> {after} tokens"})
         self._status(sid, "idle")
-        return Outcome(CompactResult(status="continue", summary_message_id=done.id), before, after)
+        return Outcome(
+            CompactResult(status="continue", summary_message_id=done.id),
+            before,
+            after,
+            cut=cut,
+            marker=Key(marker.time.created, marker.id),
+            end=end,
+        )
 
     async def _previous_summaries(self, sid: str, n: int) -> list[str]:
         if n <= 0:

@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sidecar.engine import render
+from sidecar.engine.fit import truncate_to_fit
 from sidecar.engine.tokens import estimate_messages
 from sidecar.engine.window import load_window
+from sidecar.model.messages import WithParts
 from sidecar.model.parts import CompactionPart
 from sidecar.model.rpc import ContextFormat, ContextResult
 from sidecar.model.session import Session
 from sidecar.store import Store
 
 
-async def build(store: Store, session: Session, fmt: ContextFormat) -> ContextResult:
+async def build(
+    store: Store, session: Session, fmt: ContextFormat
+) -> tuple[ContextResult, list[WithParts]]:
+    """The rendered window and the window itself."""
     raws: dict[str, str] = {}
     window = await load_window(store, session, raws if fmt == "parts" else None)
+    return render_result(window, fmt, raws), window
+
+
+def render_result(
+    window: Sequence[WithParts], fmt: ContextFormat, raws: dict[str, str] | None = None
+) -> ContextResult:
     if fmt == "openai":
         messages = render.to_openai(window)
     elif fmt == "anthropic":
@@ -29,3 +42,23 @@ async def build(store: Store, session: Session, fmt: ContextFormat) -> ContextRe
         estimated_tokens=estimate_messages(window),
         boundary_message_id=head.info.id if cut and head is not None else None,
     )
+
+
+async def build_fitted(
+    store: Store, session: Session, fmt: ContextFormat, window: list[WithParts], usable: int
+) -> ContextResult:
+    """The last resort: oversized tool outputs cut in the rendering (stored data untouched);
+    ``overflow`` when even that does not fit."""
+    fitted, cut = truncate_to_fit(window, usable)
+    raws: dict[str, str] | None = None
+    if fmt == "parts":
+        # Unchanged objects keep their stored JSON; the cut parts are re-encoded.
+        raws = {}
+        await load_window(store, session, raws)
+        for pid in cut:
+            raws.pop(pid, None)
+    result = render_result(fitted, fmt, raws)
+    result.truncated_part_ids = cut
+    result.overflow = result.estimated_tokens > usable
+    result.usable = usable
+    return result

@@ -14,7 +14,7 @@ from sidecar.model.ids import now_ms
 from sidecar.model.messages import AssistantMessage, WithParts
 from sidecar.model.parts import ToolCompleted, ToolPart
 from sidecar.model.session import Session
-from sidecar.store import Store
+from sidecar.store import Key, Store
 
 
 def _ends_walk(msg: WithParts) -> bool:
@@ -29,20 +29,30 @@ def _ends_walk(msg: WithParts) -> bool:
 
 
 async def run(
-    store: Store, session: Session, cfg: CompactionConfig
+    store: Store,
+    session: Session,
+    cfg: CompactionConfig,
+    *,
+    cutoff: Key | None = None,
+    ts: int | None = None,
 ) -> tuple[prune.PrunePlan, list[str]]:
-    """Plan and commit a prune; returns the plan and the updated parts' stored JSON."""
+    """Plan and commit a prune; returns the plan and the updated parts' stored JSON.
+
+    ``cutoff``: walk only messages up to it (what a turn-end prune saw when its turn ended,
+    whatever the frontend has written since); ``ts``: the ``time.compacted`` to set."""
     if not cfg.prune:
         return prune.PrunePlan(part_ids=[], tokens_saved=0, commit=False), []
     rkey = await revert_key(store, session)
     newest_first: list[WithParts] = []
     async for page in store.newest_first(session.id):
         visible = cut_reverted(list(reversed(page)), session, rkey)
+        if cutoff is not None:
+            visible = [m for m in visible if Key(m.info.time.created, m.info.id) <= cutoff]
         newest_first.extend(reversed(visible))
         if any(_ends_walk(m) for m in visible):
             break
     plan = prune.plan(newest_first, cfg)
     if not plan.commit:
         return plan, []
-    updated = await store.mark_compacted(plan.part_ids, now_ms())
+    updated = await store.mark_compacted(plan.part_ids, ts if ts is not None else now_ms())
     return plan, updated

@@ -5,11 +5,18 @@ session is checked, once, under its own lock: an overflow compacts (when ``compa
 otherwise a finished turn prunes. Per-session locks make racing updates of the same message
 compact at most once (OpenCode #27468), and a streak counter stops compaction loops when a
 compacted context still overflows (OpenCode #27924): one more attempt, then an error event.
+
+The work a write causes is registered *before* the write is submitted (``will_store``), runs
+in the order of the writes (each waits for the one before it), and sees the session only up
+to the message that caused it: so the same writes give the same stored result however the
+frontend's next writes race it, and a ``session/context`` read behind the write waits for it
+(read-your-writes) without a frontend having to know ``session/idle``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import uuid
@@ -22,6 +29,7 @@ from sidecar.engine import context as context_mod
 from sidecar.engine import overflow as overflow_mod
 from sidecar.engine import pruner
 from sidecar.engine.compactor import Compactor, Outcome, Request
+from sidecar.engine.fit import limit_for_window
 from sidecar.engine.host import Host
 from sidecar.engine.window import load_window
 from sidecar.errors import Busy, SidecarError
@@ -66,6 +74,12 @@ class Engine:
         self._writers: dict[bytes, Summarizer] = {}
         self._http: Any = None
         self._owner = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        # The newest automatic-work task per session: the next one waits for it (write order).
+        self._last: dict[str, asyncio.Task[Any]] = {}
+        # Per session, the last compaction made here: (its cut, its marker). A new message
+        # sorting between the two was written behind the boundary and is invisible.
+        self._cuts: dict[str, tuple[Key, Key]] = {}
+        self._failed: dict[str, str] = {}  # the last automatic compaction's error, per session
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -121,13 +135,25 @@ class Engine:
                 del self._by_session[session_id]
 
         task.add_done_callback(done)
+        self._last[session_id] = task
+
+        def forget(t: asyncio.Task[Any]) -> None:
+            if self._last.get(session_id) is t:
+                del self._last[session_id]
+
+        task.add_done_callback(forget)
 
     async def idle(self, session_id: str) -> None:
-        """Wait until the session's automatic work (checks, prune, compaction) has finished."""
+        """Wait until the session's automatic work (checks, prune, compaction) has finished.
+
+        Free when nothing is pending: no task, an unheld lock, no suspension."""
         while tasks := self._by_session.get(session_id):
             await asyncio.gather(*list(tasks), return_exceptions=True)
-        async with self.lock(session_id):
-            return None
+        lock = self._locks.get(session_id)
+        if lock is not None and lock.locked():
+            async with lock:
+                return None
+        return None
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -144,9 +170,56 @@ class Engine:
 
     # -- requests ------------------------------------------------------------------------------
 
-    async def context(self, session_id: str, fmt: ContextFormat) -> ContextResult:
+    async def context(
+        self,
+        session_id: str,
+        fmt: ContextFormat,
+        cfg: Config | None = None,
+        *,
+        wait: bool = True,
+        fit: bool = True,
+    ) -> ContextResult:
+        """The window; ``wait``: after earlier writes' automatic work; ``fit``: see ``_fit``."""
+        if wait:
+            await self.idle(session_id)
         session = await self.store.require_session(session_id)
-        return await context_mod.build(self.store, session, fmt)
+        result, window = await context_mod.build(self.store, session, fmt)
+        if not fit:
+            return result
+        cfg = cfg or self.config()
+        limit = limit_for_window(window, cfg.models)
+        if limit is None:
+            return result
+        usable = overflow_mod.check(Tokens(), limit, cfg.compaction).usable
+        if result.estimated_tokens <= usable:
+            return result
+        return await self._fit(session_id, fmt, usable, cfg)
+
+    async def _fit(self, sid: str, fmt: ContextFormat, usable: int, cfg: Config) -> ContextResult:
+        """Make an over-budget window fit: prune, then compact (the automatic path, same
+        events), then truncate single oversized outputs in the rendering only; else say so."""
+        async with self.lock(sid):
+            session = await self.store.require_session(sid)
+            result, window = await context_mod.build(self.store, session, fmt)
+            if result.estimated_tokens > usable and cfg.compaction.prune:
+                await self.prune(sid, cfg)
+                result, window = await context_mod.build(self.store, session, fmt)
+            if result.estimated_tokens > usable and cfg.compaction.auto:
+                last = next(
+                    (
+                        m.info
+                        for m in reversed(window)
+                        if isinstance(m.info, AssistantMessage) and not m.info.summary
+                    ),
+                    None,
+                )
+                if last is not None and not self.is_compacting(sid):
+                    with contextlib.suppress(Busy):  # another daemon compacts it: cut instead
+                        await self._auto_compact(sid, cfg, limit_for=last)
+                    result, window = await context_mod.build(self.store, session, fmt)
+            if result.estimated_tokens > usable:
+                return await context_mod.build_fitted(self.store, session, fmt, window, usable)
+            return result
 
     async def overflow_of(
         self, tokens: Tokens, limit: ModelLimit, cfg: Config | None = None
@@ -154,7 +227,11 @@ class Engine:
         o = overflow_mod.check(tokens, limit, (cfg or self.config()).compaction)
         return OverflowResult(overflow=o.overflow, count=o.count, usable=o.usable)
 
-    async def overflow_session(self, session_id: str, cfg: Config | None = None) -> OverflowResult:
+    async def overflow_session(
+        self, session_id: str, cfg: Config | None = None, *, wait: bool = True
+    ) -> OverflowResult:
+        if wait:
+            await self.idle(session_id)
         session = await self.store.require_session(session_id)
         window = await load_window(self.store, session)
         last = next(
@@ -173,9 +250,20 @@ class Engine:
             return OverflowResult(overflow=False, count=count, usable=0, known=False)
         return await self.overflow_of(last.tokens, limit, cfg)
 
-    async def prune(self, session_id: str, cfg: Config | None = None) -> PruneResult:
+    async def prune(
+        self,
+        session_id: str,
+        cfg: Config | None = None,
+        *,
+        cutoff: Key | None = None,
+        ts: int | None = None,
+    ) -> PruneResult:
+        """Prune; ``cutoff``: the walk sees the session only up to that message, and marks
+        with ``ts`` (automatic work: deterministic whatever the frontend writes next)."""
         session = await self.store.require_session(session_id)
-        plan, updated = await pruner.run(self.store, session, (cfg or self.config()).compaction)
+        plan, updated = await pruner.run(
+            self.store, session, (cfg or self.config()).compaction, cutoff=cutoff, ts=ts
+        )
         if not plan.commit:
             return PruneResult(part_ids=[], tokens_saved=0)
         for raw in updated:
@@ -229,23 +317,67 @@ class Engine:
             await self.store.require_session(req.session_id)
             outcome = await self._run(req, cfg or self.config())
             assert outcome is not None  # only automatic work is ever skipped
+            self._record(req.session_id, outcome)
             return outcome.result
 
     # -- automatic triggers --------------------------------------------------------------------
 
     def message_stored(self, info: Message, cfg: Config | None = None) -> None:
-        """Start the automatic checks a stored message calls for, under ``cfg``: the config of
-        the connection that wrote it (another client's settings never apply)."""
+        """``info`` was stored: run the automatic work it causes (see ``will_store``)."""
+        committed = self.will_store(info, cfg)
+        if committed is not None:
+            committed(True)
+
+    def will_store(self, info: Message, cfg: Config | None = None) -> Callable[[bool], None] | None:
+        """Called just before ``info`` is submitted for storage, with the config of the
+        connection that writes it (another client's settings never apply). Registers the
+        automatic work it causes at once, so a read dispatched behind the write waits for it;
+        returns the callback to call with whether the write committed (None: no work follows)."""
+        self._behind_boundary(info)
         if not isinstance(info, AssistantMessage) or info.summary:
-            return
+            return None
         overflowed = info.error is not None and info.error.name == CONTEXT_OVERFLOW
         if info.finish is None and not overflowed:
-            return
-        self._spawn(info.session_id, self._after_turn(info, overflowed, cfg or self.config()))
+            return None
+        committed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        prev = self._last.get(info.session_id)
+        work = self._after_turn(info, overflowed, cfg or self.config(), committed, prev)
+        self._spawn(info.session_id, work)
 
-    async def _after_turn(self, info: AssistantMessage, overflowed: bool, cfg: Config) -> None:
+        def done(ok: bool) -> None:
+            if not committed.done():
+                committed.set_result(ok)
+
+        return done
+
+    def _behind_boundary(self, info: Message) -> None:
+        """Report a new message that sorts behind the compaction boundary made here."""
+        cut = self._cuts.get(info.session_id)
+        if cut is None:
+            return
+        key = Key(info.time.created, info.id)
+        if cut[0] < key < cut[1]:
+            self.host.log(
+                f"message {info.id} of session {info.session_id} sorts before the compaction "
+                f"marker {cut[1].id} (time.created {info.time.created} < {cut[1].created}): it "
+                "is behind the compaction boundary and will not appear in the context window; "
+                "write it with a later time.created"
+            )
+
+    async def _after_turn(
+        self,
+        info: AssistantMessage,
+        overflowed: bool,
+        cfg: Config,
+        committed: asyncio.Future[bool],
+        prev: asyncio.Task[Any] | None,
+    ) -> None:
         sid = info.session_id
         try:
+            if not await committed:
+                return
+            if prev is not None:
+                await asyncio.gather(prev, return_exceptions=True)
             async with self.lock(sid):
                 await self._check(info, overflowed, cfg)
         except asyncio.CancelledError:
@@ -263,6 +395,7 @@ class Engine:
         if boundary is not None and boundary.marker > Key(info.time.created, info.id):
             return  # this turn was already compacted away
         ccfg = cfg.compaction
+        cutoff = Key(info.time.created, info.id)
         if not overflowed:
             limit = self.limits(info.provider_id, info.model_id, cfg)
             overflowed = limit is not None and overflow_mod.check(info.tokens, limit, ccfg).overflow
@@ -273,14 +406,22 @@ class Engine:
                 return
             streak = self._streak.get(sid, 0)
             if streak >= MAX_STREAK:
+                failed = self._failed.get(sid)
+                if failed is not None:
+                    why = f"the last compaction failed ({failed}); check the summarizer"
+                else:
+                    why = "the compacted context is still too big (check model limits)"
                 self._error(
                     sid,
-                    f"context still overflows after {streak} compactions in a row; "
-                    "not compacting again until a turn fits (check model limits)",
+                    f"context still overflows after {streak} compaction attempts in a row; "
+                    f"not compacting again until a turn fits: {why}",
                 )
                 return
+            reported = info.tokens.input + info.tokens.cache.read + info.tokens.output
             try:
-                done = await self._auto_compact(sid, cfg, limit_for=info)
+                done = await self._auto_compact(
+                    sid, cfg, limit_for=info, cutoff=cutoff, reported=reported
+                )
             except Busy:
                 return  # another daemon is compacting this session now
             if done is not None:
@@ -288,23 +429,47 @@ class Engine:
             return
         self._streak.pop(sid, None)
         if info.finish not in (None, "tool-calls", "unknown"):
-            await self.prune(sid, cfg)
+            await self.prune(sid, cfg, cutoff=cutoff, ts=info.time.completed or info.time.created)
 
     async def _auto_compact(
-        self, sid: str, cfg: Config, limit_for: AssistantMessage
+        self,
+        sid: str,
+        cfg: Config,
+        limit_for: AssistantMessage,
+        cutoff: Key | None = None,
+        reported: int = 0,
     ) -> Outcome | None:
-        turn = Key(limit_for.time.created, limit_for.id)
-        outcome = await self._run(Request(session_id=sid, auto=True, overflow=True), cfg, turn)
+        """``cutoff`` (automatic work): the turn that overflowed; the compaction sees the session
+        up to it, and is skipped when a compaction (another daemon's) already cut past it."""
         limit = lookup(limit_for.provider_id, limit_for.model_id, cfg.models)
-        if outcome is None or outcome.result.status != "continue" or limit is None:
+        usable = self._threshold(limit, cfg) if limit is not None else 0
+        outcome = await self._run(
+            Request(
+                session_id=sid,
+                auto=True,
+                overflow=True,
+                cutoff=cutoff,
+                reported_tokens=reported,
+                usable=usable,
+            ),
+            cfg,
+            cutoff,
+        )
+        if outcome is None:
+            return None
+        self._record(sid, outcome)
+        if outcome.result.status != "continue" or limit is None:
             return outcome
         threshold = self._threshold(limit, cfg)
         if outcome.after_tokens <= threshold:
             return outcome
         # One further attempt, then an error: never an endless loop.
-        second = await self._run(Request(session_id=sid, auto=True, overflow=True), cfg)
+        second = await self._run(
+            Request(session_id=sid, auto=True, overflow=True, cutoff=outcome.end), cfg
+        )
         if second is None:
             return outcome
+        self._record(sid, second)
         if second.result.status == "continue" and second.after_tokens > threshold:
             self._error(
                 sid,
@@ -312,6 +477,14 @@ class Engine:
                 f"(limit {threshold}); not retrying",
             )
         return second
+
+    def _record(self, sid: str, outcome: Outcome) -> None:
+        if outcome.result.error is not None:
+            self._failed[sid] = outcome.result.error
+        else:
+            self._failed.pop(sid, None)
+        if outcome.cut is not None and outcome.marker is not None:
+            self._cuts[sid] = (outcome.cut, outcome.marker)
 
     def _error(self, sid: str, text: str) -> None:
         """A ``session/status`` error event: how background problems reach the user."""

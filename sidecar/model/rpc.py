@@ -112,6 +112,8 @@ class MessagesPage(Base, kw_only=True):
 class SessionContextParams(Base, kw_only=True):
     session_id: str
     format: ContextFormat = "parts"
+    wait: bool = True  # answer after the automatic work caused by earlier writes
+    fit: bool = True  # never above the usable input when the model's limits are known
 
 
 class ContextResult(Dense, kw_only=True):
@@ -120,6 +122,10 @@ class ContextResult(Dense, kw_only=True):
     estimated_tokens: int
     system: list[str] = msgspec.field(default_factory=list)
     boundary_message_id: str | None = None
+    # ``fit``: true when even the last resort left the window above the usable input.
+    overflow: bool = False
+    usable: int | None = None  # set when the window had to be fitted
+    truncated_part_ids: list[str] = msgspec.field(default_factory=list)
 
 
 class OverflowModel(Base, kw_only=True):
@@ -128,6 +134,7 @@ class OverflowModel(Base, kw_only=True):
 
 class SessionOverflowParams(Base, kw_only=True):
     session_id: str | None = None
+    wait: bool = True  # with sessionID: after the automatic work caused by earlier writes
     tokens: Tokens | None = None
     model: OverflowModel | None = None
 

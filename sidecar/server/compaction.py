@@ -25,14 +25,15 @@ from sidecar.server.routes import route
 
 @route("session/context", SessionContextParams)
 async def context(conn: Connection, p: SessionContextParams) -> ContextResult:
-    return await conn.app.engine.engine.context(p.session_id, p.format)
+    engine = conn.app.engine.engine
+    return await engine.context(p.session_id, p.format, conn.config.current, wait=p.wait, fit=p.fit)
 
 
 @route("session/overflow", SessionOverflowParams)
 async def overflow(conn: Connection, p: SessionOverflowParams) -> OverflowResult:
     engine = conn.app.engine.engine
     if p.session_id is not None:
-        return await engine.overflow_session(p.session_id, conn.config.current)
+        return await engine.overflow_session(p.session_id, conn.config.current, wait=p.wait)
     if p.tokens is None or p.model is None:
         raise SidecarError(
             "invalid params: give `$.sessionID`, or both `$.tokens` and `$.model.limit`", -32602

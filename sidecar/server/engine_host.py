@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sidecar.engine.service import Engine
@@ -32,6 +33,10 @@ class EngineHost:
 
     def message_stored(self, info: Message, cfg: Config) -> None:
         self.engine.message_stored(info, cfg)
+
+    def will_store(self, info: Message, cfg: Config) -> Callable[[bool], None] | None:
+        """See ``Engine.will_store``: call before queueing the write, then with the outcome."""
+        return self.engine.will_store(info, cfg)
 
     async def close(self) -> None:
         await self.engine.close()

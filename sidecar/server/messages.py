@@ -110,13 +110,17 @@ def _store_message(conn: Connection, info: Message, raw: bytes, done: Done) -> N
     stored = msgspec.Raw(raw)
     cfg = conn.config.current
 
+    # Registered before the write is queued: a read dispatched behind it waits for the work.
+    work = app.engine.will_store(info, cfg)
+
     def committed(exc: BaseException | None) -> None:
+        if work is not None:
+            work(exc is None)
         if exc is not None:
             done(None, exc)
             return
         app.hub.subscribe(conn, info.session_id)
         app.publish(info.session_id, "message/updated", MessageUpdatedEvent(message=stored))
-        app.engine.message_stored(info, cfg)
         done(stored, None)
 
     app.store.put_message_then(info, raw, committed)

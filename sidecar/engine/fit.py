@@ -1,0 +1,70 @@
+"""Windows that fit (DESIGN §4 ``fit``): the session's model limits, and the last resort of
+truncating single oversized tool outputs in the rendering only.
+
+Reported usage arrives after a step, and many OpenAI-compatible local servers report none, so
+the overflow check can come too late; ``session/context`` measures the window it is about to
+serve against the usable input instead. Stored data is never changed here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from sidecar.engine.tokens import estimate_messages
+from sidecar.model.catalog import lookup
+from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
+from sidecar.model.parts import ToolCompleted, ToolPart
+from sidecar.model.tokens import ModelLimit, estimate
+
+TRUNCATED = "\n[Tool output truncated to fit the context window: omitted {n} chars]"
+MIN_KEEP = 200  # characters of a truncated output always kept, so the model sees what it was
+
+
+def limit_for_window(
+    window: Sequence[WithParts], models: dict[str, ModelLimit] | None
+) -> ModelLimit | None:
+    """Limits of the model the next call goes to: the latest user message's ``model``, or the
+    latest (non-summary) assistant's provider/model; None when neither is known."""
+    for m in reversed(window):
+        info = m.info
+        if isinstance(info, UserMessage) and info.model is not None:
+            return lookup(info.model.provider_id, info.model.model_id, models)
+        if isinstance(info, AssistantMessage) and not info.summary and info.model_id:
+            return lookup(info.provider_id, info.model_id, models)
+    return None
+
+
+def truncate_to_fit(window: Sequence[WithParts], usable: int) -> tuple[list[WithParts], list[str]]:
+    """A copy of ``window`` whose largest tool outputs are cut (with a visible marker) until
+    the estimate fits ``usable``, or nothing more can be cut; returns it and the cut part ids.
+
+    Cutting the largest output first loses the least: one huge read or log is the usual
+    cause, and the rest of the window stays verbatim."""
+    total = estimate_messages(window)
+    out = [WithParts(info=m.info, parts=list(m.parts)) for m in window]
+    cut: list[str] = []
+    candidates: list[tuple[int, int, int]] = []  # (-tokens, message index, part index)
+    for mi, m in enumerate(out):
+        for pi, p in enumerate(m.parts):
+            if isinstance(p, ToolPart) and isinstance(p.state, ToolCompleted):
+                if not p.state.time.compacted and len(p.state.output) > MIN_KEEP:
+                    candidates.append((-estimate(p.state.output), mi, pi))
+    candidates.sort()
+    for neg, mi, pi in candidates:
+        if total <= usable:
+            break
+        part = out[mi].parts[pi]
+        assert isinstance(part, ToolPart) and isinstance(part.state, ToolCompleted)
+        output = part.state.output
+        excess_chars = (total - usable) * 4 + len(TRUNCATED) + 16
+        keep = max(MIN_KEEP, len(output) - excess_chars)
+        if keep >= len(output):
+            continue
+        text = output[:keep] + TRUNCATED.format(n=len(output) - keep)
+        state = msgspec.structs.replace(part.state, output=text)
+        out[mi].parts[pi] = msgspec.structs.replace(part, state=state)
+        total += estimate(text) + neg
+        cut.append(part.id)
+    return out, cut
