@@ -19,6 +19,7 @@ from sidecar.model.parts import ToolCompleted, ToolPart
 from sidecar.model.tokens import ModelLimit, estimate
 
 TRUNCATED = "\n[Tool output truncated to fit the context window: omitted {n} chars]"
+OVERSIZED_SHARE = 4  # an output alone above usable/4 is oversized
 MIN_KEEP = 200  # characters of a truncated output always kept, so the model sees what it was
 
 
@@ -37,11 +38,12 @@ def limit_for_window(
 
 
 def truncate_to_fit(window: Sequence[WithParts], usable: int) -> tuple[list[WithParts], list[str]]:
-    """A copy of ``window`` whose largest tool outputs are cut (with a visible marker) until
-    the estimate fits ``usable``, or nothing more can be cut; returns it and the cut part ids.
+    """A copy of ``window`` whose oversized tool outputs (each alone more than a quarter of
+    ``usable``) are cut, largest first and with a visible marker, until the estimate fits or
+    none is left; returns it and the cut part ids.
 
-    Cutting the largest output first loses the least: one huge read or log is the usual
-    cause, and the rest of the window stays verbatim."""
+    One huge read or log is the usual cause; ordinary outputs are left verbatim, so a window
+    that is simply long is reported (``overflow``) rather than silently mangled."""
     total = estimate_messages(window)
     out = [WithParts(info=m.info, parts=list(m.parts)) for m in window]
     cut: list[str] = []
@@ -49,8 +51,9 @@ def truncate_to_fit(window: Sequence[WithParts], usable: int) -> tuple[list[With
     for mi, m in enumerate(out):
         for pi, p in enumerate(m.parts):
             if isinstance(p, ToolPart) and isinstance(p.state, ToolCompleted):
-                if not p.state.time.compacted and len(p.state.output) > MIN_KEEP:
-                    candidates.append((-estimate(p.state.output), mi, pi))
+                size = estimate(p.state.output)
+                if not p.state.time.compacted and size > usable // OVERSIZED_SHARE:
+                    candidates.append((-size, mi, pi))
     candidates.sort()
     for neg, mi, pi in candidates:
         if total <= usable:
