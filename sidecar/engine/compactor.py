@@ -96,22 +96,25 @@ def _summary_text(m: WithParts) -> str:
     return "\n".join(p.text for p in m.parts if isinstance(p, TextPart) and p.text.strip())
 
 
-SUMMARY_SHARE = 4  # a summary may take at most 1/4 of the model's usable window
+SUMMARY_FLOOR = 256  # the smallest max_tokens the engine asks for: a summary needs some room
 
 
 def _summary_budget(window: Sequence[WithParts], cfg: Config) -> int:
-    """``summaryMaxTokens``, but never more than a quarter of the session model's usable
-    window: on a small local model a 10k-token summary would leave no room and compact again
-    at once."""
+    """The summary's ``max_tokens``: ``summaryMaxTokens``, capped by the session model's
+    output limit (OpenCode: ``min(limit.output, 32000)``) and by ``usable // summaryShare``:
+    on a small local model a 10k-token summary would leave no room and compact again at once."""
     budget = cfg.compaction.summary_max_tokens
+    share = cfg.compaction.summary_share
     for m in reversed(window):
         info = m.info
         if isinstance(info, AssistantMessage) and not info.summary and info.model_id:
             limit = lookup(info.provider_id, info.model_id, cfg.models)
             if limit is not None:
+                if limit.output > 0:
+                    budget = min(budget, max(SUMMARY_FLOOR, limit.output))
                 usable = overflow.check(Tokens(), limit, cfg.compaction).usable
-                if usable > 0:
-                    budget = min(budget, max(256, usable // SUMMARY_SHARE))
+                if usable > 0 and share > 0:
+                    budget = min(budget, max(SUMMARY_FLOOR, usable // share))
             break
     return budget
 
@@ -171,14 +174,21 @@ class Compactor:
             window = [m for m in window if Key(m.info.time.created, m.info.id) <= cutoff]
         before = estimate_messages(window)
         ccfg = cfg.compaction
-        if ccfg.method == "collapse":
+        standard = ccfg.method != "collapse"
+        if not standard:
             parts = split(window, ccfg.extract_ratio, ccfg.recent_ratio)
             to_summarize, tail, reference = parts.summarize, parts.tail, parts.reference
         else:
             to_summarize, tail, reference = list(window), [], []
-        # Earlier summaries go to the writer as summaries to merge, not as conversation.
-        previous = await self._previous_summaries(sid, ccfg.previous_summaries)
-        history = [m for m in to_summarize if not _is_marker(m) and not _is_summary(m)]
+        if standard:
+            # As OpenCode sends it: the window as it is, an earlier compaction inline
+            # ("What did we do so far?", its summary, "Continue ..."), no merge block.
+            previous: list[str] = []
+            history = list(window)
+        else:
+            # Collapse (seed 003): earlier summaries go to the writer as summaries to merge.
+            previous = await self._previous_summaries(sid, ccfg.previous_summaries)
+            history = [m for m in to_summarize if not _is_marker(m) and not _is_summary(m)]
         if tail and estimate_messages(history) < ccfg.extract_ratio / 2 * before:
             # The window is dominated by its newest messages (one huge tool output, say):
             # summarizing the little before them cannot free room, so summarize everything.
@@ -209,6 +219,9 @@ class Compactor:
             tail_start_id=tail[0].info.id if tail else None,
         )
         await self._put([marker], [marker_part])
+        if standard:
+            # The new marker is sent too, as user "What did we do so far?" before the prompt.
+            history.append(WithParts(info=marker, parts=[marker_part]))
         self._status(sid, "compacting")
         token = req.progress_token if req.progress_token is not None else f"compact-{marker.id}"
         self.host.progress(

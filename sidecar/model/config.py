@@ -43,6 +43,9 @@ class CompactionConfig(Strict, kw_only=True):
     extract_ratio: Ratio = 0.65
     recent_ratio: Ratio = 0.15
     summary_max_tokens: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 10_000
+    # The summary's max_tokens is also capped at usable // summaryShare (0: no such cap) and
+    # at the model's output limit; summaryMaxTokens 32000 + summaryShare 0 is OpenCode's.
+    summary_share: Annotated[int, msgspec.Meta(ge=0, le=1_000)] = 4
     previous_summaries: Annotated[int, msgspec.Meta(ge=0, le=100)] = 3
     prune_protect: Count = 40_000
     prune_minimum: Count = 20_000

@@ -32,12 +32,13 @@ ClientCall = Callable[[SummarizerCompleteParams], Awaitable[SummarizerCompleteRe
 # -- prompts (seed 000, in meaning) -------------------------------------------------------------
 
 DEFAULT_PROMPT = (
-    "Provide a detailed prompt for continuing our conversation above.\n"
+    "Provide a detailed prompt for continuing our conversation above. "
     "Focus on information that would be helpful for continuing the conversation, including what "
-    "we did, what we're doing, which files we're working on, and what we're going to do next, "
-    "considering that a new session will not have access to our conversation."
+    "we did, what we're doing, which files we're working on, and what we're going to do next "
+    "considering new session will not have access to our conversation."
 )
-"""The final user instruction of a standard compaction (OpenCode's default summary prompt)."""
+"""The final user instruction of a standard compaction: seed 000's text word for word, on one
+line as OpenCode 1.1.53 sends it (checked against a recorded request)."""
 
 NO_TOOLS = "Do not call any tools. Respond only with the summary text."
 """Some proxies require ``tools`` whenever the history holds tool calls and then the model calls

@@ -68,27 +68,58 @@ class Writer:
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """A user message and a finished assistant step, all but the finishing write."""
         user = await self.c.update_message(
-            {"id": self._id("msg"), "role": "user", "sessionID": self.sid,
-             "time": self._time(), "model": dict(self.model)}
+            {
+                "id": self._id("msg"),
+                "role": "user",
+                "sessionID": self.sid,
+                "time": self._time(),
+                "model": dict(self.model),
+            }
         )
         await self.c.update_part(
-            {"id": self._id("prt"), "type": "text", "sessionID": self.sid,
-             "messageID": user["id"], "text": text}
+            {
+                "id": self._id("prt"),
+                "type": "text",
+                "sessionID": self.sid,
+                "messageID": user["id"],
+                "text": text,
+            }
         )
         a = await self.c.update_message(
-            {"id": self._id("msg"), "role": "assistant", "sessionID": self.sid,
-             "parentID": user["id"], "time": self._time(), **self.model}
+            {
+                "id": self._id("msg"),
+                "role": "assistant",
+                "sessionID": self.sid,
+                "parentID": user["id"],
+                "time": self._time(),
+                **self.model,
+            }
         )
         if output is not None:
             await self.c.update_part(
-                {"id": self._id("prt"), "type": "tool", "sessionID": self.sid,
-                 "messageID": a["id"], "callID": f"call-{a['id']}", "tool": "read",
-                 "state": {"status": "completed", "input": {"filePath": f"f{self.n}.py"},
-                           "output": output, "time": {"start": 1, "end": 2}}}
+                {
+                    "id": self._id("prt"),
+                    "type": "tool",
+                    "sessionID": self.sid,
+                    "messageID": a["id"],
+                    "callID": f"call-{a['id']}",
+                    "tool": "read",
+                    "state": {
+                        "status": "completed",
+                        "input": {"filePath": f"f{self.n}.py"},
+                        "output": output,
+                        "time": {"start": 1, "end": 2},
+                    },
+                }
             )
         await self.c.update_part(
-            {"id": self._id("prt"), "type": "text", "sessionID": self.sid,
-             "messageID": a["id"], "text": f"Done with {text}."}
+            {
+                "id": self._id("prt"),
+                "type": "text",
+                "sessionID": self.sid,
+                "messageID": a["id"],
+                "text": f"Done with {text}.",
+            }
         )
         a.update(finish="stop", tokens=tokens)
         return user, a
@@ -115,9 +146,7 @@ async def test_pipelined_context_behind_an_overflowing_write_is_compacted(start:
 
 
 async def test_replay_without_usage_never_serves_a_window_over_the_limit(start: Spawn) -> None:
-    c = await start(
-        initialization_options={"models": {"local/tiny": SMALL_LIMIT}}
-    )
+    c = await start(initialization_options={"models": {"local/tiny": SMALL_LIMIT}})
     sid = (await c.create_session()).id
     w = Writer(c, sid, SMALL_MODEL, None)
     usable = 20_000
@@ -154,10 +183,7 @@ async def test_auto_compaction_off_truncates_one_huge_output_else_says_overflow(
     assert len(parts["truncatedPartIDs"]) == 1
     stored = await c.request("session/messages", {"sessionID": sid})
     outputs = [
-        p["state"]["output"]
-        for m in stored["messages"]
-        for p in m["parts"]
-        if p["type"] == "tool"
+        p["state"]["output"] for m in stored["messages"] for p in m["parts"] if p["type"] == "tool"
     ]
     assert outputs == ["y" * 200_000]
     raw = await c.request("session/context", {"sessionID": sid, "fit": False})
@@ -205,12 +231,15 @@ async def test_a_write_behind_the_boundary_is_reported(start: Spawn) -> None:
     await c.update_message(a)
     await c.context(sid)
     # Same millisecond as the compacted turn, after it by id: before the daemon's marker.
-    late = {"id": "msg_zzz_late", "role": "user", "sessionID": sid,
-            "time": {"created": a["time"]["created"]}, "model": MODEL}
+    late = {
+        "id": "msg_zzz_late",
+        "role": "user",
+        "sessionID": sid,
+        "time": {"created": a["time"]["created"]},
+        "model": MODEL,
+    }
     await c.update_message(late)
-    log = await c.wait_for(
-        "window/logMessage", predicate=lambda p: "msg_zzz_late" in p["message"]
-    )
+    log = await c.wait_for("window/logMessage", predicate=lambda p: "msg_zzz_late" in p["message"])
     assert "behind the compaction boundary" in log["message"]
 
 

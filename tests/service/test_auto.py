@@ -17,7 +17,7 @@ from sidecar.model.messages import AssistantMessage, MessageError, ModelRef, Use
 from sidecar.model.parts import CompactionPart, TextPart
 from sidecar.model.rpc import CompactingHookResult
 from sidecar.store import Store
-from sidecar.summarizers.base import SummaryError, SummaryRequest, SummaryResult
+from sidecar.summarizers.base import DEFAULT_PROMPT, SummaryError, SummaryRequest, SummaryResult
 
 from .harness import Harness
 
@@ -305,8 +305,30 @@ async def test_second_compact_while_busy_is_refused(store: Store) -> None:
         await first
 
 
-async def test_previous_summary_is_merged_not_resummarized(store: Store) -> None:
+async def test_standard_sends_an_earlier_compaction_inline_as_opencode_does(
+    store: Store,
+) -> None:
     h = Harness(store)
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    await h.assistant(s.id, u.id, text="x" * 4000)
+    await _manual(h, s.id, _Writer(text="first summary"))
+    u2 = await h.user(s.id, "next")
+    await h.assistant(s.id, u2.id, text="w" * 4000)
+    w = _Writer(text="second summary")
+    await _manual(h, s.id, w)
+    req = w.requests[0]
+    assert req.previous_summaries == []  # no merge block in standard mode
+    first, second, last = req.history[0], req.history[1], req.history[-1]
+    assert any(isinstance(p, CompactionPart) for p in first.parts)  # the earlier marker
+    assert isinstance(second.info, AssistantMessage) and second.info.summary
+    assert any(isinstance(p, CompactionPart) for p in last.parts)  # the new one, then the prompt
+    assert last.info.id != first.info.id
+    assert req.prompt == DEFAULT_PROMPT and "\n" not in req.prompt
+
+
+async def test_collapse_still_merges_previous_summaries(store: Store) -> None:
+    h = Harness(store, {"compaction": {"method": "collapse"}})
     s = await h.session()
     u = await h.user(s.id, "go")
     await h.assistant(s.id, u.id, text="x" * 4000)
@@ -321,8 +343,8 @@ async def test_previous_summary_is_merged_not_resummarized(store: Store) -> None
 
 
 async def test_summary_budget_is_capped_by_the_model_window(store: Store) -> None:
-    # 16k context, 2k output: usable 14k, so a summary may take 3,500 tokens, not 10,000.
-    h = Harness(store, {"models": {"acme/small": {"context": 16_000, "output": 2_000}}})
+    # 16k context, 4k output: usable 12k, so a summary may take 3,000 tokens, not 10,000.
+    h = Harness(store, {"models": {"acme/small": {"context": 16_000, "output": 4_000}}})
     s = await h.session()
     u = await h.user(s.id, "go")
     small = ModelRef(provider_id="acme", model_id="small")
@@ -332,7 +354,7 @@ async def test_summary_budget_is_capped_by_the_model_window(store: Store) -> Non
     # The writer gets the budget less what the artifact ledger appended after it takes.
     ledger_tokens = estimate(w.requests[0].ledger)
     assert ledger_tokens > 0
-    assert w.requests[0].max_tokens == 3_500 - ledger_tokens - 1
+    assert w.requests[0].max_tokens == 3_000 - ledger_tokens - 1
     big = Harness(store)  # claude-sonnet-4-5: usable 168k, so summaryMaxTokens (10k) rules
     s2 = await big.session()
     u2 = await big.user(s2.id, "go")
@@ -340,3 +362,20 @@ async def test_summary_budget_is_capped_by_the_model_window(store: Store) -> Non
     w2 = _Writer()
     await _manual(big, s2.id, w2)
     assert w2.requests[0].max_tokens == 10_000 - estimate(w2.requests[0].ledger) - 1
+    # OpenCode's figure, min(limit.output, 32000): summaryMaxTokens 32000, no share cap.
+    oc = Harness(store, {"compaction": {"summaryMaxTokens": 32_000, "summaryShare": 0}})
+    s3 = await oc.session()
+    u3 = await oc.user(s3.id, "go")
+    await oc.assistant(s3.id, u3.id)
+    w3 = _Writer()
+    await _manual(oc, s3.id, w3)
+    # claude-sonnet-4-5's output limit is 64k
+    assert w3.requests[0].max_tokens == 32_000 - estimate(w3.requests[0].ledger) - 1
+    tiny = Harness(store, {"models": {"acme/tiny": {"context": 16_000, "output": 2_000}}})
+    s4 = await tiny.session()
+    u4 = await tiny.user(s4.id, "go")
+    await tiny.assistant(s4.id, u4.id, model=ModelRef(provider_id="acme", model_id="tiny"))
+    w4 = _Writer()
+    await _manual(tiny, s4.id, w4)
+    # never above the model's output limit
+    assert w4.requests[0].max_tokens == 2_000 - estimate(w4.requests[0].ledger) - 1
