@@ -238,7 +238,9 @@ async def test_no_loops_one_retry_then_an_error_event(store: Store, method: str)
     # stops compacting and only reports, however many turns still overflow.
     events = await _overflowing_turn(w, engine, s.id, 51)
     assert len([e for e in _statuses(events) if e.status == "compacting"]) <= 2
-    assert _statuses(events)[-1].status == "error"
+    # Standard sends the earlier summary inline (as OpenCode does), and a summary of that may
+    # fit: a success is fine here; what matters is the cap on the turns after it.
+    assert _statuses(events)[-1].status in ("error", "idle")
     for n in (52, 53):
         events = await _overflowing_turn(w, engine, s.id, n)
         assert [e.status for e in _statuses(events)] == ["error"]

@@ -60,9 +60,9 @@ class Harness:
         self.clock = 0
 
     def tick(self) -> int:
-        """Wall-clock times, strictly increasing: what the daemon appends uses the wall clock,
-        so messages written after a compaction must not sort before its marker."""
-        self.clock = max(self.clock + 1, now_ms())
+        """A frontend's clock: a second between messages. What the daemon appends is stamped
+        right after the session's latest message (1 ms apart), so it sorts before these."""
+        self.clock = max(self.clock + 1_000, now_ms())
         return self.clock
 
     async def session(self) -> Session:
