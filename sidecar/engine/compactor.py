@@ -35,7 +35,13 @@ from sidecar.model.messages import (
     UserMessage,
     WithParts,
 )
-from sidecar.model.parts import CompactionPart, Part, TextPart
+from sidecar.model.parts import (
+    CompactionPart,
+    Part,
+    StepFinishPart,
+    StepStartPart,
+    TextPart,
+)
 from sidecar.model.rpc import (
     CompactedEvent,
     CompactResult,
@@ -126,6 +132,31 @@ def _last_user(window: Sequence[WithParts]) -> UserMessage | None:
     return None
 
 
+_dict_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
+def _stored(obj: Any) -> bytes:
+    """What the daemon stores for a message or part it makes, in the shape OpenCode's schema
+    requires: fields our wire model omits at their defaults are written out (a manual marker's
+    ``auto: false``, a summary's ``cost`` and ``tokens``), so readers that test
+    ``auto === false`` or parse with OpenCode's zod schema accept it."""
+    raw = _encoder.encode(obj)
+    need: dict[str, Any] = {}
+    if isinstance(obj, CompactionPart):
+        need["auto"] = obj.auto
+    elif isinstance(obj, AssistantMessage | StepFinishPart):
+        need["cost"] = obj.cost
+        need["tokens"] = msgspec.to_builtins(obj.tokens)
+    if not need:
+        return raw
+    data = _dict_decoder.decode(raw)
+    missing = {k: v for k, v in need.items() if k not in data}
+    if not missing:
+        return raw
+    data.update(missing)
+    return _encoder.encode(data)
+
+
 class _Clock:
     """Strictly increasing millisecond times from ``start``, on the session's own timeline.
 
@@ -148,8 +179,8 @@ class Compactor:
         self.host = host
 
     async def _put(self, messages: list[Any], parts: list[Part]) -> None:
-        encoded_m = [(m, _encoder.encode(m)) for m in messages]
-        encoded_p = [(p, _encoder.encode(p)) for p in parts]
+        encoded_m = [(m, _stored(m)) for m in messages]
+        encoded_p = [(p, _stored(p)) for p in parts]
         await self.store.put_many(encoded_m, encoded_p)
         for m, raw in encoded_m:
             self.host.publish(
@@ -253,6 +284,7 @@ class Compactor:
                 model_id=writer.model_id,
                 mode="compaction",
                 agent="compaction",
+                path={"cwd": session.directory or "", "root": session.directory or ""},
                 summary=True,
             )
             await self._put([summary], [])
@@ -276,8 +308,17 @@ class Compactor:
                 progress=report,
                 prior=ledger.latest(previous or await self._previous_summaries(sid, 1)),
             )
+            # OpenCode's summary parts: step-start, the text, step-finish (with the usage).
+            step_start = StepStartPart(id=new_id("prt"), session_id=sid, message_id=summary.id)
             text_part = TextPart(
                 id=new_id("prt"), session_id=sid, message_id=summary.id, text=result.text
+            )
+            step_finish = StepFinishPart(
+                id=new_id("prt"),
+                session_id=sid,
+                message_id=summary.id,
+                reason="stop",
+                tokens=result.tokens,
             )
             done = msgspec.structs.replace(
                 summary,
@@ -306,7 +347,7 @@ class Compactor:
                     f"compaction would not make the context smaller ({before} -> {after} "
                     "estimated tokens); history kept"
                 )
-            await self._put([done], [text_part])
+            await self._put([done], [step_start, text_part, step_finish])
         except asyncio.CancelledError:
             await self._discard(sid, marker, summary)
             self.host.progress(sid, token, {"kind": "end", "message": "cancelled"})

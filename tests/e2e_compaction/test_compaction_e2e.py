@@ -132,7 +132,8 @@ async def test_compacting_hook_adds_context(start: Spawn) -> None:
     assert seen == [{"sessionID": sid}]
     page = await c.messages(sid)
     summary = next(m for m in page.messages if m.info["id"] == result["summaryMessageID"])
-    assert "keep the public API stable" in summary.parts[0]["text"]
+    assert [p["type"] for p in summary.parts] == ["step-start", "text", "step-finish"]
+    assert "keep the public API stable" in summary.parts[1]["text"]
 
 
 async def test_disable_autocompact_env(start: Spawn) -> None:
@@ -222,7 +223,7 @@ async def test_client_summarizer_and_cancel(start: Spawn) -> None:
     assert "Provide a detailed prompt" in first["messages"][-1]["content"]
     page = await c.messages(sid)
     summary = next(m for m in page.messages if m.info["id"] == result["summaryMessageID"])
-    assert summary.parts[0]["text"].startswith("Summary by the editor's own model")
+    assert summary.parts[1]["text"].startswith("Summary by the editor's own model")
 
 
 async def test_header_secrets_are_not_echoed_by_config(start: Spawn) -> None:

@@ -1,0 +1,193 @@
+"""The daemon against a recorded run of the real OpenCode 1.1.53 (the oracle).
+
+``tests/fixtures/opencode/oracle_1153.json`` is OpenCode's stored session and every request it
+sent the model (see the README beside it). The frontend's own messages are replayed into a real
+daemon, which must make the same decisions OpenCode made: compact at the same turns, prune the
+same parts at the same turns, serve before each step the window OpenCode sent, and send the
+same summary request. The model's summary answers are OpenCode's (a real HTTP server on
+127.0.0.1 plays the provider), so the windows after a compaction can be compared too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sidecar_client import Client, spawn
+
+from tests.summarizers.httpserver import Reply, ScriptedServer
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "opencode" / "oracle_1153.json"
+CLEARED = "[Old tool result content cleared]"
+CONTINUE = "Continue if you have next steps"
+TRIMMED = re.compile(r"^<<(\d+) chars>>$")
+
+
+def _chars(text: str) -> str:
+    return text if text == CLEARED else f"<<{len(text)} chars>>"
+
+
+def _norm(messages: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """A chat request's messages, comparable: system dropped, tool results by length."""
+    out: list[tuple[Any, ...]] = []
+    for m in messages:
+        if m["role"] == "system":
+            continue
+        content = m.get("content") or ""
+        if isinstance(content, list):
+            content = "".join(c.get("text", "") for c in content)
+        if m["role"] == "tool":
+            out.append(("tool", m["tool_call_id"], _chars(content) if "<<" not in content else content))
+            continue
+        calls = [
+            (c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
+            for c in m.get("tool_calls") or []
+        ]
+        out.append((m["role"], content, calls))
+    return out
+
+
+def _daemon_made(m: dict[str, Any]) -> bool:
+    info, parts = m["info"], m["parts"]
+    if info["role"] == "assistant":
+        return bool(info.get("summary"))
+    return any(p["type"] == "compaction" for p in parts) or any(
+        p["type"] == "text" and p.get("synthetic") and p["text"] == CONTINUE for p in parts
+    )
+
+
+def _untrim(part: dict[str, Any]) -> dict[str, Any]:
+    """The part as the frontend wrote it: the output back at its length, not yet pruned."""
+    part = json.loads(json.dumps(part))
+    if part["type"] == "tool":
+        state = part["state"]
+        found = TRIMMED.match(state.get("output", ""))
+        if found:
+            state["output"] = "x" * int(found.group(1))
+        state.get("time", {}).pop("compacted", None)
+    return part
+
+
+def _stream(text: str) -> Reply:
+    return Reply(
+        events=[
+            {"choices": [{"index": 0, "delta": {"content": text}}]},
+            {"choices": [], "usage": {"prompt_tokens": 1000, "completion_tokens": 20}},
+            "data: [DONE]\n\n",
+        ]
+    )
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[ScriptedServer]:
+    srv = ScriptedServer()
+    await srv.start()
+    try:
+        yield srv
+    finally:
+        await srv.stop()
+
+
+async def test_replayed_opencode_run_makes_the_same_decisions(
+    tmp_path: Path, provider: ScriptedServer
+) -> None:
+    oracle = json.loads(FIXTURE.read_text())
+    assert oracle["opencode"] == "1.1.53"
+    stored: list[dict[str, Any]] = oracle["messages"]
+    summaries = [m for m in stored if m["info"].get("summary") is True]
+    texts = [next(p["text"] for p in m["parts"] if p["type"] == "text") for m in summaries]
+    provider.script(*(_stream(t) for t in texts))
+    config = {
+        "models": {"fake/fake-model": oracle["limits"]},
+        "summarizer": {"provider": "openai", "model": "fake-model", "baseURL": provider.url},
+        # OpenCode's summary max_tokens: min(limit.output, 32000).
+        "compaction": {"summaryMaxTokens": 32_000, "summaryShare": 0},
+    }
+    cfg_path = tmp_path / "config.json"
+    cfg_path.write_text(json.dumps(config))
+    c: Client = await spawn(
+        tmp_path / "db.sqlite",
+        extra_args=["--config", str(cfg_path)],
+        env={
+            "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
+            "OPENCODE_DISABLE_AUTOCOMPACT": None,
+            "OPENCODE_DISABLE_PRUNE": None,
+        },
+    )
+    try:
+        sid = (await c.create_session()).id
+        mains = [r for r in oracle["requests"] if r["kind"] == "main"]
+        summary_requests = [r for r in oracle["requests"] if r["kind"] == "summary"]
+        turns = {t["turn"]: t["pruned"] for t in oracle["turns"]}
+        user_turn = 0
+        pruned_seen: set[str] = set()
+        compacted_at: list[tuple[int, bool]] = []
+        step = 0
+
+        async def end_turn(turn: int) -> None:
+            await c.request("session/idle", {"sessionID": sid})
+            now = {p for e in c.notifications("session/pruned") for p in e["partIDs"]}
+            assert sorted(now - pruned_seen) == sorted(turns[turn]), f"pruned in turn {turn}"
+            pruned_seen.update(now)
+            for e in c.notifications("session/compacted")[len(compacted_at) :]:
+                compacted_at.append((turn, e["auto"]))
+
+        for m in stored:
+            if _daemon_made(m):
+                continue
+            info = {**m["info"], "sessionID": sid}
+            if info["role"] == "user":
+                if user_turn:
+                    await end_turn(user_turn)
+                user_turn += 1
+                await c.update_message(info)
+                for p in m["parts"]:
+                    await c.update_part({**_untrim(p), "sessionID": sid})
+                continue
+            # Before each step the daemon must serve the window OpenCode sent for it.
+            ctx = await c.request("session/context", {"sessionID": sid, "format": "openai"})
+            assert _norm(ctx["messages"]) == _norm(mains[step]["messages"]), (
+                f"window before step {step} (request {mains[step]['n']})"
+            )
+            assert ctx["overflow"] is False
+            step += 1
+            opening = {k: v for k, v in info.items() if k not in ("finish", "tokens")}
+            await c.update_message(opening)
+            for p in m["parts"]:
+                await c.update_part({**_untrim(p), "sessionID": sid})
+            await c.update_message(info)
+        await end_turn(user_turn)
+        # drive.py --summarize-at 10: a manual compaction after the last turn.
+        result = await c.request(
+            "session/compact",
+            {"sessionID": sid, "model": {"providerID": "fake", "modelID": "fake-model"}},
+        )
+        assert result["status"] == "continue"
+        await end_turn(user_turn)
+        assert step == len(mains)
+        assert compacted_at == [(9, True), (10, False)]
+
+        # The summary requests: the same messages and max_tokens OpenCode sent.
+        sent = [r.json() for r in provider.requests]
+        assert len(sent) == len(summary_requests) == 2
+        for ours, theirs in zip(sent, summary_requests, strict=True):
+            assert _norm(ours["messages"]) == _norm(theirs["messages"]), f"summary {theirs['n']}"
+            assert ours["max_tokens"] == theirs["max_tokens"] == 32_000
+
+        # Stored shapes OpenCode's readers accept.
+        page = await c.request("session/messages", {"sessionID": sid})
+        ours_made = [m for m in page["messages"] if _daemon_made(m)]
+        markers = [p for m in ours_made for p in m["parts"] if p["type"] == "compaction"]
+        assert [p["auto"] for p in markers] == [True, False]  # auto:false written out
+        for m in ours_made:
+            if m["info"]["role"] == "assistant":
+                info = m["info"]
+                assert {"path", "cost", "tokens", "providerID", "modelID"} <= info.keys()
+                assert info["mode"] == info["agent"] == "compaction" and info["finish"] == "stop"
+                assert [p["type"] for p in m["parts"]] == ["step-start", "text", "step-finish"]
+    finally:
+        await c.close()
