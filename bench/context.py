@@ -1,4 +1,5 @@
-"""session/context and session/prune cost: a window behind 100k parts of history vs. alone.
+"""session/context and session/prune cost: a window behind 100k parts of history vs. alone,
+and what the default wait+fit cost over a plain read when nothing is pending.
 
 Both sessions hold the same 1,000-message window (user turns and assistant steps with tool
 calls); session A also has 100,000 parts of older history behind a finished compaction.
@@ -169,6 +170,11 @@ async def main() -> None:
             for fmt in ("parts", "openai"):
                 await timed(f"context[{fmt}] A", lambda f=fmt: engine.context(a.id, f))
                 await timed(f"context[{fmt}] B", lambda f=fmt: engine.context(b.id, f))
+            # What read-your-writes (wait) and fit cost when nothing is pending: vs. neither.
+            await timed(
+                "context[parts] plain A",
+                lambda: engine.context(a.id, "parts", wait=False, fit=False),
+            )
             await timed("context[parts] cold A", lambda: cold(a.id))
             await timed("context[parts] cold B", lambda: cold(b.id))
             await timed("prune A", lambda: engine.prune(a.id))
@@ -180,6 +186,10 @@ async def main() -> None:
             print(f"{op} with 100k-part history : p50 {ms(median(ra))}  p95 {ms(pct(ra, 95))}")
             print(f"{op} window only           : p50 {ms(median(rb))}  p95 {ms(pct(rb, 95))}")
             print(f"{op} ratio history/window  : {median(ra) / median(rb):.2f} (target <= 1.2)")
+        ra, rp = results["context[parts] A"], results["context[parts] plain A"]
+        print(f"context[parts] wait+fit, nothing pending : p50 {ms(median(ra))}")
+        print(f"context[parts] wait=false fit=false      : p50 {ms(median(rp))}")
+        print(f"context[parts] ratio wait+fit/plain       : {median(ra) / median(rp):.2f}")
         await engine.close()
         await store.close()
 
