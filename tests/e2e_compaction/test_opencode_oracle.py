@@ -41,7 +41,8 @@ def _norm(messages: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
         if isinstance(content, list):
             content = "".join(c.get("text", "") for c in content)
         if m["role"] == "tool":
-            out.append(("tool", m["tool_call_id"], _chars(content) if "<<" not in content else content))
+            trimmed = content if TRIMMED.match(content) else _chars(content)
+            out.append(("tool", m["tool_call_id"], trimmed))
             continue
         calls = [
             (c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
