@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -189,10 +189,12 @@ class Compactor:
         for p, raw in encoded_p:
             self.host.publish(p.session_id, "part/updated", PartUpdatedEvent(part=msgspec.Raw(raw)))
 
-    def _status(self, sid: str, status: str, error: str | None = None) -> None:
+    def _status(
+        self, sid: str, status: Literal["idle", "compacting", "error"], error: str | None = None
+    ) -> None:
         self.host.publish(
             sid, "session/status", StatusEvent(session_id=sid, status=status, error=error)
-        )  # type: ignore[arg-type]
+        )
 
     async def run(self, req: Request, cfg: Config, writer: Summarizer) -> Outcome:
         sid = req.session_id
