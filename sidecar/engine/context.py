@@ -15,10 +15,14 @@ from sidecar.model.session import Session
 from sidecar.store import Store
 
 
-async def build(
+async def build(store: Store, session: Session, fmt: ContextFormat) -> ContextResult:
+    return (await build_with_window(store, session, fmt))[0]
+
+
+async def build_with_window(
     store: Store, session: Session, fmt: ContextFormat
 ) -> tuple[ContextResult, list[WithParts]]:
-    """The rendered window and the window itself."""
+    """The rendered window and the window itself (``fit`` measures and may cut it)."""
     raws: dict[str, str] = {}
     window = await load_window(store, session, raws if fmt == "parts" else None)
     return render_result(window, fmt, raws), window

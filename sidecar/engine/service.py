@@ -183,7 +183,7 @@ class Engine:
         if wait:
             await self.idle(session_id)
         session = await self.store.require_session(session_id)
-        result, window = await context_mod.build(self.store, session, fmt)
+        result, window = await context_mod.build_with_window(self.store, session, fmt)
         if not fit:
             return result
         cfg = cfg or self.config()
@@ -200,10 +200,10 @@ class Engine:
         events), then truncate single oversized outputs in the rendering only; else say so."""
         async with self.lock(sid):
             session = await self.store.require_session(sid)
-            result, window = await context_mod.build(self.store, session, fmt)
+            result, window = await context_mod.build_with_window(self.store, session, fmt)
             if result.estimated_tokens > usable and cfg.compaction.prune:
                 await self.prune(sid, cfg)
-                result, window = await context_mod.build(self.store, session, fmt)
+                result, window = await context_mod.build_with_window(self.store, session, fmt)
             if result.estimated_tokens > usable and cfg.compaction.auto:
                 last = next(
                     (
@@ -216,7 +216,7 @@ class Engine:
                 if last is not None and not self.is_compacting(sid):
                     with contextlib.suppress(Busy):  # another daemon compacts it: cut instead
                         await self._auto_compact(sid, cfg, limit_for=last)
-                    result, window = await context_mod.build(self.store, session, fmt)
+                    result, window = await context_mod.build_with_window(self.store, session, fmt)
             if result.estimated_tokens > usable:
                 return await context_mod.build_fitted(self.store, session, fmt, window, usable)
             return result
