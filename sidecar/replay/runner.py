@@ -152,8 +152,20 @@ async def _drive(
             for p in m.parts:
                 await client.update_part(_part(p, sid, last_user, now_ms()))
             continue
+        # The window as stored, then the one a frontend sends (``fit``, the default): when the
+        # first is over the model's usable input the daemon compacts before answering.
+        raw = await client.request("session/context", {"sessionID": sid, "fit": False})
         ctx = await client.context(sid)
         prompt = ctx.estimated_tokens
+        fitted = client.notifications("session/compacted")[seen["session/compacted"] :]
+        seen["session/compacted"] += len(fitted)
+        fit_notes: list[str] = []
+        for c in fitted:
+            report.compactions.append(Compaction(turn, raw["estimatedTokens"], prompt, c["auto"]))
+            fit_notes.append(
+                f"COMPACTED #{len(report.compactions)} to fit: "
+                f"{raw['estimatedTokens']:,} -> {prompt:,} tok"
+            )
         msg = {
             "role": "assistant",
             "sessionID": sid,
@@ -185,7 +197,7 @@ async def _drive(
         )
         await client.update_message(info)
         await client.request("session/idle", {"sessionID": sid})
-        notes: list[str] = []
+        notes: list[str] = fit_notes
         pruned = client.notifications("session/pruned")[seen["session/pruned"] :]
         seen["session/pruned"] += len(pruned)
         for p in pruned:
