@@ -796,8 +796,15 @@ class Client:
 
     # -- typed helpers: compaction -------------------------------------------------------------
 
-    async def context(self, session_id: str, format: str = "parts") -> ContextResult:
-        params = {"sessionID": session_id, "format": format}
+    async def context(
+        self, session_id: str, format: str = "parts", *, wait: bool = True, fit: bool = True
+    ) -> ContextResult:
+        """The window to send; ``wait``/``fit`` as in PROTOCOL.md (both default on)."""
+        params: dict[str, Any] = {"sessionID": session_id, "format": format}
+        if not wait:
+            params["wait"] = False
+        if not fit:
+            params["fit"] = False
         return await self.request("session/context", params, ContextResult)
 
     async def overflow(
