@@ -317,7 +317,7 @@ class Engine:
             await self.store.require_session(req.session_id)
             outcome = await self._run(req, cfg or self.config())
             assert outcome is not None  # only automatic work is ever skipped
-            self._record(req.session_id, outcome)
+            await self._record(req.session_id, outcome)
             return outcome.result
 
     # -- automatic triggers --------------------------------------------------------------------
@@ -457,7 +457,7 @@ class Engine:
         )
         if outcome is None:
             return None
-        self._record(sid, outcome)
+        await self._record(sid, outcome)
         if outcome.result.status != "continue" or limit is None:
             return outcome
         threshold = self._threshold(limit, cfg)
@@ -469,7 +469,7 @@ class Engine:
         )
         if second is None:
             return outcome
-        self._record(sid, second)
+        await self._record(sid, second)
         if second.result.status == "continue" and second.after_tokens > threshold:
             self._error(
                 sid,
@@ -478,13 +478,20 @@ class Engine:
             )
         return second
 
-    def _record(self, sid: str, outcome: Outcome) -> None:
+    async def _record(self, sid: str, outcome: Outcome) -> None:
+        """Remember a compaction's outcome; report messages the frontend wrote while it ran
+        that ended up behind its boundary (between what it saw and its marker)."""
         if outcome.result.error is not None:
             self._failed[sid] = outcome.result.error
         else:
             self._failed.pop(sid, None)
-        if outcome.cut is not None and outcome.marker is not None:
-            self._cuts[sid] = (outcome.cut, outcome.marker)
+        cut, marker = outcome.cut, outcome.marker
+        if cut is None or marker is None:
+            return
+        self._cuts[sid] = (cut, marker)
+        for m in await self.store.window(sid, cut, marker):
+            if Key(m.info.time.created, m.info.id) != cut:
+                self._behind_boundary(m.info)
 
     def _error(self, sid: str, text: str) -> None:
         """A ``session/status`` error event: how background problems reach the user."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
+from sidecar.model.messages import MessageTime, UserMessage
 from sidecar.model.parts import ToolCompleted, ToolPart
 from sidecar.model.tokens import Tokens
 from sidecar.store import Store
@@ -129,3 +130,26 @@ async def test_loop_guard_blames_an_unreachable_summarizer_not_model_limits(
     assert last is not None
     assert "the last compaction failed (connection refused" in last
     assert "check the summarizer" in last and "model limits" not in last
+
+
+async def test_a_message_written_during_compaction_behind_its_marker_is_reported(
+    store: Store,
+) -> None:
+    h = Harness(store)
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    a = await h.assistant(s.id, u.id, input_tokens=OVER)
+    committed = h.engine.will_store(a)
+    assert committed is not None
+    # The frontend's next message, stamped in the same millisecond, lands before the work runs.
+    late = UserMessage(id=a.id + "z", session_id=s.id, time=MessageTime(created=a.time.created))
+    await h.put(late)
+    committed(True)
+    await h.settle()
+    assert len(h.host.methods("session/compacted")) == 1
+    assert [t for t in h.host.logs if late.id in t and "behind the compaction boundary" in t]
+    # A message written later with an honest clock is not reported.
+    h.host.logs.clear()
+    u2 = await h.user(s.id, "next")
+    h.engine.message_stored(u2)  # what the server calls for every message write
+    assert h.host.logs == []
