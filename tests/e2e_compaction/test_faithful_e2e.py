@@ -268,8 +268,12 @@ async def _replay(c: Client) -> bytes:
     return _canonical(page["messages"])
 
 
-async def test_same_replay_twice_gives_identical_stored_sessions(start: Spawn) -> None:
-    first = await _replay(await start())
-    second = await _replay(await start())
+@pytest.mark.parametrize("method", ["standard", "collapse"])
+async def test_same_replay_twice_gives_identical_stored_sessions(start: Spawn, method: str) -> None:
+    options = {"compaction": {"method": method}}
+    first = await _replay(await start(initialization_options=options))
+    second = await _replay(await start(initialization_options=options))
     assert b'"compacted"' in first and b'"summary": true' in first
+    if method == "collapse":
+        assert b'"tailStartID"' in first
     assert first == second
