@@ -98,6 +98,16 @@ def _is_summary(m: WithParts) -> bool:
     return isinstance(m.info, AssistantMessage) and bool(m.info.summary)
 
 
+def _without_ledger(m: WithParts) -> WithParts:
+    """An earlier summary as the writer sees it inline: its prose without the ledger block
+    (the daemon rolls the ledger itself; a model must neither copy nor edit it)."""
+    parts: list[Part] = [
+        msgspec.structs.replace(p, text=ledger.drop_block(p.text)) if isinstance(p, TextPart) else p
+        for p in m.parts
+    ]
+    return WithParts(info=m.info, parts=parts)
+
+
 def _summary_text(m: WithParts) -> str:
     return "\n".join(p.text for p in m.parts if isinstance(p, TextPart) and p.text.strip())
 
@@ -217,7 +227,7 @@ class Compactor:
             # As OpenCode sends it: the window as it is, an earlier compaction inline
             # ("What did we do so far?", its summary, "Continue ..."), no merge block.
             previous: list[str] = []
-            history = list(window)
+            history = [_without_ledger(m) if _is_summary(m) else m for m in window]
         else:
             # Collapse (seed 003): earlier summaries go to the writer as summaries to merge.
             previous = await self._previous_summaries(sid, ccfg.previous_summaries)

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from sidecar_client import Client, spawn
 
+from sidecar.engine import ledger
 from tests.summarizers.httpserver import Reply, ScriptedServer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "opencode"
@@ -35,7 +36,9 @@ def _chars(text: str) -> str:
 
 
 def _norm(messages: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    """A chat request's messages, comparable: system dropped, tool results by length."""
+    """A chat request's messages, comparable: system dropped, tool results by length, and
+    the artifact ledger the daemon appends to every summary (issue 13, on top of OpenCode)
+    left out."""
     out: list[tuple[Any, ...]] = []
     for m in messages:
         if m["role"] == "system":
@@ -47,6 +50,8 @@ def _norm(messages: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
             trimmed = content if TRIMMED.match(content) else _chars(content)
             out.append(("tool", m["tool_call_id"], trimmed))
             continue
+        if m["role"] == "assistant":
+            content = ledger.drop_block(content)
         calls = [
             (c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
             for c in m.get("tool_calls") or []
@@ -191,17 +196,28 @@ async def test_replayed_opencode_run_makes_the_same_decisions(
         assert compacted_at == _compactions(stored)
         assert compacted_at  # each run compacts
 
-        # The summary requests: the same messages and max_tokens OpenCode sent.
-        sent = [r.json() for r in provider.requests]
-        assert len(sent) == len(summary_requests) == len(compacted_at)
-        for ours, theirs in zip(sent, summary_requests, strict=True):
-            assert _norm(ours["messages"]) == _norm(theirs["messages"]), f"summary {theirs['n']}"
-            expected = min(oracle["limits"]["output"], 32_000)  # OpenCode's figure
-            assert ours["max_tokens"] == theirs["max_tokens"] == expected
-
-        # Stored shapes OpenCode's readers accept.
+        # The summary requests: the same messages and max_tokens OpenCode sent. The writer is
+        # asked for OpenCode's budget less what the ledger appended after it takes.
         page = await c.request("session/messages", {"sessionID": sid})
         ours_made = [m for m in page["messages"] if _daemon_made(m)]
+        stored_summaries = [
+            next(p["text"] for p in m["parts"] if p["type"] == "text")
+            for m in ours_made
+            if m["info"]["role"] == "assistant"
+        ]
+        sent = [r.json() for r in provider.requests]
+        assert len(sent) == len(summary_requests) == len(compacted_at) == len(stored_summaries)
+        for ours, theirs, text in zip(sent, summary_requests, stored_summaries, strict=True):
+            assert _norm(ours["messages"]) == _norm(theirs["messages"]), f"summary {theirs['n']}"
+            assert "```ledger" not in json.dumps(ours["messages"])  # the model sees no block
+            expected = min(oracle["limits"]["output"], 32_000)  # OpenCode's figure
+            assert theirs["max_tokens"] == expected
+            stored_ledger = ledger.parse(text)
+            assert stored_ledger is not None
+            block = ledger.render(stored_ledger)
+            assert ours["max_tokens"] == expected - ledger.tokens(block) - 1
+
+        # Stored shapes OpenCode's readers accept.
         markers = [p for m in ours_made for p in m["parts"] if p["type"] == "compaction"]
         assert [p["auto"] for p in markers] == [auto for _, auto in compacted_at]  # false too
         for m in ours_made:

@@ -322,6 +322,8 @@ async def test_standard_sends_an_earlier_compaction_inline_as_opencode_does(
     first, second, last = req.history[0], req.history[1], req.history[-1]
     assert any(isinstance(p, CompactionPart) for p in first.parts)  # the earlier marker
     assert isinstance(second.info, AssistantMessage) and second.info.summary
+    text = "".join(p.text for p in second.parts if isinstance(p, TextPart))
+    assert text == "first summary"  # the earlier summary's ledger block is not sent
     assert any(isinstance(p, CompactionPart) for p in last.parts)  # the new one, then the prompt
     assert last.info.id != first.info.id
     assert req.prompt == DEFAULT_PROMPT and "\n" not in req.prompt
