@@ -32,12 +32,14 @@ async def daemon(db: Path, home: Path) -> Client:
 
 def _transcript(path: Path, turns: int = 16) -> Path:
     """A neutral transcript with one tool call per user turn: ~600 tokens each (they get
-    pruned), ~1,600 from turn 11 on (they overflow the window: compactions)."""
+    pruned), ~3,200 from turn 11 on: each alone is over the 4k window's usable input, which
+    pruning cannot help (a window that prunes down to fit is served without compacting), so
+    they compact."""
     lines = [{"session": "tools-fixture", "source": "generated", "license": "MIT"}]
     for i in range(1, turns + 1):
         body = "\n".join(
             f"{i:02d}:{j:03d} " + "lorem ipsum dolor sit amet " * 3
-            for j in range(27 if i <= 10 else 70)
+            for j in range(27 if i <= 10 else 140)
         )
         lines.append({"role": "user", "parts": [{"type": "text", "text": f"Turn {i}: read f{i}"}]})
         lines.append(
