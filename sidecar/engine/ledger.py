@@ -607,8 +607,9 @@ def _items(led: Ledger, kind: str) -> list[str]:
 
 
 def render(led: Ledger) -> str:
-    """The fenced, machine-readable ledger block (empty string for an empty ledger)."""
-    if led.empty():
+    """The fenced, machine-readable ledger block (empty string for an empty ledger; one that
+    holds only counts of dropped entries still renders, so the counts survive)."""
+    if led.empty() and not led.dropped:
         return ""
     lines = [TITLE, "", FENCE]
     for kind, heading in _HEADINGS.items():
