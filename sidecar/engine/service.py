@@ -48,7 +48,8 @@ from sidecar.model.rpc import (
 )
 from sidecar.model.tokens import ModelLimit, Tokens
 from sidecar.store import Key, Store
-from sidecar.summarizers.base import Summarizer, build_summarizer
+from sidecar.summarizers.base import Summarizer
+from sidecar.summarizers.factory import build_summarizer
 
 log = logging.getLogger("sidecar.engine")
 

@@ -15,8 +15,8 @@ from sidecar.summarizers.base import (
     SummaryError,
     SummaryRequest,
     SummaryResult,
-    build_summarizer,
 )
+from sidecar.summarizers.factory import build_summarizer
 
 __all__ = [
     "COMPACTION_SYSTEM",

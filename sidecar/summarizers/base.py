@@ -10,20 +10,15 @@ or the store.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
-from sidecar.model.config import SummarizerConfig
 from sidecar.model.messages import WithParts
 from sidecar.model.rpc import SummarizerCompleteParams, SummarizerCompleteResult
 from sidecar.model.tokens import Tokens
 from sidecar.summarizers._text import transcript, transcript_from_rendered
-
-if TYPE_CHECKING:
-    import httpx
 
 WireFormat = Literal["parts", "openai", "anthropic"]
 Progress = Callable[[int], None]
@@ -218,42 +213,3 @@ def chat_messages(req: SummaryRequest) -> list[dict[str, Any]]:
     messages.extend({"role": "user", "content": text} for text in extra_user_texts(req))
     messages.append({"role": "user", "content": req.prompt})
     return messages
-
-
-# -- factory ------------------------------------------------------------------------------------
-
-
-def build_summarizer(
-    cfg: SummarizerConfig,
-    *,
-    http: httpx.AsyncClient | None = None,
-    client_call: ClientCall | None = None,
-    env: Mapping[str, str] | None = None,
-) -> Summarizer:
-    """The writer ``cfg`` names. ``http`` is shared (not closed by the writer) when given;
-    ``client_call`` sends ``summarizer/complete`` to the client; ``env`` defaults to os.environ.
-
-    Raises ``ValueError`` for an incomplete configuration.
-    """
-    environ: Mapping[str, str] = os.environ if env is None else env
-    if cfg.provider == "extractive":
-        from sidecar.summarizers.extractive import ExtractiveSummarizer
-
-        return ExtractiveSummarizer()
-    if cfg.provider == "openai":
-        from sidecar.summarizers.openai import OpenAISummarizer
-
-        return OpenAISummarizer(cfg, http=http, env=environ)
-    if cfg.provider == "anthropic":
-        from sidecar.summarizers.anthropic import AnthropicSummarizer
-
-        return AnthropicSummarizer(cfg, http=http, env=environ)
-    if cfg.provider == "client":
-        if client_call is None:
-            raise ValueError(
-                "summarizer.provider 'client' needs a client that declared capabilities.summarizer"
-            )
-        from sidecar.summarizers.client import ClientSummarizer
-
-        return ClientSummarizer(cfg, client_call)
-    raise ValueError(f"unknown summarizer.provider {cfg.provider!r}")

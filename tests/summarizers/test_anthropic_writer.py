@@ -20,8 +20,8 @@ from sidecar.summarizers.base import (
     EmptySummaryError,
     SummaryError,
     SummaryRequest,
-    build_summarizer,
 )
+from sidecar.summarizers.factory import build_summarizer
 
 from .helpers import SleepRecorder, assistant, user
 from .httpserver import Reply, ScriptedServer

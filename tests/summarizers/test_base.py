@@ -20,10 +20,10 @@ from sidecar.summarizers.base import (
     EmptySummaryError,
     Summarizer,
     SummaryError,
-    build_summarizer,
     with_no_tools,
 )
 from sidecar.summarizers.extractive import ExtractiveSummarizer
+from sidecar.summarizers.factory import build_summarizer
 
 
 def test_prompts_carry_the_seed_meaning() -> None:

@@ -19,9 +19,9 @@ from sidecar.summarizers.base import (
     EmptySummaryError,
     SummaryError,
     SummaryRequest,
-    build_summarizer,
 )
 from sidecar.summarizers.client import ClientSummarizer
+from sidecar.summarizers.factory import build_summarizer
 
 from .helpers import assistant, user
 

@@ -19,8 +19,8 @@ from sidecar.summarizers.base import (
     EmptySummaryError,
     SummaryError,
     SummaryRequest,
-    build_summarizer,
 )
+from sidecar.summarizers.factory import build_summarizer
 from sidecar.summarizers.openai import OpenAISummarizer
 
 from .helpers import SleepRecorder, assistant, user

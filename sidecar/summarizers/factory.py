@@ -1,0 +1,47 @@
+"""Which writer a config names: the one module that knows every writer.
+
+Kept apart from ``base`` (the protocol and request/result types every writer imports), so no
+writer imports a module that imports it back.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import httpx
+
+from sidecar.model.config import SummarizerConfig
+from sidecar.summarizers.anthropic import AnthropicSummarizer
+from sidecar.summarizers.base import ClientCall, Summarizer
+from sidecar.summarizers.client import ClientSummarizer
+from sidecar.summarizers.extractive import ExtractiveSummarizer
+from sidecar.summarizers.openai import OpenAISummarizer
+
+
+def build_summarizer(
+    cfg: SummarizerConfig,
+    *,
+    http: httpx.AsyncClient | None = None,
+    client_call: ClientCall | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Summarizer:
+    """The writer ``cfg`` names. ``http`` is shared (not closed by the writer) when given;
+    ``client_call`` sends ``summarizer/complete`` to the client; ``env`` defaults to os.environ.
+
+    Raises ``ValueError`` for an incomplete configuration.
+    """
+    environ: Mapping[str, str] = os.environ if env is None else env
+    if cfg.provider == "extractive":
+        return ExtractiveSummarizer()
+    if cfg.provider == "openai":
+        return OpenAISummarizer(cfg, http=http, env=environ)
+    if cfg.provider == "anthropic":
+        return AnthropicSummarizer(cfg, http=http, env=environ)
+    if cfg.provider == "client":
+        if client_call is None:
+            raise ValueError(
+                "summarizer.provider 'client' needs a client that declared capabilities.summarizer"
+            )
+        return ClientSummarizer(cfg, client_call)
+    raise ValueError(f"unknown summarizer.provider {cfg.provider!r}")
