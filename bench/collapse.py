@@ -39,6 +39,7 @@ from sidecar.engine.service import Engine
 from sidecar.engine.tokens import estimate, estimate_messages
 from sidecar.engine.window import load_window
 from sidecar.model.config import build
+from sidecar.model.conversation import is_marker
 from sidecar.model.ids import new_id, now_ms
 from sidecar.model.messages import (
     AssistantMessage,
@@ -48,7 +49,6 @@ from sidecar.model.messages import (
     WithParts,
 )
 from sidecar.model.parts import (
-    CompactionPart,
     Part,
     ReasoningPart,
     TextPart,
@@ -252,9 +252,9 @@ class Replay:
             after = estimate_messages(after_window)
             tail = [w for w in after_window if w.info.id in self.written]
             identical = all(self.identical(w, raws) for w in tail)
-            markers = sum(1 for w in after_window if _is_marker(w))
+            markers = sum(1 for w in after_window if is_marker(w))
             # The compactor's "after" figure leaves out the continue message it appends.
-            newest = max(w.info.time.created for w in after_window if _is_marker(w))
+            newest = max(w.info.time.created for w in after_window if is_marker(w))
             extra = estimate_messages(
                 [
                     w
@@ -262,7 +262,7 @@ class Replay:
                     if w.info.id not in self.written
                     and w.info.time.created > newest
                     and isinstance(w.info, UserMessage)
-                    and not _is_marker(w)
+                    and not is_marker(w)
                 ]
             )
             if cycle == 0:
@@ -299,10 +299,6 @@ class Replay:
         if [p.id for p in m.parts] != self.parts_of[m.info.id]:
             return False
         return all(raws.get(p.id, "").encode() == self.written[p.id] for p in m.parts)
-
-
-def _is_marker(m: WithParts) -> bool:
-    return isinstance(m.info, UserMessage) and any(isinstance(p, CompactionPart) for p in m.parts)
 
 
 HEADER = (

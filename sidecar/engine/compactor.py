@@ -21,11 +21,11 @@ from sidecar.engine import bounded, ledger, overflow, revert
 from sidecar.engine.collapse import split
 from sidecar.engine.filter import filter_compacted
 from sidecar.engine.host import Host
-from sidecar.engine.render import CONTINUE_TEXT
 from sidecar.engine.tokens import estimate_messages
 from sidecar.engine.window import load_window
 from sidecar.model.catalog import lookup
 from sidecar.model.config import Config
+from sidecar.model.conversation import CONTINUE_TEXT, is_marker, is_summary, latest_model_turn
 from sidecar.model.ids import new_id, now_ms
 from sidecar.model.messages import (
     AssistantMessage,
@@ -50,7 +50,6 @@ from sidecar.model.rpc import (
     PartUpdatedEvent,
     StatusEvent,
 )
-from sidecar.model.tokens import Tokens
 from sidecar.store import Key, Store
 from sidecar.summarizers.base import (
     COMPACTION_SYSTEM,
@@ -90,14 +89,6 @@ class Outcome:
     end: Key | None = None  # the newest message it added
 
 
-def _is_marker(m: WithParts) -> bool:
-    return isinstance(m.info, UserMessage) and any(isinstance(p, CompactionPart) for p in m.parts)
-
-
-def _is_summary(m: WithParts) -> bool:
-    return isinstance(m.info, AssistantMessage) and bool(m.info.summary)
-
-
 def _without_ledger(m: WithParts) -> WithParts:
     """An earlier summary as the writer sees it inline: its prose without the ledger block
     (the daemon rolls the ledger itself; a model must neither copy nor edit it)."""
@@ -121,23 +112,20 @@ def _summary_budget(window: Sequence[WithParts], cfg: Config) -> int:
     on a small local model a 10k-token summary would leave no room and compact again at once."""
     budget = cfg.compaction.summary_max_tokens
     share = cfg.compaction.summary_share
-    for m in reversed(window):
-        info = m.info
-        if isinstance(info, AssistantMessage) and not info.summary and info.model_id:
-            limit = lookup(info.provider_id, info.model_id, cfg.models)
-            if limit is not None:
-                if limit.output > 0:
-                    budget = min(budget, max(SUMMARY_FLOOR, limit.output))
-                usable = overflow.check(Tokens(), limit, cfg.compaction).usable
-                if usable > 0 and share > 0:
-                    budget = min(budget, max(SUMMARY_FLOOR, usable // share))
-            break
+    info = latest_model_turn(window)
+    limit = lookup(info.provider_id, info.model_id, cfg.models) if info is not None else None
+    if limit is not None:
+        if limit.output > 0:
+            budget = min(budget, max(SUMMARY_FLOOR, limit.output))
+        usable = overflow.usable(limit, cfg.compaction)
+        if usable > 0 and share > 0:
+            budget = min(budget, max(SUMMARY_FLOOR, usable // share))
     return budget
 
 
 def _last_user(window: Sequence[WithParts]) -> UserMessage | None:
     for m in reversed(window):
-        if isinstance(m.info, UserMessage) and not _is_marker(m):
+        if isinstance(m.info, UserMessage) and not is_marker(m):
             return m.info
     return None
 
@@ -227,16 +215,16 @@ class Compactor:
             # As OpenCode sends it: the window as it is, an earlier compaction inline
             # ("What did we do so far?", its summary, "Continue ..."), no merge block.
             previous: list[str] = []
-            history = [_without_ledger(m) if _is_summary(m) else m for m in window]
+            history = [_without_ledger(m) if is_summary(m) else m for m in window]
         else:
             # Collapse (seed 003): earlier summaries go to the writer as summaries to merge.
             previous = await self._previous_summaries(sid, ccfg.previous_summaries)
-            history = [m for m in to_summarize if not _is_marker(m) and not _is_summary(m)]
+            history = [m for m in to_summarize if not is_marker(m) and not is_summary(m)]
         if tail and estimate_messages(history) < ccfg.extract_ratio / 2 * before:
             # The window is dominated by its newest messages (one huge tool output, say):
             # summarizing the little before them cannot free room, so summarize everything.
             to_summarize, tail, reference = list(window), [], []
-            history = [m for m in to_summarize if not _is_marker(m) and not _is_summary(m)]
+            history = [m for m in to_summarize if not is_marker(m) and not is_summary(m)]
 
         last_user = _last_user(window)
         model = req.model or (last_user.model if last_user else None)

@@ -11,27 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sidecar.model.conversation import (
+    answers,
+    compaction_part,
+    is_finished_summary,
+    is_summary,
+)
 from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
-from sidecar.model.parts import CompactionPart
-
-
-def _is_finished_summary(msg: WithParts) -> bool:
-    info = msg.info
-    return (
-        isinstance(info, AssistantMessage)
-        and bool(info.summary)
-        and bool(info.finish)
-        and info.error is None
-    )
-
-
-def _compaction_part(msg: WithParts) -> CompactionPart | None:
-    if not isinstance(msg.info, UserMessage):
-        return None
-    for part in msg.parts:
-        if isinstance(part, CompactionPart):
-            return part
-    return None
 
 
 def _cut(chronological: Sequence[WithParts]) -> tuple[int, int] | None:
@@ -40,9 +26,9 @@ def _cut(chronological: Sequence[WithParts]) -> tuple[int, int] | None:
     for i in range(len(chronological) - 1, -1, -1):
         msg = chronological[i]
         info = msg.info
-        if isinstance(info, UserMessage) and info.id in summaries and _compaction_part(msg):
+        if isinstance(info, UserMessage) and info.id in summaries and compaction_part(msg):
             return i, summaries[info.id]
-        if isinstance(info, AssistantMessage) and _is_finished_summary(msg):
+        if isinstance(info, AssistantMessage) and is_finished_summary(msg.info):
             summaries[info.parent_id] = i
     return None
 
@@ -65,7 +51,7 @@ def filter_compacted(chronological: Sequence[WithParts]) -> list[WithParts]:
         return _drop_unanswered(chronological)
     marker_at, summary_at = cut
     marker = chronological[marker_at]
-    compaction = _compaction_part(marker)
+    compaction = compaction_part(marker)
     tail_id = compaction.tail_start_id if compaction else None
     tail_at = (
         next((i for i in range(marker_at) if chronological[i].info.id == tail_id), None)
@@ -82,16 +68,11 @@ def filter_compacted(chronological: Sequence[WithParts]) -> list[WithParts]:
         m
         for m in chronological[tail_at:marker_at]
         if m.info.id not in pair
-        and not _answers(m, marker.info.id)
-        and _compaction_part(m) is None
-        and not _is_summary(m)
+        and not answers(m, marker.info.id)
+        and compaction_part(m) is None
+        and not is_summary(m)
     ]
     return head + tail + _drop_unanswered(chronological[summary_at + 1 :])
-
-
-def _is_summary(msg: WithParts) -> bool:
-    info = msg.info
-    return isinstance(info, AssistantMessage) and bool(info.summary)
 
 
 def _drop_unanswered(msgs: Sequence[WithParts]) -> list[WithParts]:
@@ -100,17 +81,11 @@ def _drop_unanswered(msgs: Sequence[WithParts]) -> list[WithParts]:
     finished = {
         m.info.parent_id
         for m in msgs
-        if isinstance(m.info, AssistantMessage) and _is_finished_summary(m)
+        if isinstance(m.info, AssistantMessage) and is_finished_summary(m.info)
     }
     return [
         m
         for m in msgs
-        if not (_compaction_part(m) is not None and m.info.id not in finished)
-        and not (_is_summary(m) and not _is_finished_summary(m))
+        if not (compaction_part(m) is not None and m.info.id not in finished)
+        and not (is_summary(m) and not is_finished_summary(m.info))
     ]
-
-
-def _answers(msg: WithParts, marker_id: str) -> bool:
-    """A summary attempt for ``marker_id`` (it belongs with the marker, never in the tail)."""
-    info = msg.info
-    return isinstance(info, AssistantMessage) and bool(info.summary) and info.parent_id == marker_id

@@ -21,6 +21,13 @@ class Overflow:
     usable: int
 
 
+def usable(limit: ModelLimit, cfg: CompactionConfig) -> int:
+    """The input a model takes before it overflows: the one definition every caller uses
+    (``limit.input``, else ``context`` less the output reserve, less ``reserved``)."""
+    output = min(limit.output, cfg.output_token_max) or cfg.output_token_max
+    return (limit.input or limit.context - output) - cfg.reserved
+
+
 def check(tokens: Tokens, limit: ModelLimit, cfg: CompactionConfig) -> Overflow:
     """Is the context over budget after the call that used ``tokens``?
 
@@ -30,8 +37,7 @@ def check(tokens: Tokens, limit: ModelLimit, cfg: CompactionConfig) -> Overflow:
     replaces ``context - output``. ``context == 0`` means "unknown/unlimited": never overflow.
     """
     count = tokens.input + tokens.cache.read + tokens.output
-    output = min(limit.output, cfg.output_token_max) or cfg.output_token_max
-    usable = (limit.input or limit.context - output) - cfg.reserved
+    room = usable(limit, cfg)
     if not cfg.auto or limit.context == 0:
-        return Overflow(False, count, usable)
-    return Overflow(count > cfg.effective_trigger() * usable, count, usable)
+        return Overflow(False, count, room)
+    return Overflow(count > cfg.effective_trigger() * room, count, room)

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from sidecar.model.conversation import CLEARED, COMPACTION_TEXT, INTERRUPTED
 from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
 from sidecar.model.parts import (
     CompactionPart,
@@ -29,10 +30,6 @@ from sidecar.model.parts import (
     ToolPart,
 )
 
-CLEARED = "[Old tool result content cleared]"
-COMPACTION_TEXT = "What did we do so far?"
-INTERRUPTED = "[Tool execution was interrupted]"
-CONTINUE_TEXT = "Continue if you have next steps"
 SUBTASK_TEXT = "The following tool was executed by the user"
 TOOL_MEDIA_TEXT = "Attached media from tool result:"
 ABORTED = "MessageAbortedError"

@@ -191,7 +191,7 @@ class Engine:
         limit = limit_for_window(window, cfg.models)
         if limit is None:
             return result
-        usable = overflow_mod.check(Tokens(), limit, cfg.compaction).usable
+        usable = overflow_mod.usable(limit, cfg.compaction)
         if result.estimated_tokens <= usable:
             return result
         return await self._fit(session_id, fmt, usable, cfg)
@@ -501,5 +501,4 @@ class Engine:
 
     @staticmethod
     def _threshold(limit: ModelLimit, cfg: Config) -> int:
-        o = overflow_mod.check(Tokens(), limit, cfg.compaction)
-        return int(cfg.compaction.effective_trigger() * o.usable)
+        return int(cfg.compaction.effective_trigger() * overflow_mod.usable(limit, cfg.compaction))

@@ -13,14 +13,12 @@ from typing import Any
 import msgspec
 
 from sidecar.engine.render import (
-    CLEARED,
-    COMPACTION_TEXT,
-    INTERRUPTED,
     SUBTASK_TEXT,
     attached_text,
     is_media,
     is_skipped_file,
 )
+from sidecar.model.conversation import CLEARED, COMPACTION_TEXT, INTERRUPTED
 from sidecar.model.messages import WithParts
 from sidecar.model.parts import (
     CompactionPart,

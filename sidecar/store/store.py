@@ -19,6 +19,7 @@ import msgspec
 
 from sidecar.errors import Conflict, InvalidParams, TooLarge, UnknownMessage, UnknownSession
 from sidecar.model.config import DEFAULT_MAX_REPLY_BYTES
+from sidecar.model.conversation import is_finished_summary
 from sidecar.model.ids import now_ms
 from sidecar.model.jsonguard import deeper_than, flatten_deep
 from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithParts
@@ -74,14 +75,7 @@ class Boundary(NamedTuple):
     tail_start_id: str | None
 
 
-def is_summary_ok(info: Message) -> bool:
-    """A finished, error-free compaction summary: the only kind that cuts history."""
-    return (
-        isinstance(info, AssistantMessage)
-        and bool(info.summary)
-        and info.finish is not None
-        and info.error is None
-    )
+is_summary_ok = is_finished_summary  # the column the boundary query reads
 
 
 def shallow_json(raw: str | bytes | msgspec.Raw) -> str | bytes:

@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from sidecar.model.conversation import CLEARED, INTERRUPTED
 from sidecar.model.messages import AssistantMessage, WithParts
 from sidecar.model.parts import (
     FilePart,
@@ -100,11 +101,11 @@ def _part_line(part: object, cap: int) -> str:
         head = f"tool {part.tool} {_cap(to_json(state.input), cap // 4)}"
         if isinstance(state, ToolCompleted):
             if state.time.compacted:
-                return head + " -> [Old tool result content cleared]"
+                return f"{head} -> {CLEARED}"
             return head + " -> " + _cap(state.output, cap)
         if isinstance(state, ToolError):
             return head + " -> error: " + _cap(state.error, cap)
-        return head + " -> [Tool execution was interrupted]"
+        return f"{head} -> {INTERRUPTED}"
     if isinstance(part, FilePart):
         return f"file {part.filename or part.mime}"
     if isinstance(part, SubtaskPart):

@@ -18,6 +18,7 @@ from sidecar.engine.overflow import check
 from sidecar.engine.tokens import MESSAGE_OVERHEAD, estimate_messages, estimate_part
 from sidecar.model.catalog import lookup
 from sidecar.model.config import CompactionConfig
+from sidecar.model.conversation import is_finished_summary, latest_model_turn
 from sidecar.model.inspect import (
     CompactionEvent,
     Inspection,
@@ -29,15 +30,6 @@ from sidecar.model.messages import AssistantMessage, WithParts
 from sidecar.model.parts import CompactionPart, Part, TextPart, ToolCompleted, ToolPart
 from sidecar.model.session import Session
 from sidecar.model.tokens import ModelLimit, Tokens, estimate
-
-
-def _is_finished_summary(info: object) -> bool:
-    return (
-        isinstance(info, AssistantMessage)
-        and bool(info.summary)
-        and info.finish is not None
-        and info.error is None
-    )
 
 
 def _compacted_at(part: Part) -> int | None:
@@ -80,11 +72,8 @@ def summary_text(msg: WithParts) -> str:
 
 def model_of(history: Sequence[WithParts]) -> tuple[str, str] | None:
     """The (provider, model) of the newest non-summary assistant message."""
-    for m in reversed(history):
-        info = m.info
-        if isinstance(info, AssistantMessage) and not info.summary and info.model_id:
-            return info.provider_id, info.model_id
-    return None
+    info = latest_model_turn(history)
+    return (info.provider_id, info.model_id) if info is not None else None
 
 
 def summarize(session: Session, history: Sequence[WithParts]) -> SessionSummary:
@@ -98,7 +87,7 @@ def summarize(session: Session, history: Sequence[WithParts]) -> SessionSummary:
         title=session.title,
         messages=len(history),
         estimated_tokens=estimate_messages(filter_compacted(history)),
-        compactions=sum(1 for m in history if _is_finished_summary(m.info)),
+        compactions=sum(1 for m in history if is_finished_summary(m.info)),
         last_activity=last,
     )
 
@@ -124,7 +113,7 @@ def inspect(
         if not isinstance(info, AssistantMessage):
             continue
         if info.summary:
-            if not _is_finished_summary(info) or info.parent_id not in index:
+            if not is_finished_summary(info) or info.parent_id not in index:
                 continue
             k = index[info.parent_id]
             marker = history[k]

@@ -6,16 +6,13 @@ import pytest
 
 from sidecar.engine.filter import filter_compacted
 from sidecar.engine.render import (
-    CLEARED,
-    COMPACTION_TEXT,
-    CONTINUE_TEXT,
-    INTERRUPTED,
     SUBTASK_TEXT,
     TOOL_MEDIA_TEXT,
     to_anthropic,
     to_openai,
     to_parts,
 )
+from sidecar.model.conversation import CLEARED, COMPACTION_TEXT, CONTINUE_TEXT, INTERRUPTED
 from sidecar.model.messages import WithParts
 from sidecar.model.parts import Part, ToolPart
 

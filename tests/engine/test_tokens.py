@@ -1,5 +1,5 @@
 from sidecar.engine import tokens
-from sidecar.engine.render import CLEARED, COMPACTION_TEXT, INTERRUPTED, SUBTASK_TEXT
+from sidecar.engine.render import SUBTASK_TEXT
 from sidecar.engine.tokens import (
     FILE_TOKENS,
     MESSAGE_OVERHEAD,
@@ -8,6 +8,7 @@ from sidecar.engine.tokens import (
     estimate_part,
     estimate_value,
 )
+from sidecar.model.conversation import CLEARED, COMPACTION_TEXT, INTERRUPTED
 
 from .builders import Session, compaction, file, reasoning, step, subtask, text, tool
 

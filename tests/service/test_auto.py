@@ -9,10 +9,10 @@ import msgspec
 import pytest
 
 from sidecar.engine.compactor import Request
-from sidecar.engine.render import CONTINUE_TEXT
 from sidecar.engine.tokens import estimate
 from sidecar.engine.window import load_window
 from sidecar.errors import Busy
+from sidecar.model.conversation import CONTINUE_TEXT
 from sidecar.model.messages import AssistantMessage, MessageError, ModelRef, UserMessage
 from sidecar.model.parts import CompactionPart, TextPart
 from sidecar.model.rpc import CompactingHookResult

@@ -1,0 +1,61 @@
+"""What a message is in the compaction timeline, and the texts OpenCode renders in place of
+what it hides: defined once, because the store, the filter, the compactor, the renderers and
+the tools must all agree on them (DESIGN §5)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithParts
+from sidecar.model.parts import CompactionPart
+
+# OpenCode's placeholders (DESIGN §5 "Context rendering").
+CLEARED = "[Old tool result content cleared]"
+COMPACTION_TEXT = "What did we do so far?"
+INTERRUPTED = "[Tool execution was interrupted]"
+CONTINUE_TEXT = "Continue if you have next steps"
+
+
+def compaction_part(msg: WithParts) -> CompactionPart | None:
+    """The ``compaction`` part that makes a user message a compaction marker."""
+    if not isinstance(msg.info, UserMessage):
+        return None
+    for part in msg.parts:
+        if isinstance(part, CompactionPart):
+            return part
+    return None
+
+
+def is_marker(msg: WithParts) -> bool:
+    return compaction_part(msg) is not None
+
+
+def is_summary(msg: WithParts) -> bool:
+    """A summary attempt (finished or not) of some compaction."""
+    return isinstance(msg.info, AssistantMessage) and bool(msg.info.summary)
+
+
+def is_finished_summary(info: Message) -> bool:
+    """A finished, error-free compaction summary: the only kind that cuts history."""
+    return (
+        isinstance(info, AssistantMessage)
+        and bool(info.summary)
+        and bool(info.finish)
+        and info.error is None
+    )
+
+
+def answers(msg: WithParts, marker_id: str) -> bool:
+    """A summary attempt for the marker ``marker_id``."""
+    info = msg.info
+    return isinstance(info, AssistantMessage) and bool(info.summary) and info.parent_id == marker_id
+
+
+def latest_model_turn(window: Sequence[WithParts]) -> AssistantMessage | None:
+    """The newest assistant message the model wrote (not a summary): whose model the session
+    talks to."""
+    for m in reversed(window):
+        info = m.info
+        if isinstance(info, AssistantMessage) and not info.summary and info.model_id:
+            return info
+    return None
