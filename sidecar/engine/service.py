@@ -26,8 +26,10 @@ from typing import Any
 import msgspec
 
 from sidecar.engine import context as context_mod
+from sidecar.engine import fork as fork_mod
 from sidecar.engine import overflow as overflow_mod
 from sidecar.engine import pruner
+from sidecar.engine import revert as revert_mod
 from sidecar.engine.compactor import Compactor, Outcome, Request
 from sidecar.engine.fit import limit_for_window
 from sidecar.engine.host import Host
@@ -46,6 +48,7 @@ from sidecar.model.rpc import (
     PruneResult,
     StatusEvent,
 )
+from sidecar.model.session import Session
 from sidecar.model.tokens import ModelLimit, Tokens
 from sidecar.store import Key, Store
 from sidecar.summarizers.base import Summarizer
@@ -203,7 +206,7 @@ class Engine:
             session = await self.store.require_session(sid)
             result, window = await context_mod.build_with_window(self.store, session, fmt)
             if result.estimated_tokens > usable and cfg.compaction.prune:
-                await self.prune(sid, cfg)
+                await self._prune(sid, cfg)
                 result, window = await context_mod.build_with_window(self.store, session, fmt)
             if result.estimated_tokens > usable and cfg.compaction.auto:
                 last = next(
@@ -251,7 +254,27 @@ class Engine:
             return OverflowResult(overflow=False, count=count, usable=0, known=False)
         return await self.overflow_of(last.tokens, limit, cfg)
 
-    async def prune(
+    async def prune(self, session_id: str, cfg: Config | None = None) -> PruneResult:
+        """A requested prune: after the session's running automatic work, under its lock."""
+        async with self.lock(session_id):
+            return await self._prune(session_id, cfg)
+
+    async def fork(self, session_id: str, message_id: str | None) -> Session:
+        source = await self.store.require_session(session_id)
+        return await fork_mod.fork(self.store, source, message_id)
+
+    async def revert(self, session_id: str, message_id: str, part_id: str | None) -> Session:
+        """Hide messages from ``message_id`` on; refused while the session compacts."""
+        if self.is_compacting(session_id):
+            raise Busy(f"session {session_id!r} is compacting")
+        session = await self.store.require_session(session_id)
+        return await revert_mod.revert(self.store, session, message_id, part_id)
+
+    async def unrevert(self, session_id: str) -> Session:
+        session = await self.store.require_session(session_id)
+        return await revert_mod.unrevert(self.store, session)
+
+    async def _prune(
         self,
         session_id: str,
         cfg: Config | None = None,
@@ -259,8 +282,9 @@ class Engine:
         cutoff: Key | None = None,
         ts: int | None = None,
     ) -> PruneResult:
-        """Prune; ``cutoff``: the walk sees the session only up to that message, and marks
-        with ``ts`` (automatic work: deterministic whatever the frontend writes next)."""
+        """Prune (the caller holds the session's lock); ``cutoff``: the walk sees the session
+        only up to that message, and marks with ``ts`` (automatic work: deterministic whatever
+        the frontend writes next)."""
         session = await self.store.require_session(session_id)
         plan, updated = await pruner.run(
             self.store, session, (cfg or self.config()).compaction, cutoff=cutoff, ts=ts
@@ -430,7 +454,7 @@ class Engine:
             return
         self._streak.pop(sid, None)
         if info.finish not in (None, "tool-calls", "unknown"):
-            await self.prune(sid, cfg, cutoff=cutoff, ts=info.time.completed or info.time.created)
+            await self._prune(sid, cfg, cutoff=cutoff, ts=info.time.completed or info.time.created)
 
     async def _auto_compact(
         self,

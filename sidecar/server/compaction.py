@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from sidecar.engine import fork as fork_mod
-from sidecar.engine import revert as revert_mod
 from sidecar.engine.compactor import Request
-from sidecar.errors import Busy, SidecarError
+from sidecar.errors import SidecarError
 from sidecar.model.rpc import (
     CompactResult,
     ContextResult,
@@ -51,9 +49,7 @@ async def idle(conn: Connection, p: SessionRef) -> None:
 
 @route("session/prune", SessionRef, writes=True)
 async def prune(conn: Connection, p: SessionRef) -> PruneResult:
-    engine = conn.app.engine.engine
-    async with engine.lock(p.session_id):
-        return await engine.prune(p.session_id, conn.config.current)
+    return await conn.app.engine.engine.prune(p.session_id, conn.config.current)
 
 
 @route("session/compact", SessionCompactParams, writes=True)
@@ -73,23 +69,16 @@ async def compact(conn: Connection, p: SessionCompactParams) -> CompactResult:
 
 @route("session/fork", SessionForkParams, writes=True)
 async def fork(conn: Connection, p: SessionForkParams) -> Session:
-    store = conn.app.store
-    source = await store.require_session(p.session_id)
-    forked = await fork_mod.fork(store, source, p.message_id)
+    forked = await conn.app.engine.engine.fork(p.session_id, p.message_id)
     conn.app.hub.subscribe(conn, forked.id)
     return forked
 
 
 @route("session/revert", SessionRevertParams, writes=True)
 async def revert(conn: Connection, p: SessionRevertParams) -> Session:
-    engine = conn.app.engine.engine
-    if engine.is_compacting(p.session_id):
-        raise Busy(f"session {p.session_id!r} is compacting")
-    session = await conn.app.store.require_session(p.session_id)
-    return await revert_mod.revert(conn.app.store, session, p.message_id, p.part_id)
+    return await conn.app.engine.engine.revert(p.session_id, p.message_id, p.part_id)
 
 
 @route("session/unrevert", SessionRef, writes=True)
 async def unrevert(conn: Connection, p: SessionRef) -> Session:
-    session = await conn.app.store.require_session(p.session_id)
-    return await revert_mod.unrevert(conn.app.store, session)
+    return await conn.app.engine.engine.unrevert(p.session_id)
