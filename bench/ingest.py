@@ -66,13 +66,13 @@ WARMUP_SEQ = 200
 
 COMMIT_WRAPPER = """
 import atexit, sys
-import sidecar.store.writer as _w
+import sidecar.store.commit as _w
 _writers = []
-_init = _w.Writer.__init__
+_init = _w.GroupCommit.__init__
 def _record(self, *a, **k):
     _init(self, *a, **k)
     _writers.append(self)
-_w.Writer.__init__ = _record
+_w.GroupCommit.__init__ = _record
 atexit.register(
     lambda: sys.stderr.write("BENCH_COMMITS %d\\n" % sum(w.commits for w in _writers))
 )

@@ -28,7 +28,7 @@ import msgspec
 from sidecar.engine import context as context_mod
 from sidecar.engine import fork as fork_mod
 from sidecar.engine import overflow as overflow_mod
-from sidecar.engine import pruner
+from sidecar.engine import prune_run
 from sidecar.engine import revert as revert_mod
 from sidecar.engine.compactor import Compactor, Outcome, Request
 from sidecar.engine.fit import limit_for_window
@@ -286,7 +286,7 @@ class Engine:
         only up to that message, and marks with ``ts`` (automatic work: deterministic whatever
         the frontend writes next)."""
         session = await self.store.require_session(session_id)
-        plan, updated = await pruner.run(
+        plan, updated = await prune_run.run(
             self.store, session, (cfg or self.config()).compaction, cutoff=cutoff, ts=ts
         )
         if not plan.commit:

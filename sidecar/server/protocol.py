@@ -106,7 +106,7 @@ class Starting:
     """Requests dispatched but whose handler has not taken its first step (all connections).
 
     While any is waiting, a write submitted now may yet be joined by theirs in one group
-    commit; when none is, the store may commit it at once (``Writer.may_join``).
+    commit; when none is, the store may commit it at once (``GroupCommit.may_join``).
     """
 
     __slots__ = ("count",)

@@ -1,6 +1,6 @@
 """The session store: sessions, messages and parts in SQLite (WAL) through aiosqlite.
 
-Two connections: a writer owned by ``Writer`` (group commit) and a reader, which WAL lets run
+Two connections: a writer owned by ``GroupCommit`` (group commit) and a reader, which WAL lets run
 beside it. Stored ``data`` is the client's JSON as given (plus the ids and times the daemon
 filled in), so fields this version does not model survive a round trip; indexed columns are
 copied out of it. Messages order by ``(time.created, id)`` — a ``Key`` — never by id alone.
@@ -27,8 +27,8 @@ from sidecar.model.parts import Part
 from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
+from sidecar.store.commit import GroupCommit, Statement
 from sidecar.store.schema import MIGRATIONS, SCHEMA_VERSION
-from sidecar.store.writer import Statement, Writer
 
 _message_decoder = msgspec.json.Decoder(Message)
 _part_decoder = msgspec.json.Decoder(Part)
@@ -174,10 +174,10 @@ def part_error(part: Part) -> Callable[[sqlite3.IntegrityError], Exception]:
 class Store:
     """Async façade over the database; safe to share between all connections of the daemon."""
 
-    def __init__(self, path: str, reader: aiosqlite.Connection, writer: Writer) -> None:
+    def __init__(self, path: str, reader: aiosqlite.Connection, commit: GroupCommit) -> None:
         self.path = path
         self._reader = reader
-        self._writer = writer
+        self._commit = commit
         self._writer_db: aiosqlite.Connection | None = None
         self._checkpoint_db: aiosqlite.Connection | None = None
         self.cache = WindowCache()
@@ -206,7 +206,7 @@ class Store:
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         # Not autocommit: the writer's transactions begin implicitly at their first write.
-        # Shared across threads: ``Writer`` commits modest batches on the loop's thread and
+        # Shared across threads: ``GroupCommit`` commits modest batches on the loop's thread and
         # large ones on aiosqlite's, never both at once. Auto-checkpoint is off: the writer
         # has checkpoints run on a connection of their own (below).
         wdb = await aiosqlite.connect(path, isolation_level="DEFERRED", check_same_thread=False)
@@ -231,15 +231,15 @@ class Store:
             await cdb.execute("PRAGMA busy_timeout=5000")
         # Only without a per-commit fsync is a commit cheap enough to run on the loop.
         inline = synchronous.upper() in ("OFF", "NORMAL")
-        writer = Writer(wdb, inline=inline, checkpointer=cdb)
-        writer.start()
-        store = cls(path, rdb, writer)
+        commit = GroupCommit(wdb, inline=inline, checkpointer=cdb)
+        commit.start()
+        store = cls(path, rdb, commit)
         store._writer_db = wdb
         store._checkpoint_db = cdb
         return store
 
     async def close(self) -> None:
-        await self._writer.stop()
+        await self._commit.stop()
         await self._reader.close()
         if self._checkpoint_db is not None:
             await self._checkpoint_db.close()
@@ -248,20 +248,20 @@ class Store:
 
     @property
     def commits(self) -> int:
-        return self._writer.commits
+        return self._commit.commits
 
     def commit_queued(self) -> None:
         """Commit the writes queued so far now rather than on the next loop iteration."""
-        self._writer.commit_queued()
+        self._commit.commit_queued()
 
     def set_may_join(self, probe: Callable[[], bool]) -> None:
         """Tell the writer whether another write could still join one submitted now."""
-        self._writer.may_join = probe
+        self._commit.may_join = probe
 
     # -- sessions ------------------------------------------------------------------------------
 
     async def put_session(self, session: Session) -> None:
-        await self._writer.submit(
+        await self._commit.submit(
             [
                 (
                     "INSERT INTO sessions (id, parent_id, created, updated, data) "
@@ -320,7 +320,7 @@ class Store:
         return sessions, nxt
 
     async def delete_session(self, session_id: str) -> bool:
-        counts = await self._writer.submit(
+        counts = await self._commit.submit(
             [("DELETE FROM sessions WHERE id = ?", [(session_id,)])], needs_counts=True
         )
         self.cache.invalidate(session_id)
@@ -336,7 +336,7 @@ class Store:
 
     async def put_message(self, info: Message, raw: bytes | str) -> None:
         row = message_row(info, raw)
-        counts = await self._writer.submit(
+        counts = await self._commit.submit(
             self._message_statements(info, row), on_integrity=message_error(info)
         )
         self._message_written(info, row, counts)
@@ -352,7 +352,7 @@ class Store:
                 self._message_written(info, row, counts)
             then(exc)
 
-        self._writer.submit_then(
+        self._commit.submit_then(
             self._message_statements(info, row), committed, message_error(info)
         )
 
@@ -364,7 +364,7 @@ class Store:
 
     async def put_part(self, part: Part, raw: bytes | str) -> None:
         row = part_row(part, raw)
-        counts = await self._writer.submit([(_UPSERT_PART, [row])], on_integrity=part_error(part))
+        counts = await self._commit.submit([(_UPSERT_PART, [row])], on_integrity=part_error(part))
         self._part_written(part, row, counts)
 
     def put_part_then(
@@ -379,7 +379,7 @@ class Store:
                 self._part_written(part, row, counts)
             then(exc)
 
-        self._writer.submit_then([(_UPSERT_PART, [row])], committed, part_error(part))
+        self._commit.submit_then([(_UPSERT_PART, [row])], committed, part_error(part))
 
     def _part_written(self, part: Part, row: tuple[Any, ...], counts: list[int]) -> None:
         if counts[0] > 0:
@@ -399,7 +399,7 @@ class Store:
         if parts:
             statements.append((_UPSERT_PART, [part_row(p, r) for p, r in parts]))
         if statements:
-            await self._writer.submit(statements)
+            await self._commit.submit(statements)
         for sid in {m.session_id for m, _ in messages} | {p.session_id for p, _ in parts}:
             self.cache.invalidate(sid)
 
@@ -431,7 +431,7 @@ class Store:
             statements.append((_UPSERT_MESSAGE, [message_row(m, r) for m, r in messages]))
         if parts:
             statements.append((_UPSERT_PART, [part_row(p, r) for p, r in parts]))
-        await self._writer.submit(
+        await self._commit.submit(
             statements,
             on_integrity=lambda exc: Conflict(f"session {session.id!r} not stored: {exc}"),
             needs_counts=True,
@@ -451,7 +451,7 @@ class Store:
         return Key(*rows[0]) if rows else None
 
     async def remove_message(self, session_id: str, message_id: str) -> bool:
-        counts = await self._writer.submit(
+        counts = await self._commit.submit(
             [
                 (
                     "DELETE FROM messages WHERE id = ? AND session_id = ?",
@@ -465,7 +465,7 @@ class Store:
         return counts[0] > 0
 
     async def remove_part(self, session_id: str, message_id: str, part_id: str) -> bool:
-        counts = await self._writer.submit(
+        counts = await self._commit.submit(
             [
                 (
                     "DELETE FROM parts WHERE id = ? AND message_id = ? AND session_id = ?",
@@ -483,7 +483,7 @@ class Store:
         unknown fields are kept) for completed tool outputs; returns the updated parts' JSON."""
         if not part_ids:
             return []
-        await self._writer.submit(
+        await self._commit.submit(
             [
                 (
                     "UPDATE parts SET data = json_set(data, '$.state.time.compacted', ?) "
@@ -528,7 +528,7 @@ class Store:
                     [(session_id, start.created, start.id)],
                 )
             )
-        counts = await self._writer.submit(statements, needs_counts=True)
+        counts = await self._commit.submit(statements, needs_counts=True)
         self.cache.invalidate(session_id)
         return counts[-1]
 
@@ -539,7 +539,7 @@ class Store:
         not expired: what keeps two daemons on one database from compacting a session twice.
         A daemon that dies holding one loses it when it expires."""
         now = now_ms()
-        counts = await self._writer.submit(
+        counts = await self._commit.submit(
             [
                 (
                     "INSERT INTO leases (name, owner, expires) VALUES (?, ?, ?) "
@@ -554,7 +554,7 @@ class Store:
         return counts[0] > 0
 
     async def release_lease(self, name: str, owner: str) -> None:
-        await self._writer.submit(
+        await self._commit.submit(
             [("DELETE FROM leases WHERE name = ? AND owner = ?", [(name, owner)])]
         )
 
@@ -655,7 +655,7 @@ class Store:
         conn = self._writer_conn
         if conn is None:
             return
-        if self._writer.busy:
+        if self._commit.busy:
             self.cache.clear()
             return
         version = conn.execute("PRAGMA data_version").fetchone()[0]

@@ -14,7 +14,7 @@ import msgspec
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from sidecar.engine import pruner, render
+from sidecar.engine import prune_run, render
 from sidecar.engine.filter import filter_compacted
 from sidecar.engine.fork import fork
 from sidecar.engine.revert import revert, unrevert
@@ -69,7 +69,7 @@ async def apply_ops(w: Writer, sid: str, ops: list[tuple[Any, ...]], check: bool
         else:
             cfg = config("collapse", pruneProtect=300, pruneMinimum=100)
             session = await w.store.require_session(sid)
-            await pruner.run(w.store, session, cfg.compaction)
+            await prune_run.run(w.store, session, cfg.compaction)
         if check:
             window = await w.window(sid)
             if window:

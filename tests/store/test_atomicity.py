@@ -20,8 +20,8 @@ from sidecar.errors import Conflict, UnknownSession
 from sidecar.model.messages import MessageTime, UserMessage
 from sidecar.model.session import Session, SessionTime
 from sidecar.store import Store
+from sidecar.store.commit import INLINE_MAX_ROWS
 from sidecar.store.store import message_error, message_row
-from sidecar.store.writer import INLINE_MAX_ROWS
 
 _UPSERT = (
     "INSERT INTO messages (id, session_id, created, role, parent_id, summary_ok, data) "
@@ -63,7 +63,7 @@ async def _run(path: Path, ops: list[tuple[int, str]], inline: bool) -> None:
             await store.put_session(Session(id=sid, title="", time=SessionTime(created=1)))
         owned = UserMessage(id="owned", session_id="other", time=MessageTime(created=1))
         await store.put_message(owned, msgspec.json.encode(owned))
-        writer = store._writer
+        writer = store._commit
         jobs = []
         for index, (rows, fault) in enumerate(ops):
             statements, last = _op_rows(index, rows, fault)

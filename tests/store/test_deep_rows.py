@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from sidecar.engine import context, pruner
+from sidecar.engine import context, prune_run
 from sidecar.model.config import CompactionConfig
 from sidecar.model.jsonguard import deeper_than, flatten_deep
 from sidecar.model.messages import AssistantMessage, MessageTime, UserMessage
@@ -61,7 +61,7 @@ async def test_every_read_path_survives_a_row_nested_past_the_recursion_limit(
         for fmt in ("parts", "openai", "anthropic"):
             result = await context.build(store, session, fmt)  # type: ignore[arg-type]
             assert result.messages and result.estimated_tokens > 0
-        await pruner.run(store, session, CompactionConfig())
+        await prune_run.run(store, session, CompactionConfig())
         page, _ = await store.page_raw(sid, None, None)
         assert [len(m.parts) for m in page] == [1, 1]  # the stored text is served as it is
     finally:

@@ -20,7 +20,7 @@ from sidecar.model.messages import MessageTime, UserMessage
 from sidecar.model.parts import TextPart
 from sidecar.model.session import Session, SessionTime
 from sidecar.store import Store
-from sidecar.store import writer as writer_mod
+from sidecar.store import commit as commit_mod
 
 enc = msgspec.json.encode
 
@@ -46,7 +46,7 @@ async def test_a_write_nothing_could_join_commits_before_the_caller_yields(tmp_p
     try:
         await _seed(store)
         store.set_may_join(lambda: False)
-        w = store._writer
+        w = store._commit
         solo = w.solo_commits
         ran: list[int] = []
         asyncio.get_running_loop().call_soon(ran.append, 1)
@@ -81,7 +81,7 @@ async def test_while_others_may_join_writes_queue_and_group(tmp_path: Path) -> N
     store = await Store.open(tmp_path / "s.db")
     try:
         await _seed(store)
-        w = store._writer
+        w = store._commit
         store.set_may_join(lambda: True)
         solo, commits = w.solo_commits, w.commits
         await asyncio.gather(*[_text(store, f"prt_{i:03}") for i in range(50)])
@@ -95,14 +95,14 @@ async def test_large_batches_commit_on_aiosqlites_thread(tmp_path: Path) -> None
     store = await Store.open(tmp_path / "s.db")
     try:
         await _seed(store)
-        w = store._writer
+        w = store._commit
         commits, inline = w.commits, w.inline_commits
-        n = writer_mod.INLINE_MAX_ROWS + 50
+        n = commit_mod.INLINE_MAX_ROWS + 50
         await asyncio.gather(*[_text(store, f"prt_{i:04}") for i in range(n)])
         assert w.commits - commits == 1 and w.inline_commits == inline
         assert _count_parts(tmp_path / "s.db") == n
         # A large payload alone also goes off the loop.
-        await _text(store, "prt_big", "y" * (writer_mod.INLINE_MAX_BYTES + 1))
+        await _text(store, "prt_big", "y" * (commit_mod.INLINE_MAX_BYTES + 1))
         assert w.commits - commits == 2 and w.inline_commits == inline
     finally:
         await store.close()
@@ -115,7 +115,7 @@ async def test_full_durability_never_commits_on_the_loop(tmp_path: Path) -> None
         store.set_may_join(lambda: False)
         await asyncio.gather(*[_text(store, f"prt_{i}") for i in range(5)])
         await _text(store, "prt_last")
-        w = store._writer
+        w = store._commit
         assert w.inline_commits == 0 and w.solo_commits == 0 and w.commits >= 3
     finally:
         await store.close()
@@ -131,7 +131,7 @@ async def test_checkpoints_run_from_the_writer_not_sqlite_auto_checkpoint(
         rows = await store._writer_db.execute_fetchall("PRAGMA wal_autocheckpoint")
         assert list(rows) == [(0,)]
         await _seed(store)
-        w = store._writer
+        w = store._commit
         assert w.checkpoints == 0
         # 13 batches of 100 parts of 3 KB: about 90 estimated pages each.
         text = "z" * 3000
@@ -155,7 +155,7 @@ async def test_writes_do_not_wait_for_a_running_checkpoint(tmp_path: Path) -> No
     try:
         await _seed(store)
         store.set_may_join(lambda: False)
-        w = store._writer
+        w = store._commit
         w._start_checkpoint()
         await _text(store, "prt_1")
         assert w._checkpointing is not None  # still running: the write did not wait for it
@@ -168,7 +168,7 @@ async def test_writes_do_not_wait_for_a_running_checkpoint(tmp_path: Path) -> No
 async def test_close_waits_for_queued_writes(tmp_path: Path) -> None:
     store = await Store.open(tmp_path / "s.db")
     await _seed(store)
-    n = writer_mod.INLINE_MAX_ROWS * 2  # one batch off the loop, queued ops behind it
+    n = commit_mod.INLINE_MAX_ROWS * 2  # one batch off the loop, queued ops behind it
     tasks = [asyncio.ensure_future(_text(store, f"prt_{i:04}")) for i in range(n)]
     await asyncio.sleep(0)  # every task has queued its op
     await store.close()
@@ -223,7 +223,7 @@ async def test_the_wal_stays_bounded_under_a_steady_stream_of_writes(tmp_path: P
     store = await Store.open(tmp_path / "s.db")
     try:
         await _seed(store)
-        w = store._writer
+        w = store._commit
         seen: list[int] = []
         i = 0
         while w.checkpoints < 8:
@@ -233,7 +233,7 @@ async def test_the_wal_stays_bounded_under_a_steady_stream_of_writes(tmp_path: P
             if not seen or seen[-1] != w.wal_frames:
                 seen.append(w.wal_frames)
         await w.settle()
-        limit = writer_mod.WAL_RESTART_FRAMES + 2 * writer_mod.CHECKPOINT_PAGES
+        limit = commit_mod.WAL_RESTART_FRAMES + 2 * commit_mod.CHECKPOINT_PAGES
         assert max(seen) < limit, seen
         assert _count_parts(tmp_path / "s.db") == i
     finally:
@@ -246,9 +246,9 @@ async def test_stress_the_writer_connection_is_never_used_by_two_threads_at_once
     """Off-loop batches, inline batches and holding checkpoints, all at once, many times."""
     in_use = threading.Lock()
     overlaps: list[str] = []
-    real_apply = writer_mod._apply
+    real_apply = commit_mod._apply
 
-    def guarded(conn: sqlite3.Connection, batch: list[writer_mod.Op]) -> Any:
+    def guarded(conn: sqlite3.Connection, batch: list[commit_mod.Op]) -> Any:
         if not in_use.acquire(blocking=False):
             overlaps.append(threading.current_thread().name)
             return real_apply(conn, batch)
@@ -257,16 +257,16 @@ async def test_stress_the_writer_connection_is_never_used_by_two_threads_at_once
         finally:
             in_use.release()
 
-    monkeypatch.setattr(writer_mod, "_apply", guarded)
-    monkeypatch.setattr(writer_mod, "CHECKPOINT_PAGES", 40)
-    monkeypatch.setattr(writer_mod, "WAL_RESTART_FRAMES", 80)
+    monkeypatch.setattr(commit_mod, "_apply", guarded)
+    monkeypatch.setattr(commit_mod, "CHECKPOINT_PAGES", 40)
+    monkeypatch.setattr(commit_mod, "WAL_RESTART_FRAMES", 80)
     store = await Store.open(tmp_path / "s.db")
     try:
         await _seed(store)
-        w = store._writer
+        w = store._commit
         n = 0
         for _ in range(40):
-            big = [_text(store, f"prt_{n + k:07}") for k in range(writer_mod.INLINE_MAX_ROWS + 1)]
+            big = [_text(store, f"prt_{n + k:07}") for k in range(commit_mod.INLINE_MAX_ROWS + 1)]
             n += len(big)
             running = asyncio.ensure_future(asyncio.gather(*big))
             while not running.done():  # small writes while the big batch is on the thread
@@ -286,10 +286,10 @@ async def test_a_checkpoint_never_clears_the_flag_of_a_batch_on_the_thread(
 ) -> None:
     store = await Store.open(tmp_path / "s.db")
     try:
-        w = store._writer
+        w = store._commit
         w._busy = True  # as while a batch is being committed on aiosqlite's thread
-        w.wal_frames = writer_mod.WAL_RESTART_FRAMES  # a checkpoint would like to hold writes
-        w._wal_pages = writer_mod.CHECKPOINT_PAGES
+        w.wal_frames = commit_mod.WAL_RESTART_FRAMES  # a checkpoint would like to hold writes
+        w._wal_pages = commit_mod.CHECKPOINT_PAGES
         w._after()
         running = w._checkpointing
         assert running is not None

@@ -3,7 +3,7 @@ from collections.abc import Iterable, Iterator
 import msgspec
 import pytest
 
-from sidecar.engine.prune import PrunePlan, apply, plan
+from sidecar.engine.prune_plan import PrunePlan, apply, plan
 from sidecar.model.config import CompactionConfig
 from sidecar.model.messages import WithParts
 from sidecar.model.parts import ToolCompleted, ToolPart

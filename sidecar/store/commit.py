@@ -1,4 +1,4 @@
-"""The single writer: group commit over one aiosqlite connection.
+"""Group commit over the one writing aiosqlite connection (``GroupCommit``).
 
 Every write is a list of statements (an *op*). Ops submitted while the writer is busy, or in
 the same loop iteration, are committed together in one transaction (consecutive statements
@@ -65,7 +65,7 @@ class Op:
     rowcounts: list[int] = field(default_factory=list)
 
 
-class Writer:
+class GroupCommit:
     """Owns the writer connection; ``inline`` lets batches commit on the event loop.
 
     The connection must have been opened with ``check_same_thread=False`` for ``inline``, and

@@ -7,7 +7,7 @@ follows the recent window, not the length of the history.
 
 from __future__ import annotations
 
-from sidecar.engine import prune
+from sidecar.engine import prune_plan
 from sidecar.engine.window import cut_reverted, revert_key
 from sidecar.model.config import CompactionConfig
 from sidecar.model.ids import now_ms
@@ -35,13 +35,13 @@ async def run(
     *,
     cutoff: Key | None = None,
     ts: int | None = None,
-) -> tuple[prune.PrunePlan, list[str]]:
+) -> tuple[prune_plan.PrunePlan, list[str]]:
     """Plan and commit a prune; returns the plan and the updated parts' stored JSON.
 
     ``cutoff``: walk only messages up to it (what a turn-end prune saw when its turn ended,
     whatever the frontend has written since); ``ts``: the ``time.compacted`` to set."""
     if not cfg.prune:
-        return prune.PrunePlan(part_ids=[], tokens_saved=0, commit=False), []
+        return prune_plan.PrunePlan(part_ids=[], tokens_saved=0, commit=False), []
     rkey = await revert_key(store, session)
     newest_first: list[WithParts] = []
     async for page in store.newest_first(session.id):
@@ -51,7 +51,7 @@ async def run(
         newest_first.extend(reversed(visible))
         if any(_ends_walk(m) for m in visible):
             break
-    plan = prune.plan(newest_first, cfg)
+    plan = prune_plan.plan(newest_first, cfg)
     if not plan.commit:
         return plan, []
     updated = await store.mark_compacted(plan.part_ids, ts if ts is not None else now_ms())
