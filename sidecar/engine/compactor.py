@@ -50,6 +50,7 @@ from sidecar.model.rpc import (
     PartUpdatedEvent,
     StatusEvent,
 )
+from sidecar.model.session import Session
 from sidecar.store import Key, Store
 from sidecar.summarizers.base import (
     COMPACTION_SYSTEM,
@@ -171,6 +172,43 @@ class _Clock:
         return self._last
 
 
+@dataclass
+class _Plan:
+    """What one compaction works from (``Compactor._plan``)."""
+
+    sid: str
+    session: Session
+    window: list[WithParts]
+    history: list[WithParts]  # what the writer is sent (standard: the window as it is)
+    tail: list[WithParts]  # kept verbatim after the summary (collapse)
+    reference: list[WithParts]  # newest messages the writer may consult (collapse)
+    previous: list[str]  # earlier summaries to merge (collapse)
+    before: int  # estimated tokens of the window before
+    standard: bool
+    last_user: UserMessage | None
+    model: ModelRef | None
+    cut: Key | None  # the newest message the compaction saw
+    clock: _Clock
+
+
+def _check_smaller(req: Request, before: int, after: int) -> None:
+    """A summary that does not make the context smaller is a failure, and says why."""
+    if after < before:
+        return
+    if req.usable > 0 and req.reported_tokens - before > req.usable:
+        raise SummaryError(
+            "context overflow that compaction cannot help: the provider counted "
+            f"{req.reported_tokens} tokens but the history is only about {before}; the "
+            f"rest (about {req.reported_tokens - before}: system prompt, tool definitions)"
+            f" alone exceeds the usable {req.usable}. Shrink them or raise the model's "
+            "limits; history kept"
+        )
+    raise SummaryError(
+        f"compaction would not make the context smaller ({before} -> {after} "
+        "estimated tokens); history kept"
+    )
+
+
 class Compactor:
     def __init__(self, store: Store, host: Host) -> None:
         self.store = store
@@ -195,6 +233,48 @@ class Compactor:
         )
 
     async def run(self, req: Request, cfg: Config, writer: Summarizer) -> Outcome:
+        """marker → hook → summary → (auto) continue. The marker cuts history only once its
+        summary finished without error; a failure keeps the history and says why."""
+        plan = await self._plan(req, cfg)
+        marker = await self._append_marker(req, plan)
+        token = self._begin(req, plan, marker)
+        summary: AssistantMessage | None = None
+        try:
+            prompt = await self._prompt(req)
+            summary = await self._open_summary(plan, marker, writer)
+            done, parts, after = await self._write_summary(
+                req, cfg, plan, writer, prompt, marker, summary, token
+            )
+            await self._put([done], parts)
+        except asyncio.CancelledError:
+            await self._discard(plan.sid, marker.info.id, summary)
+            self.host.progress(plan.sid, token, {"kind": "end", "message": "cancelled"})
+            self._status(plan.sid, "idle")
+            raise
+        except Exception as exc:
+            return await self._fail(plan, summary, token, exc)
+        end = Key(done.time.created, done.id)
+        if req.auto:
+            end = await self._append_continue(plan)
+        self.host.publish(
+            plan.sid,
+            "session/compacted",
+            CompactedEvent(session_id=plan.sid, message_id=done.id, auto=req.auto),
+        )
+        message = f"{plan.before} -> {after} tokens"
+        self.host.progress(plan.sid, token, {"kind": "end", "message": message})
+        self._status(plan.sid, "idle")
+        return Outcome(
+            CompactResult(status="continue", summary_message_id=done.id),
+            plan.before,
+            after,
+            cut=plan.cut,
+            marker=Key(marker.info.time.created, marker.info.id),
+            end=end,
+        )
+
+    async def _plan(self, req: Request, cfg: Config) -> _Plan:
+        """What to summarize, what to keep verbatim (collapse), and how it is sent."""
         sid = req.session_id
         session = await self.store.require_session(sid)
         if session.revert is not None:
@@ -225,186 +305,199 @@ class Compactor:
             # summarizing the little before them cannot free room, so summarize everything.
             to_summarize, tail, reference = list(window), [], []
             history = [m for m in to_summarize if not is_marker(m) and not is_summary(m)]
-
         last_user = _last_user(window)
-        model = req.model or (last_user.model if last_user else None)
         # What compaction appends must sort after everything already in the session, even
         # when a frontend's clock runs ahead of ours.
         latest = max((m.info.time.created for m in window), default=None)
-        cut = max((Key(m.info.time.created, m.info.id) for m in window), default=None)
-        clock = _Clock(now_ms() if latest is None else latest + 1)
-        now = clock()
+        return _Plan(
+            sid=sid,
+            session=session,
+            window=window,
+            history=history,
+            tail=tail,
+            reference=reference,
+            previous=previous,
+            before=before,
+            standard=standard,
+            last_user=last_user,
+            model=req.model or (last_user.model if last_user else None),
+            cut=max((Key(m.info.time.created, m.info.id) for m in window), default=None),
+            clock=_Clock(now_ms() if latest is None else latest + 1),
+        )
+
+    async def _append_marker(self, req: Request, plan: _Plan) -> WithParts:
         marker = UserMessage(
             id=new_id("msg"),
-            session_id=sid,
-            time=MessageTime(created=now),
-            agent=last_user.agent if last_user else None,
-            model=model,
+            session_id=plan.sid,
+            time=MessageTime(created=plan.clock()),
+            agent=plan.last_user.agent if plan.last_user else None,
+            model=plan.model,
         )
         marker_part = CompactionPart(
             id=new_id("prt"),
-            session_id=sid,
+            session_id=plan.sid,
             message_id=marker.id,
             auto=req.auto,
             overflow=True if req.overflow else None,
-            tail_start_id=tail[0].info.id if tail else None,
+            tail_start_id=plan.tail[0].info.id if plan.tail else None,
         )
         await self._put([marker], [marker_part])
-        if standard:
+        appended = WithParts(info=marker, parts=[marker_part])
+        if plan.standard:
             # The new marker is sent too, as user "What did we do so far?" before the prompt.
-            history.append(WithParts(info=marker, parts=[marker_part]))
-        self._status(sid, "compacting")
-        token = req.progress_token if req.progress_token is not None else f"compact-{marker.id}"
+            plan.history.append(appended)
+        return appended
+
+    def _begin(self, req: Request, plan: _Plan, marker: WithParts) -> str | int:
+        """``session/status`` compacting and the progress ``begin``; returns the token."""
+        self._status(plan.sid, "compacting")
+        token = req.progress_token
+        if token is None:
+            token = f"compact-{marker.info.id}"
         self.host.progress(
-            sid,
+            plan.sid,
             token,
             {
                 "kind": "begin",
                 "title": "Compacting",
                 "cancellable": True,
-                "message": f"{len(history)} messages",
+                "message": f"{len(plan.history)} messages",
                 "percentage": 0,
             },
         )
-        summary: AssistantMessage | None = None
-        try:
-            hooks = await self.host.compacting_hook(sid)
-            prompt = next((h.prompt for h in hooks if h.prompt), None) or DEFAULT_PROMPT
-            extra = [c for h in hooks for c in h.context if c]
-            if req.instructions:
-                extra.append(req.instructions)
-            if extra:
-                prompt = prompt + "\n\n" + "\n\n".join(extra)
-            summary = AssistantMessage(
-                id=new_id("msg"),
-                session_id=sid,
-                parent_id=marker.id,
-                time=MessageTime(created=clock()),
-                provider_id=writer.provider_id,
-                model_id=writer.model_id,
-                mode="compaction",
-                agent="compaction",
-                path={"cwd": session.directory or "", "root": session.directory or ""},
-                summary=True,
-            )
-            await self._put([summary], [])
+        return token
 
-            def report(message: str, pct: int | None) -> None:
-                value: dict[str, Any] = {"kind": "report", "message": message}
-                if pct is not None:
-                    value["percentage"] = pct
-                self.host.progress(sid, token, value)
+    async def _prompt(self, req: Request) -> str:
+        """Seed 000's prompt, or a hook's replacement, plus the hooks' context and the
+        request's instructions."""
+        hooks = await self.host.compacting_hook(req.session_id)
+        prompt = next((h.prompt for h in hooks if h.prompt), None) or DEFAULT_PROMPT
+        extra = [c for h in hooks for c in h.context if c]
+        if req.instructions:
+            extra.append(req.instructions)
+        if extra:
+            prompt = prompt + "\n\n" + "\n\n".join(extra)
+        return prompt
 
-            limit = cfg.summarizer.max_input_tokens or writer.input_limit()
-            result = await bounded.summarize(
-                writer,
-                system=COMPACTION_SYSTEM,
-                prompt=prompt,
-                history=history,
-                reference=reference,
-                previous=previous,
-                max_tokens=_summary_budget(window, cfg),
-                max_input_tokens=limit,
-                progress=report,
-                prior=ledger.latest(previous or await self._previous_summaries(sid, 1)),
-            )
-            # OpenCode's summary parts: step-start, the text, step-finish (with the usage).
-            step_start = StepStartPart(id=new_id("prt"), session_id=sid, message_id=summary.id)
-            text_part = TextPart(
-                id=new_id("prt"), session_id=sid, message_id=summary.id, text=result.text
-            )
-            step_finish = StepFinishPart(
-                id=new_id("prt"),
-                session_id=sid,
-                message_id=summary.id,
-                reason="stop",
-                tokens=result.tokens,
-            )
-            done = msgspec.structs.replace(
+    async def _open_summary(
+        self, plan: _Plan, marker: WithParts, writer: Summarizer
+    ) -> AssistantMessage:
+        """The summary message, stored unfinished while the writer works."""
+        directory = plan.session.directory or ""
+        summary = AssistantMessage(
+            id=new_id("msg"),
+            session_id=plan.sid,
+            parent_id=marker.info.id,
+            time=MessageTime(created=plan.clock()),
+            provider_id=writer.provider_id,
+            model_id=writer.model_id,
+            mode="compaction",
+            agent="compaction",
+            path={"cwd": directory, "root": directory},
+            summary=True,
+        )
+        await self._put([summary], [])
+        return summary
+
+    async def _write_summary(
+        self,
+        req: Request,
+        cfg: Config,
+        plan: _Plan,
+        writer: Summarizer,
+        prompt: str,
+        marker: WithParts,
+        summary: AssistantMessage,
+        token: str | int,
+    ) -> tuple[AssistantMessage, list[Part], int]:
+        """Run the writer; the finished summary, its parts, and the window's size after it.
+        Raises ``SummaryError`` when the result would not make the context smaller."""
+        sid = plan.sid
+
+        def report(message: str, pct: int | None) -> None:
+            value: dict[str, Any] = {"kind": "report", "message": message}
+            if pct is not None:
+                value["percentage"] = pct
+            self.host.progress(sid, token, value)
+
+        limit = cfg.summarizer.max_input_tokens or writer.input_limit()
+        result = await bounded.summarize(
+            writer,
+            system=COMPACTION_SYSTEM,
+            prompt=prompt,
+            history=plan.history,
+            reference=plan.reference,
+            previous=plan.previous,
+            max_tokens=_summary_budget(plan.window, cfg),
+            max_input_tokens=limit,
+            progress=report,
+            prior=ledger.latest(plan.previous or await self._previous_summaries(sid, 1)),
+        )
+        # OpenCode's summary parts: step-start, the text, step-finish (with the usage).
+        step_start = StepStartPart(id=new_id("prt"), session_id=sid, message_id=summary.id)
+        text_part = TextPart(
+            id=new_id("prt"), session_id=sid, message_id=summary.id, text=result.text
+        )
+        step_finish = StepFinishPart(
+            id=new_id("prt"),
+            session_id=sid,
+            message_id=summary.id,
+            reason="stop",
+            tokens=result.tokens,
+        )
+        done = msgspec.structs.replace(
+            summary,
+            finish="stop",
+            tokens=result.tokens,
+            time=MessageTime(created=summary.time.created, completed=plan.clock()),
+            provider_id=result.provider_id,
+            model_id=result.model_id,
+        )
+        after_window = [marker, WithParts(info=done, parts=[text_part]), *plan.tail]
+        after = estimate_messages(filter_compacted(after_window))
+        _check_smaller(req, plan.before, after)
+        return done, [step_start, text_part, step_finish], after
+
+    async def _fail(
+        self, plan: _Plan, summary: AssistantMessage | None, token: str | int, exc: Exception
+    ) -> Outcome:
+        """Keep the history; the error goes on the summary message and to the subscribers."""
+        message = str(exc) if isinstance(exc, SummaryError) else f"{type(exc).__name__}: {exc}"
+        if summary is not None:
+            failed = msgspec.structs.replace(
                 summary,
-                finish="stop",
-                tokens=result.tokens,
-                time=MessageTime(created=summary.time.created, completed=clock()),
-                provider_id=result.provider_id,
-                model_id=result.model_id,
+                error=MessageError(name="CompactionError", data={"message": message}),
+                time=MessageTime(created=summary.time.created, completed=plan.clock()),
             )
-            after_window = [
-                WithParts(info=marker, parts=[marker_part]),
-                WithParts(info=done, parts=[text_part]),
-                *tail,
-            ]
-            after = estimate_messages(filter_compacted(after_window))
-            if after >= before and req.usable > 0 and req.reported_tokens - before > req.usable:
-                raise SummaryError(
-                    "context overflow that compaction cannot help: the provider counted "
-                    f"{req.reported_tokens} tokens but the history is only about {before}; the "
-                    f"rest (about {req.reported_tokens - before}: system prompt, tool definitions)"
-                    f" alone exceeds the usable {req.usable}. Shrink them or raise the model's "
-                    "limits; history kept"
-                )
-            if after >= before:
-                raise SummaryError(
-                    f"compaction would not make the context smaller ({before} -> {after} "
-                    "estimated tokens); history kept"
-                )
-            await self._put([done], [step_start, text_part, step_finish])
-        except asyncio.CancelledError:
-            await self._discard(sid, marker, summary)
-            self.host.progress(sid, token, {"kind": "end", "message": "cancelled"})
-            self._status(sid, "idle")
-            raise
-        except Exception as exc:
-            message = str(exc) if isinstance(exc, SummaryError) else f"{type(exc).__name__}: {exc}"
-            if summary is not None:
-                failed = msgspec.structs.replace(
-                    summary,
-                    error=MessageError(name="CompactionError", data={"message": message}),
-                    time=MessageTime(created=summary.time.created, completed=clock()),
-                )
-                await self._put([failed], [])
-            self.host.progress(sid, token, {"kind": "end", "message": f"failed: {message}"})
-            self._status(sid, "error", message)
-            return Outcome(
-                CompactResult(
-                    status="stop", summary_message_id=summary.id if summary else None, error=message
-                ),
-                before,
-                before,
-            )
-        end = Key(done.time.created, done.id)
-
-        if req.auto:
-            cont = UserMessage(
-                id=new_id("msg"),
-                session_id=sid,
-                time=MessageTime(created=clock()),
-                agent=last_user.agent if last_user else None,
-                model=model,
-            )
-            cont_part = TextPart(
-                id=new_id("prt"),
-                session_id=sid,
-                message_id=cont.id,
-                text=CONTINUE_TEXT,
-                synthetic=True,
-            )
-            await self._put([cont], [cont_part])
-            end = Key(cont.time.created, cont.id)
-        self.host.publish(
-            sid,
-            "session/compacted",
-            CompactedEvent(session_id=sid, message_id=done.id, auto=req.auto),
-        )
-        self.host.progress(sid, token, {"kind": "end", "message": f"{before} -> {after} tokens"})
-        self._status(sid, "idle")
+            await self._put([failed], [])
+        self.host.progress(plan.sid, token, {"kind": "end", "message": f"failed: {message}"})
+        self._status(plan.sid, "error", message)
         return Outcome(
-            CompactResult(status="continue", summary_message_id=done.id),
-            before,
-            after,
-            cut=cut,
-            marker=Key(marker.time.created, marker.id),
-            end=end,
+            CompactResult(
+                status="stop", summary_message_id=summary.id if summary else None, error=message
+            ),
+            plan.before,
+            plan.before,
         )
+
+    async def _append_continue(self, plan: _Plan) -> Key:
+        """The synthetic user message an automatic compaction ends with."""
+        cont = UserMessage(
+            id=new_id("msg"),
+            session_id=plan.sid,
+            time=MessageTime(created=plan.clock()),
+            agent=plan.last_user.agent if plan.last_user else None,
+            model=plan.model,
+        )
+        cont_part = TextPart(
+            id=new_id("prt"),
+            session_id=plan.sid,
+            message_id=cont.id,
+            text=CONTINUE_TEXT,
+            synthetic=True,
+        )
+        await self._put([cont], [cont_part])
+        return Key(cont.time.created, cont.id)
 
     async def _previous_summaries(self, sid: str, n: int) -> list[str]:
         if n <= 0:
@@ -412,16 +505,14 @@ class Compactor:
         texts = await self.store.summary_texts(sid, n)
         return [t for t in texts if t.strip()]
 
-    async def _discard(
-        self, sid: str, marker: UserMessage, summary: AssistantMessage | None
-    ) -> None:
+    async def _discard(self, sid: str, marker_id: str, summary: AssistantMessage | None) -> None:
         """Remove a cancelled compaction's own messages (shielded: it must finish)."""
 
         async def remove() -> None:
-            for m in (summary, marker):
-                if m is not None and await self.store.remove_message(sid, m.id):
+            for mid in (summary.id if summary else None, marker_id):
+                if mid is not None and await self.store.remove_message(sid, mid):
                     self.host.publish(
-                        sid, "message/removed", MessageRemovedEvent(session_id=sid, message_id=m.id)
+                        sid, "message/removed", MessageRemovedEvent(session_id=sid, message_id=mid)
                     )
 
         with contextlib.suppress(Exception):
