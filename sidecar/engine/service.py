@@ -37,6 +37,7 @@ from sidecar.engine.window import load_window
 from sidecar.errors import Busy, SidecarError
 from sidecar.model.catalog import lookup
 from sidecar.model.config import Config
+from sidecar.model.ids import now_ms
 from sidecar.model.messages import AssistantMessage, Message
 from sidecar.model.rpc import (
     CompactResult,
@@ -84,6 +85,8 @@ class Engine:
         # sorting between the two was written behind the boundary and is invisible.
         self._cuts: dict[str, tuple[Key, Key]] = {}
         self._failed: dict[str, str] = {}  # the last automatic compaction's error, per session
+        # The newest time a compaction of ours stamped, per session (``next_time``).
+        self._made_until: dict[str, int] = {}
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -510,6 +513,8 @@ class Engine:
             self._failed[sid] = outcome.result.error
         else:
             self._failed.pop(sid, None)
+        if outcome.end is not None:
+            self._made_until[sid] = max(self._made_until.get(sid, 0), outcome.end.created)
         cut, marker = outcome.cut, outcome.marker
         if cut is None or marker is None:
             return
@@ -517,6 +522,12 @@ class Engine:
         for m in await self.store.window(sid, cut, marker):
             if Key(m.info.time.created, m.info.id) != cut:
                 self._behind_boundary(m.info)
+
+    def next_time(self, session_id: str) -> int:
+        """``time.created`` for a message whose writer left it out: now, but never before
+        what a compaction of ours stamped (its clock runs from the session's latest message,
+        which may be ahead of ours), so the frontend's next message sorts after it."""
+        return max(now_ms(), self._made_until.get(session_id, 0) + 1)
 
     def _error(self, sid: str, text: str) -> None:
         """A ``session/status`` error event: how background problems reach the user."""

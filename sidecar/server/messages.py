@@ -77,7 +77,7 @@ def message_update(conn: Connection, p: MessageUpdateParams, done: Done) -> Futu
         if not info.id:
             info.id = data["id"] = new_id("msg")
         if not info.time.created:
-            info.time.created = now_ms()
+            info.time.created = conn.app.engine.engine.next_time(info.session_id)
             data["time"] = {**(data.get("time") or {}), "created": info.time.created}
         raw = _encoder.encode(data)
     _store_message(conn, info, raw, done)
@@ -88,7 +88,9 @@ async def _update_keeping_created(conn: Connection, info: Message, raw: bytes, d
     try:
         known = await conn.app.store.message_key(info.id)
         data = _dict_decoder.decode(raw)
-        info.time.created = known.created if known else now_ms()
+        info.time.created = (
+            known.created if known else conn.app.engine.engine.next_time(info.session_id)
+        )
         data["time"] = {**(data.get("time") or {}), "created": info.time.created}
         raw = _encoder.encode(data)
     except Exception as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -221,6 +222,26 @@ async def test_2023_timestamps_compact_three_times_and_keep_every_later_message(
     times = [m["info"]["time"]["created"] for m in stored["messages"]]
     assert times == sorted(times) and max(times) < T2023 + 10**8  # never the daemon's 2026 clock
     assert not [m for m in c.notifications("window/logMessage") if "behind" in str(m)]
+
+
+async def test_a_message_without_a_time_sorts_after_the_compaction_it_follows(
+    start: Spawn,
+) -> None:
+    """A frontend whose clock ran ahead of the daemon's (so the compaction was stamped after
+    its messages, ahead of the daemon's clock), then a message written without
+    ``time.created``: the daemon's time for it never sorts before what the compaction added."""
+    c = await start()
+    sid = (await c.create_session()).id
+    w = Writer(c, sid, MODEL, time.time_ns() // 1_000_000 + 600_000)  # ten minutes ahead
+    _, a = await w.turn("step", tokens=usage(180_000), output="z" * 2_000)
+    await c.update_message(a)
+    await c.request("session/idle", {"sessionID": sid})
+    assert len(c.notifications("session/compacted")) == 1
+    late = await c.update_message({"role": "user", "sessionID": sid, "model": dict(MODEL)})
+    stored = await c.request("session/messages", {"sessionID": sid})
+    assert stored["messages"][-1]["info"]["id"] == late["id"]
+    ctx = await c.context(sid)
+    assert ctx.messages[-1]["info"]["id"] == late["id"]
 
 
 async def test_a_write_behind_the_boundary_is_reported(start: Spawn) -> None:
