@@ -85,26 +85,25 @@ def _output_tokens(m: TMessage) -> int:
 
 
 class _Bar:
-    """A one-line progress bar on stderr, only when it is a terminal."""
+    """Replay progress on stderr (tqdm, as for imports), only when stderr is a terminal."""
 
     def __init__(self, total: int) -> None:
-        self.total = max(1, total)
-        self.on = sys.stderr.isatty()
+        self._bar: Any = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm  # type: ignore[import-untyped]
+
+            self._bar = tqdm(total=max(1, total), unit="msg", file=sys.stderr, leave=False)
 
     def show(self, done: int, note: str) -> None:
-        if not self.on:
+        if self._bar is None:
             return
-        width = 30
-        filled = width * done // self.total
-        sys.stderr.write(
-            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {note:<30}"
-        )
-        sys.stderr.flush()
+        self._bar.n = done
+        self._bar.set_postfix_str(note, refresh=False)
+        self._bar.refresh()
 
     def clear(self) -> None:
-        if self.on:
-            sys.stderr.write("\r" + " " * 80 + "\r")
-            sys.stderr.flush()
+        if self._bar is not None:
+            self._bar.close()
 
 
 async def replay(

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from sidecar.errors import UnknownMessage, UnknownPart
-from sidecar.model.ids import new_id, now_ms
+from sidecar.model.ids import new_id
 from sidecar.model.messages import Message
 from sidecar.model.parts import Part
 from sidecar.model.rpc import (

@@ -814,7 +814,7 @@ class Store:
         return texts
 
     async def count_sessions(self) -> int:
-        rows = await self._reader.execute_fetchall("SELECT count(*) FROM sessions")
+        rows = await self._query("SELECT count(*) FROM sessions")
         return int(rows[0][0])
 
     async def count_messages(self, session_id: str) -> int:
