@@ -1,26 +1,50 @@
-"""Application errors with their JSON-RPC codes (documented in PROTOCOL.md).
+"""Application errors, raised by lower layers and mapped by the server to error replies.
 
-Lower layers raise these; the server maps them to JSON-RPC error responses. Codes sit in the
-JSON-RPC server-error range, away from the LSP-reserved -32001/-32002.
+The codes come from the one table, ``sidecar.protocol.codes`` (which imports nothing of ours).
 """
 
 from __future__ import annotations
 
-UNKNOWN_SESSION = -32040
-UNKNOWN_MESSAGE = -32041
-UNKNOWN_PART = -32042
-CONFLICT = -32043
-BUSY = -32044
-COMPACTION_FAILED = -32045
-UNAUTHORIZED = -32046
-TOO_LARGE = -32047
-INVALID_PARAMS = -32602
+from sidecar.protocol.codes import (
+    BUSY,
+    COMPACTION_FAILED,
+    CONFLICT,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    TOO_LARGE,
+    UNAUTHORIZED,
+    UNKNOWN_MESSAGE,
+    UNKNOWN_PART,
+    UNKNOWN_SESSION,
+)
+
+__all__ = [
+    "BUSY",
+    "COMPACTION_FAILED",
+    "CONFLICT",
+    "INVALID_PARAMS",
+    "TOO_LARGE",
+    "UNAUTHORIZED",
+    "UNKNOWN_MESSAGE",
+    "UNKNOWN_PART",
+    "UNKNOWN_SESSION",
+    "Busy",
+    "CompactionFailed",
+    "Conflict",
+    "InvalidParams",
+    "SidecarError",
+    "TooLarge",
+    "Unauthorized",
+    "UnknownMessage",
+    "UnknownPart",
+    "UnknownSession",
+]
 
 
 class SidecarError(Exception):
     """An error the client caused or must handle; ``str(self)`` is safe to send."""
 
-    code: int = -32603
+    code: int = INTERNAL_ERROR
 
     def __init__(self, message: str, code: int | None = None) -> None:
         super().__init__(message)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sidecar.engine.compactor import Request
-from sidecar.errors import SidecarError
+from sidecar.errors import INVALID_PARAMS, SidecarError
 from sidecar.model.rpc import (
     CompactResult,
     ContextResult,
@@ -34,7 +34,8 @@ async def overflow(conn: Connection, p: SessionOverflowParams) -> OverflowResult
         return await engine.overflow_session(p.session_id, conn.config.current, wait=p.wait)
     if p.tokens is None or p.model is None:
         raise SidecarError(
-            "invalid params: give `$.sessionID`, or both `$.tokens` and `$.model.limit`", -32602
+            "invalid params: give `$.sessionID`, or both `$.tokens` and `$.model.limit`",
+            INVALID_PARAMS,
         )
     return await engine.overflow_of(p.tokens, p.model.limit, conn.config.current)
 
