@@ -44,7 +44,7 @@ class ClientInfo(Base, kw_only=True):
 
 
 class InitializeParams(Base, kw_only=True):
-    process_id: int | None = None
+    process_id: int | None = msgspec.field(default=None, name="processId")  # LSP's spelling
     client_info: ClientInfo | None = None
     capabilities: ClientCapabilities = msgspec.field(default_factory=ClientCapabilities)
     initialization_options: dict[str, Any] | None = None

@@ -36,7 +36,7 @@ def protocol_schema() -> dict[str, Any]:
         types.append(n.params)
     schemas, components = msgspec.json.schema_components(types, ref_template=REF)
     of = dict(zip(map(_key, types), schemas, strict=True))
-    defs = dict(components)
+    defs = {name: _open_maps(s) for name, s in components.items()}
     for name, union in _NAMED_UNIONS.items():
         defs[name] = {"title": name, **of[_key(union)]}
 
@@ -96,6 +96,26 @@ def print_schema() -> int:
 
     sys.stdout.write(schema_json())
     return 0
+
+
+def _open_maps(schema: Any) -> Any:
+    """Say ``additionalProperties: true`` on free-form objects (``dict[str, Any]``).
+
+    It is JSON Schema's default, so this changes no validation; written out, generators give a
+    map type (``{[k: string]: unknown}``) for these while Structs stay closed interfaces.
+    """
+    if isinstance(schema, list):
+        return [_open_maps(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _open_maps(v) for k, v in schema.items()}
+    if (
+        out.get("type") == "object"
+        and "properties" not in out
+        and "additionalProperties" not in out
+    ):
+        out["additionalProperties"] = True
+    return out
 
 
 def _key(t: Any) -> str:
