@@ -342,7 +342,7 @@ class Client:
         self._write(_Request("2.0", request_id, method, UNSET if params is None else params))
         self._pending[request_id] = (method, fut)
         wait = self.default_timeout if timeout is UNSET else timeout
-        return Call(self, request_id, method, fut, result_type, cast("float | None", wait))
+        return Call(self, request_id, method, fut, result_type, wait)
 
     def reserve_call(
         self,
@@ -361,7 +361,7 @@ class Client:
         fut: asyncio.Future[tuple[bool, Any]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = (method, fut)
         wait = self.default_timeout if timeout is UNSET else timeout
-        return Call(self, request_id, method, fut, result_type, cast("float | None", wait))
+        return Call(self, request_id, method, fut, result_type, wait)
 
     @overload
     async def request(
