@@ -5,32 +5,13 @@ The codes come from the one table, ``sidecar.protocol.codes`` (which imports not
 
 from __future__ import annotations
 
-from sidecar.protocol.codes import (
-    BUSY,
-    COMPACTION_FAILED,
-    CONFLICT,
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    TOO_LARGE,
-    UNAUTHORIZED,
-    UNKNOWN_MESSAGE,
-    UNKNOWN_PART,
-    UNKNOWN_SESSION,
-)
+from sidecar.protocol.codes import ErrorCode
 
 __all__ = [
-    "BUSY",
-    "COMPACTION_FAILED",
-    "CONFLICT",
-    "INVALID_PARAMS",
-    "TOO_LARGE",
-    "UNAUTHORIZED",
-    "UNKNOWN_MESSAGE",
-    "UNKNOWN_PART",
-    "UNKNOWN_SESSION",
     "Busy",
     "CompactionFailed",
     "Conflict",
+    "ErrorCode",
     "InvalidParams",
     "SidecarError",
     "TooLarge",
@@ -44,7 +25,7 @@ __all__ = [
 class SidecarError(Exception):
     """An error the client caused or must handle; ``str(self)`` is safe to send."""
 
-    code: int = INTERNAL_ERROR
+    code: int = ErrorCode.INTERNAL_ERROR
 
     def __init__(self, message: str, code: int | None = None) -> None:
         super().__init__(message)
@@ -53,7 +34,7 @@ class SidecarError(Exception):
 
 
 class UnknownSession(SidecarError):
-    code = UNKNOWN_SESSION
+    code = ErrorCode.UNKNOWN_SESSION
 
     def __init__(self, session_id: str) -> None:
         super().__init__(f"unknown session: {session_id!r}")
@@ -61,7 +42,7 @@ class UnknownSession(SidecarError):
 
 
 class UnknownMessage(SidecarError):
-    code = UNKNOWN_MESSAGE
+    code = ErrorCode.UNKNOWN_MESSAGE
 
     def __init__(self, message_id: str) -> None:
         super().__init__(f"unknown message: {message_id!r}")
@@ -69,37 +50,37 @@ class UnknownMessage(SidecarError):
 
 
 class UnknownPart(SidecarError):
-    code = UNKNOWN_PART
+    code = ErrorCode.UNKNOWN_PART
 
     def __init__(self, part_id: str) -> None:
         super().__init__(f"unknown part: {part_id!r}")
 
 
 class Conflict(SidecarError):
-    code = CONFLICT
+    code = ErrorCode.CONFLICT
 
 
 class InvalidParams(SidecarError):
     """A value that passed the type check but is still the client's mistake (-32602)."""
 
-    code = INVALID_PARAMS
+    code = ErrorCode.INVALID_PARAMS
 
 
 class TooLarge(SidecarError):
     """A reply over ``server.maxReplyBytes``: the message says how to ask for less."""
 
-    code = TOO_LARGE
+    code = ErrorCode.TOO_LARGE
 
 
 class Busy(SidecarError):
-    code = BUSY
+    code = ErrorCode.BUSY
 
 
 class CompactionFailed(SidecarError):
-    code = COMPACTION_FAILED
+    code = ErrorCode.COMPACTION_FAILED
 
 
 class Unauthorized(SidecarError):
     """``initialize`` without the listener's token; the connection is closed after the reply."""
 
-    code = UNAUTHORIZED
+    code = ErrorCode.UNAUTHORIZED

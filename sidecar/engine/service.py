@@ -34,7 +34,7 @@ from sidecar.engine.compactor import Compactor, Outcome, Request
 from sidecar.engine.fit import limit_for_window
 from sidecar.engine.host import Host
 from sidecar.engine.window import load_window
-from sidecar.errors import INVALID_PARAMS, Busy, SidecarError
+from sidecar.errors import Busy, ErrorCode, SidecarError
 from sidecar.model.catalog import lookup
 from sidecar.model.config import Config
 from sidecar.model.ids import now_ms
@@ -125,7 +125,9 @@ class Engine:
                     cfg.summarizer, http=http, client_call=self.host.client_complete
                 )
             except ValueError as exc:
-                raise SidecarError(f"summarizer configuration: {exc}", INVALID_PARAMS) from None
+                raise SidecarError(
+                    f"summarizer configuration: {exc}", ErrorCode.INVALID_PARAMS
+                ) from None
             self._writers[key] = found
         return found
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sidecar.engine.compactor import Request
-from sidecar.errors import INVALID_PARAMS, SidecarError
+from sidecar.errors import SidecarError
 from sidecar.model.rpc import (
     CompactResult,
     ContextResult,
@@ -17,6 +17,7 @@ from sidecar.model.rpc import (
     SessionRevertParams,
 )
 from sidecar.model.session import Session
+from sidecar.protocol.codes import ErrorCode
 from sidecar.server.connection import Connection
 from sidecar.server.routes import route
 
@@ -35,7 +36,7 @@ async def overflow(conn: Connection, p: SessionOverflowParams) -> OverflowResult
     if p.tokens is None or p.model is None:
         raise SidecarError(
             "invalid params: give `$.sessionID`, or both `$.tokens` and `$.model.limit`",
-            INVALID_PARAMS,
+            ErrorCode.INVALID_PARAMS,
         )
     return await engine.overflow_of(p.tokens, p.model.limit, conn.config.current)
 

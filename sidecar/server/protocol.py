@@ -32,7 +32,7 @@ from pygls.protocol.json_rpc import (
     JsonRPCResponseMessage,
 )
 
-from sidecar.errors import TOO_LARGE
+from sidecar.errors import ErrorCode
 from sidecar.model.config import DEFAULT_MAX_DEPTH
 from sidecar.model.jsonguard import bad_utf8_field, first_bad_utf8, too_deep
 from sidecar.model.rpc import CancelParams
@@ -440,7 +440,7 @@ class SidecarProtocol(JsonRPCProtocol):
         if cap is not None and len(body) > cap:
             self.send_error(
                 msg_id,
-                TOO_LARGE,
+                ErrorCode.TOO_LARGE,
                 f"the reply is {len(body)} bytes, over the limit of {cap} (config "
                 "server.maxReplyBytes): ask for less (session/messages limit, partLimit, "
                 "cursor; session/context after session/compact)",

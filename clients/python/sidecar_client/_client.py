@@ -30,6 +30,7 @@ from sidecar.model.rpc import (
     SessionList,
 )
 from sidecar.model.session import Session
+from sidecar.protocol.codes import ErrorCode
 from sidecar_client._transport import (
     FramingError,
     StreamTransport,
@@ -46,11 +47,6 @@ T = TypeVar("T")
 Predicate = Callable[[Any], bool]
 RequestHandler = Callable[[Any], Awaitable[Any]]
 
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
 
 #: The client this library reports in ``initialize``.
 CLIENT_NAME = "compaction-sidecar-client"
@@ -488,7 +484,9 @@ class Client:
         reply: msgspec.Struct
         if handler is None:
             reply = _ErrorReply(
-                "2.0", request_id, _ErrorBody(METHOD_NOT_FOUND, f"unhandled method: {method}")
+                "2.0",
+                request_id,
+                _ErrorBody(ErrorCode.METHOD_NOT_FOUND, f"unhandled method: {method}"),
             )
         else:
             try:
@@ -502,7 +500,7 @@ class Client:
                 reply = _ErrorReply(
                     "2.0",
                     request_id,
-                    _ErrorBody(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"),
+                    _ErrorBody(ErrorCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"),
                 )
         with contextlib.suppress(ConnectionError):
             self._write(reply)
@@ -568,7 +566,7 @@ class Client:
                 err = RpcError(body_.code, body_.message, body_.data)
             except msgspec.DecodeError as exc:
                 self.protocol_errors.append(f"malformed error object: {exc}")
-                err = RpcError(INTERNAL_ERROR, "malformed error object from the daemon")
+                err = RpcError(ErrorCode.INTERNAL_ERROR, "malformed error object from the daemon")
             if msg.id is UNSET or msg.id is None:
                 self._errors.put(err)
                 return
