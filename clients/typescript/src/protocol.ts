@@ -291,6 +291,18 @@ export interface Protocol {
      * busy: the session is compacting
      */
     BUSY: -32044;
+    /**
+     * compaction failed
+     */
+    COMPACTION_FAILED: -32045;
+    /**
+     * initialize on TCP without the authToken
+     */
+    UNAUTHORIZED: -32046;
+    /**
+     * a reply over server.maxReplyBytes; page instead
+     */
+    TOO_LARGE: -32047;
   };
 }
 /**
@@ -418,6 +430,7 @@ export interface SessionMessagesParams {
   sessionID: string;
   limit?: number | null;
   cursor?: string | null;
+  partLimit?: number | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -962,11 +975,16 @@ export interface SummarizerConfig {
   maxRetries?: number;
 }
 /**
+ * Daemon limits: set only in the daemon's own config files, never over the wire.
+ *
  * This interface was referenced by `Protocol`'s JSON-Schema
  * via the `definition` "ServerConfig".
  */
 export interface ServerConfig {
   maxFrameBytes?: number;
+  maxDepth?: number;
+  maxOutgoingBytes?: number;
+  maxReplyBytes?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1123,6 +1141,12 @@ export const ErrorCodes = {
   CONFLICT: -32043,
   /** busy: the session is compacting */
   BUSY: -32044,
+  /** compaction failed */
+  COMPACTION_FAILED: -32045,
+  /** initialize on TCP without the authToken */
+  UNAUTHORIZED: -32046,
+  /** a reply over server.maxReplyBytes; page instead */
+  TOO_LARGE: -32047,
 } as const satisfies Protocol["errors"];
 
 export const PROTOCOL_VERSION: Protocol["protocolVersion"] = "1.0";
