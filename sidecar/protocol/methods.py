@@ -126,19 +126,24 @@ REQUESTS: tuple[RequestSpec, ...] = (
     ),
 )
 
+
+def _note(method: str, direction: Direction, params: type[Any]) -> NotificationSpec:
+    return NotificationSpec(method=method, direction=direction, params=params)
+
+
 NOTIFICATIONS: tuple[NotificationSpec, ...] = (
-    NotificationSpec(method="initialized", direction=TO_DAEMON, params=Empty),
-    NotificationSpec(method="exit", direction=TO_DAEMON, params=Empty),
-    NotificationSpec(method="$/cancelRequest", direction=TO_DAEMON, params=CancelParams),
-    NotificationSpec(method="session/compacted", direction=TO_CLIENT, params=CompactedEvent),
-    NotificationSpec(method="session/pruned", direction=TO_CLIENT, params=PrunedEvent),
-    NotificationSpec(method="session/status", direction=TO_CLIENT, params=StatusEvent),
-    NotificationSpec(method="message/updated", direction=TO_CLIENT, params=MessageUpdatedEvent),
-    NotificationSpec(method="message/removed", direction=TO_CLIENT, params=MessageRemovedEvent),
-    NotificationSpec(method="part/updated", direction=TO_CLIENT, params=PartUpdatedEvent),
-    NotificationSpec(method="part/removed", direction=TO_CLIENT, params=PartRemovedEvent),
-    NotificationSpec(method="$/progress", direction=TO_CLIENT, params=ProgressParams),
-    NotificationSpec(method="window/logMessage", direction=TO_CLIENT, params=LogMessageParams),
+    _note("initialized", TO_DAEMON, Empty),
+    _note("exit", TO_DAEMON, Empty),
+    _note("$/cancelRequest", TO_DAEMON, CancelParams),
+    _note("session/compacted", TO_CLIENT, CompactedEvent),
+    _note("session/pruned", TO_CLIENT, PrunedEvent),
+    _note("session/status", TO_CLIENT, StatusEvent),
+    _note("message/updated", TO_CLIENT, MessageUpdatedEvent),
+    _note("message/removed", TO_CLIENT, MessageRemovedEvent),
+    _note("part/updated", TO_CLIENT, PartUpdatedEvent),
+    _note("part/removed", TO_CLIENT, PartRemovedEvent),
+    _note("$/progress", TO_CLIENT, ProgressParams),
+    _note("window/logMessage", TO_CLIENT, LogMessageParams),
 )
 
 REQUEST: dict[str, RequestSpec] = {r.method: r for r in REQUESTS}
