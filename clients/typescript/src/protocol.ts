@@ -173,6 +173,22 @@ export interface Protocol {
       result: Config;
     };
     /**
+     * extension: the daemon's pid, listener, db, load
+     */
+    "daemon/status": {
+      direction: "client->daemon";
+      params: Empty;
+      result: DaemonStatus;
+    };
+    /**
+     * extension: answered, then the daemon stops
+     */
+    "daemon/stop": {
+      direction: "client->daemon";
+      params: Empty;
+      result: null;
+    };
+    /**
      * to clients that declared capabilities.compactingHook
      */
     "compaction/compacting": {
@@ -316,6 +332,7 @@ export interface InitializeParams {
   initializationOptions?: {
     [k: string]: unknown | undefined;
   } | null;
+  authToken?: string | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -801,6 +818,8 @@ export interface SubtaskPart {
 export interface SessionContextParams {
   sessionID: string;
   format?: "anthropic" | "openai" | "parts";
+  wait?: boolean;
+  fit?: boolean;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -812,6 +831,9 @@ export interface ContextResult {
   estimatedTokens: number;
   system?: string[];
   boundaryMessageID?: string | null;
+  overflow?: boolean;
+  usable?: number | null;
+  truncatedPartIDs?: string[];
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -819,6 +841,7 @@ export interface ContextResult {
  */
 export interface SessionOverflowParams {
   sessionID?: string | null;
+  wait?: boolean;
   tokens?: Tokens | null;
   model?: OverflowModel | null;
 }
@@ -951,6 +974,7 @@ export interface CompactionConfig {
   extractRatio?: number;
   recentRatio?: number;
   summaryMaxTokens?: number;
+  summaryShare?: number;
   previousSummaries?: number;
   pruneProtect?: number;
   pruneMinimum?: number;
@@ -994,6 +1018,23 @@ export interface ConfigUpdateParams {
   config: {
     [k: string]: unknown | undefined;
   };
+}
+/**
+ * What ``compaction-sidecar status`` shows about a running daemon.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "DaemonStatus".
+ */
+export interface DaemonStatus {
+  pid: number;
+  version: string;
+  listen: string;
+  socket: string | null;
+  db: string;
+  clients: number;
+  sessions: number;
+  uptime: number;
+  idleExit: number | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
