@@ -80,7 +80,8 @@ test("onRequest answers compaction/compacting and summarizer/complete", async (t
   const page = await client.messages(sessionID);
   const summary = page.messages.find((m) => m.info.id === result.summaryMessageID);
   // The client's text, then the daemon's artifact ledger.
-  assert.ok(summary.parts[0].text.startsWith("## Goal\nSummary written by the TypeScript client.\n"));
+  const text = summary.parts.find((p) => p.type === "text").text;
+  assert.ok(text.startsWith("## Goal\nSummary written by the TypeScript client.\n"));
 });
 
 test("$/progress reaches onNotification", async (t) => {
@@ -119,8 +120,13 @@ test("connectSidecar joins a daemon on loopback TCP", async (t) => {
       srv.close(() => resolve(port));
     });
   });
-  await listeningDaemon(t, dir, `tcp://127.0.0.1:${port}`);
-  const client = await connectSidecar({ host: "127.0.0.1", port, authToken: "unused-here" });
+  const authToken = "tcp-test-token-0123456789";
+  await listeningDaemon(t, dir, `tcp://127.0.0.1:${port}`, { COMPACTION_SIDECAR_TOKEN: authToken });
+  await assert.rejects(
+    connectSidecar({ host: "127.0.0.1", port, authToken: "wrong" }),
+    (err) => isRpcError(err, ErrorCodes.UNAUTHORIZED),
+  );
+  const client = await connectSidecar({ host: "127.0.0.1", port, authToken });
   t.after(() => client.dispose());
   assert.equal(client.initializeResult.serverInfo.name, "compaction-sidecar");
   assert.equal((await client.createSession({ title: "tcp" })).title, "tcp");

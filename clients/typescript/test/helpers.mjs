@@ -41,11 +41,11 @@ export async function spawnDaemon(t, options = {}) {
 }
 
 /** `serve --listen ADDRESS` as a process; resolves once it has logged that it listens. */
-export async function listeningDaemon(t, dir, address) {
+export async function listeningDaemon(t, dir, address, env = {}) {
   const proc = spawn(
     PYTHON,
     ["-m", "sidecar", "serve", "--db", join(dir, "shared.db"), "--listen", address],
-    { cwd: REPO, env: daemonEnv(dir), stdio: ["ignore", "ignore", "pipe"] },
+    { cwd: REPO, env: { ...daemonEnv(dir), ...env }, stdio: ["ignore", "ignore", "pipe"] },
   );
   const exited = new Promise((done) => proc.once("exit", done));
   t.after(async () => {
