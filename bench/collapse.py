@@ -57,8 +57,10 @@ from sidecar.model.parts import (
     ToolPart,
     ToolTime,
 )
+from sidecar.model.rpc import Event
 from sidecar.model.session import Session, SessionTime
 from sidecar.model.tokens import CacheTokens, Tokens
+from sidecar.protocol.methods import notification_method
 from sidecar.replay.transcript import TMessage, TPart, Transcript, load
 from sidecar.store import Store
 
@@ -80,8 +82,8 @@ class Host:
     def __init__(self) -> None:
         self.events: list[tuple[str, Any]] = []
 
-    def publish(self, session_id: str, method: str, params: Any) -> None:
-        self.events.append((method, params))
+    def publish(self, session_id: str, event: Event) -> None:
+        self.events.append((notification_method(event), event))
 
     def log(self, text: str) -> None:
         self.events.append(("log", text))

@@ -262,6 +262,17 @@ def add_tools(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         sub.choices[name].set_defaults(run=dispatch)
 
 
+def add_schema(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    schema = sub.add_parser("schema", help="print the protocol's JSON Schema (2020-12)")
+    schema.set_defaults(run=run_schema)
+
+
+def run_schema(args: argparse.Namespace) -> int:
+    from sidecar.protocol.schema import print_schema
+
+    return print_schema()
+
+
 # -- entry point -------------------------------------------------------------------------------
 
 REGISTER: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
@@ -269,6 +280,7 @@ REGISTER: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], N
     add_shared_daemon,
     add_replay,
     add_tools,
+    add_schema,
 ]
 
 

@@ -1,26 +1,31 @@
-"""Application errors with their JSON-RPC codes (documented in PROTOCOL.md).
+"""Application errors, raised by lower layers and mapped by the server to error replies.
 
-Lower layers raise these; the server maps them to JSON-RPC error responses. Codes sit in the
-JSON-RPC server-error range, away from the LSP-reserved -32001/-32002.
+The codes come from the one table, ``sidecar.protocol.codes`` (which imports nothing of ours).
 """
 
 from __future__ import annotations
 
-UNKNOWN_SESSION = -32040
-UNKNOWN_MESSAGE = -32041
-UNKNOWN_PART = -32042
-CONFLICT = -32043
-BUSY = -32044
-COMPACTION_FAILED = -32045
-UNAUTHORIZED = -32046
-TOO_LARGE = -32047
-INVALID_PARAMS = -32602
+from sidecar.protocol.codes import ErrorCode
+
+__all__ = [
+    "Busy",
+    "CompactionFailed",
+    "Conflict",
+    "ErrorCode",
+    "InvalidParams",
+    "SidecarError",
+    "TooLarge",
+    "Unauthorized",
+    "UnknownMessage",
+    "UnknownPart",
+    "UnknownSession",
+]
 
 
 class SidecarError(Exception):
     """An error the client caused or must handle; ``str(self)`` is safe to send."""
 
-    code: int = -32603
+    code: int = ErrorCode.INTERNAL_ERROR
 
     def __init__(self, message: str, code: int | None = None) -> None:
         super().__init__(message)
@@ -29,7 +34,7 @@ class SidecarError(Exception):
 
 
 class UnknownSession(SidecarError):
-    code = UNKNOWN_SESSION
+    code = ErrorCode.UNKNOWN_SESSION
 
     def __init__(self, session_id: str) -> None:
         super().__init__(f"unknown session: {session_id!r}")
@@ -37,7 +42,7 @@ class UnknownSession(SidecarError):
 
 
 class UnknownMessage(SidecarError):
-    code = UNKNOWN_MESSAGE
+    code = ErrorCode.UNKNOWN_MESSAGE
 
     def __init__(self, message_id: str) -> None:
         super().__init__(f"unknown message: {message_id!r}")
@@ -45,37 +50,37 @@ class UnknownMessage(SidecarError):
 
 
 class UnknownPart(SidecarError):
-    code = UNKNOWN_PART
+    code = ErrorCode.UNKNOWN_PART
 
     def __init__(self, part_id: str) -> None:
         super().__init__(f"unknown part: {part_id!r}")
 
 
 class Conflict(SidecarError):
-    code = CONFLICT
+    code = ErrorCode.CONFLICT
 
 
 class InvalidParams(SidecarError):
     """A value that passed the type check but is still the client's mistake (-32602)."""
 
-    code = INVALID_PARAMS
+    code = ErrorCode.INVALID_PARAMS
 
 
 class TooLarge(SidecarError):
     """A reply over ``server.maxReplyBytes``: the message says how to ask for less."""
 
-    code = TOO_LARGE
+    code = ErrorCode.TOO_LARGE
 
 
 class Busy(SidecarError):
-    code = BUSY
+    code = ErrorCode.BUSY
 
 
 class CompactionFailed(SidecarError):
-    code = COMPACTION_FAILED
+    code = ErrorCode.COMPACTION_FAILED
 
 
 class Unauthorized(SidecarError):
     """``initialize`` without the listener's token; the connection is closed after the reply."""
 
-    code = UNAUTHORIZED
+    code = ErrorCode.UNAUTHORIZED

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
@@ -48,6 +48,7 @@ from sidecar.model.rpc import (
     MessageRemovedEvent,
     MessageUpdatedEvent,
     PartUpdatedEvent,
+    SessionStatus,
     StatusEvent,
 )
 from sidecar.model.session import Session
@@ -219,18 +220,12 @@ class Compactor:
         encoded_p = [(p, _stored(p)) for p in parts]
         await self.store.put_many(encoded_m, encoded_p)
         for m, raw in encoded_m:
-            self.host.publish(
-                m.session_id, "message/updated", MessageUpdatedEvent(message=msgspec.Raw(raw))
-            )
+            self.host.publish(m.session_id, MessageUpdatedEvent(message=msgspec.Raw(raw)))
         for p, raw in encoded_p:
-            self.host.publish(p.session_id, "part/updated", PartUpdatedEvent(part=msgspec.Raw(raw)))
+            self.host.publish(p.session_id, PartUpdatedEvent(part=msgspec.Raw(raw)))
 
-    def _status(
-        self, sid: str, status: Literal["idle", "compacting", "error"], error: str | None = None
-    ) -> None:
-        self.host.publish(
-            sid, "session/status", StatusEvent(session_id=sid, status=status, error=error)
-        )
+    def _status(self, sid: str, status: SessionStatus, error: str | None = None) -> None:
+        self.host.publish(sid, StatusEvent(session_id=sid, status=status, error=error))
 
     async def run(self, req: Request, cfg: Config, writer: Summarizer) -> Outcome:
         """marker → hook → summary → (auto) continue. The marker cuts history only once its
@@ -258,7 +253,6 @@ class Compactor:
             end = await self._append_continue(plan)
         self.host.publish(
             plan.sid,
-            "session/compacted",
             CompactedEvent(session_id=plan.sid, message_id=done.id, auto=req.auto),
         )
         message = f"{plan.before} -> {after} tokens"
@@ -511,9 +505,7 @@ class Compactor:
         async def remove() -> None:
             for mid in (summary.id if summary else None, marker_id):
                 if mid is not None and await self.store.remove_message(sid, mid):
-                    self.host.publish(
-                        sid, "message/removed", MessageRemovedEvent(session_id=sid, message_id=mid)
-                    )
+                    self.host.publish(sid, MessageRemovedEvent(session_id=sid, message_id=mid))
 
         with contextlib.suppress(Exception):
             await asyncio.shield(remove())

@@ -62,7 +62,7 @@ async def fork(store: Store, source: Session, message_id: str | None) -> Session
         if info.get("parentID") in ids:
             info["parentID"] = ids[info["parentID"]]
         raw = _enc.encode(info)
-        messages.append((msgspec.json.decode(raw, type=Message), raw))  # type: ignore[arg-type]
+        messages.append((msgspec.json.decode(raw, type=Message), raw))
     new_parts: list[tuple[Part, bytes]] = []
     for part in parts:
         part["id"] = new_id("prt")
@@ -71,7 +71,7 @@ async def fork(store: Store, source: Session, message_id: str | None) -> Session
         if part.get("tailStartID") in ids:
             part["tailStartID"] = ids[part["tailStartID"]]
         raw = _enc.encode(part)
-        new_parts.append((msgspec.json.decode(raw, type=Part), raw))  # type: ignore[arg-type]
+        new_parts.append((msgspec.json.decode(raw, type=Part), raw))
     await store.put_session(target)
     await store.put_many(messages, new_parts)
     return target

@@ -6,14 +6,15 @@ from typing import Any, Protocol
 
 from sidecar.model.rpc import (
     CompactingHookResult,
+    Event,
     SummarizerCompleteParams,
     SummarizerCompleteResult,
 )
 
 
 class Host(Protocol):
-    def publish(self, session_id: str, method: str, params: Any) -> None:
-        """Send a notification to the session's subscribers."""
+    def publish(self, session_id: str, event: Event) -> None:
+        """Send ``event`` to the session's subscribers (its type names the notification)."""
         ...
 
     def log(self, text: str) -> None:

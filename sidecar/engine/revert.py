@@ -9,7 +9,7 @@ clears the revert, as OpenCode's ``SessionRevert.cleanup`` does.
 from __future__ import annotations
 
 from sidecar.engine.host import Host
-from sidecar.errors import SidecarError, UnknownMessage
+from sidecar.errors import ErrorCode, SidecarError, UnknownMessage
 from sidecar.model.ids import now_ms
 from sidecar.model.rpc import MessageRemovedEvent
 from sidecar.model.session import RevertInfo, Session
@@ -23,7 +23,9 @@ async def revert(store: Store, session: Session, message_id: str, part_id: str |
     if part_id is not None:
         part = await store.get_part(part_id)
         if part is None or part[0].message_id != message_id:
-            raise SidecarError(f"part {part_id!r} is not in message {message_id!r}", -32042)
+            raise SidecarError(
+                f"part {part_id!r} is not in message {message_id!r}", ErrorCode.UNKNOWN_PART
+            )
     session.revert = RevertInfo(message_id=message_id, part_id=part_id)
     session.time.updated = now_ms()
     await store.put_session(session)
@@ -52,7 +54,6 @@ async def cleanup(store: Store, host: Host, session: Session) -> Session:
                 continue
             host.publish(
                 session.id,
-                "message/removed",
                 MessageRemovedEvent(session_id=session.id, message_id=m.info.id),
             )
     return await unrevert(store, session)

@@ -34,7 +34,7 @@ from sidecar.engine.compactor import Compactor, Outcome, Request
 from sidecar.engine.fit import limit_for_window
 from sidecar.engine.host import Host
 from sidecar.engine.window import load_window
-from sidecar.errors import Busy, SidecarError
+from sidecar.errors import Busy, ErrorCode, SidecarError
 from sidecar.model.catalog import lookup
 from sidecar.model.config import Config
 from sidecar.model.ids import now_ms
@@ -125,7 +125,9 @@ class Engine:
                     cfg.summarizer, http=http, client_call=self.host.client_complete
                 )
             except ValueError as exc:
-                raise SidecarError(f"summarizer configuration: {exc}", -32602) from None
+                raise SidecarError(
+                    f"summarizer configuration: {exc}", ErrorCode.INVALID_PARAMS
+                ) from None
             self._writers[key] = found
         return found
 
@@ -295,12 +297,9 @@ class Engine:
         if not plan.commit:
             return PruneResult(part_ids=[], tokens_saved=0)
         for raw in updated:
-            self.host.publish(
-                session_id, "part/updated", PartUpdatedEvent(part=msgspec.Raw(raw.encode()))
-            )
+            self.host.publish(session_id, PartUpdatedEvent(part=msgspec.Raw(raw.encode())))
         self.host.publish(
             session_id,
-            "session/pruned",
             PrunedEvent(
                 session_id=session_id, part_ids=plan.part_ids, tokens_saved=plan.tokens_saved
             ),
@@ -532,7 +531,7 @@ class Engine:
     def _error(self, sid: str, text: str) -> None:
         """A ``session/status`` error event: how background problems reach the user."""
         event = StatusEvent(session_id=sid, status="error", error=text)
-        self.host.publish(sid, "session/status", event)
+        self.host.publish(sid, event)
 
     @staticmethod
     def _threshold(limit: ModelLimit, cfg: Config) -> int:

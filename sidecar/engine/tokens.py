@@ -31,7 +31,7 @@ from sidecar.model.parts import (
     ToolError,
     ToolPart,
 )
-from sidecar.model.tokens import estimate
+from sidecar.model.tokens import estimate as estimate  # re-exported: the engine's one estimate
 
 FILE_TOKENS = 1_000
 """Flat cost of an image or PDF. Their URL is often a base64 ``data:`` URL whose length says

@@ -7,7 +7,7 @@ Handlers receive these already validated; a field that fails validation is repor
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -17,7 +17,13 @@ from sidecar.model.session import Session
 from sidecar.model.tokens import ModelLimit, Tokens
 
 ContextFormat = Literal["parts", "openai", "anthropic"]
+SessionStatus = Literal["idle", "compacting", "error"]
 PROTOCOL_VERSION = "1.0"
+
+# A ``Raw`` payload is validated by the handler, not the decoder (unknown fields survive), so
+# these say what it holds for the JSON Schema (``sidecar.protocol.schema`` defines the targets).
+RawMessage = Annotated[msgspec.Raw, msgspec.Meta(extra_json_schema={"$ref": "#/$defs/Message"})]
+RawPart = Annotated[msgspec.Raw, msgspec.Meta(extra_json_schema={"$ref": "#/$defs/Part"})]
 
 
 class Empty(Base, kw_only=True):
@@ -38,7 +44,7 @@ class ClientInfo(Base, kw_only=True):
 
 
 class InitializeParams(Base, kw_only=True):
-    process_id: int | None = None
+    process_id: int | None = msgspec.field(default=None, name="processId")  # LSP's spelling
     client_info: ClientInfo | None = None
     capabilities: ClientCapabilities = msgspec.field(default_factory=ClientCapabilities)
     initialization_options: dict[str, Any] | None = None
@@ -100,8 +106,8 @@ class SessionMessagesParams(Base, kw_only=True):
 class StoredMessage(msgspec.Struct, kw_only=True):
     """``{info, parts}`` exactly as stored (unknown fields included)."""
 
-    info: msgspec.Raw
-    parts: list[msgspec.Raw]
+    info: RawMessage
+    parts: list[RawPart]
 
 
 class MessagesPage(Base, kw_only=True):
@@ -175,7 +181,7 @@ class SessionRevertParams(Base, kw_only=True):
 
 
 class MessageUpdateParams(Base, kw_only=True):
-    message: msgspec.Raw
+    message: RawMessage
 
 
 class MessageRemoveParams(Base, kw_only=True):
@@ -184,7 +190,7 @@ class MessageRemoveParams(Base, kw_only=True):
 
 
 class PartUpdateParams(Base, kw_only=True):
-    part: msgspec.Raw
+    part: RawPart
 
 
 class PartRemoveParams(Base, kw_only=True):
@@ -214,12 +220,12 @@ class PrunedEvent(Dense, kw_only=True):
 
 class StatusEvent(Base, kw_only=True):
     session_id: str
-    status: Literal["idle", "compacting", "error"]
+    status: SessionStatus
     error: str | None = None
 
 
 class MessageUpdatedEvent(msgspec.Struct, kw_only=True):
-    message: msgspec.Raw
+    message: RawMessage
 
 
 class MessageRemovedEvent(Dense, kw_only=True):
@@ -228,13 +234,39 @@ class MessageRemovedEvent(Dense, kw_only=True):
 
 
 class PartUpdatedEvent(msgspec.Struct, kw_only=True):
-    part: msgspec.Raw
+    part: RawPart
 
 
 class PartRemovedEvent(Dense, kw_only=True):
     session_id: str
     message_id: str
     part_id: str
+
+
+class ProgressParams(Dense, kw_only=True):
+    """``$/progress``: ``value`` is LSP's work-done begin/report/end object."""
+
+    token: str | int
+    value: dict[str, Any]
+
+
+class LogMessageParams(Dense, kw_only=True):
+    """``window/logMessage``: ``type`` is LSP's MessageType (1 error .. 4 log)."""
+
+    type: int
+    message: str
+
+
+# What the engine publishes; ``sidecar.protocol.methods`` names the notification of each type.
+Event = (
+    CompactedEvent
+    | PrunedEvent
+    | StatusEvent
+    | MessageUpdatedEvent
+    | MessageRemovedEvent
+    | PartUpdatedEvent
+    | PartRemovedEvent
+)
 
 
 # -- requests daemon -> client -----------------------------------------------------------------

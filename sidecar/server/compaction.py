@@ -17,6 +17,7 @@ from sidecar.model.rpc import (
     SessionRevertParams,
 )
 from sidecar.model.session import Session
+from sidecar.protocol.codes import ErrorCode
 from sidecar.server.connection import Connection
 from sidecar.server.routes import route
 
@@ -34,7 +35,8 @@ async def overflow(conn: Connection, p: SessionOverflowParams) -> OverflowResult
         return await engine.overflow_session(p.session_id, conn.config.current, wait=p.wait)
     if p.tokens is None or p.model is None:
         raise SidecarError(
-            "invalid params: give `$.sessionID`, or both `$.tokens` and `$.model.limit`", -32602
+            "invalid params: give `$.sessionID`, or both `$.tokens` and `$.model.limit`",
+            ErrorCode.INVALID_PARAMS,
         )
     return await engine.overflow_of(p.tokens, p.model.limit, conn.config.current)
 

@@ -18,7 +18,7 @@ from pygls.protocol import default_converter
 from pygls.server import JsonRPCServer
 
 from sidecar.model.rpc import ClientCapabilities
-from sidecar.server.framing import FrameReader
+from sidecar.protocol.framing import FrameReader
 from sidecar.server.protocol import MethodSpec, SidecarProtocol
 from sidecar.server.routes import ROUTES, bind
 

@@ -13,9 +13,12 @@ from sidecar.model.messages import Message
 from sidecar.model.rpc import (
     CompactingHookParams,
     CompactingHookResult,
+    Event,
+    ProgressParams,
     SummarizerCompleteParams,
     SummarizerCompleteResult,
 )
+from sidecar.protocol.methods import notification_method
 from sidecar.summarizers.base import SummaryError
 
 if TYPE_CHECKING:
@@ -43,14 +46,14 @@ class EngineHost:
 
     # -- Host ------------------------------------------------------------------------------
 
-    def publish(self, session_id: str, method: str, params: Any) -> None:
-        self.app.publish(session_id, method, params)
+    def publish(self, session_id: str, event: Event) -> None:
+        self.app.publish(session_id, notification_method(event), event)
 
     def log(self, text: str) -> None:
         self.app.log_message(text)
 
     def progress(self, session_id: str, token: str | int, value: dict[str, Any]) -> None:
-        self.app.publish(session_id, "$/progress", {"token": token, "value": value})
+        self.app.publish(session_id, "$/progress", ProgressParams(token=token, value=value))
 
     async def compacting_hook(self, session_id: str) -> list[CompactingHookResult]:
         """Ask every client subscribed to the session that declared ``compactingHook``."""

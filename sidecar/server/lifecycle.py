@@ -11,19 +11,10 @@ from typing import Any
 from sidecar import __version__
 from sidecar.errors import Unauthorized
 from sidecar.model.rpc import Empty, InitializeParams, InitializeResult, ServerInfo
+from sidecar.protocol.methods import SESSION_EVENTS
 from sidecar.server.admin import after_reply
 from sidecar.server.connection import Connection
 from sidecar.server.routes import ROUTES, route
-
-NOTIFICATIONS = [
-    "session/compacted",
-    "session/pruned",
-    "session/status",
-    "message/updated",
-    "message/removed",
-    "part/updated",
-    "part/removed",
-]
 
 
 @route("initialize", InitializeParams, writes=True)
@@ -37,7 +28,7 @@ async def initialize(conn: Connection, params: InitializeParams) -> InitializeRe
     conn.protocol.initialized = True
     caps: dict[str, Any] = {
         "methods": sorted(m for m in ROUTES if m not in ("initialize", "initialized")),
-        "notifications": NOTIFICATIONS,
+        "notifications": list(SESSION_EVENTS),
         "contextFormats": ["parts", "openai", "anthropic"],
         "compactionMethods": ["standard", "collapse"],
         "summarizers": ["extractive", "openai", "anthropic", "client"],

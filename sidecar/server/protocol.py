@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import msgspec
 from lsprotocol.types import ResponseError, ResponseErrorMessage
-from msgspec import UNSET, UnsetType
+from msgspec import UNSET
 from pygls.exceptions import JsonRpcException
 from pygls.protocol import JsonRPCProtocol
 from pygls.protocol.json_rpc import (
@@ -32,69 +32,31 @@ from pygls.protocol.json_rpc import (
     JsonRPCResponseMessage,
 )
 
-from sidecar.errors import TOO_LARGE
+from sidecar.errors import ErrorCode
 from sidecar.model.config import DEFAULT_MAX_DEPTH
 from sidecar.model.jsonguard import bad_utf8_field, first_bad_utf8, too_deep
 from sidecar.model.rpc import CancelParams
-from sidecar.server.framing import FrameError, encode_frame
+from sidecar.protocol.envelopes import (
+    JSONRPC,
+    ErrorBody,
+    ErrorResponse,
+    Incoming,
+    Notification,
+    Request,
+    Response,
+)
+from sidecar.protocol.framing import FrameError, encode_frame
 
 if TYPE_CHECKING:
     from pygls.server import JsonRPCServer
 
 log = logging.getLogger("sidecar.rpc")
 
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-SERVER_NOT_INITIALIZED = -32002
-REQUEST_CANCELLED = -32800
-
 # Methods allowed before ``initialize`` has been answered.
 _PRE_INIT = frozenset({"initialize", "exit", "$/cancelRequest"})
 
 
-class _Envelope(msgspec.Struct):
-    jsonrpc: Any = UNSET  # checked after decoding, so a wrong value still gets its id back
-    id: int | str | UnsetType | None = UNSET
-    method: str | UnsetType = UNSET
-    params: msgspec.Raw = msgspec.Raw()
-    result: msgspec.Raw = msgspec.Raw()
-    error: msgspec.Raw = msgspec.Raw()
-
-
-class _Response(msgspec.Struct):
-    jsonrpc: str
-    id: int | str | None
-    result: Any
-
-
-class _ErrorBody(msgspec.Struct, omit_defaults=True):
-    code: int
-    message: str
-    data: Any = None
-
-
-class _ErrorResponse(msgspec.Struct):
-    jsonrpc: str
-    id: int | str | None
-    error: _ErrorBody
-
-
-class _Notification(msgspec.Struct):
-    jsonrpc: str
-    method: str
-    params: Any
-
-
-class _Request(msgspec.Struct):
-    jsonrpc: str
-    id: int | str
-    method: str
-    params: Any
-
-
-_envelope_decoder = msgspec.json.Decoder(_Envelope)
+_envelope_decoder = msgspec.json.Decoder(Incoming)
 _any_decoder = msgspec.json.Decoder()
 _cancel_decoder = msgspec.json.Decoder(CancelParams)
 _EMPTY = b"{}"
@@ -169,7 +131,9 @@ class SidecarProtocol(JsonRPCProtocol):
             self._handle_frame(body)
         except Exception:  # pragma: no cover - a bug here must not end the connection
             log.exception("unexpected error while handling a frame")
-            self.send_error(_recover_id(body), INTERNAL_ERROR, "internal error reading a frame")
+            self.send_error(
+                _recover_id(body), ErrorCode.INTERNAL_ERROR, "internal error reading a frame"
+            )
 
     def frame_error(self, err: FrameError) -> None:
         self.send_error(None, err.code, err.message)
@@ -177,24 +141,26 @@ class SidecarProtocol(JsonRPCProtocol):
     def _handle_frame(self, body: bytes) -> None:
         limit = self.max_depth()
         if (deep := too_deep(body, limit)) is not None:
-            self.send_error(deep.request_id, INVALID_PARAMS, deep.message(limit))
+            self.send_error(deep.request_id, ErrorCode.INVALID_PARAMS, deep.message(limit))
             return
         if first_bad_utf8(body) is not None:
             self.send_error(
-                _recover_id(body), PARSE_ERROR, f"invalid UTF-8 in {bad_utf8_field(body)}"
+                _recover_id(body), ErrorCode.PARSE_ERROR, f"invalid UTF-8 in {bad_utf8_field(body)}"
             )
             return
         try:
             env = _envelope_decoder.decode(body)
         except msgspec.ValidationError as exc:
-            self.send_error(None, INVALID_REQUEST, f"invalid JSON-RPC message: {exc}")
+            self.send_error(None, ErrorCode.INVALID_REQUEST, f"invalid JSON-RPC message: {exc}")
             return
         except msgspec.DecodeError as exc:
-            self.send_error(None, PARSE_ERROR, f"invalid JSON: {exc}")
+            self.send_error(None, ErrorCode.PARSE_ERROR, f"invalid JSON: {exc}")
             return
         msg_id = None if env.id is UNSET else env.id
-        if env.jsonrpc != "2.0":
-            self.send_error(msg_id, INVALID_REQUEST, 'invalid request: "jsonrpc" must be "2.0"')
+        if env.jsonrpc != JSONRPC:
+            self.send_error(
+                msg_id, ErrorCode.INVALID_REQUEST, 'invalid request: "jsonrpc" must be "2.0"'
+            )
             return
         if env.method is UNSET:
             self._handle_reply(env)
@@ -202,18 +168,24 @@ class SidecarProtocol(JsonRPCProtocol):
         method = env.method
         is_request = env.id is not UNSET
         if is_request and msg_id is None:
-            self.send_error(None, INVALID_REQUEST, 'invalid request: "id" must not be null')
+            self.send_error(
+                None, ErrorCode.INVALID_REQUEST, 'invalid request: "id" must not be null'
+            )
             return
         if not self.initialized and not self._initializing and method not in _PRE_INIT:
             if is_request:
-                self.send_error(msg_id, SERVER_NOT_INITIALIZED, f"{method}: server not initialized")
+                self.send_error(
+                    msg_id, ErrorCode.SERVER_NOT_INITIALIZED, f"{method}: server not initialized"
+                )
             return
         if method == "initialize" and is_request:
             # Requests pipelined behind it wait for it (it is a barrier), then are checked.
             self._initializing = True
         if self.shutting_down and method != "exit":
             if is_request:
-                self.send_error(msg_id, INVALID_REQUEST, f"{method}: server is shutting down")
+                self.send_error(
+                    msg_id, ErrorCode.INVALID_REQUEST, f"{method}: server is shutting down"
+                )
             return
         if method == "exit":
             self.on_exit()
@@ -227,7 +199,7 @@ class SidecarProtocol(JsonRPCProtocol):
         spec = self.specs.get(method)
         if spec is None:
             if is_request:
-                self.send_error(msg_id, -32601, f"unknown method: {method}")
+                self.send_error(msg_id, ErrorCode.METHOD_NOT_FOUND, f"unknown method: {method}")
             else:
                 log.info("ignoring notification for unknown method %r", method)
             return
@@ -238,7 +210,9 @@ class SidecarProtocol(JsonRPCProtocol):
             params = spec.decoder.decode(raw)
         except msgspec.ValidationError as exc:
             if is_request:
-                self.send_error(msg_id, INVALID_PARAMS, f"invalid params for {method}: {exc}")
+                self.send_error(
+                    msg_id, ErrorCode.INVALID_PARAMS, f"invalid params for {method}: {exc}"
+                )
             else:
                 log.warning("invalid params for notification %s: %s", method, exc)
             return
@@ -290,7 +264,9 @@ class SidecarProtocol(JsonRPCProtocol):
         """
         if not self.initialized and method not in _PRE_INIT:
             # Held behind an ``initialize`` that failed.
-            self.send_error(msg_id, SERVER_NOT_INITIALIZED, f"{method}: server not initialized")
+            self.send_error(
+                msg_id, ErrorCode.SERVER_NOT_INITIALIZED, f"{method}: server not initialized"
+            )
             return
         handler: Any = self._get_handler(method)
         writes = self.specs[method].writes
@@ -353,7 +329,7 @@ class SidecarProtocol(JsonRPCProtocol):
             self._reply_cancelled(msg_id)
 
     def _reply_cancelled(self, msg_id: int | str) -> None:
-        self.send_error(msg_id, REQUEST_CANCELLED, f"request {msg_id!r} was cancelled")
+        self.send_error(msg_id, ErrorCode.REQUEST_CANCELLED, f"request {msg_id!r} was cancelled")
 
     def _cancel(self, raw: msgspec.Raw) -> None:
         try:
@@ -376,31 +352,35 @@ class SidecarProtocol(JsonRPCProtocol):
         """The connection is gone: what waited behind a barrier will never run."""
         self._held.clear()
 
-    def _handle_reply(self, env: _Envelope) -> None:
+    def _handle_reply(self, env: Incoming) -> None:
         if env.id is UNSET or env.id is None or (not len(env.result) and not len(env.error)):
             # A frame with an id but no method, result or error is a broken request: its
             # one reply carries that id.
             msg_id = None if env.id is UNSET else env.id
-            self.send_error(msg_id, INVALID_REQUEST, "invalid request: no method, result or error")
+            self.send_error(
+                msg_id, ErrorCode.INVALID_REQUEST, "invalid request: no method, result or error"
+            )
             return
         if len(env.error):
             try:
                 err = _any_decoder.decode(env.error)
                 error = ResponseError(code=int(err["code"]), message=str(err.get("message", "")))
             except (msgspec.DecodeError, KeyError, TypeError, ValueError):
-                error = ResponseError(code=INTERNAL_ERROR, message="malformed error response")
+                error = ResponseError(
+                    code=ErrorCode.INTERNAL_ERROR, message="malformed error response"
+                )
             self.handle_message(ResponseErrorMessage(id=env.id, error=error))  # type: ignore[arg-type]  # pygls' Protocol types miss its own error message
             return
         result = _any_decoder.decode(env.result)
-        self.handle_message(JsonRPCResponseMessage(env.id, "2.0", result))
+        self.handle_message(JsonRPCResponseMessage(env.id, JSONRPC, result))
 
     # -- outbound --------------------------------------------------------------------------
 
     def send_error(self, msg_id: int | str | None, code: int, message: str) -> None:
-        self._write(_ErrorResponse("2.0", msg_id, _ErrorBody(code, message)))
+        self._write(ErrorResponse(JSONRPC, msg_id, ErrorBody(code, message)))
 
     def notify(self, method: str, params: Any | None = None) -> None:
-        self._write(_Notification("2.0", method, self._plain(params)))
+        self._write(Notification(JSONRPC, method, self._plain(params)))
 
     # -- the hot path, without pygls' generic wrappers ---------------------------------------
 
@@ -431,16 +411,18 @@ class SidecarProtocol(JsonRPCProtocol):
 
     def _send_result(self, msg_id: Any, result: Any) -> None:
         try:
-            body = self._encoder.encode(_Response("2.0", msg_id, self._plain(result)))
+            body = self._encoder.encode(Response(JSONRPC, msg_id, self._plain(result)))
         except (TypeError, ValueError, msgspec.EncodeError) as exc:
             log.error("result of request %s could not be serialised: %s", msg_id, exc)
-            self.send_error(msg_id, INTERNAL_ERROR, f"result could not be serialised: {exc}")
+            self.send_error(
+                msg_id, ErrorCode.INTERNAL_ERROR, f"result could not be serialised: {exc}"
+            )
             return
         cap = self.max_reply()
         if cap is not None and len(body) > cap:
             self.send_error(
                 msg_id,
-                TOO_LARGE,
+                ErrorCode.TOO_LARGE,
                 f"the reply is {len(body)} bytes, over the limit of {cap} (config "
                 "server.maxReplyBytes): ask for less (session/messages limit, partLimit, "
                 "cursor; session/context after session/compact)",
@@ -458,11 +440,11 @@ class SidecarProtocol(JsonRPCProtocol):
             extra = err.data
             if isinstance(extra, dict) and "traceback" in extra:
                 extra = None
-            self._write(_ErrorResponse("2.0", data.id, _ErrorBody(err.code, err.message, extra)))
+            self._write(ErrorResponse(JSONRPC, data.id, ErrorBody(err.code, err.message, extra)))
         elif isinstance(data, JsonRPCRequestMessage):
-            self._write(_Request("2.0", data.id, data.method, self._plain(data.params)))
+            self._write(Request(JSONRPC, data.id, data.method, self._plain(data.params)))
         elif isinstance(data, JsonRPCNotification):
-            self._write(_Notification("2.0", data.method, self._plain(data.params)))
+            self._write(Notification(JSONRPC, data.method, self._plain(data.params)))
         else:  # pragma: no cover - pygls sends nothing else
             log.error("cannot send %r", type(data))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sidecar.errors import Conflict, SidecarError, UnknownSession
+from sidecar.errors import Conflict, ErrorCode, SidecarError, UnknownSession
 from sidecar.model.ids import new_id, now_ms
 from sidecar.model.rpc import (
     MessagesPage,
@@ -19,7 +19,7 @@ from sidecar.server.routes import route
 
 
 def _cursor_error(exc: ValueError) -> SidecarError:
-    return SidecarError(f"invalid params: $.cursor: {exc}", -32602)
+    return SidecarError(f"invalid params: $.cursor: {exc}", ErrorCode.INVALID_PARAMS)
 
 
 @route("session/create", SessionCreateParams, writes=True)

@@ -52,7 +52,7 @@ class RetryPolicy:
 
     def backoff(self, retry: int, rand: Callable[[], float]) -> float:
         """Full jitter: uniform in ``[0, min(max_delay, base * 2**retry)]``."""
-        return rand() * min(self.max_delay, self.base_delay * (2**retry))
+        return rand() * min(self.max_delay, self.base_delay * (2.0**retry))
 
 
 def is_retryable_status(status: int) -> bool:

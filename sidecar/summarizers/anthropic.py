@@ -140,7 +140,8 @@ class AnthropicSummarizer(HttpSummarizer):
         return state.check_complete(self.provider_id)
 
     def _raise(self, data: dict[str, Any]) -> None:
-        err = data.get("error") if isinstance(data.get("error"), dict) else {}
+        raw = data.get("error")
+        err: dict[str, Any] = raw if isinstance(raw, dict) else {}
         kind = str(err.get("type", "error"))
         message = trim(redact(str(err.get("message", kind)), self.secrets()), 300)
         raise SummaryError(

@@ -159,7 +159,11 @@ class EmptySummaryError(SummaryError):
 class Summarizer(Protocol):
     provider_id: str
     model_id: str
-    wire_format: WireFormat
+
+    @property
+    def wire_format(self) -> WireFormat:
+        """How the engine renders history for this writer (read-only: each writer fixes one)."""
+        ...
 
     def input_limit(self) -> int | None:
         """Most input tokens this writer accepts (``None``: unknown / unbounded)."""

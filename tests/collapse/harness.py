@@ -49,11 +49,13 @@ from sidecar.model.parts import (
 )
 from sidecar.model.rpc import (
     CompactingHookResult,
+    Event,
     SummarizerCompleteParams,
     SummarizerCompleteResult,
 )
 from sidecar.model.session import Session, SessionTime
 from sidecar.model.tokens import CacheTokens, Tokens
+from sidecar.protocol.methods import notification_method
 from sidecar.store import Store
 from sidecar.summarizers.base import Progress, SummaryRequest, SummaryResult
 from sidecar.summarizers.extractive import ExtractiveSummarizer
@@ -71,8 +73,8 @@ class RecordingHost:
     events: list[tuple[str, str, Any]] = field(default_factory=list)
     logs: list[str] = field(default_factory=list)
 
-    def publish(self, session_id: str, method: str, params: Any) -> None:
-        self.events.append((session_id, method, params))
+    def publish(self, session_id: str, event: Event) -> None:
+        self.events.append((session_id, notification_method(event), event))
 
     def log(self, text: str) -> None:
         self.logs.append(text)

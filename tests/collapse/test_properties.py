@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import msgspec
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
 from sidecar.engine import prune_run, render
@@ -27,6 +27,8 @@ from sidecar.summarizers.extractive import FILES_MODIFIED, parse_summary
 from . import strategies as S
 from .harness import (
     RecordingWriter,
+    StepSpec,
+    ToolSpec,
     TurnSpec,
     Writer,
     check_boundaries,
@@ -336,8 +338,26 @@ def _tags(w: Writer, history: Sequence[WithParts], msgs: set[str], parts: set[st
 # -- f. the retained tail is byte-identical -----------------------------------------------------
 
 
+_SMALL = StepSpec(text=0, tools=(), reasoning=False, error=None)
+_TOOLS = (ToolSpec("bash", "completed", 0, 0), ToolSpec("bash", "completed", 246, 0))
+
+
 @SETTINGS
 @given(first=S.sessions, ops=S.ops, auto=st.booleans())
+# After an automatic compaction the first message the next one keeps can be the daemon's own
+# continue message, which the test did not write (found by Hypothesis; failed one run in two).
+@example(
+    first=[
+        TurnSpec(user=10, steps=(_SMALL,)),
+        TurnSpec(user=10, steps=(_SMALL,)),
+        TurnSpec(user=10, steps=(StepSpec(text=0, tools=(), reasoning=True, error=None),)),
+        TurnSpec(
+            user=10, steps=(_SMALL, StepSpec(text=0, tools=_TOOLS, reasoning=False, error=None))
+        ),
+    ],
+    ops=[("compact", "collapse", True)],
+    auto=False,
+)
 def test_f_retained_tail_is_byte_identical(
     first: list[TurnSpec], ops: list[tuple[Any, ...]], auto: bool
 ) -> None:
@@ -359,14 +379,20 @@ def test_f_retained_tail_is_byte_identical(
             if tail_id is None:
                 return
             start = ids(window).index(tail_id)
-            tail = [m for m in window[start:] if m.info.id in w.raw]
+            # The tail is what was stored before this compaction, from ``tail_id`` on (then the
+            # continue message this one added). Its first message may be the daemon's own (an
+            # earlier compaction's continue message), so it is compared with what was stored;
+            # what the test wrote is also compared with the bytes it wrote.
+            tail = [m for m in window[start:] if m.info.id in stored_before]
             assert tail and tail[0].info.id == tail_id
             for m in tail:
-                assert stored_after[m.info.id] == w.raw[m.info.id]
+                assert stored_after[m.info.id] == stored_before[m.info.id]
+                assert stored_after[m.info.id] == w.raw.get(m.info.id, stored_before[m.info.id])
                 for p in m.parts:
-                    assert stored_after[p.id] == w.raw[p.id]
-                written = {k for k in w.raw if k.startswith("prt_")}
-                assert {p.id for p in m.parts} <= written
+                    assert stored_after[p.id] == stored_before[p.id]
+                    assert stored_after[p.id] == w.raw.get(p.id, stored_before[p.id])
+            added = [m.info.id for m in window[start:] if m.info.id not in stored_before]
+            assert len(added) <= 1  # at most the continue message of an automatic compaction
 
     run(body())
 

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from sidecar_client import Client, ConnectionClosed, RpcError, connect
-from sidecar_client._transport import read_frame
 
 from sidecar.model.session import Session
+from sidecar.protocol.framing import StreamFrames
 
 from .builders import rpc_frame
 
@@ -32,11 +32,11 @@ class Peer:
         self.accepted: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = (
             asyncio.get_running_loop().create_future()
         )
-        self.reader: asyncio.StreamReader
+        self.frames: StreamFrames
         self.writer: asyncio.StreamWriter
 
     async def recv(self) -> dict[str, Any]:
-        body = await asyncio.wait_for(read_frame(self.reader), 10)
+        body = await asyncio.wait_for(self.frames.next(), 10)
         assert body is not None, "client closed the connection"
         message: dict[str, Any] = json.loads(body)
         return message
@@ -56,7 +56,8 @@ async def peer_and_client() -> AsyncIterator[tuple[Peer, Client]]:
     server = await asyncio.start_unix_server(accept, str(where / "peer.sock"))
     try:
         client = await connect(f"unix:{where / 'peer.sock'}", initialize=False)
-        peer.reader, peer.writer = await peer.accepted
+        reader, peer.writer = await peer.accepted
+        peer.frames = StreamFrames(reader)
         try:
             yield peer, client
         finally:
@@ -113,6 +114,32 @@ async def test_error_reply_raises_rpc_error(peer_and_client: tuple[Peer, Client]
         await task
     assert (err.value.code, err.value.message, err.value.data) == (-32040, "nope", [1])
     assert err.value.method == "session/get" and err.value.request_id == request["id"]
+
+
+async def test_junk_between_frames_is_reported_and_reading_resumes(
+    peer_and_client: tuple[Peer, Client],
+) -> None:
+    """The client reads with the daemon's own frame parser, so it resynchronises too."""
+    peer, client = peer_and_client
+    peer.writer.write(b"garbage\r\n\r\n")
+    status = {"sessionID": "s", "status": "idle"}
+    peer.send({"method": "session/status", "params": status})
+    assert await client.wait_for("session/status") == status
+    assert len(client.protocol_errors) == 1
+    assert "garbage" in client.protocol_errors[0]
+    assert not client.closed
+
+
+async def test_stream_ending_inside_a_frame_closes_with_the_reason(
+    peer_and_client: tuple[Peer, Client],
+) -> None:
+    peer, client = peer_and_client
+    task = asyncio.create_task(client.request("session/list", {}))
+    await peer.recv()
+    peer.writer.write(b'Content-Length: 50\r\n\r\n{"jsonrpc": "2.0"')
+    peer.writer.close()
+    with pytest.raises(ConnectionClosed, match="inside a 50-byte frame"):
+        await task
 
 
 async def test_cancelling_the_awaiting_task_sends_cancel_request(

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from sidecar_client import Client, RpcError
 
-from sidecar.errors import CONFLICT, UNKNOWN_MESSAGE, UNKNOWN_PART, UNKNOWN_SESSION
+from sidecar.protocol.codes import ErrorCode
 
 from .builders import text_part, user_message
 
@@ -25,7 +25,7 @@ async def test_create_get_delete(shared: Client) -> None:
     await shared.delete_session(created.id)
     with pytest.raises(RpcError) as err:
         await shared.get_session(created.id)
-    assert err.value.code == UNKNOWN_SESSION
+    assert err.value.code == ErrorCode.UNKNOWN_SESSION
 
 
 async def test_create_with_client_id_and_parent(shared: Client) -> None:
@@ -40,7 +40,7 @@ async def test_create_with_an_existing_id_is_a_conflict(shared: Client) -> None:
     await shared.create_session(id="ses_e2e_dup")
     with pytest.raises(RpcError) as err:
         await shared.create_session(id="ses_e2e_dup")
-    assert err.value.code == CONFLICT
+    assert err.value.code == ErrorCode.CONFLICT
     assert "ses_e2e_dup" in err.value.message
 
 
@@ -57,7 +57,7 @@ async def test_unknown_session_is_32040_naming_the_id(shared: Client) -> None:
     for call in calls:
         with pytest.raises(RpcError) as err:
             await call()
-        assert err.value.code == UNKNOWN_SESSION, err.value
+        assert err.value.code == ErrorCode.UNKNOWN_SESSION, err.value
         assert missing in err.value.message
 
 
@@ -65,7 +65,7 @@ async def test_part_update_for_unknown_message_is_32041_naming_it(shared: Client
     session = await shared.create_session()
     with pytest.raises(RpcError) as err:
         await shared.update_part(text_part(session.id, "msg_does_not_exist", "orphan"))
-    assert err.value.code == UNKNOWN_MESSAGE
+    assert err.value.code == ErrorCode.UNKNOWN_MESSAGE
     assert "msg_does_not_exist" in err.value.message
 
 
@@ -73,7 +73,7 @@ async def test_message_remove_of_unknown_message_is_32041(shared: Client) -> Non
     session = await shared.create_session()
     with pytest.raises(RpcError) as err:
         await shared.remove_message(session.id, "msg_does_not_exist")
-    assert err.value.code == UNKNOWN_MESSAGE
+    assert err.value.code == ErrorCode.UNKNOWN_MESSAGE
     assert "msg_does_not_exist" in err.value.message
 
 
@@ -82,7 +82,7 @@ async def test_part_remove_of_unknown_part_is_32042(shared: Client) -> None:
     message = await shared.update_message(user_message(session.id))
     with pytest.raises(RpcError) as err:
         await shared.remove_part(session.id, message["id"], "prt_does_not_exist")
-    assert err.value.code == UNKNOWN_PART
+    assert err.value.code == ErrorCode.UNKNOWN_PART
     assert "prt_does_not_exist" in err.value.message
 
 
@@ -95,13 +95,13 @@ async def test_delete_cascades_to_messages_and_parts(shared: Client) -> None:
     await shared.delete_session(session.id)
     with pytest.raises(RpcError) as err:
         await shared.messages(session.id)
-    assert err.value.code == UNKNOWN_SESSION
+    assert err.value.code == ErrorCode.UNKNOWN_SESSION
     # Re-creating the same id shows nothing of the old rows: they are gone, not hidden.
     await shared.create_session(id=session.id)
     assert (await shared.messages(session.id)).messages == []
     with pytest.raises(RpcError) as err:
         await shared.remove_part(session.id, message["id"], part["id"])
-    assert err.value.code == UNKNOWN_PART
+    assert err.value.code == ErrorCode.UNKNOWN_PART
 
 
 async def test_list_pages_with_cursors_newest_first(client: Client) -> None:

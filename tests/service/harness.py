@@ -15,11 +15,13 @@ from sidecar.model.messages import AssistantMessage, MessageTime, ModelRef, User
 from sidecar.model.parts import Part, TextPart, ToolCompleted, ToolPart, ToolTime
 from sidecar.model.rpc import (
     CompactingHookResult,
+    Event,
     SummarizerCompleteParams,
     SummarizerCompleteResult,
 )
 from sidecar.model.session import Session, SessionTime
 from sidecar.model.tokens import CacheTokens, Tokens
+from sidecar.protocol.methods import notification_method
 from sidecar.store import Store
 
 enc = msgspec.json.encode
@@ -32,8 +34,8 @@ class RecordingHost:
     logs: list[str] = field(default_factory=list)
     hook_results: list[CompactingHookResult] = field(default_factory=list)
 
-    def publish(self, session_id: str, method: str, params: Any) -> None:
-        self.events.append((session_id, method, params))
+    def publish(self, session_id: str, event: Event) -> None:
+        self.events.append((session_id, notification_method(event), event))
 
     def log(self, text: str) -> None:
         self.logs.append(text)

@@ -5,6 +5,7 @@
 an initialized ``Client``; see README.md.
 """
 
+from sidecar.protocol.codes import ErrorCode
 from sidecar_client._client import Call, Client, ConnectionClosed, RpcError, connect, spawn
 from sidecar_client._types import MessagesPage, StoredMessage
 
@@ -12,6 +13,7 @@ __all__ = [
     "Call",
     "Client",
     "ConnectionClosed",
+    "ErrorCode",
     "MessagesPage",
     "RpcError",
     "StoredMessage",

@@ -30,14 +30,18 @@ from sidecar.model.rpc import (
     SessionList,
 )
 from sidecar.model.session import Session
-from sidecar_client._transport import (
-    FramingError,
-    StreamTransport,
-    encode_frame,
-    open_socket,
-    read_frame,
-    spawn_stdio,
+from sidecar.protocol.codes import ErrorCode
+from sidecar.protocol.envelopes import (
+    JSONRPC,
+    ErrorBody,
+    ErrorResponse,
+    Incoming,
+    Notification,
+    Request,
+    Response,
 )
+from sidecar.protocol.framing import FrameError, StreamFrames, encode_frame
+from sidecar_client._transport import StreamTransport, open_socket, spawn_stdio
 from sidecar_client._types import MessagesPage
 
 log = logging.getLogger("sidecar_client")
@@ -46,11 +50,6 @@ T = TypeVar("T")
 Predicate = Callable[[Any], bool]
 RequestHandler = Callable[[Any], Awaitable[Any]]
 
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
 
 #: The client this library reports in ``initialize``.
 CLIENT_NAME = "compaction-sidecar-client"
@@ -89,51 +88,8 @@ class ConnectionClosed(ConnectionError):
     """The daemon closed the connection (or exited) before answering."""
 
 
-# -- wire envelopes ----------------------------------------------------------------------------
-
-
-class _Incoming(msgspec.Struct):
-    jsonrpc: str | UnsetType = UNSET
-    id: int | str | UnsetType | None = UNSET
-    method: str | UnsetType = UNSET
-    params: msgspec.Raw = msgspec.Raw()
-    result: msgspec.Raw = msgspec.Raw()
-    error: msgspec.Raw = msgspec.Raw()
-
-
-class _ErrorBody(msgspec.Struct):
-    code: int
-    message: str = ""
-    data: Any = None
-
-
-class _Request(msgspec.Struct):
-    jsonrpc: str
-    id: int | str
-    method: str
-    params: Any | UnsetType = UNSET
-
-
-class _Notification(msgspec.Struct):
-    jsonrpc: str
-    method: str
-    params: Any | UnsetType = UNSET
-
-
-class _Result(msgspec.Struct):
-    jsonrpc: str
-    id: int | str
-    result: Any
-
-
-class _ErrorReply(msgspec.Struct, omit_defaults=True):
-    jsonrpc: str
-    id: int | str | None
-    error: _ErrorBody
-
-
-_incoming = msgspec.json.Decoder(_Incoming)
-_error_body = msgspec.json.Decoder(_ErrorBody)
+_incoming = msgspec.json.Decoder(Incoming)
+_error_body = msgspec.json.Decoder(ErrorBody)
 _any = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
 
@@ -339,10 +295,10 @@ class Client:
         """
         request_id = next(self._ids)
         fut: asyncio.Future[tuple[bool, Any]] = asyncio.get_running_loop().create_future()
-        self._write(_Request("2.0", request_id, method, UNSET if params is None else params))
+        self._write(Request(JSONRPC, request_id, method, UNSET if params is None else params))
         self._pending[request_id] = (method, fut)
         wait = self.default_timeout if timeout is UNSET else timeout
-        return Call(self, request_id, method, fut, result_type, cast("float | None", wait))
+        return Call(self, request_id, method, fut, result_type, wait)
 
     def reserve_call(
         self,
@@ -361,7 +317,7 @@ class Client:
         fut: asyncio.Future[tuple[bool, Any]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = (method, fut)
         wait = self.default_timeout if timeout is UNSET else timeout
-        return Call(self, request_id, method, fut, result_type, cast("float | None", wait))
+        return Call(self, request_id, method, fut, result_type, wait)
 
     @overload
     async def request(
@@ -416,7 +372,7 @@ class Client:
 
     def notify(self, method: str, params: Any = None) -> None:
         """Send a notification (no reply)."""
-        self._write(_Notification("2.0", method, UNSET if params is None else params))
+        self._write(Notification(JSONRPC, method, UNSET if params is None else params))
 
     def cancel(self, request_id: int) -> None:
         """Send ``$/cancelRequest`` for ``request_id``; a local waiter is released too."""
@@ -487,22 +443,26 @@ class Client:
         handler = self._handlers.get(method)
         reply: msgspec.Struct
         if handler is None:
-            reply = _ErrorReply(
-                "2.0", request_id, _ErrorBody(METHOD_NOT_FOUND, f"unhandled method: {method}")
+            reply = ErrorResponse(
+                JSONRPC,
+                request_id,
+                ErrorBody(ErrorCode.METHOD_NOT_FOUND, f"unhandled method: {method}"),
             )
         else:
             try:
                 result = await handler(params)
-                reply = _Result("2.0", request_id, result)
+                reply = Response(JSONRPC, request_id, result)
                 _encoder.encode(result)  # fail here, as -32603, if it cannot be sent
             except RpcError as exc:
-                reply = _ErrorReply("2.0", request_id, _ErrorBody(exc.code, exc.message, exc.data))
+                reply = ErrorResponse(
+                    JSONRPC, request_id, ErrorBody(exc.code, exc.message, exc.data)
+                )
             except Exception as exc:
                 log.warning("handler for %s failed", method, exc_info=True)
-                reply = _ErrorReply(
-                    "2.0",
+                reply = ErrorResponse(
+                    JSONRPC,
                     request_id,
-                    _ErrorBody(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"),
+                    ErrorBody(ErrorCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"),
                 )
         with contextlib.suppress(ConnectionError):
             self._write(reply)
@@ -511,13 +471,15 @@ class Client:
 
     async def _read_loop(self) -> None:
         reason: BaseException = ConnectionClosed("the daemon closed the connection")
+        # A bad frame from the daemon is recorded and skipped, as the daemon does with ours.
+        frames = StreamFrames(self._transport.reader, lambda e: self.protocol_errors.append(str(e)))
         try:
             while True:
-                body = await read_frame(self._transport.reader)
+                body = await frames.next()
                 if body is None:
                     break
                 self._dispatch(body)
-        except FramingError as exc:
+        except FrameError as exc:
             self.protocol_errors.append(str(exc))
             reason = ConnectionClosed(f"unreadable stream from the daemon: {exc}")
         except (ConnectionError, OSError) as exc:
@@ -568,7 +530,7 @@ class Client:
                 err = RpcError(body_.code, body_.message, body_.data)
             except msgspec.DecodeError as exc:
                 self.protocol_errors.append(f"malformed error object: {exc}")
-                err = RpcError(INTERNAL_ERROR, "malformed error object from the daemon")
+                err = RpcError(ErrorCode.INTERNAL_ERROR, "malformed error object from the daemon")
             if msg.id is UNSET or msg.id is None:
                 self._errors.put(err)
                 return

@@ -1,9 +1,8 @@
-"""LSP base-protocol framing over asyncio streams, and the ways to reach a daemon.
+"""The ways to reach a daemon: a spawned one's stdio pipes, or a shared one's socket.
 
-A frame is ``Content-Length: N\\r\\n`` (other header lines allowed and ignored), a blank line,
-then exactly ``N`` bytes of UTF-8 JSON. Both a spawned daemon's stdio pipes and a socket of a
-shared daemon are plain ``asyncio.StreamReader``/``StreamWriter`` pairs, so one
-``StreamTransport`` serves all three transports.
+Both are plain ``asyncio.StreamReader``/``StreamWriter`` pairs, so one ``StreamTransport``
+serves all three transports; the framing on them is the daemon's own
+(``sidecar.protocol.framing``).
 """
 
 from __future__ import annotations
@@ -17,50 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-HEADER_END = b"\r\n\r\n"
-#: Read-buffer limit of the streams; bounds only a header block, never a body.
+#: Read-buffer limit of the streams.
 STREAM_LIMIT = 1 << 20
-
-
-class FramingError(Exception):
-    """The peer sent bytes that are not a valid LSP frame."""
-
-
-def encode_frame(body: bytes) -> bytes:
-    return b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
-
-
-def parse_content_length(header: bytes) -> int:
-    length: int | None = None
-    for line in header.split(b"\r\n"):
-        name, sep, value = line.partition(b":")
-        if not sep:
-            raise FramingError(f"malformed header line {line[:80]!r}")
-        if name.strip().lower() == b"content-length":
-            text = value.strip()
-            if not text.isdigit():
-                raise FramingError(f"bad Content-Length {text[:80]!r}")
-            length = int(text)
-    if length is None:
-        raise FramingError("missing Content-Length header")
-    return length
-
-
-async def read_frame(reader: asyncio.StreamReader) -> bytes | None:
-    """The body of the next frame, or ``None`` at a clean end of stream between frames."""
-    try:
-        header = await reader.readuntil(HEADER_END)
-    except asyncio.IncompleteReadError as exc:
-        if not exc.partial.strip():
-            return None
-        raise FramingError("stream ended inside a header block") from None
-    except asyncio.LimitOverrunError:
-        raise FramingError("header block too long") from None
-    length = parse_content_length(header[: -len(HEADER_END)])
-    try:
-        return await reader.readexactly(length)
-    except asyncio.IncompleteReadError:
-        raise FramingError(f"stream ended inside a {length}-byte frame body") from None
 
 
 class StreamTransport:
