@@ -47,7 +47,7 @@ def after_reply(conn: Connection, action: Callable[[], None]) -> None:
 def _control(conn: Connection) -> Control:
     control = conn.app.control
     if control is None:  # an App built without a daemon around it (in-process tests)
-        return Control(db=conn.app.store.path, listen="stdio", stop=conn.close)
+        return Control(db=conn.store.path, listen="stdio", stop=conn.close)
     return control
 
 
@@ -61,8 +61,8 @@ async def status(conn: Connection, params: Empty) -> DaemonStatus:
         listen=control.listen,
         socket=where if kind == "unix" else None,
         db=control.db,
-        clients=len(conn.app.connections),
-        sessions=await conn.app.store.count_sessions(),
+        clients=len(conn.hub.connections),
+        sessions=await conn.store.count_sessions(),
         uptime=round(time.monotonic() - control.started, 3),
         idle_exit=control.idle_exit,
     )

@@ -24,13 +24,13 @@ from sidecar.server.routes import route
 
 @route("session/context", SessionContextParams)
 async def context(conn: Connection, p: SessionContextParams) -> ContextResult:
-    engine = conn.app.engine.engine
+    engine = conn.engine
     return await engine.context(p.session_id, p.format, conn.config.current, wait=p.wait, fit=p.fit)
 
 
 @route("session/overflow", SessionOverflowParams)
 async def overflow(conn: Connection, p: SessionOverflowParams) -> OverflowResult:
-    engine = conn.app.engine.engine
+    engine = conn.engine
     if p.session_id is not None:
         return await engine.overflow_session(p.session_id, conn.config.current, wait=p.wait)
     if p.tokens is None or p.model is None:
@@ -44,20 +44,20 @@ async def overflow(conn: Connection, p: SessionOverflowParams) -> OverflowResult
 @route("session/idle", SessionRef)
 async def idle(conn: Connection, p: SessionRef) -> None:
     """Extension: returns once automatic work started by earlier writes has finished."""
-    await conn.app.store.require_session(p.session_id)
-    await conn.app.engine.engine.idle(p.session_id)
+    await conn.store.require_session(p.session_id)
+    await conn.engine.idle(p.session_id)
     return None
 
 
 @route("session/prune", SessionRef, writes=True)
 async def prune(conn: Connection, p: SessionRef) -> PruneResult:
-    return await conn.app.engine.engine.prune(p.session_id, conn.config.current)
+    return await conn.engine.prune(p.session_id, conn.config.current)
 
 
 @route("session/compact", SessionCompactParams, writes=True)
 async def compact(conn: Connection, p: SessionCompactParams) -> CompactResult:
-    conn.app.hub.subscribe(conn, p.session_id)
-    return await conn.app.engine.engine.compact(
+    conn.hub.subscribe(conn, p.session_id)
+    return await conn.engine.compact(
         Request(
             session_id=p.session_id,
             auto=p.auto,
@@ -71,16 +71,16 @@ async def compact(conn: Connection, p: SessionCompactParams) -> CompactResult:
 
 @route("session/fork", SessionForkParams, writes=True)
 async def fork(conn: Connection, p: SessionForkParams) -> Session:
-    forked = await conn.app.engine.engine.fork(p.session_id, p.message_id)
-    conn.app.hub.subscribe(conn, forked.id)
+    forked = await conn.engine.fork(p.session_id, p.message_id)
+    conn.hub.subscribe(conn, forked.id)
     return forked
 
 
 @route("session/revert", SessionRevertParams, writes=True)
 async def revert(conn: Connection, p: SessionRevertParams) -> Session:
-    return await conn.app.engine.engine.revert(p.session_id, p.message_id, p.part_id)
+    return await conn.engine.revert(p.session_id, p.message_id, p.part_id)
 
 
 @route("session/unrevert", SessionRef, writes=True)
 async def unrevert(conn: Connection, p: SessionRef) -> Session:
-    return await conn.app.engine.engine.unrevert(p.session_id)
+    return await conn.engine.unrevert(p.session_id)

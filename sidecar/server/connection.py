@@ -17,13 +17,17 @@ import msgspec
 from pygls.protocol import default_converter
 from pygls.server import JsonRPCServer
 
-from sidecar.model.rpc import ClientCapabilities
+from sidecar.model.rpc import ClientCapabilities, Event
 from sidecar.protocol.framing import FrameReader
+from sidecar.protocol.methods import notification_method
 from sidecar.server.protocol import MethodSpec, SidecarProtocol
 from sidecar.server.routes import ROUTES, bind
 
 if TYPE_CHECKING:
+    from sidecar.engine.service import Engine
     from sidecar.server.app import App
+    from sidecar.server.hub import Hub
+    from sidecar.store import Store
 
 log = logging.getLogger("sidecar.connection")
 T = TypeVar("T")
@@ -59,6 +63,24 @@ class Connection:
             self.protocol.specs[r.method] = MethodSpec(msgspec.json.Decoder(r.params), r.writes)
             self.protocol.fm.feature(r.method)(bind(self, r))
 
+    # What handlers use (they never reach through the App).
+
+    @property
+    def engine(self) -> Engine:
+        return self.app.engine
+
+    @property
+    def store(self) -> Store:
+        return self.app.store
+
+    @property
+    def hub(self) -> Hub:
+        return self.app.hub
+
+    def publish(self, session_id: str, event: Event) -> None:
+        """A typed notification to the session's subscribers."""
+        self.app.hub.publish(session_id, notification_method(event), event)
+
     def reader(self, *, duplex: bool = False) -> FrameReader:
         """The asyncio protocol that feeds this connection's frames.
 
@@ -92,7 +114,7 @@ class Connection:
         if set_limits is not None and low < (1 << 62):
             # Told (``resume_writing``) once the peer has read us down to the low-water mark.
             set_limits(high=low, low=low)
-        self.app.connections.add(self)
+        self.app.hub.connections.add(self)
 
     @property
     def clean_exit(self) -> bool:
@@ -127,7 +149,6 @@ class Connection:
         if self.closed.is_set():
             return
         self.closed.set()
-        self.app.connections.discard(self)
         self.app.hub.drop(self)
         self.protocol.drop_held()
         for fut in list(self.protocol._request_futures.values()):

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sidecar.engine.service import Engine
-from sidecar.model.config import Config
-from sidecar.model.messages import Message
 from sidecar.model.rpc import (
     CompactingHookParams,
     CompactingHookResult,
@@ -19,10 +16,10 @@ from sidecar.model.rpc import (
     SummarizerCompleteResult,
 )
 from sidecar.protocol.methods import notification_method
+from sidecar.server.hub import Hub
+from sidecar.server.settings import ConfigManager
+from sidecar.store import Store
 from sidecar.summarizers.base import SummaryError
-
-if TYPE_CHECKING:
-    from sidecar.server.app import App
 
 log = logging.getLogger("sidecar.host")
 
@@ -30,16 +27,12 @@ HOOK_TIMEOUT = 30.0
 
 
 class EngineHost:
-    def __init__(self, app: App) -> None:
-        self.app = app
-        self.engine = Engine(app.store, self, lambda: app.config.current)
+    """Gets only what the engine's side needs: the store, the clients, the daemon's config."""
 
-    def message_stored(self, info: Message, cfg: Config) -> None:
-        self.engine.message_stored(info, cfg)
-
-    def will_store(self, info: Message, cfg: Config) -> Callable[[bool], None] | None:
-        """See ``Engine.will_store``: call before queueing the write, then with the outcome."""
-        return self.engine.will_store(info, cfg)
+    def __init__(self, store: Store, hub: Hub, config: ConfigManager) -> None:
+        self._hub = hub
+        self._config = config
+        self.engine = Engine(store, self, lambda: config.current)
 
     async def close(self) -> None:
         await self.engine.close()
@@ -47,17 +40,17 @@ class EngineHost:
     # -- Host ------------------------------------------------------------------------------
 
     def publish(self, session_id: str, event: Event) -> None:
-        self.app.publish(session_id, notification_method(event), event)
+        self._hub.publish(session_id, notification_method(event), event)
 
     def log(self, text: str) -> None:
-        self.app.log_message(text)
+        self._hub.log_message(text)
 
     def progress(self, session_id: str, token: str | int, value: dict[str, Any]) -> None:
-        self.app.publish(session_id, "$/progress", ProgressParams(token=token, value=value))
+        self._hub.publish(session_id, "$/progress", ProgressParams(token=token, value=value))
 
     async def compacting_hook(self, session_id: str) -> list[CompactingHookResult]:
         """Ask every client subscribed to the session that declared ``compactingHook``."""
-        conns = [c for c in self.app.hub.subscribers(session_id) if c.capabilities.compacting_hook]
+        conns = [c for c in self._hub.subscribers(session_id) if c.capabilities.compacting_hook]
         if not conns:
             return []
         params = CompactingHookParams(session_id=session_id)
@@ -77,10 +70,10 @@ class EngineHost:
         return out
 
     async def client_complete(self, params: SummarizerCompleteParams) -> SummarizerCompleteResult:
-        conns = [c for c in self.app.connections if c.capabilities.summarizer]
+        conns = [c for c in self._hub.connections if c.capabilities.summarizer]
         if not conns:
             raise SummaryError("no connected client declared capabilities.summarizer")
-        deadline = self.app.config.current.summarizer.deadline
+        deadline = self._config.current.summarizer.deadline
         try:
             return await conns[0].request(
                 "summarizer/complete", params, SummarizerCompleteResult, deadline

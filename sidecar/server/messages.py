@@ -77,7 +77,7 @@ def message_update(conn: Connection, p: MessageUpdateParams, done: Done) -> Futu
         if not info.id:
             info.id = data["id"] = new_id("msg")
         if not info.time.created:
-            info.time.created = conn.app.engine.engine.next_time(info.session_id)
+            info.time.created = conn.engine.next_time(info.session_id)
             data["time"] = {**(data.get("time") or {}), "created": info.time.created}
         raw = _encoder.encode(data)
     _store_message(conn, info, raw, done)
@@ -86,11 +86,9 @@ def message_update(conn: Connection, p: MessageUpdateParams, done: Done) -> Futu
 
 async def _update_keeping_created(conn: Connection, info: Message, raw: bytes, done: Done) -> None:
     try:
-        known = await conn.app.store.message_key(info.id)
+        known = await conn.store.message_key(info.id)
         data = _dict_decoder.decode(raw)
-        info.time.created = (
-            known.created if known else conn.app.engine.engine.next_time(info.session_id)
-        )
+        info.time.created = known.created if known else conn.engine.next_time(info.session_id)
         data["time"] = {**(data.get("time") or {}), "created": info.time.created}
         raw = _encoder.encode(data)
     except Exception as exc:
@@ -108,12 +106,11 @@ async def _update_keeping_created(conn: Connection, info: Message, raw: bytes, d
 
 def _store_message(conn: Connection, info: Message, raw: bytes, done: Done) -> None:
     """Queue the row; once committed: subscribe, notify, start the engine's checks, reply."""
-    app = conn.app
     stored = msgspec.Raw(raw)
     cfg = conn.config.current
 
     # Registered before the write is queued: a read dispatched behind it waits for the work.
-    work = app.engine.will_store(info, cfg)
+    work = conn.engine.will_store(info, cfg)
 
     def committed(exc: BaseException | None) -> None:
         if work is not None:
@@ -121,11 +118,11 @@ def _store_message(conn: Connection, info: Message, raw: bytes, done: Done) -> N
         if exc is not None:
             done(None, exc)
             return
-        app.hub.subscribe(conn, info.session_id)
-        app.publish(info.session_id, "message/updated", MessageUpdatedEvent(message=stored))
+        conn.hub.subscribe(conn, info.session_id)
+        conn.publish(info.session_id, MessageUpdatedEvent(message=stored))
         done(stored, None)
 
-    app.store.put_message_then(info, raw, committed)
+    conn.store.put_message_then(info, raw, committed)
 
 
 @route("part/update", PartUpdateParams, deferred=True)
@@ -139,40 +136,36 @@ def part_update(conn: Connection, p: PartUpdateParams, done: Done) -> None:
         part.id = data["id"] = new_id("prt")
         raw = _encoder.encode(data)
     stored = msgspec.Raw(raw)
-    app = conn.app
 
     def committed(exc: BaseException | None) -> None:
         if exc is not None:
             done(None, exc)
             return
-        app.hub.subscribe(conn, part.session_id)
-        app.publish(part.session_id, "part/updated", PartUpdatedEvent(part=stored))
+        conn.hub.subscribe(conn, part.session_id)
+        conn.publish(part.session_id, PartUpdatedEvent(part=stored))
         done(stored, None)
 
-    app.store.put_part_then(part, raw, committed)
+    conn.store.put_part_then(part, raw, committed)
 
 
 @route("message/remove", MessageRemoveParams, writes=True)
 async def message_remove(conn: Connection, p: MessageRemoveParams) -> None:
-    await conn.app.store.require_session(p.session_id)
-    if not await conn.app.store.remove_message(p.session_id, p.message_id):
+    await conn.store.require_session(p.session_id)
+    if not await conn.store.remove_message(p.session_id, p.message_id):
         raise UnknownMessage(p.message_id)
-    conn.app.publish(
-        p.session_id,
-        "message/removed",
-        MessageRemovedEvent(session_id=p.session_id, message_id=p.message_id),
+    conn.publish(
+        p.session_id, MessageRemovedEvent(session_id=p.session_id, message_id=p.message_id)
     )
     return None
 
 
 @route("part/remove", PartRemoveParams, writes=True)
 async def part_remove(conn: Connection, p: PartRemoveParams) -> None:
-    await conn.app.store.require_session(p.session_id)
-    if not await conn.app.store.remove_part(p.session_id, p.message_id, p.part_id):
+    await conn.store.require_session(p.session_id)
+    if not await conn.store.remove_part(p.session_id, p.message_id, p.part_id):
         raise UnknownPart(p.part_id)
-    conn.app.publish(
+    conn.publish(
         p.session_id,
-        "part/removed",
         PartRemovedEvent(session_id=p.session_id, message_id=p.message_id, part_id=p.part_id),
     )
     return None

@@ -24,7 +24,7 @@ def _cursor_error(exc: ValueError) -> SidecarError:
 
 @route("session/create", SessionCreateParams, writes=True)
 async def create(conn: Connection, p: SessionCreateParams) -> Session:
-    store = conn.app.store
+    store = conn.store
     if p.parent_id is not None:
         await store.require_session(p.parent_id)
     now = now_ms()
@@ -38,19 +38,19 @@ async def create(conn: Connection, p: SessionCreateParams) -> Session:
     if p.id is not None and await store.get_session(p.id) is not None:
         raise Conflict(f"session {p.id!r} already exists")
     await store.put_session(session)
-    conn.app.hub.subscribe(conn, session.id)
+    conn.hub.subscribe(conn, session.id)
     return session
 
 
 @route("session/get", SessionRef)
 async def get(conn: Connection, p: SessionRef) -> Session:
-    return await conn.app.store.require_session(p.session_id)
+    return await conn.store.require_session(p.session_id)
 
 
 @route("session/list", SessionListParams)
 async def list_(conn: Connection, p: SessionListParams) -> SessionList:
     try:
-        sessions, nxt = await conn.app.store.list_sessions(p.limit, p.cursor)
+        sessions, nxt = await conn.store.list_sessions(p.limit, p.cursor)
     except ValueError as exc:
         raise _cursor_error(exc) from None
     return SessionList(sessions=sessions, next_cursor=nxt)
@@ -58,18 +58,16 @@ async def list_(conn: Connection, p: SessionListParams) -> SessionList:
 
 @route("session/delete", SessionRef, writes=True)
 async def delete(conn: Connection, p: SessionRef) -> None:
-    if not await conn.app.store.delete_session(p.session_id):
+    if not await conn.store.delete_session(p.session_id):
         raise UnknownSession(p.session_id)
     return None
 
 
 @route("session/messages", SessionMessagesParams)
 async def messages(conn: Connection, p: SessionMessagesParams) -> MessagesPage:
-    await conn.app.store.require_session(p.session_id)
+    await conn.store.require_session(p.session_id)
     try:
-        page, nxt = await conn.app.store.page_messages(
-            p.session_id, p.limit, p.cursor, p.part_limit
-        )
+        page, nxt = await conn.store.page_messages(p.session_id, p.limit, p.cursor, p.part_limit)
     except ValueError as exc:
         raise _cursor_error(exc) from None
     return MessagesPage(messages=page, next_cursor=nxt)
@@ -78,12 +76,12 @@ async def messages(conn: Connection, p: SessionMessagesParams) -> MessagesPage:
 @route("session/subscribe", SessionRef, writes=True)
 async def subscribe(conn: Connection, p: SessionRef) -> None:
     if p.session_id != ALL:
-        await conn.app.store.require_session(p.session_id)
-    conn.app.hub.subscribe(conn, p.session_id)
+        await conn.store.require_session(p.session_id)
+    conn.hub.subscribe(conn, p.session_id)
     return None
 
 
 @route("session/unsubscribe", SessionRef, writes=True)
 async def unsubscribe(conn: Connection, p: SessionRef) -> None:
-    conn.app.hub.unsubscribe(conn, p.session_id)
+    conn.hub.unsubscribe(conn, p.session_id)
     return None
