@@ -19,7 +19,7 @@ from pygls.server import JsonRPCServer
 
 from sidecar.model.rpc import ClientCapabilities, Event
 from sidecar.protocol.framing import FrameReader
-from sidecar.protocol.methods import notification_method
+from sidecar.protocol.methods import NOTIFICATION_OF
 from sidecar.server.protocol import MethodSpec, SidecarProtocol
 from sidecar.server.routes import ROUTES, bind
 
@@ -54,6 +54,11 @@ class Connection:
         self.protocol.max_reply = lambda: daemon.current.server.max_reply_bytes
         self.protocol.on_stalled = self._on_stalled
         self.config = app.config.for_connection()
+        # What handlers use (they never reach through the App): plain attributes, since the
+        # ingest path reads them on every request.
+        self.engine: Engine = app.engine
+        self.store: Store = app.store
+        self.hub: Hub = app.hub
         self.capabilities = ClientCapabilities()
         self.closed = asyncio.Event()
         self.exit_requested = False
@@ -63,23 +68,9 @@ class Connection:
             self.protocol.specs[r.method] = MethodSpec(msgspec.json.Decoder(r.params), r.writes)
             self.protocol.fm.feature(r.method)(bind(self, r))
 
-    # What handlers use (they never reach through the App).
-
-    @property
-    def engine(self) -> Engine:
-        return self.app.engine
-
-    @property
-    def store(self) -> Store:
-        return self.app.store
-
-    @property
-    def hub(self) -> Hub:
-        return self.app.hub
-
     def publish(self, session_id: str, event: Event) -> None:
         """A typed notification to the session's subscribers."""
-        self.app.hub.publish(session_id, notification_method(event), event)
+        self.hub.publish(session_id, NOTIFICATION_OF[type(event)], event)
 
     def reader(self, *, duplex: bool = False) -> FrameReader:
         """The asyncio protocol that feeds this connection's frames.
@@ -97,7 +88,7 @@ class Connection:
         )
         # Backpressure (the peer's own requests) before the stalled-reader cut (everything).
         protocol = self.protocol
-        reader.should_hold = lambda: protocol.backlog() > 2 * protocol.low_water()
+        reader.should_hold = lambda: protocol.backlog_over_hold()
         protocol.on_drained = reader.release
         self._reader = reader
         return reader

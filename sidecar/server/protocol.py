@@ -111,6 +111,7 @@ class SidecarProtocol(JsonRPCProtocol):
         self._encoder = msgspec.json.Encoder()
         self._out: list[bytes] = []
         self._out_bytes = 0
+        self._hold_at = _NO_LIMIT  # set at each flush (``backlog_over_hold``)
         self._flush_scheduled = False
         # Order (DESIGN §4): a write that could not queue its store op at once (an async
         # handler) is the *barrier*; requests that arrive behind it wait in ``_held`` and start
@@ -500,12 +501,23 @@ class SidecarProtocol(JsonRPCProtocol):
             )
             self.writer = None  # nothing more is queued for a peer that is being dropped
             self.on_stalled()
-        elif unread <= self.low_water():
+            return
+        low = self.low_water()
+        # Until the next flush, more than this queued here means the peer is held.
+        self._hold_at = 2 * low - unread
+        if unread <= low:
             self.on_drained()
 
-    def backlog(self) -> int:
-        """Bytes sent to the peer that it has not read yet (queued here or in the transport)."""
-        return self._out_bytes + (_buffered(self.writer) if self.writer is not None else 0)
+    def backlog_over_hold(self) -> bool:
+        """Should the peer's next frame wait (backpressure)? Asked before every frame, so the
+        common answer is two attribute reads; the threshold is set at each flush from the
+        transport's backlog, and checked against the transport again before a "yes"."""
+        if self._out_bytes <= self._hold_at:
+            return False
+        # The threshold may be stale (the transport drained since the flush): ask it.
+        unread = _buffered(self.writer) if self.writer is not None else 0
+        self._hold_at = 2 * self.low_water() - unread
+        return self._out_bytes > self._hold_at
 
     def low_water(self) -> int:
         """Below this backlog a peer held for backpressure is read again."""
