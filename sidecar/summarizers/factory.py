@@ -1,22 +1,21 @@
 """Which writer a config names: the one module that knows every writer.
 
 Kept apart from ``base`` (the protocol and request/result types every writer imports), so no
-writer imports a module that imports it back.
+writer imports a module that imports it back. Writers are imported when first built: the
+HTTP ones pull in httpx, which a daemon summarizing offline never needs at start-up.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-
-import httpx
+from typing import TYPE_CHECKING
 
 from sidecar.model.config import SummarizerConfig
-from sidecar.summarizers.anthropic import AnthropicSummarizer
 from sidecar.summarizers.base import ClientCall, Summarizer
-from sidecar.summarizers.client import ClientSummarizer
-from sidecar.summarizers.extractive import ExtractiveSummarizer
-from sidecar.summarizers.openai import OpenAISummarizer
+
+if TYPE_CHECKING:
+    import httpx
 
 
 def build_summarizer(
@@ -33,15 +32,23 @@ def build_summarizer(
     """
     environ: Mapping[str, str] = os.environ if env is None else env
     if cfg.provider == "extractive":
+        from sidecar.summarizers.extractive import ExtractiveSummarizer
+
         return ExtractiveSummarizer()
     if cfg.provider == "openai":
+        from sidecar.summarizers.openai import OpenAISummarizer
+
         return OpenAISummarizer(cfg, http=http, env=environ)
     if cfg.provider == "anthropic":
+        from sidecar.summarizers.anthropic import AnthropicSummarizer
+
         return AnthropicSummarizer(cfg, http=http, env=environ)
     if cfg.provider == "client":
         if client_call is None:
             raise ValueError(
                 "summarizer.provider 'client' needs a client that declared capabilities.summarizer"
             )
+        from sidecar.summarizers.client import ClientSummarizer
+
         return ClientSummarizer(cfg, client_call)
     raise ValueError(f"unknown summarizer.provider {cfg.provider!r}")
