@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from _host import Host  # bench/ is the script's own directory on sys.path
 
 from sidecar.engine import ledger
 from sidecar.engine.service import Engine
@@ -57,10 +58,8 @@ from sidecar.model.parts import (
     ToolPart,
     ToolTime,
 )
-from sidecar.model.rpc import Event
 from sidecar.model.session import Session, SessionTime
 from sidecar.model.tokens import CacheTokens, Tokens
-from sidecar.protocol.methods import notification_method
 from sidecar.replay.transcript import TMessage, TPart, Transcript, load
 from sidecar.store import Store
 
@@ -74,28 +73,6 @@ NAMED = (
     "mini-swe-agent-django-13265",
 )
 _REPORTED = re.compile(r"^(\d+) -> (\d+) tokens$")
-
-
-class Host:
-    """Records notifications and progress; the bench reads them after each check."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, Any]] = []
-
-    def publish(self, session_id: str, event: Event) -> None:
-        self.events.append((notification_method(event), event))
-
-    def log(self, text: str) -> None:
-        self.events.append(("log", text))
-
-    def progress(self, session_id: str, token: str | int, value: dict[str, Any]) -> None:
-        self.events.append(("$/progress", value))
-
-    async def compacting_hook(self, session_id: str) -> list[Any]:
-        return []
-
-    async def client_complete(self, params: Any) -> Any:
-        raise RuntimeError("the bench uses the extractive writer")
 
 
 @dataclass

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from _host import Host  # bench/ is the script's own directory on sys.path
 
 from sidecar.engine.compactor import Request
 from sidecar.engine.service import Engine
@@ -65,10 +66,8 @@ from sidecar.model.messages import (
 )
 from sidecar.model.parts import Part, ReasoningPart, TextPart, ToolCompleted, ToolError, ToolPart
 from sidecar.model.parts import ToolTime as _ToolTime
-from sidecar.model.rpc import Event
 from sidecar.model.session import Session, SessionTime
 from sidecar.model.tokens import CacheTokens, Tokens
-from sidecar.protocol.methods import notification_method
 from sidecar.replay.transcript import TMessage, TPart, Transcript, load
 from sidecar.store import Store
 
@@ -364,26 +363,6 @@ class ForgetfulModel:
             pass
         finally:
             writer.close()
-
-
-class Host:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, Any]] = []
-
-    def publish(self, session_id: str, event: Event) -> None:
-        self.events.append((notification_method(event), event))
-
-    def log(self, text: str) -> None:
-        self.events.append(("log", text))
-
-    def progress(self, session_id: str, token: str | int, value: dict[str, Any]) -> None:
-        self.events.append(("$/progress", value))
-
-    async def compacting_hook(self, session_id: str) -> list[Any]:
-        return []
-
-    async def client_complete(self, params: Any) -> Any:
-        raise RuntimeError("the bench uses the extractive writer")
 
 
 def to_part(p: TPart, sid: str, mid: str, t: int) -> Part:
