@@ -206,20 +206,7 @@ def read(path: Path) -> list[Imported]:
                 call = str(b.get("id") or "")
                 if not call:
                     raise ImportFailure(f"{path}:{n}: tool_use: field 'id': missing")
-                args = b.get("input")
-                calls[call] = d.part(
-                    parts,
-                    info,
-                    {
-                        "type": "tool",
-                        "callID": call,
-                        "tool": str(b.get("name") or "tool"),
-                        "state": {
-                            "status": "pending",
-                            "input": args if isinstance(args, dict) else {},
-                        },
-                    },
-                )
+                calls[call] = d.tool_call(parts, info, call, b.get("name"), b.get("input"))
     if summary_title:
         d.title = summary_title
     return [d.finish()]

@@ -37,34 +37,33 @@ class Imported:
     parts: list[tuple[Part, bytes]] = field(default_factory=list)
 
     def add_message(self, raw: bytes | dict[str, Any], where: str) -> Message:
-        data = raw if isinstance(raw, bytes) else _encoder.encode(raw)
-        try:
-            msg: Message = _message.decode(data)
-        except msgspec.ValidationError as exc:
-            raise ImportFailure(f"{where}: message: {exc}") from None
-        if msg.session_id != self.session.id:
-            raise ImportFailure(
-                f"{where}: message sessionID {msg.session_id!r} is not {self.session.id!r}"
-            )
-        if not msg.id:
-            raise ImportFailure(f"{where}: message has no id")
+        msg: Message
+        msg, data = self._checked(raw, where, _message, "message")
         self.messages.append((msg, data))
         return msg
 
     def add_part(self, raw: bytes | dict[str, Any], where: str) -> Part:
-        data = raw if isinstance(raw, bytes) else _encoder.encode(raw)
-        try:
-            part: Part = _part.decode(data)
-        except msgspec.ValidationError as exc:
-            raise ImportFailure(f"{where}: part: {exc}") from None
-        if part.session_id != self.session.id:
-            raise ImportFailure(
-                f"{where}: part sessionID {part.session_id!r} is not {self.session.id!r}"
-            )
-        if not part.id:
-            raise ImportFailure(f"{where}: part has no id")
+        part: Part
+        part, data = self._checked(raw, where, _part, "part")
         self.parts.append((part, data))
         return part
+
+    def _checked(
+        self, raw: bytes | dict[str, Any], where: str, decoder: Any, kind: str
+    ) -> tuple[Any, bytes]:
+        """Decode a message or part of this session, with an id; the error names where."""
+        data = raw if isinstance(raw, bytes) else _encoder.encode(raw)
+        try:
+            item = decoder.decode(data)
+        except msgspec.ValidationError as exc:
+            raise ImportFailure(f"{where}: {kind}: {exc}") from None
+        if item.session_id != self.session.id:
+            raise ImportFailure(
+                f"{where}: {kind} sessionID {item.session_id!r} is not {self.session.id!r}"
+            )
+        if not item.id:
+            raise ImportFailure(f"{where}: {kind} has no id")
+        return item, data
 
     def check(self, name: str) -> None:
         """Every part belongs to a message of this session."""
@@ -144,6 +143,21 @@ class Draft:
         }
         parts.append(part)
         return part
+
+    def tool_call(
+        self, parts: list[dict[str, Any]], info: dict[str, Any], call: str, name: Any, args: Any
+    ) -> dict[str, Any]:
+        """A tool call's part, pending until its result arrives (a later line)."""
+        return self.part(
+            parts,
+            info,
+            {
+                "type": "tool",
+                "callID": call,
+                "tool": str(name or "tool"),
+                "state": {"status": "pending", "input": args if isinstance(args, dict) else {}},
+            },
+        )
 
     def finish(self) -> Imported:
         if not self.session_id:

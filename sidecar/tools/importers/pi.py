@@ -177,19 +177,8 @@ def read(path: Path) -> list[Imported]:
                         call = str(block.get("id") or "")
                         if not call:
                             raise ImportFailure(f"{path}:{n}: toolCall: field 'id': missing")
-                        args = block.get("arguments")
-                        calls[call] = d.part(
-                            parts,
-                            info,
-                            {
-                                "type": "tool",
-                                "callID": call,
-                                "tool": str(block.get("name") or "tool"),
-                                "state": {
-                                    "status": "pending",
-                                    "input": args if isinstance(args, dict) else {},
-                                },
-                            },
+                        calls[call] = d.tool_call(
+                            parts, info, call, block.get("name"), block.get("arguments")
                         )
             elif role == "toolResult":
                 call = str(msg.get("toolCallId") or "")
