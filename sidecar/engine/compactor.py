@@ -191,6 +191,17 @@ class _Plan:
     cut: Key | None  # the newest message the compaction saw
     clock: _Clock
 
+    def user_message(self) -> UserMessage:
+        """A user message the daemon adds (marker, continue): next on the session's clock,
+        with the last user's agent and model."""
+        return UserMessage(
+            id=new_id("msg"),
+            session_id=self.sid,
+            time=MessageTime(created=self.clock()),
+            agent=self.last_user.agent if self.last_user else None,
+            model=self.model,
+        )
+
 
 def _check_smaller(req: Request, before: int, after: int) -> None:
     """A summary that does not make the context smaller is a failure, and says why."""
@@ -320,13 +331,7 @@ class Compactor:
         )
 
     async def _append_marker(self, req: Request, plan: _Plan) -> WithParts:
-        marker = UserMessage(
-            id=new_id("msg"),
-            session_id=plan.sid,
-            time=MessageTime(created=plan.clock()),
-            agent=plan.last_user.agent if plan.last_user else None,
-            model=plan.model,
-        )
+        marker = plan.user_message()
         marker_part = CompactionPart(
             id=new_id("prt"),
             session_id=plan.sid,
@@ -476,13 +481,7 @@ class Compactor:
 
     async def _append_continue(self, plan: _Plan) -> Key:
         """The synthetic user message an automatic compaction ends with."""
-        cont = UserMessage(
-            id=new_id("msg"),
-            session_id=plan.sid,
-            time=MessageTime(created=plan.clock()),
-            agent=plan.last_user.agent if plan.last_user else None,
-            model=plan.model,
-        )
+        cont = plan.user_message()
         cont_part = TextPart(
             id=new_id("prt"),
             session_id=plan.sid,
