@@ -143,6 +143,24 @@ _UPSERT_PART = (
 _TOUCH_SESSION = "UPDATE sessions SET updated = max(updated, ?) WHERE id = ?"
 
 
+def _session_statement(session: Session) -> Statement:
+    """The upsert of one session row (``put_session``, ``put_session_with``)."""
+    return (
+        "INSERT INTO sessions (id, parent_id, created, updated, data) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+        "parent_id = excluded.parent_id, updated = excluded.updated, data = excluded.data",
+        [
+            (
+                session.id,
+                session.parent_id,
+                session.time.created,
+                session.time.updated,
+                _encoder.encode(session).decode(),
+            )
+        ],
+    )
+
+
 def message_error(info: Message) -> Callable[[sqlite3.IntegrityError], Exception]:
     """What a client sees when ``info``'s row breaks an integrity rule."""
 
@@ -261,25 +279,7 @@ class Store:
     # -- sessions ------------------------------------------------------------------------------
 
     async def put_session(self, session: Session) -> None:
-        await self._commit.submit(
-            [
-                (
-                    "INSERT INTO sessions (id, parent_id, created, updated, data) "
-                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-                    "parent_id = excluded.parent_id, updated = excluded.updated, "
-                    "data = excluded.data",
-                    [
-                        (
-                            session.id,
-                            session.parent_id,
-                            session.time.created,
-                            session.time.updated,
-                            _encoder.encode(session).decode(),
-                        )
-                    ],
-                )
-            ]
-        )
+        await self._commit.submit([_session_statement(session)])
 
     async def get_session(self, session_id: str) -> Session | None:
         rows = await self._query("SELECT data, updated FROM sessions WHERE id = ?", (session_id,))
@@ -410,23 +410,7 @@ class Store:
         parts: Sequence[tuple[Part, bytes | str]],
     ) -> None:
         """A whole session in one transaction (import): either all of it is stored or none."""
-        statements: list[Statement] = [
-            (
-                "INSERT INTO sessions (id, parent_id, created, updated, data) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-                "parent_id = excluded.parent_id, updated = excluded.updated, "
-                "data = excluded.data",
-                [
-                    (
-                        session.id,
-                        session.parent_id,
-                        session.time.created,
-                        session.time.updated,
-                        _encoder.encode(session).decode(),
-                    )
-                ],
-            )
-        ]
+        statements: list[Statement] = [_session_statement(session)]
         if messages:
             statements.append((_UPSERT_MESSAGE, [message_row(m, r) for m, r in messages]))
         if parts:
