@@ -1,4 +1,9 @@
-"""Shared fixtures (a real on-disk store per test) and the Hypothesis profiles.
+"""Shared fixtures (a real store per test, on each backend) and the Hypothesis profiles.
+
+Backends: every test that asks for ``store`` or ``db`` runs twice, on a SQLite file and on a
+fresh database of a throwaway PostgreSQL cluster (``pgcluster.py``), started once per run.
+Where PostgreSQL's server programs are missing those runs skip, saying what to install; under
+CI (``CI=true``) they fail instead, since .ci/run installs them.
 
 Profiles: ``ci`` (derandomized: the same examples every run, no example database), chosen when
 ``CI=true`` (.ci/run sets it); ``random`` (fresh examples each run, for hunting by hand:
@@ -9,14 +14,22 @@ modules are imported.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
+import asyncpg
 import pytest
 from hypothesis import settings
+from pgcluster import TEMPLATE, Cluster, available_reason
 
 from sidecar.store import Store
+
+T = TypeVar("T")
+BACKENDS = ("sqlite", "postgresql")
 
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.register_profile("random", derandomize=False)
@@ -25,9 +38,68 @@ if _profile:
     settings.load_profile(_profile)
 
 
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to the end from sync code, even while a loop runs on this thread."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    """The run's PostgreSQL cluster, with a migrated template database to copy per test."""
+    reason = available_reason()
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"PostgreSQL is required under CI: {reason}")
+        pytest.skip(f"PostgreSQL tests need a PostgreSQL server: {reason}")
+    cluster = Cluster()
+    cluster.start()
+    try:
+        run_async(_make_template(cluster))
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+async def _make_template(cluster: Cluster) -> None:
+    conn = await asyncpg.connect(cluster.url())
+    try:
+        await conn.execute(f"CREATE DATABASE {TEMPLATE}")
+    finally:
+        await conn.close()
+    store = await Store.open(cluster.url(TEMPLATE))
+    await store.close()
+
+
+async def new_pg_database(cluster: Cluster) -> str:
+    """A fresh, migrated database; its URL (libpq style, unix socket)."""
+    name = cluster.fresh_name()
+    conn = await asyncpg.connect(cluster.url())
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE {TEMPLATE}')
+    finally:
+        await conn.close()
+    return cluster.url(name)
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The backend this test runs on."""
+    param: str = request.param
+    return param
+
+
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = await Store.open(tmp_path / "store.db")
+async def db(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str | Path:
+    """Where a fresh database is, for ``Store.open`` or ``serve --db``."""
+    if backend == "sqlite":
+        return tmp_path / "store.db"
+    return await new_pg_database(request.getfixturevalue("pg_cluster"))
+
+
+@pytest.fixture
+async def store(db: str | Path) -> AsyncIterator[Store]:
+    s = await Store.open(db)
     try:
         yield s
     finally:

@@ -1,4 +1,5 @@
-"""SQLite session store (aiosqlite, WAL, group commit). No compaction logic here."""
+"""The session store: one set of queries over SQLite (embedded default) or PostgreSQL (many
+daemons on one database). No compaction logic here."""
 
 from sidecar.store.cache import Key
 from sidecar.store.store import Boundary, Store

@@ -1,7 +1,6 @@
-"""The session store: sessions, messages and parts in SQLite (WAL) through aiosqlite.
+"""The session store: sessions, messages and parts, over a SQLite or PostgreSQL ``Backend``.
 
-Two connections: a writer owned by ``GroupCommit`` (group commit) and a reader, which WAL lets run
-beside it. Stored ``data`` is the client's JSON as given (plus the ids and times the daemon
+Stored ``data`` is the client's JSON as given (plus the ids and times the daemon
 filled in), so fields this version does not model survive a round trip; indexed columns are
 copied out of it. Messages order by ``(time.created, id)`` — a ``Key`` — never by id alone.
 No compaction logic lives here: the store answers range queries the engine asks.
@@ -9,26 +8,22 @@ No compaction logic lives here: the store answers range queries the engine asks.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import aiosqlite
 import msgspec
 
 from sidecar.errors import Conflict, InvalidParams, TooLarge, UnknownMessage, UnknownSession
 from sidecar.model.config import DEFAULT_MAX_REPLY_BYTES
 from sidecar.model.conversation import is_finished_summary
-from sidecar.model.ids import now_ms
 from sidecar.model.jsonguard import deeper_than, flatten_deep
 from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithParts
 from sidecar.model.parts import Part
 from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
+from sidecar.store.backend import Backend, Statement
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
-from sidecar.store.commit import GroupCommit, Statement
-from sidecar.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 _message_decoder = msgspec.json.Decoder(Message)
 _part_decoder = msgspec.json.Decoder(Part)
@@ -42,8 +37,6 @@ STORED_MAX_DEPTH = 512
 
 # Rows fetched per round trip when the store walks a session backwards.
 PAGE = 128
-# Rows fetched per round trip when a read streams (it stops early when over budget).
-_CHUNK = 1024
 # A ``session/messages`` page holds at most this many messages and parts (PROTOCOL.md).
 MAX_PAGE_MESSAGES = 10_000
 MAX_PAGE_PARTS = 10_000
@@ -140,7 +133,7 @@ _UPSERT_PART = (
     "ON CONFLICT (id) DO UPDATE SET type = excluded.type, data = excluded.data, "
     "message_id = excluded.message_id, session_id = excluded.session_id"
 )
-_TOUCH_SESSION = "UPDATE sessions SET updated = max(updated, ?) WHERE id = ?"
+_TOUCH_SESSION = "UPDATE sessions SET updated = ? WHERE id = ? AND updated < ?"
 
 
 def _session_statement(session: Session) -> Statement:
@@ -161,10 +154,10 @@ def _session_statement(session: Session) -> Statement:
     )
 
 
-def message_error(info: Message) -> Callable[[sqlite3.IntegrityError], Exception]:
+def message_error(info: Message) -> Callable[[Exception], Exception]:
     """What a client sees when ``info``'s row breaks an integrity rule."""
 
-    def mapped(exc: sqlite3.IntegrityError) -> Exception:
+    def mapped(exc: Exception) -> Exception:
         if "sidecar:message-session" in str(exc):
             return Conflict(f"message id {info.id!r} belongs to another session")
         return UnknownSession(info.session_id)
@@ -172,10 +165,10 @@ def message_error(info: Message) -> Callable[[sqlite3.IntegrityError], Exception
     return mapped
 
 
-def part_error(part: Part) -> Callable[[sqlite3.IntegrityError], Exception]:
+def part_error(part: Part) -> Callable[[Exception], Exception]:
     """What a client sees when ``part``'s row breaks an integrity rule."""
 
-    def mapped(exc: sqlite3.IntegrityError) -> Exception:
+    def mapped(exc: Exception) -> Exception:
         text = str(exc)
         if "sidecar:part-message" in text:
             return Conflict(f"part id {part.id!r} belongs to another message")
@@ -190,99 +183,64 @@ def part_error(part: Part) -> Callable[[sqlite3.IntegrityError], Exception]:
 
 
 class Store:
-    """Async façade over the database; safe to share between all connections of the daemon."""
+    """Async façade over the database; safe to share between all connections of the daemon.
 
-    def __init__(self, path: str, reader: aiosqlite.Connection, commit: GroupCommit) -> None:
-        self.path = path
-        self._reader = reader
-        self._commit = commit
-        self._writer_db: aiosqlite.Connection | None = None
-        self._checkpoint_db: aiosqlite.Connection | None = None
+    The queries live here, once; a ``Backend`` (SQLite or PostgreSQL) runs them.
+    """
+
+    def __init__(self, backend: Backend) -> None:
+        self._db = backend
         self.cache = WindowCache()
+        backend.watch(self.cache)
         # The largest window or page a read loads (the server sets ``server.maxReplyBytes``).
         self.max_read_bytes = DEFAULT_MAX_REPLY_BYTES
-        self._data_version: int | None = None
 
     @property
-    def _writer_conn(self) -> sqlite3.Connection | None:
-        """The writer's sqlite3 connection, for a pragma asked inline (``None``: in memory)."""
-        if self._writer_db is None or self.path == ":memory:":
-            return None
-        return self._writer_db._conn
+    def backend(self) -> Backend:
+        return self._db
+
+    @property
+    def path(self) -> str:
+        """The database as ``daemon/status`` shows it (a file, or a URL without password)."""
+        return self._db.display
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, path: str | Path, *, synchronous: str = "NORMAL") -> Store:
-        """Open (creating and migrating as needed).
+    async def open(cls, db: str | Path, *, synchronous: str = "NORMAL") -> Store:
+        """Open a SQLite file, or a ``postgresql://`` URL (creating and migrating as needed).
 
-        In WAL mode ``NORMAL`` makes a commit durable against a crash of the process (kill -9:
-        the WAL is written before the reply); ``FULL`` also fsyncs every group commit, for
-        power loss, at about 60-75 us per commit here.
+        ``synchronous`` is SQLite's durability setting (``NORMAL``: durable against a crash of
+        the process; ``FULL``: also against power loss); PostgreSQL commits are durable.
         """
-        path = str(path)
-        if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        # Not autocommit: the writer's transactions begin implicitly at their first write.
-        # Shared across threads: ``GroupCommit`` commits modest batches on the loop's thread and
-        # large ones on aiosqlite's, never both at once. Auto-checkpoint is off: the writer
-        # has checkpoints run on a connection of their own (below).
-        wdb = await aiosqlite.connect(path, isolation_level="DEFERRED", check_same_thread=False)
-        for pragma in (
-            "journal_mode=WAL",
-            f"synchronous={synchronous}",
-            "wal_autocheckpoint=0",
-            "busy_timeout=5000",
-            "foreign_keys=ON",
-            "temp_store=MEMORY",
-        ):
-            await wdb.execute(f"PRAGMA {pragma}")
-        await _migrate(wdb)
-        rdb = await aiosqlite.connect(path, isolation_level=None)
-        await rdb.execute("PRAGMA busy_timeout=5000")
-        await rdb.execute("PRAGMA query_only=ON")
-        # Checkpoints run on a connection (and thread) of their own, so commits go on
-        # while one fsyncs.
-        cdb = None
-        if path != ":memory:":
-            cdb = await aiosqlite.connect(path, isolation_level=None)
-            await cdb.execute("PRAGMA busy_timeout=5000")
-        # Only without a per-commit fsync is a commit cheap enough to run on the loop.
-        inline = synchronous.upper() in ("OFF", "NORMAL")
-        commit = GroupCommit(wdb, inline=inline, checkpointer=cdb)
-        commit.start()
-        store = cls(path, rdb, commit)
-        store._writer_db = wdb
-        store._checkpoint_db = cdb
-        return store
+        from sidecar.store.url import open_backend
+
+        return cls(await open_backend(db, synchronous=synchronous))
 
     async def close(self) -> None:
-        await self._commit.stop()
-        await self._reader.close()
-        if self._checkpoint_db is not None:
-            await self._checkpoint_db.close()
-        if self._writer_db is not None:
-            await self._writer_db.close()
+        await self._db.close()
 
     @property
     def commits(self) -> int:
-        return self._commit.commits
+        return self._db.commits
 
     def commit_queued(self) -> None:
         """Commit the writes queued so far now rather than on the next loop iteration."""
-        self._commit.commit_queued()
+        self._db.commit_queued()
 
     def set_may_join(self, probe: Callable[[], bool]) -> None:
         """Tell the writer whether another write could still join one submitted now."""
-        self._commit.may_join = probe
+        self._db.may_join = probe
 
     # -- sessions ------------------------------------------------------------------------------
 
     async def put_session(self, session: Session) -> None:
-        await self._commit.submit([_session_statement(session)])
+        await self._db.submit([_session_statement(session)])
 
     async def get_session(self, session_id: str) -> Session | None:
-        rows = await self._query("SELECT data, updated FROM sessions WHERE id = ?", (session_id,))
+        rows = await self._db.query(
+            "SELECT data, updated FROM sessions WHERE id = ?", (session_id,)
+        )
         if not rows:
             return None
         session = _session_decoder.decode(rows[0][0])
@@ -308,7 +266,7 @@ class Store:
             sql += " WHERE (created, id) < (?, ?)"
             args += [key.created, key.id]
         sql += " ORDER BY created DESC, id DESC LIMIT ?"
-        rows = list(await self._query(sql, [*args, limit + 1]))
+        rows = list(await self._db.query(sql, [*args, limit + 1]))
         more = len(rows) > limit
         rows = rows[:limit]
         sessions = []
@@ -320,7 +278,7 @@ class Store:
         return sessions, nxt
 
     async def delete_session(self, session_id: str) -> bool:
-        counts = await self._commit.submit(
+        counts = await self._db.submit(
             [("DELETE FROM sessions WHERE id = ?", [(session_id,)])], needs_counts=True
         )
         self.cache.invalidate(session_id)
@@ -331,12 +289,12 @@ class Store:
     def _message_statements(self, info: Message, row: tuple[Any, ...]) -> list[Statement]:
         return [
             (_UPSERT_MESSAGE, [row]),
-            (_TOUCH_SESSION, [(info.time.created, info.session_id)]),
+            (_TOUCH_SESSION, [(info.time.created, info.session_id, info.time.created)]),
         ]
 
     async def put_message(self, info: Message, raw: bytes | str) -> None:
         row = message_row(info, raw)
-        counts = await self._commit.submit(
+        counts = await self._db.submit(
             self._message_statements(info, row), on_integrity=message_error(info)
         )
         self._message_written(info, row, counts)
@@ -352,9 +310,7 @@ class Store:
                 self._message_written(info, row, counts)
             then(exc)
 
-        self._commit.submit_then(
-            self._message_statements(info, row), committed, message_error(info)
-        )
+        self._db.submit_then(self._message_statements(info, row), committed, message_error(info))
 
     def _message_written(self, info: Message, row: tuple[Any, ...], counts: list[int]) -> None:
         if counts[0] > 0:
@@ -364,7 +320,7 @@ class Store:
 
     async def put_part(self, part: Part, raw: bytes | str) -> None:
         row = part_row(part, raw)
-        counts = await self._commit.submit([(_UPSERT_PART, [row])], on_integrity=part_error(part))
+        counts = await self._db.submit([(_UPSERT_PART, [row])], on_integrity=part_error(part))
         self._part_written(part, row, counts)
 
     def put_part_then(
@@ -379,7 +335,7 @@ class Store:
                 self._part_written(part, row, counts)
             then(exc)
 
-        self._commit.submit_then([(_UPSERT_PART, [row])], committed, part_error(part))
+        self._db.submit_then([(_UPSERT_PART, [row])], committed, part_error(part))
 
     def _part_written(self, part: Part, row: tuple[Any, ...], counts: list[int]) -> None:
         if counts[0] > 0:
@@ -399,7 +355,7 @@ class Store:
         if parts:
             statements.append((_UPSERT_PART, [part_row(p, r) for p, r in parts]))
         if statements:
-            await self._commit.submit(statements)
+            await self._db.submit(statements)
         for sid in {m.session_id for m, _ in messages} | {p.session_id for p, _ in parts}:
             self.cache.invalidate(sid)
 
@@ -415,7 +371,7 @@ class Store:
             statements.append((_UPSERT_MESSAGE, [message_row(m, r) for m, r in messages]))
         if parts:
             statements.append((_UPSERT_PART, [part_row(p, r) for p, r in parts]))
-        await self._commit.submit(
+        await self._db.submit(
             statements,
             on_integrity=lambda exc: Conflict(f"session {session.id!r} not stored: {exc}"),
             needs_counts=True,
@@ -423,19 +379,19 @@ class Store:
         self.cache.invalidate(session.id)
 
     async def get_message(self, message_id: str) -> tuple[Message, str] | None:
-        rows = await self._query("SELECT data FROM messages WHERE id = ?", (message_id,))
+        rows = await self._db.query("SELECT data FROM messages WHERE id = ?", (message_id,))
         return (decode_message(rows[0][0]), rows[0][0]) if rows else None
 
     async def get_part(self, part_id: str) -> tuple[Part, str] | None:
-        rows = await self._query("SELECT data FROM parts WHERE id = ?", (part_id,))
+        rows = await self._db.query("SELECT data FROM parts WHERE id = ?", (part_id,))
         return (decode_part(rows[0][0]), rows[0][0]) if rows else None
 
     async def message_key(self, message_id: str) -> Key | None:
-        rows = await self._query("SELECT created, id FROM messages WHERE id = ?", (message_id,))
+        rows = await self._db.query("SELECT created, id FROM messages WHERE id = ?", (message_id,))
         return Key(*rows[0]) if rows else None
 
     async def remove_message(self, session_id: str, message_id: str) -> bool:
-        counts = await self._commit.submit(
+        counts = await self._db.submit(
             [
                 (
                     "DELETE FROM messages WHERE id = ? AND session_id = ?",
@@ -449,7 +405,7 @@ class Store:
         return counts[0] > 0
 
     async def remove_part(self, session_id: str, message_id: str, part_id: str) -> bool:
-        counts = await self._commit.submit(
+        counts = await self._db.submit(
             [
                 (
                     "DELETE FROM parts WHERE id = ? AND message_id = ? AND session_id = ?",
@@ -463,24 +419,15 @@ class Store:
         return counts[0] > 0
 
     async def mark_compacted(self, part_ids: Sequence[str], ts: int) -> list[str]:
-        """Set ``state.time.compacted`` in place (JSON patch in SQL, so concurrent edits and
-        unknown fields are kept) for completed tool outputs; returns the updated parts' JSON."""
+        """Set ``state.time.compacted`` in place (concurrent edits and unknown fields are
+        kept) for completed tool outputs; returns the updated parts' JSON."""
         if not part_ids:
             return []
-        await self._commit.submit(
-            [
-                (
-                    "UPDATE parts SET data = json_set(data, '$.state.time.compacted', ?) "
-                    "WHERE id = ? AND type = 'tool' "
-                    "AND json_extract(data, '$.state.status') = 'completed'",
-                    [(ts, pid) for pid in part_ids],
-                )
-            ]
-        )
+        await self._db.mark_compacted(part_ids, ts)
         out: list[str] = []
         for chunk in _chunks(list(part_ids), 500):
             marks = ",".join("?" * len(chunk))
-            rows = await self._query(
+            rows = await self._db.query(
                 f"SELECT data FROM parts WHERE id IN ({marks}) ORDER BY id", chunk
             )
             out.extend(r[0] for r in rows)
@@ -512,7 +459,7 @@ class Store:
                     [(session_id, start.created, start.id)],
                 )
             )
-        counts = await self._commit.submit(statements, needs_counts=True)
+        counts = await self._db.submit(statements, needs_counts=True)
         self.cache.invalidate(session_id)
         return counts[-1]
 
@@ -522,8 +469,8 @@ class Store:
         """Take (or renew) a named lease for ``ttl_ms`` unless another owner holds one that has
         not expired: what keeps two daemons on one database from compacting a session twice.
         A daemon that dies holding one loses it when it expires."""
-        now = now_ms()
-        counts = await self._commit.submit(
+        now = await self._db.now_ms()
+        counts = await self._db.submit(
             [
                 (
                     "INSERT INTO leases (name, owner, expires) VALUES (?, ?, ?) "
@@ -538,7 +485,7 @@ class Store:
         return counts[0] > 0
 
     async def release_lease(self, name: str, owner: str) -> None:
-        await self._commit.submit(
+        await self._db.submit(
             [("DELETE FROM leases WHERE name = ? AND owner = ?", [(name, owner)])]
         )
 
@@ -547,7 +494,7 @@ class Store:
     async def boundary(self, session_id: str, before: Key | None = None) -> Boundary | None:
         """The latest marker (before ``before``, if given) with a finished, error-free summary."""
         sql = (
-            "SELECT m.created, m.id, json_extract(p.data, '$.tailStartID') "
+            "SELECT m.created, m.id, p.data "
             "FROM parts p JOIN messages m ON m.id = p.message_id "
             "WHERE p.session_id = ? AND p.type = 'compaction' AND m.role = 'user' "
             "AND EXISTS (SELECT 1 FROM messages s WHERE s.parent_id = m.id AND s.summary_ok = 1 "
@@ -560,11 +507,11 @@ class Store:
         else:
             sql += ")"
         sql += " ORDER BY m.created DESC, m.id DESC LIMIT 1"
-        rows = await self._query(sql, args)
+        rows = await self._db.query(sql, args)
         if not rows:
             return None
-        created, mid, tail = rows[0]
-        return Boundary(Key(created, mid), tail)
+        created, mid, data = rows[0]
+        return Boundary(Key(created, mid), _tail_start(data))
 
     async def window(
         self,
@@ -578,7 +525,7 @@ class Store:
         ``raws``, when given, is filled with each message's and part's stored JSON by id. The
         window from ``start`` to the end is served from ``WindowCache`` when it can be.
         """
-        self._check_external_writes()
+        await self._db.fresh(self.cache)
         if end is None and (cached := self.cache.get(session_id, start)) is not None:
             return _assemble(cached[0], cached[1], raws)
         version = self.cache.version(session_id)
@@ -614,43 +561,19 @@ class Store:
             )
         return window
 
-    async def _query(self, sql: str, args: Sequence[Any] = ()) -> list[Any]:
-        """All rows of a read (small, bounded reads: points, pages, boundary)."""
-        return list(await self._reader.execute_fetchall(sql, args))
-
     async def _fetch(self, sql: str, args: list[Any], budget: _Budget) -> list[Any]:
         """Rows in chunks, stopping as soon as their JSON passes the read budget: a window too
         large to serve never sits in memory whole."""
         out: list[Any] = []
-        async with self._reader.execute(sql, args) as cursor:
-            while chunk := await cursor.fetchmany(_CHUNK):
+        async with self._db.stream(sql, args) as chunks:
+            async for chunk in chunks:
                 budget.spend(sum(len(row[1]) for row in chunk))
                 out.extend(chunk)
         return out
 
-    def _check_external_writes(self) -> None:
-        """Drop the window cache when another process committed to the database.
-
-        ``PRAGMA data_version`` on the writer connection changes with every commit made by any
-        other connection (a second daemon on the same file); our own commits go through this
-        one, so they leave it as it is. Asked inline (microseconds); while a batch is on the
-        writer's thread the cache is not trusted at all.
-        """
-        conn = self._writer_conn
-        if conn is None:
-            return
-        if self._commit.busy:
-            self.cache.clear()
-            return
-        version = conn.execute("PRAGMA data_version").fetchone()[0]
-        if version != self._data_version:
-            if self._data_version is not None:
-                self.cache.clear()
-            self._data_version = version
-
     async def _parts_between(self, session_id: str, first: Key, last: Key) -> Any:
         """``(message id, JSON)`` of the parts of messages ``first <= key <= last``."""
-        return await self._query(
+        return await self._db.query(
             "SELECT p.message_id, p.data FROM messages m JOIN parts p ON p.message_id = m.id "
             "WHERE m.session_id = ? AND (m.created, m.id) >= (?, ?) "
             "AND (m.created, m.id) <= (?, ?) ORDER BY p.message_id, p.id",
@@ -669,7 +592,7 @@ class Store:
                 cond += " AND (m.created, m.id) < (?, ?)"
                 args += [cursor.created, cursor.id]
             msgs = list(
-                await self._query(
+                await self._db.query(
                     f"SELECT m.id, m.data, m.created FROM messages m WHERE {cond} "
                     "ORDER BY m.created DESC, m.id DESC LIMIT ?",
                     [*args, page],
@@ -710,7 +633,7 @@ class Store:
             cond += " AND (m.created, m.id) " + (">=" if start.inside else ">") + " (?, ?)"
             args += [start.key.created, start.key.id]
         msgs = list(
-            await self._query(
+            await self._db.query(
                 f"SELECT m.id, m.created, m.data FROM messages m WHERE {cond} "
                 "ORDER BY m.created, m.id LIMIT ?",
                 [*args, max_msgs + 1],
@@ -728,11 +651,13 @@ class Store:
         )
         resume = (start.key.id, start.after_part or "") if start and start.inside else ("", "")
         page = _Page(msgs, self.max_read_bytes, max_parts)
-        async with self._reader.execute(parts_sql, [*args, last.created, last.id, *resume]) as cur:
-            while page.cursor is None and (chunk := await cur.fetchmany(_CHUNK)):
+        async with self._db.stream(parts_sql, [*args, last.created, last.id, *resume]) as chunks:
+            async for chunk in chunks:
                 for mid, pid, data in chunk:
                     if not page.add_part(mid, pid, data):
                         break
+                if page.cursor is not None:
+                    break
         if page.cursor is None:
             page.join_until(len(msgs))
         nxt = page.cursor or (PageCursor(last) if more_msgs else None)
@@ -763,7 +688,7 @@ class Store:
         )
         if limit is not None:
             sql += " LIMIT ?"
-        rows = list(await self._query(sql, [*args, limit + 1] if limit else args))
+        rows = list(await self._db.query(sql, [*args, limit + 1] if limit else args))
         more = limit is not None and len(rows) > limit
         if limit is not None:
             rows = rows[:limit]
@@ -782,27 +707,26 @@ class Store:
 
     async def summary_texts(self, session_id: str, limit: int) -> list[str]:
         """Texts of the newest ``limit`` finished summaries, oldest first."""
-        rows = await self._query(
+        rows = await self._db.query(
             "SELECT id FROM messages WHERE session_id = ? AND summary_ok = 1 "
             "ORDER BY created DESC, id DESC LIMIT ?",
             (session_id, limit),
         )
         texts: list[str] = []
         for (mid,) in reversed(list(rows)):
-            parts = await self._query(
-                "SELECT json_extract(data, '$.text') FROM parts "
-                "WHERE message_id = ? AND type = 'text' ORDER BY id",
+            parts = await self._db.query(
+                "SELECT data FROM parts WHERE message_id = ? AND type = 'text' ORDER BY id",
                 (mid,),
             )
-            texts.append("\n".join(t for (t,) in parts if t))
+            texts.append("\n".join(t for (data,) in parts if (t := _text_of(data))))
         return texts
 
     async def count_sessions(self) -> int:
-        rows = await self._query("SELECT count(*) FROM sessions")
+        rows = await self._db.query("SELECT count(*) FROM sessions")
         return int(rows[0][0])
 
     async def count_messages(self, session_id: str) -> int:
-        rows = await self._query(
+        rows = await self._db.query(
             "SELECT count(*) FROM messages WHERE session_id = ?", (session_id,)
         )
         return int(rows[0][0])
@@ -896,39 +820,24 @@ def _chunks(items: list[str], size: int) -> list[list[str]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-async def _migrate(db: aiosqlite.Connection) -> None:
-    await db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-    rows = list(await db.execute_fetchall("SELECT version FROM schema_version"))
-    if not rows:
-        await db.execute("INSERT INTO schema_version (version) VALUES (0)")
-        await db.commit()
-        version = 0
-    else:
-        version = int(rows[0][0])
-    if version > SCHEMA_VERSION:
-        raise RuntimeError(
-            f"database schema v{version} is newer than this daemon (v{SCHEMA_VERSION})"
-        )
-    for target in range(version + 1, SCHEMA_VERSION + 1):
-        await db.execute("BEGIN IMMEDIATE")
-        try:
-            for stmt in _split(MIGRATIONS[target - 1]):
-                await db.execute(stmt)
-            await db.execute("UPDATE schema_version SET version = ?", (target,))
-            await db.execute("COMMIT")
-        except sqlite3.Error:
-            await db.execute("ROLLBACK")
-            raise
+class _Tail(msgspec.Struct):
+    tailStartID: str | None = None  # the stored JSON's name
 
 
-def _split(script: str) -> list[str]:
-    """Statements of a migration script (a trigger's body holds ``;`` of its own)."""
-    out: list[str] = []
-    pending = ""
-    for piece in script.split(";"):
-        pending += piece + ";"
-        if sqlite3.complete_statement(pending):
-            if pending.strip(" \n;"):
-                out.append(pending.strip())
-            pending = ""
-    return out
+class _Text(msgspec.Struct):
+    text: str = ""
+
+
+_tail_decoder = msgspec.json.Decoder(_Tail)
+_text_decoder = msgspec.json.Decoder(_Text)
+
+
+def _tail_start(data: str) -> str | None:
+    """A compaction part's ``tailStartID`` (decoded here: the same on every backend)."""
+    tail: str | None = _tail_decoder.decode(shallow_json(data)).tailStartID
+    return tail
+
+
+def _text_of(data: str) -> str:
+    text: str = _text_decoder.decode(shallow_json(data)).text
+    return text

@@ -63,7 +63,7 @@ async def _run(path: Path, ops: list[tuple[int, str]], inline: bool) -> None:
             await store.put_session(Session(id=sid, title="", time=SessionTime(created=1)))
         owned = UserMessage(id="owned", session_id="other", time=MessageTime(created=1))
         await store.put_message(owned, msgspec.json.encode(owned))
-        writer = store._commit
+        writer = store.backend._commit
         jobs = []
         for index, (rows, fault) in enumerate(ops):
             statements, last = _op_rows(index, rows, fault)

@@ -46,7 +46,7 @@ async def test_a_write_nothing_could_join_commits_before_the_caller_yields(tmp_p
     try:
         await _seed(store)
         store.set_may_join(lambda: False)
-        w = store._commit
+        w = store.backend._commit
         solo = w.solo_commits
         ran: list[int] = []
         asyncio.get_running_loop().call_soon(ran.append, 1)
@@ -81,7 +81,7 @@ async def test_while_others_may_join_writes_queue_and_group(tmp_path: Path) -> N
     store = await Store.open(tmp_path / "s.db")
     try:
         await _seed(store)
-        w = store._commit
+        w = store.backend._commit
         store.set_may_join(lambda: True)
         solo, commits = w.solo_commits, w.commits
         await asyncio.gather(*[_text(store, f"prt_{i:03}") for i in range(50)])
@@ -95,7 +95,7 @@ async def test_large_batches_commit_on_aiosqlites_thread(tmp_path: Path) -> None
     store = await Store.open(tmp_path / "s.db")
     try:
         await _seed(store)
-        w = store._commit
+        w = store.backend._commit
         commits, inline = w.commits, w.inline_commits
         n = commit_mod.INLINE_MAX_ROWS + 50
         await asyncio.gather(*[_text(store, f"prt_{i:04}") for i in range(n)])
@@ -115,7 +115,7 @@ async def test_full_durability_never_commits_on_the_loop(tmp_path: Path) -> None
         store.set_may_join(lambda: False)
         await asyncio.gather(*[_text(store, f"prt_{i}") for i in range(5)])
         await _text(store, "prt_last")
-        w = store._commit
+        w = store.backend._commit
         assert w.inline_commits == 0 and w.solo_commits == 0 and w.commits >= 3
     finally:
         await store.close()
@@ -127,11 +127,11 @@ async def test_checkpoints_run_from_the_writer_not_sqlite_auto_checkpoint(
     path = tmp_path / "s.db"
     store = await Store.open(path)
     try:
-        assert store._writer_db is not None
-        rows = await store._writer_db.execute_fetchall("PRAGMA wal_autocheckpoint")
+        assert store.backend._writer_db is not None
+        rows = await store.backend._writer_db.execute_fetchall("PRAGMA wal_autocheckpoint")
         assert list(rows) == [(0,)]
         await _seed(store)
-        w = store._commit
+        w = store.backend._commit
         assert w.checkpoints == 0
         # 13 batches of 100 parts of 3 KB: about 90 estimated pages each.
         text = "z" * 3000
@@ -155,7 +155,7 @@ async def test_writes_do_not_wait_for_a_running_checkpoint(tmp_path: Path) -> No
     try:
         await _seed(store)
         store.set_may_join(lambda: False)
-        w = store._commit
+        w = store.backend._commit
         w._start_checkpoint()
         await _text(store, "prt_1")
         assert w._checkpointing is not None  # still running: the write did not wait for it
@@ -223,7 +223,7 @@ async def test_the_wal_stays_bounded_under_a_steady_stream_of_writes(tmp_path: P
     store = await Store.open(tmp_path / "s.db")
     try:
         await _seed(store)
-        w = store._commit
+        w = store.backend._commit
         seen: list[int] = []
         i = 0
         while w.checkpoints < 8:
@@ -263,7 +263,7 @@ async def test_stress_the_writer_connection_is_never_used_by_two_threads_at_once
     store = await Store.open(tmp_path / "s.db")
     try:
         await _seed(store)
-        w = store._commit
+        w = store.backend._commit
         n = 0
         for _ in range(40):
             big = [_text(store, f"prt_{n + k:07}") for k in range(commit_mod.INLINE_MAX_ROWS + 1)]
@@ -286,7 +286,7 @@ async def test_a_checkpoint_never_clears_the_flag_of_a_batch_on_the_thread(
 ) -> None:
     store = await Store.open(tmp_path / "s.db")
     try:
-        w = store._commit
+        w = store.backend._commit
         w._busy = True  # as while a batch is being committed on aiosqlite's thread
         w.wal_frames = commit_mod.WAL_RESTART_FRAMES  # a checkpoint would like to hold writes
         w._wal_pages = commit_mod.CHECKPOINT_PAGES

@@ -117,9 +117,8 @@ async def test_a_window_over_the_read_budget_is_refused_not_loaded(store: Store)
         await store.window(SID)
 
 
-async def test_a_second_process_writes_reach_a_warm_window_cache(tmp_path: Path) -> None:
-    path = tmp_path / "shared.db"
-    ours, theirs = await Store.open(path), await Store.open(path)
+async def test_a_second_process_writes_reach_a_warm_window_cache(db: str | Path) -> None:
+    ours, theirs = await Store.open(db), await Store.open(db)
     try:
         await _session(ours, [1])
         assert len(await ours.window(SID)) == 1
@@ -138,9 +137,8 @@ async def test_a_second_process_writes_reach_a_warm_window_cache(tmp_path: Path)
         await theirs.close()
 
 
-async def test_a_lease_is_held_by_one_process_until_released_or_expired(tmp_path: Path) -> None:
-    path = tmp_path / "shared.db"
-    a, b = await Store.open(path), await Store.open(path)
+async def test_a_lease_is_held_by_one_process_until_released_or_expired(db: str | Path) -> None:
+    a, b = await Store.open(db), await Store.open(db)
     try:
         assert await a.acquire_lease("compact:s", "daemon-a", 60_000)
         assert not await b.acquire_lease("compact:s", "daemon-b", 60_000)

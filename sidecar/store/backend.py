@@ -1,0 +1,77 @@
+"""What ``Store`` needs from a database: the seam between the store's queries and an engine.
+
+``Store`` writes its SQL once, with ``?`` placeholders and only what SQLite and PostgreSQL
+both understand; a backend runs it (PostgreSQL's rewrites the placeholders), owns the group
+commit, and knows how to tell that *another* process changed the database. The two backends
+are ``sqlite.SqliteBackend`` (embedded default) and ``postgres.PostgresBackend`` (many
+daemons on one database).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from sidecar.store.cache import WindowCache
+
+Statement = tuple[str, Sequence[Sequence[Any]]]
+# Maps an integrity violation of one op (a foreign key, a trigger) to its caller's error.
+OnIntegrity = Callable[[Exception], Exception]
+# Told the op's row counts (``-1``: unknown), or the error, right after its commit.
+Then = Callable[[list[int], BaseException | None], None]
+Row = Sequence[Any]
+
+
+class Backend(Protocol):
+    #: ``"sqlite"`` or ``"postgresql"``.
+    kind: str
+    #: What ``daemon/status`` shows as the database (no password).
+    display: str
+    #: Set by the server: can another write still join one submitted now?
+    may_join: Callable[[], bool]
+
+    @property
+    def commits(self) -> int: ...
+
+    async def query(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        """All rows of a bounded read."""
+
+    def stream(self, sql: str, args: Sequence[Any]) -> AbstractAsyncContextManager[Chunks]:
+        """Rows of a read in chunks, so a caller can stop before the rest is loaded."""
+
+    async def submit(
+        self,
+        statements: list[Statement],
+        on_integrity: OnIntegrity | None = None,
+        needs_counts: bool = False,
+    ) -> list[int]:
+        """Commit one atomic op with the next group commit; return once it is durable. A
+        failing op fails alone; with ``needs_counts`` each statement's exact row count."""
+
+    def submit_then(
+        self, statements: list[Statement], then: Then, on_integrity: OnIntegrity | None = None
+    ) -> None:
+        """``submit`` for callers without a task: ``then`` hears how it went."""
+
+    def commit_queued(self) -> None:
+        """Commit what is queued now rather than on the next loop iteration."""
+
+    async def mark_compacted(self, part_ids: Sequence[str], ts: int) -> None:
+        """Set ``state.time.compacted = ts`` in the JSON of those completed tool parts."""
+
+    async def now_ms(self) -> int:
+        """The clock leases are measured by (the database's, where daemons share one)."""
+
+    def watch(self, cache: WindowCache) -> None:
+        """The cache to keep honest about other processes' writes (``fresh``)."""
+
+    async def fresh(self, cache: WindowCache) -> None:
+        """Before a cached read: drop what another process changed since the last one."""
+
+    async def close(self) -> None: ...
+
+
+class Chunks(Protocol):
+    def __aiter__(self) -> AsyncIterator[list[Row]]: ...

@@ -1,0 +1,236 @@
+"""Group commit over PostgreSQL's one writing connection (``PgCommit``).
+
+The same contract as ``commit.GroupCommit`` for SQLite: ops queued while a batch is on the
+wire, or in the same loop iteration, commit together in one transaction (runs of identical SQL
+become one pipelined ``executemany``), and each caller resumes only after the commit. If the
+batch fails it is rolled back and replayed op by op, so only the offending op fails and
+nothing of it is stored. A round trip to the server costs far more than SQLite's in-process
+commit, so batches form by themselves under load: while one is in flight the next queues.
+
+An op is SQL statements, or a function run on the connection inside the transaction (a JSON
+patch that reads the rows it changes under ``FOR UPDATE``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from sidecar.store.backend import OnIntegrity, Statement, Then
+
+log = logging.getLogger("sidecar.store")
+
+MAX_BATCH_OPS = 1024
+
+OpFunction = Callable[[asyncpg.Connection], Awaitable[list[int]]]
+
+
+class StoreUnavailable(Exception):
+    """The database cannot be reached; nothing of the op was stored."""
+
+
+@dataclass(slots=True)
+class _Op:
+    statements: list[Statement]
+    function: OpFunction | None = None
+    future: asyncio.Future[None] | None = None
+    then: Then | None = None
+    on_integrity: OnIntegrity | None = None
+    needs_counts: bool = False
+    rowcounts: list[int] = field(default_factory=list)
+
+
+@functools.lru_cache(maxsize=512)
+def pg_sql(sql: str) -> str:
+    """``?`` placeholders as PostgreSQL's ``$1, $2, ...`` (the store's SQL has no ``?`` in a
+    literal)."""
+    pieces = sql.split("?")
+    out = [pieces[0]]
+    for n, piece in enumerate(pieces[1:], start=1):
+        out.append(f"${n}{piece}")
+    return "".join(out)
+
+
+def _exact(sql: str) -> bool:
+    """An unconditional upsert changes exactly one row per input row (or fails): the count a
+    merged ``executemany`` (which reports none) can still give."""
+    head = sql.lstrip().upper()
+    return head.startswith("INSERT") and "DO UPDATE" in head and " WHERE " not in head
+
+
+class PgCommit:
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self._conn = conn
+        self._pending: list[_Op] = []
+        self._wake = asyncio.Event()
+        self._quiet = asyncio.Event()
+        self._quiet.set()
+        self._open = False
+        self._task: asyncio.Task[None] | None = None
+        self.may_join: Callable[[], bool] = lambda: True  # the server's probe (unused here)
+        self.commits = 0
+
+    def start(self) -> None:
+        self._open = True
+        self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        self._open = False
+        await self._quiet.wait()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def settle(self) -> None:
+        await self._quiet.wait()
+
+    async def submit(
+        self,
+        statements: list[Statement],
+        on_integrity: OnIntegrity | None = None,
+        needs_counts: bool = False,
+        function: OpFunction | None = None,
+    ) -> list[int]:
+        if not self._open:
+            raise RuntimeError("store is closed")
+        op = _Op(statements, function, None, None, on_integrity, needs_counts)
+        op.future = asyncio.get_running_loop().create_future()
+        self._queue(op)
+        await op.future
+        return op.rowcounts
+
+    def submit_then(
+        self, statements: list[Statement], then: Then, on_integrity: OnIntegrity | None = None
+    ) -> None:
+        if not self._open:
+            raise RuntimeError("store is closed")
+        self._queue(_Op(statements, None, None, then, on_integrity))
+
+    def _queue(self, op: _Op) -> None:
+        self._pending.append(op)
+        self._quiet.clear()
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            # Let the rest of this loop iteration's writes join the batch.
+            await asyncio.sleep(0)
+            while self._pending:
+                batch = self._pending[:MAX_BATCH_OPS]
+                del self._pending[:MAX_BATCH_OPS]
+                outcomes = await self._commit(batch)
+                for op, outcome in zip(batch, outcomes, strict=True):
+                    _resolve(op, outcome)
+            self._quiet.set()
+
+    async def _commit(self, batch: list[_Op]) -> list[BaseException | None]:
+        """One transaction for the batch; on failure, one per op."""
+        try:
+            async with self._conn.transaction():
+                if len(batch) == 1:
+                    batch[0].rowcounts = await self._run_op(batch[0])
+                else:
+                    await self._run_grouped(batch)
+            self.commits += 1
+            return [None] * len(batch)
+        except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError) as exc:
+            return [_unavailable(exc)] * len(batch)
+        except Exception:  # rolled back: replay op by op, so only the offending op fails
+            pass
+        outcomes: list[BaseException | None] = []
+        for op in batch:
+            try:
+                async with self._conn.transaction():
+                    op.rowcounts = await self._run_op(op)
+                self.commits += 1
+                outcomes.append(None)
+            except asyncpg.IntegrityConstraintViolationError as exc:
+                outcomes.append(op.on_integrity(exc) if op.on_integrity else exc)
+            except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError) as exc:
+                outcomes.append(_unavailable(exc))
+            except Exception as exc:
+                if not isinstance(exc, asyncpg.PostgresError):
+                    log.error("write failed: %s", type(exc).__name__, exc_info=exc)
+                outcomes.append(exc)
+        return outcomes
+
+    async def _run_op(self, op: _Op) -> list[int]:
+        if op.function is not None:
+            return await op.function(self._conn)
+        counts = []
+        for sql, rows in op.statements:
+            if op.needs_counts:
+                total = 0
+                for row in rows:
+                    status = await self._conn.execute(pg_sql(sql), *row)
+                    total += _count(status)
+                counts.append(total)
+            else:
+                await self._conn.executemany(pg_sql(sql), rows)
+                counts.append(len(rows) if _exact(sql) else -1)
+        return counts
+
+    async def _run_grouped(self, batch: list[_Op]) -> None:
+        """Runs of the same SQL across ops go as one ``executemany``."""
+        pending_sql: str | None = None
+        pending_rows: list[Sequence[Any]] = []
+        owners: list[tuple[_Op, int, int]] = []
+
+        async def flush() -> None:
+            if pending_sql is None:
+                return
+            await self._conn.executemany(pg_sql(pending_sql), pending_rows)
+            exact = _exact(pending_sql)
+            for op, index, rows in owners:
+                op.rowcounts[index] = rows if exact else -1
+
+        for op in batch:
+            if op.needs_counts or op.function is not None:
+                await flush()
+                pending_sql, pending_rows, owners = None, [], []
+                op.rowcounts = await self._run_op(op)
+                continue
+            op.rowcounts = [0] * len(op.statements)
+            for index, (sql, rows) in enumerate(op.statements):
+                if sql != pending_sql:
+                    await flush()
+                    pending_sql, pending_rows, owners = sql, [], []
+                pending_rows.extend(rows)
+                owners.append((op, index, len(rows)))
+        await flush()
+
+
+def _count(status: str) -> int:
+    """Rows a command changed, from its tag (``INSERT 0 1``, ``UPDATE 3``, ``SELECT 1``)."""
+    last = status.rsplit(" ", 1)[-1]
+    return int(last) if last.isdigit() else 0
+
+
+def _unavailable(exc: BaseException) -> StoreUnavailable:
+    return StoreUnavailable(f"the database is unavailable ({type(exc).__name__}: {exc})")
+
+
+def _resolve(op: _Op, exc: BaseException | None) -> None:
+    if op.then is not None:
+        try:
+            op.then(op.rowcounts, exc)
+        except Exception:
+            log.exception("commit callback failed")
+        return
+    fut = op.future
+    if fut is None or fut.done():
+        return
+    if exc is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(exc)

@@ -1,0 +1,120 @@
+"""The PostgreSQL schema: ``schema.py``'s tables and rules in PostgreSQL's dialect.
+
+Same version numbers, same forward-only migrations (each in its own transaction, under an
+advisory lock so that daemons starting together migrate once). Ids compare in the ``"C"``
+collation so that every ordering (``(created, id)``, parts by id) is byte order, as in SQLite
+and in the daemon's window cache, whatever the database's locale. ``data`` is ``text``, not
+``jsonb``: the client's JSON is kept byte for byte.
+
+Beyond SQLite's schema: every change to a session's rows sends ``NOTIFY sidecar_changed``
+with the session id (delivered at commit), which is how a daemon learns that another one
+changed a session it caches; and ``relay`` holds notifications too large for a ``NOTIFY``.
+"""
+
+from __future__ import annotations
+
+from sidecar.store.schema import SCHEMA_VERSION
+
+# A fixed key for ``pg_advisory_xact_lock`` while migrating ("sidecar" in ASCII).
+MIGRATION_LOCK = 0x73696465636172
+
+MIGRATIONS: list[str] = [
+    # 1: sessions, messages, parts
+    """
+    CREATE TABLE sessions (
+        id TEXT COLLATE "C" PRIMARY KEY,
+        parent_id TEXT COLLATE "C",
+        created BIGINT NOT NULL,
+        updated BIGINT NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX sessions_by_updated ON sessions (updated, id);
+    CREATE INDEX sessions_by_created ON sessions (created, id);
+
+    CREATE TABLE messages (
+        id TEXT COLLATE "C" PRIMARY KEY,
+        session_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        created BIGINT NOT NULL,
+        role TEXT NOT NULL,
+        parent_id TEXT COLLATE "C",
+        summary_ok INTEGER NOT NULL DEFAULT 0,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX messages_by_time ON messages (session_id, created, id);
+    CREATE INDEX messages_summaries ON messages (parent_id) WHERE summary_ok = 1;
+
+    CREATE TABLE parts (
+        id TEXT COLLATE "C" PRIMARY KEY,
+        message_id TEXT COLLATE "C" NOT NULL REFERENCES messages (id) ON DELETE CASCADE,
+        session_id TEXT COLLATE "C" NOT NULL,
+        type TEXT NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX parts_by_message ON parts (message_id, id);
+    CREATE INDEX parts_compaction ON parts (session_id) WHERE type = 'compaction';
+    """,
+    # 2: integrity (DESIGN §4), leases, and what lets daemons share the database.
+    """
+    CREATE FUNCTION sidecar_integrity() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        bad TEXT;
+    BEGIN
+        IF TG_TABLE_NAME = 'messages' THEN
+            IF NEW.session_id IS DISTINCT FROM OLD.session_id THEN
+                bad := 'sidecar:message-session';
+            END IF;
+        ELSIF TG_OP = 'UPDATE' THEN
+            IF NEW.message_id IS DISTINCT FROM OLD.message_id THEN
+                bad := 'sidecar:part-message';
+            END IF;
+        ELSIF NEW.session_id <> (SELECT session_id FROM messages WHERE id = NEW.message_id) THEN
+            bad := 'sidecar:part-session';
+        END IF;
+        IF bad IS NOT NULL THEN
+            RAISE EXCEPTION '%', bad USING ERRCODE = 'integrity_constraint_violation';
+        END IF;
+        RETURN NEW;
+    END $$;
+
+    CREATE TRIGGER messages_one_session BEFORE UPDATE OF session_id ON messages
+    FOR EACH ROW EXECUTE FUNCTION sidecar_integrity();
+    CREATE TRIGGER parts_one_message BEFORE UPDATE OF message_id ON parts
+    FOR EACH ROW EXECUTE FUNCTION sidecar_integrity();
+    CREATE TRIGGER parts_session_is_message_session BEFORE INSERT ON parts
+    FOR EACH ROW EXECUTE FUNCTION sidecar_integrity();
+
+    CREATE TABLE leases (
+        name TEXT COLLATE "C" PRIMARY KEY,
+        owner TEXT NOT NULL,
+        expires BIGINT NOT NULL
+    );
+
+    CREATE FUNCTION sidecar_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        sid TEXT;
+    BEGIN
+        IF TG_TABLE_NAME = 'sessions' THEN
+            sid := CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END;
+        ELSE
+            sid := CASE WHEN TG_OP = 'DELETE' THEN OLD.session_id ELSE NEW.session_id END;
+        END IF;
+        PERFORM pg_notify('sidecar_changed', sid);
+        RETURN NULL;
+    END $$;
+
+    CREATE TRIGGER sessions_changed AFTER INSERT OR UPDATE OR DELETE ON sessions
+    FOR EACH ROW EXECUTE FUNCTION sidecar_changed();
+    CREATE TRIGGER messages_changed AFTER INSERT OR UPDATE OR DELETE ON messages
+    FOR EACH ROW EXECUTE FUNCTION sidecar_changed();
+    CREATE TRIGGER parts_changed AFTER INSERT OR UPDATE OR DELETE ON parts
+    FOR EACH ROW EXECUTE FUNCTION sidecar_changed();
+
+    CREATE TABLE relay (
+        id BIGSERIAL PRIMARY KEY,
+        created BIGINT NOT NULL,
+        data TEXT NOT NULL
+    );
+    """,
+]
+
+assert len(MIGRATIONS) == SCHEMA_VERSION, "a migration is missing from one backend"

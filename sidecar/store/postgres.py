@@ -1,0 +1,336 @@
+"""The shared backend: PostgreSQL through asyncpg, for many daemons on one database.
+
+Three kinds of connection: one writer (``PgCommit``'s group commit), a small pool of readers,
+and one listener. The listener hears two channels:
+
+* ``sidecar_changed``: the schema's triggers name every session whose rows a transaction
+  changed, at its commit. A change made by another connection (another daemon, ``import``)
+  drops that session from the window cache. Before a cached window is served, ``fresh`` makes
+  one round trip on the listener: PostgreSQL delivers every notification of a transaction that
+  committed before that query was sent ahead of its reply, so a window is never served from a
+  cache that has not heard of a commit that happened before the read began.
+* ``sidecar_events``: what another daemon published to its subscribers (``relay``), so that
+  a client subscribed through daemon A sees the writes made through daemon B. An event larger
+  than a ``NOTIFY`` payload goes through the ``relay`` table, and the notification names its
+  row. Own notifications (this daemon's writer) are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, cast
+
+import asyncpg
+import msgspec
+
+from sidecar.store.backend import Chunks, OnIntegrity, Row, Statement, Then
+from sidecar.store.cache import WindowCache
+from sidecar.store.pg_commit import PgCommit, pg_sql
+from sidecar.store.pg_schema import MIGRATION_LOCK, MIGRATIONS
+from sidecar.store.schema import SCHEMA_VERSION
+from sidecar.store.url import redact
+
+log = logging.getLogger("sidecar.store")
+
+CHUNK = 1024
+READERS = 4
+# Seconds to wait for the server before --db is reported unreachable.
+CONNECT_TIMEOUT = 10
+CHANGED = "sidecar_changed"
+EVENTS = "sidecar_events"
+# A NOTIFY payload must stay under 8000 bytes; larger events go through the relay table.
+NOTIFY_MAX = 7900
+# Relay rows are read within moments of their notification; older ones are deleted.
+RELAY_KEEP_MS = 5 * 60_000
+_NOW_SQL = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+
+#: Told ``(session id, method, params JSON)`` of each event another daemon published.
+EventSink = Callable[[str, str, msgspec.Raw], None]
+
+
+class _Event(msgspec.Struct, array_like=True):
+    session_id: str
+    method: str
+    params: msgspec.Raw
+
+
+class PostgresBackend:
+    kind = "postgresql"
+
+    def __init__(
+        self,
+        dsn: str,
+        writer: asyncpg.Connection,
+        readers: asyncpg.Pool,
+        listener: asyncpg.Connection,
+    ) -> None:
+        self.display = redact(dsn)
+        self._dsn = dsn
+        self._writer = writer
+        self._readers = readers
+        self._listener: asyncpg.Connection | None = listener
+        self._commit = PgCommit(writer)
+        self._own_pids = {writer.get_server_pid()}
+        self._cache: WindowCache | None = None
+        self._trip_lock = asyncio.Lock()  # one query at a time on the listener
+        self._trips_started = self._trips_done = 0
+        self._events: asyncio.Queue[tuple[int, str]] = asyncio.Queue()
+        self._event_task: asyncio.Task[None] | None = None
+        self._last_cleanup = 0
+        self.on_event: EventSink | None = None
+        self.events_relayed = 0
+
+    @classmethod
+    async def open(cls, dsn: str) -> PostgresBackend:
+        """Connect (libpq-style URL), migrate, and start listening."""
+        writer = await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT)
+        try:
+            await _migrate(writer)
+            readers = await asyncpg.create_pool(
+                dsn, min_size=1, max_size=READERS, timeout=CONNECT_TIMEOUT
+            )
+        except BaseException:
+            await writer.close()
+            raise
+        try:
+            listener = await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT)
+        except BaseException:
+            await readers.close()
+            await writer.close()
+            raise
+        backend = cls(dsn, writer, readers, listener)
+        await backend._listen(listener)
+        backend._commit.start()
+        backend._event_task = asyncio.ensure_future(backend._deliver_events())
+        return backend
+
+    async def close(self) -> None:
+        await self._commit.stop()
+        if self._event_task is not None:
+            self._event_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._event_task
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()
+        await self._readers.close()
+        await self._writer.close()
+
+    # -- writes --------------------------------------------------------------------------------
+
+    @property
+    def commits(self) -> int:
+        return self._commit.commits
+
+    @property
+    def may_join(self) -> Callable[[], bool]:
+        return self._commit.may_join
+
+    @may_join.setter
+    def may_join(self, probe: Callable[[], bool]) -> None:
+        self._commit.may_join = probe
+
+    async def submit(
+        self,
+        statements: list[Statement],
+        on_integrity: OnIntegrity | None = None,
+        needs_counts: bool = False,
+    ) -> list[int]:
+        return await self._commit.submit(statements, on_integrity, needs_counts)
+
+    def submit_then(
+        self, statements: list[Statement], then: Then, on_integrity: OnIntegrity | None = None
+    ) -> None:
+        self._commit.submit_then(statements, then, on_integrity)
+
+    def commit_queued(self) -> None:
+        """Nothing to bring forward: the writer task commits as soon as it is free."""
+
+    async def mark_compacted(self, part_ids: Sequence[str], ts: int) -> None:
+        ids = list(part_ids)
+
+        async def patch(conn: asyncpg.Connection) -> list[int]:
+            # Patched in Python under FOR UPDATE: PostgreSQL's JSON functions would re-render
+            # the document (``jsonb`` reorders keys); this keeps the client's JSON as it is.
+            rows = await conn.fetch(
+                "SELECT id, data FROM parts WHERE id = ANY($1::text[]) AND type = 'tool' "
+                "ORDER BY id FOR UPDATE",
+                ids,
+            )
+            updates = [(patched, pid) for pid, data in rows if (patched := _compacted(data, ts))]
+            if updates:
+                await conn.executemany("UPDATE parts SET data = $1 WHERE id = $2", updates)
+            return [len(updates)]
+
+        await self._commit.submit([], function=patch)
+
+    def watch(self, cache: WindowCache) -> None:
+        self._cache = cache
+
+    async def now_ms(self) -> int:
+        """The database's clock: daemons on several machines measure leases by one clock."""
+        async with self._readers.acquire() as conn:
+            value: int = await conn.fetchval(_NOW_SQL)
+        return value
+
+    def relay(self, session_id: str, method: str, params: bytes) -> None:
+        """Publish an event to the other daemons' subscribers (after the writes before it)."""
+        payload = msgspec.json.encode(_Event(session_id, method, msgspec.Raw(params))).decode()
+        if len(payload.encode()) <= NOTIFY_MAX:
+            statements: list[Statement] = [("SELECT pg_notify(?, ?)", [(EVENTS, payload)])]
+        else:
+            now = _wall_ms()
+            statements = [
+                (
+                    "WITH r AS (INSERT INTO relay (created, data) VALUES (?, ?) RETURNING id) "
+                    "SELECT pg_notify(?, '@' || r.id) FROM r",
+                    [(now, payload, EVENTS)],
+                )
+            ]
+            if now - self._last_cleanup > RELAY_KEEP_MS // 5:
+                self._last_cleanup = now
+                statements.append(("DELETE FROM relay WHERE created < ?", [(now - RELAY_KEEP_MS,)]))
+        self.events_relayed += 1
+        self._commit.submit_then(statements, _relayed)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    async def query(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        async with self._readers.acquire() as conn:
+            return cast(list[Row], await conn.fetch(pg_sql(sql), *args))
+
+    @contextlib.asynccontextmanager
+    async def stream(self, sql: str, args: Sequence[Any]) -> AsyncIterator[Chunks]:
+        async with self._readers.acquire() as conn, conn.transaction(readonly=True):
+            cursor = await conn.cursor(pg_sql(sql), *args)
+            yield _Chunks(cursor)
+
+    async def fresh(self, cache: WindowCache) -> None:
+        """Hear every change committed before now, then serve (see the module's docstring)."""
+        if self._listener is None or self._listener.is_closed():
+            cache.clear()  # deaf: nothing cached can be trusted until listening again
+            async with self._trip_lock:
+                if self._listener is None or self._listener.is_closed():
+                    await self._relisten()
+            return
+        # Coalesced: the first reader to get the lock makes the round trip; readers that
+        # arrived before it started are served by it, later ones by the next.
+        target = self._trips_started + 1
+        async with self._trip_lock:
+            if self._trips_done >= target or self._listener is None:
+                return
+            self._trips_started += 1
+            started = self._trips_started
+            try:
+                await self._listener.execute("SELECT 1")
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                cache.clear()
+            self._trips_done = started
+        # The notifications that came before the reply were queued (``call_soon``) ahead of
+        # this task's wake-up, so they have been applied by now.
+
+    async def _listen(self, conn: asyncpg.Connection) -> None:
+        await conn.add_listener(CHANGED, self._on_changed)
+        await conn.add_listener(EVENTS, self._on_event)
+        conn.add_termination_listener(self._on_lost)
+        self._listener = conn
+
+    def _on_lost(self, conn: Any) -> None:
+        log.warning("lost the PostgreSQL listener connection: window cache off until back")
+        self._listener = None
+        if self._cache is not None:
+            self._cache.clear()
+
+    async def _relisten(self) -> None:
+        try:
+            await self._listen(await asyncpg.connect(self._dsn))
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("cannot listen on PostgreSQL again yet: %s", exc)
+
+    def _on_changed(self, conn: Any, pid: int, channel: str, payload: object) -> None:
+        if pid not in self._own_pids and self._cache is not None:
+            self._cache.invalidate(str(payload))
+
+    def _on_event(self, conn: Any, pid: int, channel: str, payload: object) -> None:
+        if pid not in self._own_pids and self.on_event is not None:
+            self._events.put_nowait((pid, str(payload)))
+
+    async def _deliver_events(self) -> None:
+        """Other daemons' events, in the order they were sent (a large one is read first)."""
+        while True:
+            _pid, payload = await self._events.get()
+            try:
+                if payload.startswith("@"):
+                    ref = int(payload[1:])
+                    rows = await self.query("SELECT data FROM relay WHERE id = ?", (ref,))
+                    if not rows:
+                        continue
+                    payload = rows[0][0]
+                event = msgspec.json.decode(payload, type=_Event)
+            except (msgspec.DecodeError, ValueError, OSError, asyncpg.PostgresError) as exc:
+                log.warning("dropped a relayed event: %s", exc)
+                continue
+            if self.on_event is not None:
+                self.on_event(event.session_id, event.method, event.params)
+
+
+class _Chunks:
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+
+    async def __aiter__(self) -> AsyncIterator[list[Row]]:
+        while chunk := await self._cursor.fetch(CHUNK):
+            yield list(chunk)
+
+
+def _relayed(counts: list[int], exc: BaseException | None) -> None:
+    if exc is not None:
+        log.warning("could not relay an event to other daemons: %s", exc)
+
+
+def _wall_ms() -> int:
+    from sidecar.model.ids import now_ms
+
+    return now_ms()
+
+
+def _compacted(data: str, ts: int) -> str | None:
+    """A completed tool part's JSON with ``state.time.compacted = ts`` (key order kept)."""
+    try:
+        doc = msgspec.json.decode(data)
+    except msgspec.DecodeError:
+        return None
+    state = doc.get("state") if isinstance(doc, dict) else None
+    if not isinstance(state, dict) or state.get("status") != "completed":
+        return None
+    time = state.get("time")
+    if not isinstance(time, dict):
+        return None
+    time["compacted"] = ts
+    return msgspec.json.encode(doc).decode()
+
+
+async def _migrate(conn: asyncpg.Connection) -> None:
+    """Forward-only, one transaction per version, serialised across daemons by a lock."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
+        await conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        version = await conn.fetchval("SELECT version FROM schema_version")
+        if version is None:
+            await conn.execute("INSERT INTO schema_version (version) VALUES (0)")
+            version = 0
+    if version > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"database schema v{version} is newer than this daemon (v{SCHEMA_VERSION})"
+        )
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
+            current = await conn.fetchval("SELECT version FROM schema_version")
+            if current >= target:  # another daemon got there first
+                continue
+            await conn.execute(MIGRATIONS[target - 1])
+            await conn.execute("UPDATE schema_version SET version = $1", target)

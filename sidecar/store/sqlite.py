@@ -1,0 +1,220 @@
+"""The embedded backend: one SQLite file in WAL mode through aiosqlite.
+
+Two connections: a writer owned by ``GroupCommit`` (group commit) and a reader, which WAL lets
+run beside it. Another daemon on the same file is noticed through ``PRAGMA data_version``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from sidecar.model.ids import now_ms
+from sidecar.store.backend import Chunks, OnIntegrity, Row, Statement, Then
+from sidecar.store.cache import WindowCache
+from sidecar.store.commit import GroupCommit
+from sidecar.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+# Rows fetched per round trip when a read streams (it stops early when over budget).
+CHUNK = 1024
+
+
+class SqliteBackend:
+    kind = "sqlite"
+
+    def __init__(
+        self,
+        path: str,
+        reader: aiosqlite.Connection,
+        commit: GroupCommit,
+        writer: aiosqlite.Connection,
+        checkpointer: aiosqlite.Connection | None,
+    ) -> None:
+        self.path = self.display = path
+        self._reader = reader
+        self._commit = commit
+        self._writer_db = writer
+        self._checkpoint_db = checkpointer
+        self._data_version: int | None = None
+
+    @classmethod
+    async def open(cls, path: str | Path, *, synchronous: str = "NORMAL") -> SqliteBackend:
+        """Open (creating and migrating as needed).
+
+        In WAL mode ``NORMAL`` makes a commit durable against a crash of the process (kill -9:
+        the WAL is written before the reply); ``FULL`` also fsyncs every group commit, for
+        power loss, at about 60-75 us per commit here.
+        """
+        path = str(path)
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        # Not autocommit: the writer's transactions begin implicitly at their first write.
+        # Shared across threads: ``GroupCommit`` commits modest batches on the loop's thread and
+        # large ones on aiosqlite's, never both at once. Auto-checkpoint is off: the writer
+        # has checkpoints run on a connection of their own (below).
+        wdb = await aiosqlite.connect(path, isolation_level="DEFERRED", check_same_thread=False)
+        try:
+            for pragma in (
+                "journal_mode=WAL",
+                f"synchronous={synchronous}",
+                "wal_autocheckpoint=0",
+                "busy_timeout=5000",
+                "foreign_keys=ON",
+                "temp_store=MEMORY",
+            ):
+                await wdb.execute(f"PRAGMA {pragma}")
+            await _migrate(wdb)
+        except BaseException:
+            await wdb.close()
+            raise
+        rdb = await aiosqlite.connect(path, isolation_level=None)
+        await rdb.execute("PRAGMA busy_timeout=5000")
+        await rdb.execute("PRAGMA query_only=ON")
+        # Checkpoints run on a connection (and thread) of their own, so commits go on
+        # while one fsyncs.
+        cdb = None
+        if path != ":memory:":
+            cdb = await aiosqlite.connect(path, isolation_level=None)
+            await cdb.execute("PRAGMA busy_timeout=5000")
+        # Only without a per-commit fsync is a commit cheap enough to run on the loop.
+        inline = synchronous.upper() in ("OFF", "NORMAL")
+        commit = GroupCommit(wdb, inline=inline, checkpointer=cdb)
+        commit.start()
+        return cls(path, rdb, commit, wdb, cdb)
+
+    async def close(self) -> None:
+        await self._commit.stop()
+        await self._reader.close()
+        if self._checkpoint_db is not None:
+            await self._checkpoint_db.close()
+        await self._writer_db.close()
+
+    # -- writes --------------------------------------------------------------------------------
+
+    @property
+    def commits(self) -> int:
+        return self._commit.commits
+
+    @property
+    def may_join(self) -> Callable[[], bool]:
+        return self._commit.may_join
+
+    @may_join.setter
+    def may_join(self, probe: Callable[[], bool]) -> None:
+        self._commit.may_join = probe
+
+    async def submit(
+        self,
+        statements: list[Statement],
+        on_integrity: OnIntegrity | None = None,
+        needs_counts: bool = False,
+    ) -> list[int]:
+        return await self._commit.submit(statements, on_integrity, needs_counts)
+
+    def submit_then(
+        self, statements: list[Statement], then: Then, on_integrity: OnIntegrity | None = None
+    ) -> None:
+        self._commit.submit_then(statements, then, on_integrity)
+
+    def commit_queued(self) -> None:
+        self._commit.commit_queued()
+
+    async def mark_compacted(self, part_ids: Sequence[str], ts: int) -> None:
+        # A JSON patch in SQL: concurrent edits and unknown fields are kept.
+        await self._commit.submit(
+            [
+                (
+                    "UPDATE parts SET data = json_set(data, '$.state.time.compacted', ?) "
+                    "WHERE id = ? AND type = 'tool' "
+                    "AND json_extract(data, '$.state.status') = 'completed'",
+                    [(ts, pid) for pid in part_ids],
+                )
+            ]
+        )
+
+    def watch(self, cache: WindowCache) -> None:
+        """Nothing to set up: ``fresh`` asks SQLite whether another process wrote."""
+
+    async def now_ms(self) -> int:
+        return now_ms()
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    async def query(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        return list(await self._reader.execute_fetchall(sql, args))
+
+    @contextlib.asynccontextmanager
+    async def stream(self, sql: str, args: Sequence[Any]) -> AsyncIterator[Chunks]:
+        async with self._reader.execute(sql, args) as cursor:
+            yield _Chunks(cursor)
+
+    async def fresh(self, cache: WindowCache) -> None:
+        """Drop the window cache when another process committed to the database.
+
+        ``PRAGMA data_version`` on the writer connection changes with every commit made by any
+        other connection (a second daemon on the same file); our own commits go through this
+        one, so they leave it as it is. Asked inline (microseconds); while a batch is on the
+        writer's thread the cache is not trusted at all.
+        """
+        if self.path == ":memory:":
+            return
+        if self._commit.busy:
+            cache.clear()
+            return
+        version = self._writer_db._conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._data_version:
+            if self._data_version is not None:
+                cache.clear()
+            self._data_version = version
+
+
+class _Chunks:
+    def __init__(self, cursor: aiosqlite.Cursor) -> None:
+        self._cursor = cursor
+
+    async def __aiter__(self) -> AsyncIterator[list[Row]]:
+        while chunk := await self._cursor.fetchmany(CHUNK):
+            yield list(chunk)
+
+
+async def _migrate(db: aiosqlite.Connection) -> None:
+    await db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    rows = list(await db.execute_fetchall("SELECT version FROM schema_version"))
+    if not rows:
+        await db.execute("INSERT INTO schema_version (version) VALUES (0)")
+        await db.commit()
+        version = 0
+    else:
+        version = int(rows[0][0])
+    if version > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"database schema v{version} is newer than this daemon (v{SCHEMA_VERSION})"
+        )
+    for target in range(version + 1, SCHEMA_VERSION + 1):
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            for stmt in _split(MIGRATIONS[target - 1]):
+                await db.execute(stmt)
+            await db.execute("UPDATE schema_version SET version = ?", (target,))
+            await db.execute("COMMIT")
+        except sqlite3.Error:
+            await db.execute("ROLLBACK")
+            raise
+
+
+def _split(script: str) -> list[str]:
+    """Statements of a migration script (a trigger's body holds ``;`` of its own)."""
+    out: list[str] = []
+    pending = ""
+    for piece in script.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n;"):
+                out.append(pending.strip())
+            pending = ""
+    return out

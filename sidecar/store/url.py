@@ -1,0 +1,86 @@
+"""``--db`` as users write it: a SQLite file path, or a PostgreSQL connection URL.
+
+``postgresql://`` and ``postgres://`` URLs go to the PostgreSQL backend in libpq's own syntax
+(``postgresql://user@/db?host=/run/postgresql`` for a unix socket, ``?sslmode=``, a password
+from ``~/.pgpass`` or ``PGPASSWORD``). Any other ``scheme://`` is an error rather than a
+directory of that name: ``mysql://...`` must not quietly become a SQLite file.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from sidecar.store.backend import Backend
+
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+
+
+class UnsupportedDatabase(ValueError):
+    """``--db`` names a kind of database this daemon does not store sessions in."""
+
+
+def is_postgres(db: str | Path) -> bool:
+    return isinstance(db, str) and _scheme(db) in POSTGRES_SCHEMES
+
+
+def _scheme(db: str) -> str | None:
+    match = _SCHEME.match(db)
+    if match is None or len(match.group(1)) == 1:  # ``C:\\...`` is a Windows path
+        return None
+    if not db[match.end() :].startswith("//") and match.group(1).lower() != "sqlite":
+        return None  # ``notes:v2.db`` is a file name with a colon
+    return match.group(1).lower()
+
+
+def sqlite_path(db: str | Path) -> str:
+    """The file a SQLite ``--db`` names (``sqlite:///abs/path`` or a plain path)."""
+    if isinstance(db, Path):
+        return str(db)
+    scheme = _scheme(db)
+    if scheme is None:
+        return db
+    if scheme == "sqlite":
+        rest = db[len("sqlite:") :]
+        if rest.startswith("///"):
+            return rest[2:]
+        if rest.startswith("//"):
+            raise UnsupportedDatabase(
+                f"--db {db!r}: a sqlite URL has no host: write sqlite:///path/to/file.db"
+            )
+        return rest
+    if scheme in POSTGRES_SCHEMES:
+        raise UnsupportedDatabase(f"--db {redact(db)!r} is a PostgreSQL URL, not a file")
+    raise UnsupportedDatabase(
+        f"--db {redact(db)!r}: unsupported database {scheme!r}; use a SQLite file path or a "
+        "postgresql:// URL"
+    )
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for logs, errors and ``daemon/status``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+async def open_backend(db: str | Path, *, synchronous: str = "NORMAL") -> Backend:
+    """The backend for ``--db``; raises ``UnsupportedDatabase`` for another kind of URL and
+    ``OSError`` (or the driver's error) when the database cannot be reached."""
+    if is_postgres(db):
+        from sidecar.store.postgres import PostgresBackend
+
+        return await PostgresBackend.open(str(db))
+    from sidecar.store.sqlite import SqliteBackend
+
+    return await SqliteBackend.open(sqlite_path(db), synchronous=synchronous)

@@ -1,0 +1,117 @@
+"""A throwaway PostgreSQL cluster from Debian's packages, for the tests that run on PostgreSQL.
+
+``initdb`` in a temporary directory, a unix socket in that directory, no TCP, no docker. As root
+(CI containers) the server runs as the ``postgres`` user (``initdb`` refuses root), through
+``runuser``. Each test gets a fresh database copied from a migrated template, so tests do not
+see each other's sessions. The cluster trades durability against an OS crash for speed
+(``fsync=off``): what the tests check is the daemon's behaviour, including surviving ``kill -9``
+of the daemon, which PostgreSQL's own commit guarantees.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+USER = "sidecar"
+TEMPLATE = "sidecar_template"
+
+
+class Unavailable(Exception):
+    """PostgreSQL's server programs are not installed here (the message says what is missing)."""
+
+
+def _bin(name: str) -> str:
+    found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    if found:
+        return found[-1]  # the newest installed version
+    path = shutil.which(name)
+    if path is None:
+        raise Unavailable(
+            f"{name} not found: install Debian's postgresql package (apt-get install postgresql)"
+        )
+    return path
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.initdb, self.pg_ctl = _bin("initdb"), _bin("pg_ctl")
+        self.root = Path(tempfile.mkdtemp(prefix="sidecar-pg-"))
+        self.data = self.root / "data"
+        self.socket_dir = self.root
+        self._as: list[str] = []
+        if os.geteuid() == 0:
+            try:
+                pw = pwd.getpwnam("postgres")
+            except KeyError:
+                raise Unavailable("running as root and there is no postgres user") from None
+            os.chown(self.root, pw.pw_uid, pw.pw_gid)
+            self._as = ["runuser", "-u", "postgres", "--"]
+        self.root.chmod(0o755)
+        self._names = itertools.count()
+
+    def _run(self, *cmd: str) -> None:
+        done = subprocess.run(
+            [*self._as, *cmd], capture_output=True, text=True, cwd=self.root, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
+
+    def start(self) -> None:
+        self._run(
+            self.initdb,
+            "-D",
+            str(self.data),
+            "-U",
+            USER,
+            "-A",
+            "trust",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+            "--no-sync",
+        )
+        options = (
+            f"-k {self.socket_dir} -c listen_addresses='' -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+        )
+        self._run(
+            self.pg_ctl,
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-l",
+            str(self.root / "server.log"),
+            "-w",
+            "start",
+        )
+
+    def stop(self) -> None:
+        try:
+            self._run(self.pg_ctl, "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def url(self, database: str = "postgres") -> str:
+        """libpq style, as users write it for a unix socket."""
+        return f"postgresql://{USER}@/{database}?host={self.socket_dir}"
+
+    def fresh_name(self) -> str:
+        return f"t{os.getpid()}_{next(self._names)}"
+
+
+def available_reason() -> str | None:
+    """Why PostgreSQL tests cannot run here, or ``None``."""
+    try:
+        _bin("initdb")
+        _bin("pg_ctl")
+    except Unavailable as exc:
+        return str(exc)
+    return None
