@@ -36,7 +36,7 @@ class BridgeError(Exception):
 @dataclass(frozen=True)
 class Target:
     socket: Path
-    db: Path | None = None
+    db: str | None = None  # a SQLite file or a postgresql:// URL
     config: Path | None = None
     idle_exit: float = 300.0
     log_level: str = "WARNING"
@@ -64,12 +64,19 @@ def attach(target: Target) -> socket.socket:
     return conn
 
 
+def absolute_db(db: str) -> str:
+    """``--db`` for a daemon started elsewhere: a file made absolute, a URL as it is."""
+    from sidecar.store.url import is_postgres
+
+    return db if is_postgres(db) else str(Path(db).resolve())
+
+
 def serve_command(target: Target, ready_fd: int, log_file: Path) -> list[str]:
     cmd = [sys.executable, "-m", "sidecar", "serve", "--listen", f"unix:{target.socket}"]
     cmd += ["--idle-exit", f"{target.idle_exit:g}", "--ready-fd", str(ready_fd)]
     cmd += ["--log-level", target.log_level, "--log-file", str(log_file)]
     if target.db is not None:
-        cmd += ["--db", str(target.db.resolve())]
+        cmd += ["--db", absolute_db(target.db)]
     if target.config is not None:
         cmd += ["--config", str(target.config.resolve())]
     return cmd

@@ -67,7 +67,11 @@ def _log_level(args: argparse.Namespace) -> str:
 
 def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve = sub.add_parser("serve", help="run the JSON-RPC daemon (stdio unless --listen)")
-    serve.add_argument("--db", type=Path, help="SQLite file (default: in the user data dir)")
+    serve.add_argument(
+        "--db",
+        help="SQLite file (default: in the user data dir), or a postgresql:// URL to share one "
+        "database between daemons",
+    )
     serve.add_argument("--config", type=Path, help="workspace config file (JSON)")
     serve.add_argument(
         "--listen", help="tcp://127.0.0.1:PORT or unix:PATH for a shared daemon (default stdio)"
@@ -149,7 +153,8 @@ def add_shared_daemon(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     connect.add_argument("--socket", type=Path, help=socket_help)
     connect.add_argument(
-        "--db", type=Path, help="SQLite file, for a daemon this starts (default: user data dir)"
+        "--db",
+        help="SQLite file or postgresql:// URL, for a daemon this starts (default: user data dir)",
     )
     connect.add_argument("--config", type=Path, help="config file, for a daemon this starts")
     connect.add_argument(

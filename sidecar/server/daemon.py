@@ -25,6 +25,7 @@ from sidecar.server.app import App, ConfigManager
 from sidecar.server.connection import Connection
 from sidecar.server.transport import Listener, ListenError, run_stdio, serve_socket
 from sidecar.store import Store
+from sidecar.store.url import UnsupportedDatabase, redact
 
 log = logging.getLogger("sidecar.daemon")
 
@@ -37,7 +38,7 @@ class StartError(Exception):
 
 @dataclass(frozen=True)
 class Options:
-    db: Path
+    db: str | Path  # a SQLite file or a postgresql:// URL
     config_file: Path | None = None
     listen: str | None = None  # None: stdio
     synchronous: str = "NORMAL"
@@ -52,18 +53,30 @@ async def run(opts: Options) -> int:
     if opts.config_file is not None:
         files.append(opts.config_file)
     config = ConfigManager(files)
-    try:
-        store = await Store.open(opts.db, synchronous=opts.synchronous)
-    except (OSError, sqlite3.Error) as exc:
-        raise StartError(f"cannot open the database {opts.db}: {exc}") from None
+    store = await open_store(opts)
     app = App(store, config)
     try:
         if opts.listen is None:
-            app.control = Control(db=str(opts.db), listen="stdio", stop=lambda: _close_all(app))
+            app.control = Control(db=store.path, listen="stdio", stop=lambda: _close_all(app))
             return await run_stdio(app)
         return await _serve_shared(app, opts)
     finally:
         await app.close()
+
+
+async def open_store(opts: Options) -> Store:
+    """The store ``--db`` names, or a ``StartError`` saying why it cannot be opened."""
+    shown = redact(str(opts.db))
+    try:
+        return await Store.open(opts.db, synchronous=opts.synchronous)
+    except UnsupportedDatabase as exc:
+        raise StartError(str(exc)) from None
+    except (OSError, sqlite3.Error, TimeoutError) as exc:
+        raise StartError(f"cannot open the database {shown}: {exc or type(exc).__name__}") from None
+    except Exception as exc:
+        if type(exc).__module__.startswith("asyncpg"):  # refused, unknown database, auth...
+            raise StartError(f"cannot open the database {shown}: {exc}") from None
+        raise
 
 
 async def _serve_shared(app: App, opts: Options) -> int:
@@ -71,7 +84,7 @@ async def _serve_shared(app: App, opts: Options) -> int:
     stopping = asyncio.Event()
     token = _token() if opts.listen.startswith("tcp://") else None
     control = Control(
-        db=str(opts.db),
+        db=app.store.path,
         listen=opts.listen,
         stop=stopping.set,
         token=token,
