@@ -14,34 +14,21 @@ modules are imported.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import os
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
-import asyncpg
 import pytest
 from hypothesis import settings
-from pgcluster import TEMPLATE, Cluster, available_reason
+from pgcluster import BACKENDS, Cluster, available_reason, make_template, new_pg_database, run_async
 
 from sidecar.store import Store
-
-T = TypeVar("T")
-BACKENDS = ("sqlite", "postgresql")
 
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.register_profile("random", derandomize=False)
 _profile = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "")
 if _profile:
     settings.load_profile(_profile)
-
-
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine to the end from sync code, even while a loop runs on this thread."""
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
 
 
 @pytest.fixture(scope="session")
@@ -55,31 +42,10 @@ def pg_cluster() -> Iterator[Cluster]:
     cluster = Cluster()
     cluster.start()
     try:
-        run_async(_make_template(cluster))
+        run_async(make_template(cluster))
         yield cluster
     finally:
         cluster.stop()
-
-
-async def _make_template(cluster: Cluster) -> None:
-    conn = await asyncpg.connect(cluster.url())
-    try:
-        await conn.execute(f"CREATE DATABASE {TEMPLATE}")
-    finally:
-        await conn.close()
-    store = await Store.open(cluster.url(TEMPLATE))
-    await store.close()
-
-
-async def new_pg_database(cluster: Cluster) -> str:
-    """A fresh, migrated database; its URL (libpq style, unix socket)."""
-    name = cluster.fresh_name()
-    conn = await asyncpg.connect(cluster.url())
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE {TEMPLATE}')
-    finally:
-        await conn.close()
-    return cluster.url(name)
 
 
 @pytest.fixture(scope="session", params=BACKENDS)

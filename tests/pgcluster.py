@@ -10,6 +10,8 @@ of the daemon, which PostgreSQL's own commit guarantees.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import glob
 import itertools
 import os
@@ -17,8 +19,14 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
+import asyncpg
+
+T = TypeVar("T")
+BACKENDS = ("sqlite", "postgresql")
 USER = "sidecar"
 TEMPLATE = "sidecar_template"
 
@@ -115,3 +123,55 @@ def available_reason() -> str | None:
     except Unavailable as exc:
         return str(exc)
     return None
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to the end from sync code, even while a loop runs on this thread."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+async def make_template(cluster: Cluster) -> None:
+    """The migrated database every test's database is copied from."""
+    from sidecar.store import Store
+
+    conn = await asyncpg.connect(cluster.url())
+    try:
+        await conn.execute(f"CREATE DATABASE {TEMPLATE}")
+    finally:
+        await conn.close()
+    store = await Store.open(cluster.url(TEMPLATE))
+    await store.close()
+
+
+async def new_pg_database(cluster: Cluster) -> str:
+    """A fresh, migrated database; its URL (libpq style, unix socket)."""
+    name = cluster.fresh_name()
+    conn = await asyncpg.connect(cluster.url())
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}" TEMPLATE {TEMPLATE}')
+    finally:
+        await conn.close()
+    return cluster.url(name)
+
+
+def is_pg(db: str | os.PathLike[str]) -> bool:
+    return isinstance(db, str) and db.startswith("postgresql://")
+
+
+async def execute(db: str | os.PathLike[str], sql: str, args: Sequence[Any]) -> int:
+    """Run one statement behind the daemon's back (``?`` placeholders); rows it changed."""
+    if is_pg(db):
+        conn = await asyncpg.connect(str(db))
+        try:
+            n = sql.count("?")
+            for i in range(1, n + 1):
+                sql = sql.replace("?", f"${i}", 1)
+            status = await conn.execute(sql, *args)
+        finally:
+            await conn.close()
+        return int(status.rsplit(" ", 1)[-1])
+    import sqlite3
+
+    with sqlite3.connect(db) as conn3:
+        return conn3.execute(sql, tuple(args)).rowcount

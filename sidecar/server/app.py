@@ -26,6 +26,9 @@ class App:
         self.config = config
         store.max_read_bytes = config.current.server.max_reply_bytes
         self.hub = Hub()
+        if store.backend.shares_events:  # PostgreSQL: subscribers hear every daemon's writes
+            self.hub.relay = store.backend.relay
+            store.backend.on_event = self.hub.deliver_relayed
         # How this daemon was started and is stopped (``daemon/status``, ``daemon/stop``, auth).
         self.control: Control | None = None
         # Requests of every connection still waiting for their first step: while there are

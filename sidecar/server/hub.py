@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import attrs
+import msgspec
+from lsprotocol.converters import get_converter
 from lsprotocol.types import LogMessageParams, MessageType
 
 if TYPE_CHECKING:
@@ -18,6 +22,8 @@ class Hub:
     def __init__(self) -> None:
         self._by_session: dict[str, set[Connection]] = {}
         self.connections: set[Connection] = set()
+        # Where this daemon's events also go: the other daemons on a shared database.
+        self.relay: Callable[[str, str, bytes], None] | None = None
 
     def log_message(self, text: str, level: MessageType = MessageType.Warning) -> None:
         """``window/logMessage`` to every connected client (and the daemon's own log)."""
@@ -48,5 +54,25 @@ class Hub:
         return subs | everyone if everyone else set(subs)  # union only when "*" is watched
 
     def publish(self, session_id: str, method: str, params: Any) -> None:
+        """To this daemon's subscribers, and to the other daemons' through ``relay``."""
+        self.deliver(session_id, method, params)
+        if self.relay is not None:
+            self.relay(session_id, method, _json(params))
+
+    def deliver(self, session_id: str, method: str, params: Any) -> None:
+        """To this daemon's subscribers only (an event another daemon relayed here)."""
         for conn in self.subscribers(session_id):
             conn.notify(method, params)
+
+    def deliver_relayed(self, session_id: str, method: str, params: bytes) -> None:
+        self.deliver(session_id, method, msgspec.Raw(params))
+
+
+def _json(params: Any) -> bytes:
+    """Params as their wire JSON (lsprotocol's attrs classes through its converter)."""
+    if attrs.has(type(params)):
+        params = _converter.unstructure(params)
+    return msgspec.json.encode(params)
+
+
+_converter = get_converter()

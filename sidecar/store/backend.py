@@ -22,6 +22,8 @@ OnIntegrity = Callable[[Exception], Exception]
 # Told the op's row counts (``-1``: unknown), or the error, right after its commit.
 Then = Callable[[list[int], BaseException | None], None]
 Row = Sequence[Any]
+#: Told ``(session id, method, params JSON)`` of each event another daemon published.
+EventSink = Callable[[str, str, bytes], None]
 
 
 class Backend(Protocol):
@@ -31,6 +33,10 @@ class Backend(Protocol):
     display: str
     #: Set by the server: can another write still join one submitted now?
     may_join: Callable[[], bool]
+    #: Whether ``relay`` reaches other daemons' subscribers (PostgreSQL: yes).
+    shares_events: bool
+    #: Set by the server: where other daemons' events are delivered.
+    on_event: EventSink | None
 
     @property
     def commits(self) -> int: ...
@@ -60,6 +66,9 @@ class Backend(Protocol):
 
     async def mark_compacted(self, part_ids: Sequence[str], ts: int) -> None:
         """Set ``state.time.compacted = ts`` in the JSON of those completed tool parts."""
+
+    def relay(self, session_id: str, method: str, params: bytes) -> None:
+        """Send an event published here to the other daemons on this database."""
 
     async def now_ms(self) -> int:
         """The clock leases are measured by (the database's, where daemons share one)."""

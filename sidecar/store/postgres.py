@@ -26,7 +26,7 @@ from typing import Any, cast
 import asyncpg
 import msgspec
 
-from sidecar.store.backend import Chunks, OnIntegrity, Row, Statement, Then
+from sidecar.store.backend import Chunks, EventSink, OnIntegrity, Row, Statement, Then
 from sidecar.store.cache import WindowCache
 from sidecar.store.pg_commit import PgCommit, pg_sql
 from sidecar.store.pg_schema import MIGRATION_LOCK, MIGRATIONS
@@ -47,9 +47,6 @@ NOTIFY_MAX = 7900
 RELAY_KEEP_MS = 5 * 60_000
 _NOW_SQL = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
-#: Told ``(session id, method, params JSON)`` of each event another daemon published.
-EventSink = Callable[[str, str, msgspec.Raw], None]
-
 
 class _Event(msgspec.Struct, array_like=True):
     session_id: str
@@ -59,6 +56,7 @@ class _Event(msgspec.Struct, array_like=True):
 
 class PostgresBackend:
     kind = "postgresql"
+    shares_events = True
 
     def __init__(
         self,
@@ -274,7 +272,7 @@ class PostgresBackend:
                 log.warning("dropped a relayed event: %s", exc)
                 continue
             if self.on_event is not None:
-                self.on_event(event.session_id, event.method, event.params)
+                self.on_event(event.session_id, event.method, bytes(event.params))
 
 
 class _Chunks:

@@ -15,7 +15,7 @@ from typing import Any
 import aiosqlite
 
 from sidecar.model.ids import now_ms
-from sidecar.store.backend import Chunks, OnIntegrity, Row, Statement, Then
+from sidecar.store.backend import Chunks, EventSink, OnIntegrity, Row, Statement, Then
 from sidecar.store.cache import WindowCache
 from sidecar.store.commit import GroupCommit
 from sidecar.store.schema import MIGRATIONS, SCHEMA_VERSION
@@ -26,6 +26,7 @@ CHUNK = 1024
 
 class SqliteBackend:
     kind = "sqlite"
+    shares_events = False  # daemons sharing a file hear each other's writes, not events
 
     def __init__(
         self,
@@ -41,6 +42,7 @@ class SqliteBackend:
         self._writer_db = writer
         self._checkpoint_db = checkpointer
         self._data_version: int | None = None
+        self.on_event: EventSink | None = None
 
     @classmethod
     async def open(cls, path: str | Path, *, synchronous: str = "NORMAL") -> SqliteBackend:
@@ -136,6 +138,9 @@ class SqliteBackend:
                 )
             ]
         )
+
+    def relay(self, session_id: str, method: str, params: bytes) -> None:
+        """Nobody to relay to (``shares_events`` is false)."""
 
     def watch(self, cache: WindowCache) -> None:
         """Nothing to set up: ``fresh`` asks SQLite whether another process wrote."""

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from pgcluster import new_pg_database
 from pytest_asyncio import is_async_test
 from sidecar_client import Client, connect, spawn
 
@@ -59,18 +60,18 @@ def daemon_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str | None
 class Spawner:
     """Starts stdio daemons for one test and makes sure none outlives it."""
 
-    def __init__(self, env: Mapping[str, str | None], tmp: Path) -> None:
+    def __init__(
+        self, env: Mapping[str, str | None], tmp: Path, db: str | Path | None = None
+    ) -> None:
         self._env = env
         self._tmp = tmp
+        # The test's database: a SQLite file, or a PostgreSQL URL (the ``backend`` param).
+        self.db: str | Path = db if db is not None else tmp / "sessions.db"
         self.clients: list[Client] = []
-
-    @property
-    def db(self) -> Path:
-        return self._tmp / "sessions.db"
 
     async def __call__(
         self,
-        db: Path | None = None,
+        db: str | Path | None = None,
         *,
         env: Mapping[str, str | None] | None = None,
         extra_args: Sequence[str] = (),
@@ -90,8 +91,11 @@ class Spawner:
 
 
 @pytest_asyncio.fixture(loop_scope="session")
-async def spawner(daemon_env: dict[str, str | None], tmp_path: Path) -> AsyncIterator[Spawner]:
-    s = Spawner(daemon_env, tmp_path)
+async def spawner(
+    daemon_env: dict[str, str | None], tmp_path: Path, db: str | Path
+) -> AsyncIterator[Spawner]:
+    """Stdio daemons on this test's database (each backend in turn)."""
+    s = Spawner(daemon_env, tmp_path, db)
     try:
         yield s
     finally:
@@ -106,11 +110,15 @@ async def client(spawner: Spawner) -> Client:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def shared(
-    daemon_env: dict[str, str | None], tmp_path_factory: pytest.TempPathFactory
+    daemon_env: dict[str, str | None],
+    tmp_path_factory: pytest.TempPathFactory,
+    backend: str,
+    request: pytest.FixtureRequest,
 ) -> AsyncIterator[Client]:
     """One initialized stdio daemon shared by the tests of a module (each uses its own
     sessions); for behaviour that does not depend on the daemon's global state."""
-    s = Spawner(daemon_env, tmp_path_factory.mktemp("shared"))
+    where = tmp_path_factory.mktemp("shared")
+    s = Spawner(daemon_env, where, await module_db(backend, request, where))
     try:
         yield await s()
     finally:
@@ -143,7 +151,7 @@ class SocketDaemon:
     async def start(
         cls,
         address: str,
-        db: Path,
+        db: str | Path,
         env: Mapping[str, str | None],
         timeout: float = 20.0,
         extra_args: Sequence[str] = (),
@@ -217,15 +225,24 @@ class SocketDaemon:
         return code
 
 
+async def module_db(backend: str, request: pytest.FixtureRequest, where: Path) -> str | Path:
+    """A database for a module's shared daemon, on the run's ``backend``."""
+    if backend == "sqlite":
+        return where / "sessions.db"
+    return await new_pg_database(request.getfixturevalue("pg_cluster"))
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def unix_daemon(daemon_env: dict[str, str | None]) -> AsyncIterator[SocketDaemon]:
+async def unix_daemon(
+    daemon_env: dict[str, str | None], backend: str, request: pytest.FixtureRequest
+) -> AsyncIterator[SocketDaemon]:
     """A daemon on a unix socket, shared by a module's tests (each connects its own clients
     and uses its own sessions)."""
     # Not tmp_path: a unix socket path must stay under ~107 bytes.
     where = Path(tempfile.mkdtemp(prefix="sc-"))
     try:
         daemon = await SocketDaemon.start(
-            f"unix:{where / 'sidecar.sock'}", where / "sessions.db", daemon_env
+            f"unix:{where / 'sidecar.sock'}", await module_db(backend, request, where), daemon_env
         )
         try:
             yield daemon

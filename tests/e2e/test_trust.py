@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import shutil
-import sqlite3
 import sys
 import tempfile
 from collections.abc import AsyncIterator
@@ -26,6 +25,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from pgcluster import execute
 from sidecar_client import Call, Client, ConnectionClosed, RpcError
 
 from sidecar.model.ids import new_id
@@ -492,10 +492,9 @@ async def test_f4_read_paths_survive_deep_data_already_stored(spawner: Spawner) 
     # An older daemon (or another tool) left a deep row behind.
     deep = part | {"metadata": "__DEEP__"}
     text = json.dumps(deep).replace('"__DEEP__"', nested_json(980))
-    with sqlite3.connect(spawner.db) as db:
-        assert (
-            db.execute("UPDATE parts SET data = ? WHERE id = ?", (text, part["id"])).rowcount == 1
-        )
+    assert (
+        await execute(spawner.db, "UPDATE parts SET data = ? WHERE id = ?", (text, part["id"])) == 1
+    )
     client = await spawner()
     for method in ("session/context", "session/prune", "session/overflow", "session/compact"):
         try:
