@@ -80,6 +80,7 @@ class PostgresBackend:
         self._last_cleanup = 0
         self.on_event: EventSink | None = None
         self.events_relayed = 0
+        self._closing = False
 
     @classmethod
     async def open(cls, dsn: str) -> PostgresBackend:
@@ -106,6 +107,7 @@ class PostgresBackend:
         return backend
 
     async def close(self) -> None:
+        self._closing = True
         await self._commit.stop()
         if self._event_task is not None:
             self._event_task.cancel()
@@ -237,6 +239,8 @@ class PostgresBackend:
         self._listener = conn
 
     def _on_lost(self, conn: Any) -> None:
+        if self._closing:
+            return
         log.warning("lost the PostgreSQL listener connection: window cache off until back")
         self._listener = None
         if self._cache is not None:
