@@ -30,7 +30,12 @@ wrapper calls the same ``sidecar.cli.main`` as ``python -m sidecar`` and only re
 store writer's commit count, printed to stderr at exit (``--plain-daemon`` skips it).
 Spawn-to-initialize always uses the literal ``python -m sidecar serve``.
 
+With ``--db postgresql://...`` (a server, see ``bench/_pg.py``) every run also measures the
+daemon on PostgreSQL (``daemon-pg``, a fresh database each time) beside SQLite and the echo
+server, interleaved the same way.
+
     python bench/ingest.py [--n 20000] [--inflight 64] [--seq 3000] [--runs 3] [--spawns 7]
+                           [--db postgresql://user@/postgres?host=/run/postgresql]
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ import msgspec
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from _pg import COMMIT_WRAPPER, Databases  # noqa: E402
 from _util import median, pct  # noqa: E402
 
 PY = sys.executable
@@ -63,22 +69,6 @@ TEXT = (
 )[:200].ljust(200, b".")
 WARMUP_PIPELINED = 1000
 WARMUP_SEQ = 200
-
-COMMIT_WRAPPER = """
-import atexit, sys
-import sidecar.store.commit as _w
-_writers = []
-_init = _w.GroupCommit.__init__
-def _record(self, *a, **k):
-    _init(self, *a, **k)
-    _writers.append(self)
-_w.GroupCommit.__init__ = _record
-atexit.register(
-    lambda: sys.stderr.write("BENCH_COMMITS %d\\n" % sum(w.commits for w in _writers))
-)
-from sidecar.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
 
 
 # -- client ------------------------------------------------------------------------------------
@@ -304,10 +294,17 @@ async def stop(transport: asyncio.SubprocessTransport, peer: Peer, daemon: bool)
 
 
 class Target:
-    def __init__(self, name: str, cmd: Callable[[Path], list[str]], daemon: bool) -> None:
+    def __init__(
+        self,
+        name: str,
+        cmd: Callable[[str], list[str]],
+        daemon: bool,
+        databases: Databases | None = None,
+    ) -> None:
         self.name = name
         self.cmd = cmd
         self.daemon = daemon
+        self.databases = databases  # PostgreSQL: a fresh database per measurement
         self.spawns = 0
 
     async def measure(
@@ -320,7 +317,9 @@ class Target:
         pattern: it must never overtake its message).
         """
         self.spawns += 1
-        db = tmp / f"bench-{self.spawns}.db"
+        db = str(tmp / f"bench-{self.spawns}.db")
+        if self.databases is not None:
+            db = await self.databases.fresh(f"ingest{self.spawns}")
         errfile = tmp / f"{self.name}-{self.spawns}.stderr"
         with errfile.open("wb") as err:
             transport, peer = await spawn(self.cmd(db), err)
@@ -462,6 +461,23 @@ def pair_ratios(daemon: list[Load], echo: list[Load], figure: int) -> list[float
     ]
 
 
+def compare_pg(loads: dict[str, list[Load]], figure: int) -> None:
+    """The PostgreSQL daemon's line, and its figure beside SQLite's and the echo's."""
+    rate, p50 = line("daemon-pg", loads["daemon-pg"])
+    sq_rate, sq_p50 = summarize(loads["daemon"])[:2]
+    e_rate, e_p50 = summarize(loads["echo"])[:2]
+    if figure == 0:
+        print(
+            f"  ratio daemon-pg/echo rate: {rate / e_rate:.1%}; daemon-pg/daemon (SQLite) rate: "
+            f"{rate / sq_rate:.1%}"
+        )
+    else:
+        print(
+            f"  ratio daemon-pg/echo p50: {p50 / e_p50:.2f}x; daemon-pg/daemon (SQLite) p50: "
+            f"{p50 / sq_p50:.2f}x"
+        )
+
+
 def line(label: str, loads: list[Load]) -> tuple[float, float]:
     rate, p50, p99, rates = summarize(loads)
     runs = ", ".join(f"{r:,.0f}" for r in rates)
@@ -491,44 +507,56 @@ async def main() -> None:
         help="also time startup with bytecode caching into a temporary "
         "PYTHONPYCACHEPREFIX (this environment sets PYTHONDONTWRITEBYTECODE)",
     )
+    ap.add_argument(
+        "--db",
+        metavar="POSTGRESQL_URL",
+        help="also measure the daemon on PostgreSQL: a server where databases may be created",
+    )
     args = ap.parse_args()
 
-    def daemon_cmd(db: Path) -> list[str]:
+    def daemon_cmd(db: str) -> list[str]:
         if args.plain_daemon:
-            return [PY, "-m", "sidecar", "serve", "--db", str(db)]
-        return [PY, "-c", COMMIT_WRAPPER, "serve", "--db", str(db)]
+            return [PY, "-m", "sidecar", "serve", "--db", db]
+        return [PY, "-c", COMMIT_WRAPPER, "serve", "--db", db]
 
     daemon = Target("daemon", daemon_cmd, daemon=True)
     echo = Target("echo", lambda db: ECHO_CMD, daemon=False)
+    pg_dbs = Databases(args.db) if args.db else None
+    pg = Target("daemon-pg", daemon_cmd, daemon=True, databases=pg_dbs) if pg_dbs else None
+    targets = (daemon, pg, echo) if pg is not None else (daemon, echo)
     t_start = time.perf_counter()
-    pipe: dict[str, list[Load]] = {"daemon": [], "echo": []}
-    seqs: dict[str, list[Load]] = {"daemon": [], "echo": []}
-    mixed: dict[str, list[Load]] = {"daemon": [], "echo": []}
+    names = [t.name for t in targets]
+    pipe: dict[str, list[Load]] = {n: [] for n in names}
+    seqs: dict[str, list[Load]] = {n: [] for n in names}
+    mixed: dict[str, list[Load]] = {n: [] for n in names}
     commits: dict[str, list[tuple[int, int]]] = {"pipe": [], "seq": []}
+    pg_commits: dict[str, list[tuple[int, int]]] = {"pipe": [], "seq": []}
     notes = 0
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmpdir:
         tmp = Path(tmpdir)
         for _ in range(args.runs):
-            for target in (daemon, echo):
+            for target in targets:
                 load, nn, c = await target.measure(tmp, args.n, args.inflight, WARMUP_PIPELINED)
                 pipe[target.name].append(load)
-                if target is daemon:
+                if target.daemon:
                     notes += nn
                     if c is not None:
-                        commits["pipe"].append((args.n + WARMUP_PIPELINED + 2, c))
-            for target in (daemon, echo):
+                        into = commits if target is daemon else pg_commits
+                        into["pipe"].append((args.n + WARMUP_PIPELINED + 2, c))
+            for target in targets:
                 load, nn, _ = await target.measure(
                     tmp, args.n, args.inflight, WARMUP_PIPELINED, mixed=True
                 )
                 mixed[target.name].append(load)
-                notes += nn if target is daemon else 0
-            for target in (daemon, echo):
+                notes += nn if target.daemon else 0
+            for target in targets:
                 load, nn, c = await target.measure(tmp, args.seq, 1, WARMUP_SEQ)
                 seqs[target.name].append(load)
-                if target is daemon:
+                if target.daemon:
                     notes += nn
                     if c is not None:
-                        commits["seq"].append((args.seq + WARMUP_SEQ + 2, c))
+                        into = commits if target is daemon else pg_commits
+                        into["seq"].append((args.seq + WARMUP_SEQ + 2, c))
         st = await startup(tmp, args.spawns, None)
         st_cached = None
         if args.pycache_prefix:
@@ -536,6 +564,8 @@ async def main() -> None:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
             st_cached = await startup(tmp, args.spawns, env)
+        if pg_dbs is not None:
+            await pg_dbs.drop_all()
 
     print(
         f"ingest bench: part/update, {len(TEXT)}-byte text parts; medians of {args.runs} "
@@ -549,6 +579,8 @@ async def main() -> None:
     print(f"  ratio daemon/echo rate: {ratio:.1%} (target >= 25%)  {verdict(ratio >= 0.25)}")
     paired = pair_ratios(pipe["daemon"], pipe["echo"], 0)
     print(f"    [per adjacent daemon/echo pair: {', '.join(f'{r:.1%}' for r in paired)}]")
+    if pg is not None:
+        compare_pg(pipe, 0)
     print(
         f"pipelined message+part: N={args.n:,} alternating message/update and the part/update "
         f"of that message right behind it, {args.inflight} in flight"
@@ -558,6 +590,8 @@ async def main() -> None:
     print(f"  ratio daemon/echo rate: {d_rate / e_rate:.1%} (no target; for comparison)")
     paired = pair_ratios(mixed["daemon"], mixed["echo"], 0)
     print(f"    [per adjacent daemon/echo pair: {', '.join(f'{r:.1%}' for r in paired)}]")
+    if pg is not None:
+        compare_pg(mixed, 0)
     print(f"sequential: {args.seq:,} round trips (+{WARMUP_SEQ} warm-up)")
     _, d_p50 = line("daemon", seqs["daemon"])
     _, e_p50 = line("raw echo", seqs["echo"])
@@ -565,6 +599,8 @@ async def main() -> None:
     print(f"  ratio daemon/echo p50: {ratio:.2f}x (target <= 3x)  {verdict(ratio <= 3)}")
     paired = pair_ratios(seqs["daemon"], seqs["echo"], 1)
     print(f"    [per adjacent daemon/echo pair: {', '.join(f'{r:.2f}x' for r in paired)}]")
+    if pg is not None:
+        compare_pg(seqs, 1)
     for label, samples in (("", st), (" [bytecode cached]", st_cached)):
         if samples is None:
             continue
@@ -584,15 +620,16 @@ async def main() -> None:
             f"{verdict(ratio <= 1.3)}   [ratio of the minimums: "
             f"{min(samples['init']) / min(samples['import']):.2f}x]"
         )
-    for phase, rows in commits.items():
-        if rows:
-            writes = rows[0][0]
-            cs = [c for _, c in rows]
-            print(
-                f"daemon commits, {phase}: {', '.join(map(str, cs))} per run for {writes:,} "
-                f"writes (incl. setup and warm-up) = "
-                f"{writes / median(cs):.1f} writes/commit (median)"
-            )
+    for label, table in (("daemon", commits), ("daemon-pg", pg_commits)):
+        for phase, rows in table.items():
+            if rows:
+                writes = rows[0][0]
+                cs = [c for _, c in rows]
+                print(
+                    f"{label} commits, {phase}: {', '.join(map(str, cs))} per run for "
+                    f"{writes:,} writes (incl. setup and warm-up) = "
+                    f"{writes / median(cs):.1f} writes/commit (median)"
+                )
     print(
         f"daemon notifications read and discarded: {notes:,}; "
         f"total bench time {time.perf_counter() - t_start:.0f} s"

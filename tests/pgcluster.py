@@ -48,7 +48,8 @@ def _bin(name: str) -> str:
 
 
 class Cluster:
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool = False) -> None:
+        self.durable = durable  # PostgreSQL's defaults (benchmarks), not the tests' shortcuts
         self.initdb, self.pg_ctl = _bin("initdb"), _bin("pg_ctl")
         self.root = Path(tempfile.mkdtemp(prefix="sidecar-pg-"))
         self.data = self.root / "data"
@@ -85,10 +86,9 @@ class Cluster:
             "--locale=C.UTF-8",
             "--no-sync",
         )
-        options = (
-            f"-k {self.socket_dir} -c listen_addresses='' -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
-        )
+        options = f"-k {self.socket_dir} -c listen_addresses='' -c max_connections=300"
+        if not self.durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
         self._run(
             self.pg_ctl,
             "-D",

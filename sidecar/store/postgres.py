@@ -64,6 +64,7 @@ class PostgresBackend:
         writer: asyncpg.Connection,
         readers: asyncpg.Pool,
         listener: asyncpg.Connection,
+        relay: asyncpg.Connection,
     ) -> None:
         self.display = redact(dsn)
         self._dsn = dsn
@@ -71,7 +72,12 @@ class PostgresBackend:
         self._readers = readers
         self._listener: asyncpg.Connection | None = listener
         self._commit = PgCommit(writer)
-        self._own_pids = {writer.get_server_pid()}
+        # Events go out on a connection of their own, without waiting for a WAL flush: an
+        # event is not data (the write it reports is committed already), so it should not
+        # cost the writer a second durable commit per write.
+        self._relay = PgCommit(relay)
+        self._relay_conn = relay
+        self._own_pids = {writer.get_server_pid(), relay.get_server_pid()}
         self._cache: WindowCache | None = None
         self._trip_lock = asyncio.Lock()  # one query at a time on the listener
         self._trips_started = self._trips_done = 0
@@ -96,19 +102,24 @@ class PostgresBackend:
             raise
         try:
             listener = await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT)
+            relay = await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT)
+            await relay.execute("SET synchronous_commit = off")
         except BaseException:
             await readers.close()
             await writer.close()
             raise
-        backend = cls(dsn, writer, readers, listener)
+        backend = cls(dsn, writer, readers, listener, relay)
         await backend._listen(listener)
         backend._commit.start()
+        backend._relay.start()
         backend._event_task = asyncio.ensure_future(backend._deliver_events())
         return backend
 
     async def close(self) -> None:
         self._closing = True
         await self._commit.stop()
+        await self._relay.stop()
+        await self._relay_conn.close()
         if self._event_task is not None:
             self._event_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -194,7 +205,7 @@ class PostgresBackend:
                 self._last_cleanup = now
                 statements.append(("DELETE FROM relay WHERE created < ?", [(now - RELAY_KEEP_MS,)]))
         self.events_relayed += 1
-        self._commit.submit_then(statements, _relayed)
+        self._relay.submit_then(statements, _relayed)
 
     # -- reads ---------------------------------------------------------------------------------
 
