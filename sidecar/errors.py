@@ -16,6 +16,7 @@ __all__ = [
     "SidecarError",
     "TooLarge",
     "Unauthorized",
+    "Unavailable",
     "UnknownMessage",
     "UnknownPart",
     "UnknownSession",
@@ -84,3 +85,9 @@ class Unauthorized(SidecarError):
     """``initialize`` without the listener's token; the connection is closed after the reply."""
 
     code = ErrorCode.UNAUTHORIZED
+
+
+class Unavailable(SidecarError):
+    """The database (a PostgreSQL server) cannot be reached: nothing was stored."""
+
+    code = ErrorCode.UNAVAILABLE

@@ -86,6 +86,10 @@ class Cluster:
             "--locale=C.UTF-8",
             "--no-sync",
         )
+        self.resume()
+
+    def resume(self) -> None:
+        """Start the server (again)."""
         options = f"-k {self.socket_dir} -c listen_addresses='' -c max_connections=300"
         if not self.durable:
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
@@ -100,6 +104,10 @@ class Cluster:
             "-w",
             "start",
         )
+
+    def crash(self) -> None:
+        """Stop the server as a crash would (``-m immediate``), keeping its data."""
+        self._run(self.pg_ctl, "-D", str(self.data), "-m", "immediate", "-w", "stop")
 
     def stop(self) -> None:
         try:

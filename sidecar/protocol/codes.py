@@ -1,6 +1,6 @@
 """The error-code table: every code a reply can carry, with what it means.
 
-JSON-RPC's own codes, LSP's two, and the application codes (-32040..-32047, away from the
+JSON-RPC's own codes, LSP's two, and the application codes (-32040..-32048, away from the
 LSP-reserved -32001/-32002). ``sidecar.errors`` raises with these, the server replies with
 them, the clients compare against them, and PROTOCOL.md's table is checked against ``ERRORS``.
 """
@@ -30,6 +30,7 @@ class ErrorCode(IntEnum):
     COMPACTION_FAILED = -32045
     UNAUTHORIZED = -32046
     TOO_LARGE = -32047
+    UNAVAILABLE = -32048
 
 
 class ErrorSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,4 +57,8 @@ ERRORS: tuple[ErrorSpec, ...] = (
     ErrorSpec(code=ErrorCode.COMPACTION_FAILED, meaning="compaction failed"),
     ErrorSpec(code=ErrorCode.UNAUTHORIZED, meaning="initialize on TCP without the authToken"),
     ErrorSpec(code=ErrorCode.TOO_LARGE, meaning="a reply over server.maxReplyBytes; page instead"),
+    ErrorSpec(
+        code=ErrorCode.UNAVAILABLE,
+        meaning="the database cannot be reached now; nothing was stored, retry later",
+    ),
 )

@@ -23,6 +23,7 @@ from typing import Any
 
 import asyncpg
 
+from sidecar.errors import Unavailable
 from sidecar.store.backend import OnIntegrity, Statement, Then
 
 log = logging.getLogger("sidecar.store")
@@ -30,10 +31,15 @@ log = logging.getLogger("sidecar.store")
 MAX_BATCH_OPS = 1024
 
 OpFunction = Callable[[asyncpg.Connection], Awaitable[list[int]]]
+Connect = Callable[[], Awaitable[asyncpg.Connection]]
 
-
-class StoreUnavailable(Exception):
-    """The database cannot be reached; nothing of the op was stored."""
+#: The server is gone or going (a restart, a failover, a network cut): not the op's fault.
+CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.OperatorInterventionError,
+)
 
 
 @dataclass(slots=True)
@@ -66,8 +72,12 @@ def _exact(sql: str) -> bool:
 
 
 class PgCommit:
-    def __init__(self, conn: asyncpg.Connection) -> None:
+    """``reconnect`` gives a new connection once the current one is lost; until it succeeds,
+    each batch fails with ``Unavailable`` (nothing stored) and the next one tries again."""
+
+    def __init__(self, conn: asyncpg.Connection, reconnect: Connect | None = None) -> None:
         self._conn = conn
+        self._reconnect = reconnect
         self._pending: list[_Op] = []
         self._wake = asyncio.Event()
         self._quiet = asyncio.Event()
@@ -135,6 +145,13 @@ class PgCommit:
 
     async def _commit(self, batch: list[_Op]) -> list[BaseException | None]:
         """One transaction for the batch; on failure, one per op."""
+        if self._conn.is_closed():
+            if self._reconnect is None:
+                return [_unavailable(ConnectionError("connection closed"))] * len(batch)
+            try:
+                self._conn = await self._reconnect()
+            except CONNECTION_ERRORS as exc:
+                return [_unavailable(exc)] * len(batch)
         try:
             async with self._conn.transaction():
                 if len(batch) == 1:
@@ -143,7 +160,7 @@ class PgCommit:
                     await self._run_grouped(batch)
             self.commits += 1
             return [None] * len(batch)
-        except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError) as exc:
+        except CONNECTION_ERRORS as exc:
             return [_unavailable(exc)] * len(batch)
         except Exception:  # rolled back: replay op by op, so only the offending op fails
             pass
@@ -156,7 +173,7 @@ class PgCommit:
                 outcomes.append(None)
             except asyncpg.IntegrityConstraintViolationError as exc:
                 outcomes.append(op.on_integrity(exc) if op.on_integrity else exc)
-            except (OSError, asyncpg.InterfaceError, asyncpg.PostgresConnectionError) as exc:
+            except CONNECTION_ERRORS as exc:
                 outcomes.append(_unavailable(exc))
             except Exception as exc:
                 if not isinstance(exc, asyncpg.PostgresError):
@@ -216,8 +233,11 @@ def _count(status: str) -> int:
     return int(last) if last.isdigit() else 0
 
 
-def _unavailable(exc: BaseException) -> StoreUnavailable:
-    return StoreUnavailable(f"the database is unavailable ({type(exc).__name__}: {exc})")
+def _unavailable(exc: BaseException) -> Unavailable:
+    return Unavailable(
+        f"the database cannot be reached ({type(exc).__name__}: {exc}); nothing was stored, "
+        "retry later"
+    )
 
 
 def _resolve(op: _Op, exc: BaseException | None) -> None:

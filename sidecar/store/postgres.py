@@ -26,9 +26,10 @@ from typing import Any, cast
 import asyncpg
 import msgspec
 
+from sidecar.errors import Unavailable
 from sidecar.store.backend import Chunks, EventSink, OnIntegrity, Row, Statement, Then
 from sidecar.store.cache import WindowCache
-from sidecar.store.pg_commit import PgCommit, pg_sql
+from sidecar.store.pg_commit import CONNECTION_ERRORS, PgCommit, pg_sql
 from sidecar.store.pg_schema import MIGRATION_LOCK, MIGRATIONS
 from sidecar.store.schema import SCHEMA_VERSION
 from sidecar.store.url import redact
@@ -71,11 +72,11 @@ class PostgresBackend:
         self._writer = writer
         self._readers = readers
         self._listener: asyncpg.Connection | None = listener
-        self._commit = PgCommit(writer)
+        self._commit = PgCommit(writer, self._connect_writer)
         # Events go out on a connection of their own, without waiting for a WAL flush: an
         # event is not data (the write it reports is committed already), so it should not
         # cost the writer a second durable commit per write.
-        self._relay = PgCommit(relay)
+        self._relay = PgCommit(relay, self._connect_relay)
         self._relay_conn = relay
         self._own_pids = {writer.get_server_pid(), relay.get_server_pid()}
         self._cache: WindowCache | None = None
@@ -87,6 +88,19 @@ class PostgresBackend:
         self.on_event: EventSink | None = None
         self.events_relayed = 0
         self._closing = False
+
+    async def _connect_writer(self) -> asyncpg.Connection:
+        conn = await asyncpg.connect(self._dsn, timeout=CONNECT_TIMEOUT)
+        self._own_pids.add(conn.get_server_pid())
+        log.warning("reconnected the PostgreSQL writer")
+        return conn
+
+    async def _connect_relay(self) -> asyncpg.Connection:
+        conn = await asyncpg.connect(self._dsn, timeout=CONNECT_TIMEOUT)
+        await conn.execute("SET synchronous_commit = off")
+        self._own_pids.add(conn.get_server_pid())
+        self._relay_conn = conn
+        return conn
 
     @classmethod
     async def open(cls, dsn: str) -> PostgresBackend:
@@ -210,14 +224,20 @@ class PostgresBackend:
     # -- reads ---------------------------------------------------------------------------------
 
     async def query(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
-        async with self._readers.acquire() as conn:
-            return cast(list[Row], await conn.fetch(pg_sql(sql), *args))
+        try:
+            async with self._readers.acquire() as conn:
+                return cast(list[Row], await conn.fetch(pg_sql(sql), *args))
+        except CONNECTION_ERRORS as exc:
+            raise _unreachable(exc) from None
 
     @contextlib.asynccontextmanager
     async def stream(self, sql: str, args: Sequence[Any]) -> AsyncIterator[Chunks]:
-        async with self._readers.acquire() as conn, conn.transaction(readonly=True):
-            cursor = await conn.cursor(pg_sql(sql), *args)
-            yield _Chunks(cursor)
+        try:
+            async with self._readers.acquire() as conn, conn.transaction(readonly=True):
+                cursor = await conn.cursor(pg_sql(sql), *args)
+                yield _Chunks(cursor)
+        except CONNECTION_ERRORS as exc:
+            raise _unreachable(exc) from None
 
     async def fresh(self, cache: WindowCache) -> None:
         """Hear every change committed before now, then serve (see the module's docstring)."""
@@ -297,6 +317,10 @@ class _Chunks:
     async def __aiter__(self) -> AsyncIterator[list[Row]]:
         while chunk := await self._cursor.fetch(CHUNK):
             yield list(chunk)
+
+
+def _unreachable(exc: BaseException) -> Unavailable:
+    return Unavailable(f"the database cannot be reached ({type(exc).__name__}: {exc})")
 
 
 def _relayed(counts: list[int], exc: BaseException | None) -> None:

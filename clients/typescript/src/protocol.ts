@@ -319,6 +319,10 @@ export interface Protocol {
      * a reply over server.maxReplyBytes; page instead
      */
     TOO_LARGE: -32047;
+    /**
+     * the database cannot be reached now; nothing was stored, retry later
+     */
+    UNAVAILABLE: -32048;
   };
 }
 /**
@@ -1188,6 +1192,8 @@ export const ErrorCodes = {
   UNAUTHORIZED: -32046,
   /** a reply over server.maxReplyBytes; page instead */
   TOO_LARGE: -32047,
+  /** the database cannot be reached now; nothing was stored, retry later */
+  UNAVAILABLE: -32048,
 } as const satisfies Protocol["errors"];
 
 export const PROTOCOL_VERSION: Protocol["protocolVersion"] = "1.0";
