@@ -28,20 +28,22 @@ COMMANDS = frozenset({"sessions", "inspect", "report", "import"})
 
 def add_commands(sub: Any) -> None:
     """Add the tools' subcommands to ``sub`` (an ``add_subparsers`` result)."""
-    db_help = "the daemon's SQLite file (default: the daemon's default database)"
+    db_help = (
+        "the daemon's SQLite file or postgresql:// URL (default: the daemon's default database)"
+    )
     p = sub.add_parser("sessions", help="list stored sessions (read-only)")
-    p.add_argument("--db", type=Path, help=db_help)
+    p.add_argument("--db", help=db_help)
     p.add_argument("--json", action="store_true", help="one JSON array, for scripts")
 
     p = sub.add_parser("inspect", help="a session turn by turn: context, compactions, prunes")
     p.add_argument("session", help="session id, a unique prefix of it, or its title")
-    p.add_argument("--db", type=Path, help=db_help)
+    p.add_argument("--db", help=db_help)
     p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     p.add_argument("--context", type=_positive, help="model window to draw (default: catalog)")
 
     p = sub.add_parser("report", help="a self-contained HTML report of a session")
     p.add_argument("session", help="session id, a unique prefix of it, or its title")
-    p.add_argument("--db", type=Path, help=db_help)
+    p.add_argument("--db", help=db_help)
     p.add_argument("-o", "--output", type=Path, required=True, help="the HTML file to write")
     p.add_argument("--context", type=_positive, help="model window to draw (default: catalog)")
 
@@ -53,7 +55,7 @@ def add_commands(sub: Any) -> None:
         metavar="FILE",
         help="an export or log file, an OpenCode data/storage folder, or a folder of *.jsonl",
     )
-    p.add_argument("--db", type=Path, help=db_help)
+    p.add_argument("--db", help=db_help)
     p.add_argument(
         "--format", choices=_FORMATS, default="auto", help="default: told by each file's shape"
     )
@@ -70,9 +72,9 @@ def _positive(text: str) -> int:
     return value
 
 
-def _db(args: argparse.Namespace) -> Path:
+def _db(args: argparse.Namespace) -> str | Path:
     if args.db is not None:
-        return Path(args.db)
+        return str(args.db)
     from sidecar.paths import default_db_path
 
     return default_db_path()

@@ -1,15 +1,18 @@
-"""Read-only access to a daemon's SQLite database, for the inspection commands.
+"""Read-only access to a daemon's database, for the inspection commands.
 
-Opened with ``mode=ro`` so that looking at a database can never change it, even while a
-daemon writes to it (WAL lets a reader run beside the writer). Rows decode with the store's
-own decoders, so what is read here is exactly what the engine reads.
+A SQLite file is opened with ``mode=ro`` so that looking at a database can never change it,
+even while a daemon writes to it (WAL lets a reader run beside the writer); a PostgreSQL URL
+through ``pgread.PgReader`` (a read-only session, the same queries). Rows decode with the
+store's own decoders, so what is read here is exactly what the engine reads.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import msgspec
 
@@ -20,6 +23,7 @@ from sidecar.model.parts import Part
 from sidecar.model.session import Session
 from sidecar.store import Key
 from sidecar.store.store import decode_message, decode_part
+from sidecar.store.url import UnsupportedDatabase, is_postgres, redact, sqlite_path
 
 _session_decoder = msgspec.json.Decoder(Session)
 
@@ -28,7 +32,45 @@ class DatabaseError(Exception):
     """The database is missing or not one of ours; the message says which file."""
 
 
-def open_ro(path: Path) -> sqlite3.Connection:
+class Result(Iterable[Any], Protocol):
+    def fetchall(self) -> list[Any]: ...
+    def fetchone(self) -> Any: ...
+
+
+class ReadConn(Protocol):
+    """What the queries below use of a connection: ``sqlite3``'s surface."""
+
+    def execute(self, sql: str, args: Sequence[Any] = ..., /) -> Result: ...
+    def close(self) -> None: ...
+
+
+def open_ro(db: str | Path) -> ReadConn:
+    """A read-only connection to a SQLite file or a ``postgresql://`` database."""
+    if is_postgres(db):
+        return _open_pg(str(db))
+    try:
+        path = Path(sqlite_path(db))
+    except UnsupportedDatabase as exc:
+        raise DatabaseError(str(exc)) from None
+    return _open_sqlite(path)
+
+
+def _open_pg(url: str) -> ReadConn:
+    from sidecar.tools.pgread import PgReader
+
+    try:
+        conn = PgReader(url)
+    except Exception as exc:  # refused, unknown database, authentication...
+        raise DatabaseError(f"{redact(url)}: cannot connect ({exc})") from None
+    try:
+        conn.execute("SELECT 1 FROM sessions LIMIT 1")
+    except Exception as exc:
+        conn.close()
+        raise DatabaseError(f"{redact(url)}: not a compaction-sidecar database ({exc})") from None
+    return conn
+
+
+def _open_sqlite(path: Path) -> ReadConn:
     if not path.exists():
         raise DatabaseError(f"{path}: no such database")
     conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
@@ -41,7 +83,7 @@ def open_ro(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def list_sessions(conn: sqlite3.Connection) -> list[Session]:
+def list_sessions(conn: ReadConn) -> list[Session]:
     """Every session, most recently active first."""
     out: list[Session] = []
     for data, updated in conn.execute(
@@ -53,7 +95,7 @@ def list_sessions(conn: sqlite3.Connection) -> list[Session]:
     return out
 
 
-def find_session(conn: sqlite3.Connection, ref: str) -> Session:
+def find_session(conn: ReadConn, ref: str) -> Session:
     """A session by id, a unique id prefix (ids are long to type), or its title."""
     rows = conn.execute("SELECT data, updated FROM sessions WHERE id = ?", (ref,)).fetchall()
     if not rows:
@@ -85,9 +127,7 @@ def find_session(conn: sqlite3.Connection, ref: str) -> Session:
     return session
 
 
-def load_history(
-    conn: sqlite3.Connection, session: Session, start: Key | None = None
-) -> list[WithParts]:
+def load_history(conn: ReadConn, session: Session, start: Key | None = None) -> list[WithParts]:
     """Every visible message of ``session`` (from ``start`` on), chronological, revert applied
     (as the engine)."""
     cond = "session_id = ?"
@@ -127,7 +167,7 @@ class Overview:
     last_activity: int
 
 
-def overview(conn: sqlite3.Connection, session: Session) -> Overview:
+def overview(conn: ReadConn, session: Session) -> Overview:
     """The current window (from the newest marker whose summary finished, or the collapse
     tail it points back at: what ``window.load_window`` reads), plus counts from SQL."""
     start: Key | None = None
