@@ -57,7 +57,8 @@ _writers = []
 for _cls in (_w.GroupCommit, _pw.PgCommit):
     def _record(self, *a, _init=_cls.__init__, **k):
         _init(self, *a, **k)
-        _writers.append(self)
+        if getattr(self, "role", "writer") == "writer":  # not PostgreSQL's event relay
+            _writers.append(self)
     _cls.__init__ = _record
 atexit.register(
     lambda: sys.stderr.write("BENCH_COMMITS %d\\n" % sum(w.commits for w in _writers))

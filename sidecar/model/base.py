@@ -20,6 +20,10 @@ Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_INT)]
 PageLimit = Annotated[int, msgspec.Meta(ge=1, le=MAX_SAFE_INT)]
 """A page size given by a client."""
 
+Id = Annotated[str, msgspec.Meta(pattern=r"^[^\x00]*$")]
+"""An id: any string a client chooses except one holding U+0000, which no client means and
+PostgreSQL's text cannot store (ids are columns there), refused at decode with its path."""
+
 
 def wire_name(name: str) -> str:
     """snake_case -> OpenCode camelCase, with ``_id`` segments written as ``ID``."""

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from sidecar.model.base import Base, Dense, PageLimit
+from sidecar.model.base import Base, Dense, Id, PageLimit
 from sidecar.model.messages import ModelRef
 from sidecar.model.session import Session
 from sidecar.model.tokens import ModelLimit, Tokens
@@ -71,14 +71,14 @@ class CancelParams(Base, kw_only=True):
 
 
 class SessionCreateParams(Base, kw_only=True):
-    id: str | None = None
+    id: Id | None = None
     title: str | None = None
-    parent_id: str | None = None
+    parent_id: Id | None = None
     directory: str | None = None
 
 
 class SessionRef(Base, kw_only=True):
-    session_id: str
+    session_id: Id
 
 
 class SessionListParams(Base, kw_only=True):
@@ -92,12 +92,12 @@ class SessionList(Base, kw_only=True):
 
 
 class SessionForkParams(Base, kw_only=True):
-    session_id: str
-    message_id: str | None = None
+    session_id: Id
+    message_id: Id | None = None
 
 
 class SessionMessagesParams(Base, kw_only=True):
-    session_id: str
+    session_id: Id
     limit: PageLimit | None = None
     cursor: str | None = None
     part_limit: PageLimit | None = None
@@ -116,7 +116,7 @@ class MessagesPage(Base, kw_only=True):
 
 
 class SessionContextParams(Base, kw_only=True):
-    session_id: str
+    session_id: Id
     format: ContextFormat = "parts"
     wait: bool = True  # answer after the automatic work caused by earlier writes
     fit: bool = True  # never above the usable input when the model's limits are known
@@ -127,11 +127,11 @@ class ContextResult(Dense, kw_only=True):
     messages: list[Any]
     estimated_tokens: int
     system: list[str] = msgspec.field(default_factory=list)
-    boundary_message_id: str | None = None
+    boundary_message_id: Id | None = None
     # ``fit``: true when even the last resort left the window above the usable input.
     overflow: bool = False
     usable: int | None = None  # set when the window had to be fitted
-    truncated_part_ids: list[str] = msgspec.field(default_factory=list)
+    truncated_part_ids: list[Id] = msgspec.field(default_factory=list)
 
 
 class OverflowModel(Base, kw_only=True):
@@ -139,7 +139,7 @@ class OverflowModel(Base, kw_only=True):
 
 
 class SessionOverflowParams(Base, kw_only=True):
-    session_id: str | None = None
+    session_id: Id | None = None
     wait: bool = True  # with sessionID: after the automatic work caused by earlier writes
     tokens: Tokens | None = None
     model: OverflowModel | None = None
@@ -153,12 +153,12 @@ class OverflowResult(Dense, kw_only=True):
 
 
 class PruneResult(Dense, kw_only=True):
-    part_ids: list[str]
+    part_ids: list[Id]
     tokens_saved: int
 
 
 class SessionCompactParams(Base, kw_only=True):
-    session_id: str
+    session_id: Id
     model: ModelRef | None = None
     auto: bool = False
     instructions: str | None = None
@@ -167,14 +167,14 @@ class SessionCompactParams(Base, kw_only=True):
 
 class CompactResult(Dense, kw_only=True):
     status: Literal["continue", "stop"]
-    summary_message_id: str | None
+    summary_message_id: Id | None
     error: str | None = None
 
 
 class SessionRevertParams(Base, kw_only=True):
-    session_id: str
-    message_id: str
-    part_id: str | None = None
+    session_id: Id
+    message_id: Id
+    part_id: Id | None = None
 
 
 # -- messages and parts ------------------------------------------------------------------------
@@ -185,8 +185,8 @@ class MessageUpdateParams(Base, kw_only=True):
 
 
 class MessageRemoveParams(Base, kw_only=True):
-    session_id: str
-    message_id: str
+    session_id: Id
+    message_id: Id
 
 
 class PartUpdateParams(Base, kw_only=True):
@@ -194,9 +194,9 @@ class PartUpdateParams(Base, kw_only=True):
 
 
 class PartRemoveParams(Base, kw_only=True):
-    session_id: str
-    message_id: str
-    part_id: str
+    session_id: Id
+    message_id: Id
+    part_id: Id
 
 
 class ConfigUpdateParams(Base, kw_only=True):
@@ -207,19 +207,19 @@ class ConfigUpdateParams(Base, kw_only=True):
 
 
 class CompactedEvent(Dense, kw_only=True):
-    session_id: str
-    message_id: str
+    session_id: Id
+    message_id: Id
     auto: bool
 
 
 class PrunedEvent(Dense, kw_only=True):
-    session_id: str
-    part_ids: list[str]
+    session_id: Id
+    part_ids: list[Id]
     tokens_saved: int
 
 
 class StatusEvent(Base, kw_only=True):
-    session_id: str
+    session_id: Id
     status: SessionStatus
     error: str | None = None
 
@@ -229,8 +229,8 @@ class MessageUpdatedEvent(msgspec.Struct, kw_only=True):
 
 
 class MessageRemovedEvent(Dense, kw_only=True):
-    session_id: str
-    message_id: str
+    session_id: Id
+    message_id: Id
 
 
 class PartUpdatedEvent(msgspec.Struct, kw_only=True):
@@ -238,9 +238,9 @@ class PartUpdatedEvent(msgspec.Struct, kw_only=True):
 
 
 class PartRemovedEvent(Dense, kw_only=True):
-    session_id: str
-    message_id: str
-    part_id: str
+    session_id: Id
+    message_id: Id
+    part_id: Id
 
 
 class ProgressParams(Dense, kw_only=True):
@@ -273,7 +273,7 @@ Event = (
 
 
 class CompactingHookParams(Dense, kw_only=True):
-    session_id: str
+    session_id: Id
 
 
 class CompactingHookResult(Base, kw_only=True):

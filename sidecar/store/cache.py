@@ -37,7 +37,7 @@ class Key(NamedTuple):
     @staticmethod
     def parse(cursor: str) -> Key:
         created, _, ident = cursor.partition(":")
-        if not created.isdigit() or not ident or int(created) > _MAX_CREATED:
+        if not created.isdigit() or not ident or "\x00" in ident or int(created) > _MAX_CREATED:
             raise ValueError(f"malformed cursor {cursor!r}")
         return Key(int(created), ident)
 
@@ -68,7 +68,7 @@ class PageCursor(NamedTuple):
             created, mid, part = msgspec.json.decode(cursor, type=tuple[int, str, str])
         except msgspec.DecodeError:
             raise ValueError(f"malformed cursor {cursor!r}") from None
-        if not 0 <= created <= _MAX_CREATED or not mid:
+        if not 0 <= created <= _MAX_CREATED or not mid or "\x00" in mid + part:
             raise ValueError(f"malformed cursor {cursor!r}")
         return PageCursor(Key(created, mid), part)
 

@@ -75,7 +75,10 @@ class PgCommit:
     """``reconnect`` gives a new connection once the current one is lost; until it succeeds,
     each batch fails with ``Unavailable`` (nothing stored) and the next one tries again."""
 
-    def __init__(self, conn: asyncpg.Connection, reconnect: Connect | None = None) -> None:
+    def __init__(
+        self, conn: asyncpg.Connection, reconnect: Connect | None = None, role: str = "writer"
+    ) -> None:
+        self.role = role  # "writer" (data) or "relay" (events): benchmarks count them apart
         self._conn = conn
         self._reconnect = reconnect
         self._pending: list[_Op] = []

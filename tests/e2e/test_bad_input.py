@@ -232,3 +232,34 @@ async def test_frame_over_the_size_cap_is_rejected_and_serving_continues(
     # A frame just under the cap is accepted.
     fits = user_message(session.id, blob="z" * 3800)
     assert (await client.update_message(fits))["blob"] == fits["blob"]
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "path"),
+    [
+        ("session/create", {"id": "ses_a\u0000b"}, "$.id"),
+        ("session/get", {"sessionID": "ses_\u0000"}, "$.sessionID"),
+        (
+            "message/update",
+            {"message": {"sessionID": "ses_x", "role": "user", "id": "m\u0000"}},
+            "$.message.id",
+        ),
+    ],
+)
+async def test_a_nul_character_in_an_id_is_32602_on_every_backend(
+    shared: Client, method: str, params: dict[str, object], path: str
+) -> None:
+    """PostgreSQL cannot hold U+0000 in text; an id with one is the client's mistake (named),
+    never -32603, and nothing is stored."""
+    with pytest.raises(RpcError) as err:
+        await shared.request(method, params)
+    assert err.value.code == INVALID_PARAMS, err.value
+    assert path in err.value.message
+    assert (await shared.request("session/list", {}))["sessions"] is not None
+
+
+async def test_a_nul_character_in_a_cursor_is_32602(shared: Client) -> None:
+    session = await shared.create_session()
+    with pytest.raises(RpcError) as err:
+        await shared.request("session/messages", {"sessionID": session.id, "cursor": "1:m\u0000"})
+    assert err.value.code == INVALID_PARAMS and "cursor" in err.value.message, err.value
