@@ -114,6 +114,30 @@ MIGRATIONS: list[str] = [
         created BIGINT NOT NULL,
         data TEXT NOT NULL
     );
+
+    -- The store's three ingest statements (message upsert, session touch, part upsert) as
+    -- one call, so a batch alternating messages and their parts goes to the server as one
+    -- pipelined executemany, in order, instead of a round trip per statement.
+    CREATE FUNCTION sidecar_write(
+        w_kind TEXT, w_id TEXT, w_session TEXT, w_message TEXT, w_created BIGINT,
+        w_role TEXT, w_parent TEXT, w_summary_ok INTEGER, w_type TEXT, w_data TEXT
+    ) RETURNS void LANGUAGE plpgsql AS $$
+    BEGIN
+        IF w_kind = 'part' THEN
+            INSERT INTO parts (id, message_id, session_id, type, data)
+            VALUES (w_id, w_message, w_session, w_type, w_data)
+            ON CONFLICT (id) DO UPDATE SET type = excluded.type, data = excluded.data,
+                message_id = excluded.message_id, session_id = excluded.session_id;
+        ELSIF w_kind = 'message' THEN
+            INSERT INTO messages (id, session_id, created, role, parent_id, summary_ok, data)
+            VALUES (w_id, w_session, w_created, w_role, w_parent, w_summary_ok, w_data)
+            ON CONFLICT (id) DO UPDATE SET created = excluded.created, role = excluded.role,
+                parent_id = excluded.parent_id, summary_ok = excluded.summary_ok,
+                data = excluded.data, session_id = excluded.session_id;
+        ELSE
+            UPDATE sessions SET updated = w_created WHERE id = w_session AND updated < w_created;
+        END IF;
+    END $$;
     """,
 ]
 

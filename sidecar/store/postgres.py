@@ -29,9 +29,10 @@ import msgspec
 from sidecar.errors import Unavailable
 from sidecar.store.backend import Chunks, EventSink, OnIntegrity, Row, Statement, Then
 from sidecar.store.cache import WindowCache
-from sidecar.store.pg_commit import CONNECTION_ERRORS, PgCommit, pg_sql
+from sidecar.store.pg_commit import CONNECTION_ERRORS, WRITE, PgCommit, pg_sql
 from sidecar.store.pg_schema import MIGRATION_LOCK, MIGRATIONS
 from sidecar.store.schema import SCHEMA_VERSION
+from sidecar.store.store import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
 from sidecar.store.url import redact
 
 log = logging.getLogger("sidecar.store")
@@ -164,12 +165,12 @@ class PostgresBackend:
         on_integrity: OnIntegrity | None = None,
         needs_counts: bool = False,
     ) -> list[int]:
-        return await self._commit.submit(statements, on_integrity, needs_counts)
+        return await self._commit.submit(_as_writes(statements), on_integrity, needs_counts)
 
     def submit_then(
         self, statements: list[Statement], then: Then, on_integrity: OnIntegrity | None = None
     ) -> None:
-        self._commit.submit_then(statements, then, on_integrity)
+        self._commit.submit_then(_as_writes(statements), then, on_integrity)
 
     def commit_queued(self) -> None:
         """Nothing to bring forward: the writer task commits as soon as it is free."""
@@ -317,6 +318,25 @@ class _Chunks:
     async def __aiter__(self) -> AsyncIterator[list[Row]]:
         while chunk := await self._cursor.fetch(CHUNK):
             yield list(chunk)
+
+
+# The store's ingest statements as rows of ``WRITE`` (kind, id, session, message, created,
+# role, parent, summary_ok, type, data), from each statement's own row shape.
+_AS_WRITE: dict[str, Callable[[Sequence[Any]], tuple[Any, ...]]] = {
+    UPSERT_MESSAGE: lambda r: ("message", r[0], r[1], None, r[2], r[3], r[4], r[5], None, r[6]),
+    TOUCH_SESSION: lambda r: ("touch", None, r[1], None, r[0], None, None, None, None, None),
+    UPSERT_PART: lambda r: ("part", r[0], r[2], r[1], None, None, None, None, r[3], r[4]),
+}
+
+
+def _as_writes(statements: list[Statement]) -> list[Statement]:
+    """Messages, session touches and parts as one statement, so that consecutive ops of
+    different kinds still merge into one pipelined ``executemany``."""
+    out: list[Statement] = []
+    for sql, rows in statements:
+        convert = _AS_WRITE.get(sql)
+        out.append((WRITE, [convert(r) for r in rows]) if convert else (sql, rows))
+    return out
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:

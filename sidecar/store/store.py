@@ -120,7 +120,7 @@ def part_row(part: Part, raw: bytes | str) -> tuple[Any, ...]:
     return (part.id, part.message_id, part.session_id, tag, _text(raw))
 
 
-_UPSERT_MESSAGE = (
+UPSERT_MESSAGE = (
     "INSERT INTO messages (id, session_id, created, role, parent_id, summary_ok, data) "
     "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
     "created = excluded.created, role = excluded.role, parent_id = excluded.parent_id, "
@@ -128,12 +128,12 @@ _UPSERT_MESSAGE = (
 )
 # Setting ``session_id``/``message_id`` again lets the schema's triggers refuse an id reused
 # elsewhere: the statement fails, so the writer fails that op alone (never a silent no-op).
-_UPSERT_PART = (
+UPSERT_PART = (
     "INSERT INTO parts (id, message_id, session_id, type, data) VALUES (?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO UPDATE SET type = excluded.type, data = excluded.data, "
     "message_id = excluded.message_id, session_id = excluded.session_id"
 )
-_TOUCH_SESSION = "UPDATE sessions SET updated = ? WHERE id = ? AND updated < ?"
+TOUCH_SESSION = "UPDATE sessions SET updated = ? WHERE id = ? AND updated < ?"
 
 
 def _session_statement(session: Session) -> Statement:
@@ -288,8 +288,8 @@ class Store:
 
     def _message_statements(self, info: Message, row: tuple[Any, ...]) -> list[Statement]:
         return [
-            (_UPSERT_MESSAGE, [row]),
-            (_TOUCH_SESSION, [(info.time.created, info.session_id, info.time.created)]),
+            (UPSERT_MESSAGE, [row]),
+            (TOUCH_SESSION, [(info.time.created, info.session_id, info.time.created)]),
         ]
 
     async def put_message(self, info: Message, raw: bytes | str) -> None:
@@ -320,7 +320,7 @@ class Store:
 
     async def put_part(self, part: Part, raw: bytes | str) -> None:
         row = part_row(part, raw)
-        counts = await self._db.submit([(_UPSERT_PART, [row])], on_integrity=part_error(part))
+        counts = await self._db.submit([(UPSERT_PART, [row])], on_integrity=part_error(part))
         self._part_written(part, row, counts)
 
     def put_part_then(
@@ -335,7 +335,7 @@ class Store:
                 self._part_written(part, row, counts)
             then(exc)
 
-        self._db.submit_then([(_UPSERT_PART, [row])], committed, part_error(part))
+        self._db.submit_then([(UPSERT_PART, [row])], committed, part_error(part))
 
     def _part_written(self, part: Part, row: tuple[Any, ...], counts: list[int]) -> None:
         if counts[0] > 0:
@@ -351,9 +351,9 @@ class Store:
         """Several messages and parts in one transaction (markers, summaries, forks)."""
         statements: list[Statement] = []
         if messages:
-            statements.append((_UPSERT_MESSAGE, [message_row(m, r) for m, r in messages]))
+            statements.append((UPSERT_MESSAGE, [message_row(m, r) for m, r in messages]))
         if parts:
-            statements.append((_UPSERT_PART, [part_row(p, r) for p, r in parts]))
+            statements.append((UPSERT_PART, [part_row(p, r) for p, r in parts]))
         if statements:
             await self._db.submit(statements)
         for sid in {m.session_id for m, _ in messages} | {p.session_id for p, _ in parts}:
@@ -368,9 +368,9 @@ class Store:
         """A whole session in one transaction (import): either all of it is stored or none."""
         statements: list[Statement] = [_session_statement(session)]
         if messages:
-            statements.append((_UPSERT_MESSAGE, [message_row(m, r) for m, r in messages]))
+            statements.append((UPSERT_MESSAGE, [message_row(m, r) for m, r in messages]))
         if parts:
-            statements.append((_UPSERT_PART, [part_row(p, r) for p, r in parts]))
+            statements.append((UPSERT_PART, [part_row(p, r) for p, r in parts]))
         await self._db.submit(
             statements,
             on_integrity=lambda exc: Conflict(f"session {session.id!r} not stored: {exc}"),
