@@ -21,8 +21,10 @@ PageLimit = Annotated[int, msgspec.Meta(ge=1, le=MAX_SAFE_INT)]
 """A page size given by a client."""
 
 Id = Annotated[str, msgspec.Meta(pattern=r"^[^\x00]*$")]
-"""An id: any string a client chooses except one holding U+0000, which no client means and
-PostgreSQL's text cannot store (ids are columns there), refused at decode with its path."""
+"""An id in request params: any string a client chooses except one holding U+0000, which no
+client means and PostgreSQL's text cannot store (ids are columns there), refused at decode
+with its path. (Stored messages and parts are checked by the store instead: see
+``store._no_nul``.)"""
 
 
 def wire_name(name: str) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from sidecar.model.base import Base, Count, Id
+from sidecar.model.base import Base, Count
 from sidecar.model.parts import Part
 from sidecar.model.tokens import Tokens
 
@@ -17,8 +17,8 @@ class MessageTime(Base, kw_only=True):
 
 
 class ModelRef(Base, kw_only=True):
-    provider_id: Id
-    model_id: Id
+    provider_id: str
+    model_id: str
 
 
 class MessageError(Base, kw_only=True):
@@ -29,8 +29,8 @@ class MessageError(Base, kw_only=True):
 
 
 class MessageBase(Base, tag_field="role", kw_only=True):
-    id: Id = ""
-    session_id: Id
+    id: str = ""
+    session_id: str
     time: MessageTime = msgspec.field(default_factory=MessageTime)
 
 
@@ -44,9 +44,9 @@ class UserMessage(MessageBase, tag="user", kw_only=True):
 
 
 class AssistantMessage(MessageBase, tag="assistant", kw_only=True):
-    parent_id: Id = ""
-    provider_id: Id = ""
-    model_id: Id = ""
+    parent_id: str = ""
+    provider_id: str = ""
+    model_id: str = ""
     mode: str | None = None
     agent: str | None = None
     path: dict[str, str] | None = None

@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from sidecar.model.base import Base, Count, Id
+from sidecar.model.base import Base, Count
 from sidecar.model.tokens import Tokens
 
 JSONObject = dict[str, Any]
@@ -28,9 +28,9 @@ class ToolTime(Base, kw_only=True):
 
 
 class PartBase(Base, tag_field="type", kw_only=True):
-    id: Id = ""
-    session_id: Id
-    message_id: Id
+    id: str = ""
+    session_id: str
+    message_id: str
 
 
 # -- tool states -------------------------------------------------------------------------------
@@ -92,7 +92,7 @@ class FilePart(PartBase, tag="file", kw_only=True):
 
 
 class ToolPart(PartBase, tag="tool", kw_only=True):
-    call_id: Id
+    call_id: str
     tool: str
     state: ToolState
     metadata: JSONObject | None = None
@@ -138,7 +138,7 @@ class CompactionPart(PartBase, tag="compaction", kw_only=True):
 
     auto: bool = False
     overflow: bool | None = None
-    tail_start_id: Id | None = None
+    tail_start_id: str | None = None
 
 
 class SubtaskPart(PartBase, tag="subtask", kw_only=True):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from sidecar.model.base import Base, Count, Id
+from sidecar.model.base import Base, Count
 
 
 class SessionTime(Base, kw_only=True):
@@ -15,14 +15,14 @@ class SessionTime(Base, kw_only=True):
 class RevertInfo(Base, kw_only=True):
     """Messages from ``messageID`` on (or parts from ``partID`` on, in that message) are hidden."""
 
-    message_id: Id
-    part_id: Id | None = None
+    message_id: str
+    part_id: str | None = None
 
 
 class Session(Base, kw_only=True):
-    id: Id
+    id: str
     title: str
-    parent_id: Id | None = None
+    parent_id: str | None = None
     directory: str | None = None
     time: SessionTime = msgspec.field(default_factory=SessionTime)
     revert: RevertInfo | None = None

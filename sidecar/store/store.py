@@ -102,8 +102,21 @@ def _text(raw: bytes | str) -> str:
     return raw if isinstance(raw, str) else raw.decode()
 
 
+def _no_nul(what: str, **ids: str | None) -> None:
+    """Ids are columns; PostgreSQL's text cannot hold U+0000 and no client means one. Checked
+    here, on the ingest path, rather than by a pattern on the Struct (a regex per id field
+    costs more than the rest of the decode)."""
+    for field, value in ids.items():
+        if value and "\x00" in value:
+            raise InvalidParams(
+                f"invalid params: `$.{what}.{field}` holds the character U+0000, which an id "
+                "may not"
+            )
+
+
 def message_row(info: Message, raw: bytes | str) -> tuple[Any, ...]:
     parent = info.parent_id if isinstance(info, AssistantMessage) else None
+    _no_nul("message", id=info.id, sessionID=info.session_id, parentID=parent)
     return (
         info.id,
         info.session_id,
@@ -116,6 +129,7 @@ def message_row(info: Message, raw: bytes | str) -> tuple[Any, ...]:
 
 
 def part_row(part: Part, raw: bytes | str) -> tuple[Any, ...]:
+    _no_nul("part", id=part.id, sessionID=part.session_id, messageID=part.message_id)
     tag = type(part).__struct_config__.tag
     return (part.id, part.message_id, part.session_id, tag, _text(raw))
 
@@ -303,7 +317,11 @@ class Store:
         self, info: Message, raw: bytes | str, then: Callable[[BaseException | None], None]
     ) -> None:
         """``put_message`` for callers without a task (see ``put_part_then``)."""
-        row = message_row(info, raw)
+        try:
+            row = message_row(info, raw)
+        except InvalidParams as exc:
+            then(exc)
+            return
 
         def committed(counts: list[int], exc: BaseException | None) -> None:
             if exc is None:
@@ -328,7 +346,11 @@ class Store:
     ) -> None:
         """``put_part`` for callers without a task: ``then(None)`` once the part is committed,
         ``then(exc)`` if it could not be. Called from the writer, right after the commit."""
-        row = part_row(part, raw)
+        try:
+            row = part_row(part, raw)
+        except InvalidParams as exc:
+            then(exc)
+            return
 
         def committed(counts: list[int], exc: BaseException | None) -> None:
             if exc is None:
@@ -379,14 +401,20 @@ class Store:
         self.cache.invalidate(session.id)
 
     async def get_message(self, message_id: str) -> tuple[Message, str] | None:
+        if "\x00" in message_id:  # no stored id holds one (``_no_nul``)
+            return None
         rows = await self._db.query("SELECT data FROM messages WHERE id = ?", (message_id,))
         return (decode_message(rows[0][0]), rows[0][0]) if rows else None
 
     async def get_part(self, part_id: str) -> tuple[Part, str] | None:
+        if "\x00" in part_id:
+            return None
         rows = await self._db.query("SELECT data FROM parts WHERE id = ?", (part_id,))
         return (decode_part(rows[0][0]), rows[0][0]) if rows else None
 
     async def message_key(self, message_id: str) -> Key | None:
+        if "\x00" in message_id:
+            return None
         rows = await self._db.query("SELECT created, id FROM messages WHERE id = ?", (message_id,))
         return Key(*rows[0]) if rows else None
 

@@ -238,6 +238,19 @@ async def test_frame_over_the_size_cap_is_rejected_and_serving_continues(
     ("method", "params", "path"),
     [
         ("session/create", {"id": "ses_a\u0000b"}, "$.id"),
+        (
+            "part/update",
+            {
+                "part": {
+                    "sessionID": "s",
+                    "messageID": "m",
+                    "type": "text",
+                    "text": "",
+                    "id": "\u0000",
+                }
+            },
+            "$.part.id",
+        ),
         ("session/get", {"sessionID": "ses_\u0000"}, "$.sessionID"),
         (
             "message/update",

@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
+from pgcluster import new_pg_database, run_async
 from sidecar_client import Call, Client, RpcError
 from sidecar_client._transport import spawn_stdio
 
@@ -361,7 +363,7 @@ def describe_body(body: bytes) -> dict[str, Any] | None:
     return None
 
 
-async def run(tmp: Path) -> str:
+async def run(tmp: Path, db: str | Path) -> str:
     env: dict[str, str | None] = {
         "XDG_CONFIG_HOME": str(tmp / "config"),
         "XDG_DATA_HOME": str(tmp / "data"),
@@ -370,7 +372,7 @@ async def run(tmp: Path) -> str:
         "OPENCODE_EXPERIMENTAL_OUTPUT_TOKEN_MAX": None,
         "SIDECAR_LOG": None,
     }
-    transport = await spawn_stdio(tmp / "fuzz.db", (), env)
+    transport = await spawn_stdio(db, (), env)
     client = CountingClient(transport, default_timeout=REPLY_TIMEOUT)
     try:
         await client._wait_writer_ready(20)
@@ -405,5 +407,9 @@ async def run(tmp: Path) -> str:
         await client.kill()
 
 
-def test_fuzz_stdio(tmp_path: Path) -> None:
-    print(asyncio.run(run(tmp_path)))
+def test_fuzz_stdio(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
+    """On each backend (a NUL in an id reached PostgreSQL as -32603 once)."""
+    db: str | Path = tmp_path / "fuzz.db"
+    if backend == "postgresql":
+        db = run_async(new_pg_database(request.getfixturevalue("pg_cluster")))
+    print(asyncio.run(run(tmp_path, db)))
