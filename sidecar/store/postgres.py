@@ -27,6 +27,7 @@ import asyncpg
 import msgspec
 
 from sidecar.errors import Unavailable
+from sidecar.model.ids import now_ms
 from sidecar.store.backend import Chunks, EventSink, OnIntegrity, Row, Statement, Then
 from sidecar.store.cache import WindowCache
 from sidecar.store.pg_commit import CONNECTION_ERRORS, WRITE, PgCommit, pg_sql
@@ -208,7 +209,7 @@ class PostgresBackend:
         if len(payload.encode()) <= NOTIFY_MAX:
             statements: list[Statement] = [("SELECT pg_notify(?, ?)", [(EVENTS, payload)])]
         else:
-            now = _wall_ms()
+            now = now_ms()
             statements = [
                 (
                     "WITH r AS (INSERT INTO relay (created, data) VALUES (?, ?) RETURNING id) "
@@ -280,7 +281,7 @@ class PostgresBackend:
 
     async def _relisten(self) -> None:
         try:
-            await self._listen(await asyncpg.connect(self._dsn))
+            await self._listen(await asyncpg.connect(self._dsn, timeout=CONNECT_TIMEOUT))
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             log.warning("cannot listen on PostgreSQL again yet: %s", exc)
 
@@ -351,12 +352,6 @@ def _unreachable(exc: BaseException) -> Unavailable:
 def _relayed(counts: list[int], exc: BaseException | None) -> None:
     if exc is not None:
         log.warning("could not relay an event to other daemons: %s", exc)
-
-
-def _wall_ms() -> int:
-    from sidecar.model.ids import now_ms
-
-    return now_ms()
 
 
 def _compacted(data: str, ts: int) -> str | None:
