@@ -163,11 +163,23 @@ class PgCommit:
             except CONNECTION_ERRORS as exc:
                 return [_unavailable(exc)] * len(batch)
         try:
-            async with self._conn.transaction():
-                if len(batch) == 1:
-                    batch[0].rowcounts = await self._run_op(batch[0])
-                else:
-                    await self._run_grouped(batch)
+            single = _one_statement(batch)
+            if single is not None:
+                # One executemany is atomic on its own (one implicit transaction up to its
+                # Sync): no BEGIN and COMMIT round trips, ~6x cheaper measured here.
+                await self._conn.executemany(
+                    pg_sql(single), [r for op in batch for _, rows in op.statements for r in rows]
+                )
+                for op in batch:
+                    op.rowcounts = [
+                        len(rows) if _exact(single) else -1 for _, rows in op.statements
+                    ]
+            else:
+                async with self._conn.transaction():
+                    if len(batch) == 1:
+                        batch[0].rowcounts = await self._run_op(batch[0])
+                    else:
+                        await self._run_grouped(batch)
             self.commits += 1
             return [None] * len(batch)
         except CONNECTION_ERRORS as exc:
@@ -235,6 +247,23 @@ class PgCommit:
                 pending_rows.extend(rows)
                 owners.append((op, index, len(rows)))
         await flush()
+
+
+def _one_statement(batch: list[_Op]) -> str | None:
+    """The SQL, when every statement of every op in the batch is that same one (and no op
+    needs a count it could not give)."""
+    sql: str | None = None
+    for op in batch:
+        if op.function is not None:
+            return None
+        for stmt, _rows in op.statements:
+            if sql is None:
+                sql = stmt
+            elif stmt != sql:
+                return None
+    if sql is None or (any(op.needs_counts for op in batch) and not _exact(sql)):
+        return None
+    return sql
 
 
 def _count(status: str) -> int:
