@@ -24,7 +24,7 @@ Id = Annotated[str, msgspec.Meta(pattern=r"^[^\x00]*$")]
 """An id in request params: any string a client chooses except one holding U+0000, which no
 client means and PostgreSQL's text cannot store (ids are columns there), refused at decode
 with its path. (Stored messages and parts are checked by the store instead: see
-``store._no_nul``.)"""
+``store._nul_in``.)"""
 
 
 def wire_name(name: str) -> str:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import msgspec
-from lsprotocol.converters import get_converter
 from lsprotocol.types import LogMessageParams, MessageType
 
 if TYPE_CHECKING:
@@ -69,10 +69,15 @@ class Hub:
 
 
 def _json(params: Any) -> bytes:
-    """Params as their wire JSON (lsprotocol's attrs classes through its converter)."""
+    """Params as their wire JSON (lsprotocol's attrs classes through its converter, built on
+    first use: only a shared database relays, and building one costs start-up time)."""
     if attrs.has(type(params)):
-        params = _converter.unstructure(params)
+        params = _converter().unstructure(params)
     return msgspec.json.encode(params)
 
 
-_converter = get_converter()
+@functools.cache
+def _converter() -> Any:
+    from lsprotocol.converters import get_converter
+
+    return get_converter()

@@ -8,7 +8,7 @@ No compaction logic lives here: the store answers range queries the engine asks.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -102,21 +102,20 @@ def _text(raw: bytes | str) -> str:
     return raw if isinstance(raw, str) else raw.decode()
 
 
-def _no_nul(what: str, **ids: str | None) -> None:
+def _nul_in(what: str, ids: Mapping[str, str | None]) -> InvalidParams:
     """Ids are columns; PostgreSQL's text cannot hold U+0000 and no client means one. Checked
-    here, on the ingest path, rather than by a pattern on the Struct (a regex per id field
-    costs more than the rest of the decode)."""
-    for field, value in ids.items():
-        if value and "\x00" in value:
-            raise InvalidParams(
-                f"invalid params: `$.{what}.{field}` holds the character U+0000, which an id "
-                "may not"
-            )
+    by the store on the ingest path (a plain ``in``) rather than by a pattern on the Struct (a
+    regex per id field costs more than the rest of the decode); this names the field."""
+    field = next(k for k, v in ids.items() if v and "\x00" in v)
+    return InvalidParams(
+        f"invalid params: `$.{what}.{field}` holds the character U+0000, which an id may not"
+    )
 
 
 def message_row(info: Message, raw: bytes | str) -> tuple[Any, ...]:
     parent = info.parent_id if isinstance(info, AssistantMessage) else None
-    _no_nul("message", id=info.id, sessionID=info.session_id, parentID=parent)
+    if "\x00" in info.id or "\x00" in info.session_id or (parent and "\x00" in parent):
+        raise _nul_in("message", {"id": info.id, "sessionID": info.session_id, "parentID": parent})
     return (
         info.id,
         info.session_id,
@@ -129,7 +128,9 @@ def message_row(info: Message, raw: bytes | str) -> tuple[Any, ...]:
 
 
 def part_row(part: Part, raw: bytes | str) -> tuple[Any, ...]:
-    _no_nul("part", id=part.id, sessionID=part.session_id, messageID=part.message_id)
+    if "\x00" in part.id or "\x00" in part.session_id or "\x00" in part.message_id:
+        ids = {"id": part.id, "sessionID": part.session_id, "messageID": part.message_id}
+        raise _nul_in("part", ids)
     tag = type(part).__struct_config__.tag
     return (part.id, part.message_id, part.session_id, tag, _text(raw))
 
@@ -401,7 +402,7 @@ class Store:
         self.cache.invalidate(session.id)
 
     async def get_message(self, message_id: str) -> tuple[Message, str] | None:
-        if "\x00" in message_id:  # no stored id holds one (``_no_nul``)
+        if "\x00" in message_id:  # no stored id holds one (``_nul_in``)
             return None
         rows = await self._db.query("SELECT data FROM messages WHERE id = ?", (message_id,))
         return (decode_message(rows[0][0]), rows[0][0]) if rows else None
