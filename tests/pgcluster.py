@@ -170,12 +170,11 @@ def is_pg(db: str | os.PathLike[str]) -> bool:
 async def execute(db: str | os.PathLike[str], sql: str, args: Sequence[Any]) -> int:
     """Run one statement behind the daemon's back (``?`` placeholders); rows it changed."""
     if is_pg(db):
+        from sidecar.store.pg_commit import pg_sql
+
         conn = await asyncpg.connect(str(db))
         try:
-            n = sql.count("?")
-            for i in range(1, n + 1):
-                sql = sql.replace("?", f"${i}", 1)
-            status = await conn.execute(sql, *args)
+            status = await conn.execute(pg_sql(sql), *args)
         finally:
             await conn.close()
         return int(status.rsplit(" ", 1)[-1])

@@ -32,9 +32,9 @@ from typing import Any
 
 import aiosqlite
 
-log = logging.getLogger("sidecar.store")
+from sidecar.store.backend import OnIntegrity, Statement, Then
 
-Statement = tuple[str, Sequence[Sequence[Any]]]
+log = logging.getLogger("sidecar.store")
 
 MAX_BATCH_OPS = 1024
 # A batch commits inline when it has at most this many rows and this much payload (a few ms of
@@ -50,17 +50,13 @@ WAL_RESTART_FRAMES = 3 * CHECKPOINT_PAGES
 _CHECKPOINT = "PRAGMA wal_checkpoint(PASSIVE)"
 
 
-# Told the op's row counts, or the error, right after its commit (or failure).
-Then = Callable[[list[int], BaseException | None], None]
-
-
 @dataclass(slots=True)
 class Op:
     statements: list[Statement]
     future: asyncio.Future[None] | None = None
     then: Then | None = None
     # Turns an IntegrityError of this op into the error its caller should see.
-    on_integrity: Callable[[sqlite3.IntegrityError], Exception] | None = None
+    on_integrity: OnIntegrity | None = None
     needs_counts: bool = False
     rowcounts: list[int] = field(default_factory=list)
 
@@ -122,7 +118,7 @@ class GroupCommit:
     async def submit(
         self,
         statements: list[Statement],
-        on_integrity: Callable[[sqlite3.IntegrityError], Exception] | None = None,
+        on_integrity: OnIntegrity | None = None,
         needs_counts: bool = False,
     ) -> list[int]:
         """Commit one atomic op; returns once it is durable.
@@ -154,7 +150,7 @@ class GroupCommit:
         self,
         statements: list[Statement],
         then: Then,
-        on_integrity: Callable[[sqlite3.IntegrityError], Exception] | None = None,
+        on_integrity: OnIntegrity | None = None,
     ) -> None:
         """Queue an op without waiting: ``then`` is called once it is committed or has failed.
 
@@ -189,7 +185,7 @@ class GroupCommit:
         rows, payload = _size(batch)
         if self._inline and _fits_inline(rows, payload):
             for op, outcome in zip(batch, self._commit_inline(batch, rows, payload), strict=True):
-                _resolve(op, outcome)
+                resolve(op, outcome)
             self._after()
         else:
             self._start_job(self._commit_off_loop(batch, _pages(rows, payload)))
@@ -243,7 +239,7 @@ class GroupCommit:
         self.commits += commits
         self._wal_pages += pages
         for op, outcome in zip(batch, outcomes, strict=True):
-            _resolve(op, outcome)
+            resolve(op, outcome)
         self._busy = False
         self._after()
 
@@ -378,7 +374,7 @@ def _rollback(conn: sqlite3.Connection) -> None:
         conn.rollback()
 
 
-def _resolve(op: Op, exc: BaseException | None = None) -> None:
+def resolve(op: Op, exc: BaseException | None = None) -> None:
     """Tell a queued op's caller how it went (unless it already gave up waiting)."""
     if op.then is not None:
         try:

@@ -18,17 +18,16 @@ import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
 from sidecar.errors import Unavailable
 from sidecar.store.backend import OnIntegrity, Statement, Then
+from sidecar.store.commit import MAX_BATCH_OPS, Op, resolve
 
 log = logging.getLogger("sidecar.store")
-
-MAX_BATCH_OPS = 1024
 
 OpFunction = Callable[[asyncpg.Connection], Awaitable[list[int]]]
 Connect = Callable[[], Awaitable[asyncpg.Connection]]
@@ -43,14 +42,11 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 
 
 @dataclass(slots=True)
-class _Op:
-    statements: list[Statement]
+class _Op(Op):
+    """``commit.Op`` (the same fields, told the same way by ``resolve``), which can also be a
+    function run on the connection."""
+
     function: OpFunction | None = None
-    future: asyncio.Future[None] | None = None
-    then: Then | None = None
-    on_integrity: OnIntegrity | None = None
-    needs_counts: bool = False
-    rowcounts: list[int] = field(default_factory=list)
 
 
 @functools.lru_cache(maxsize=512)
@@ -94,7 +90,6 @@ class PgCommit:
         self._quiet.set()
         self._open = False
         self._task: asyncio.Task[None] | None = None
-        self.may_join: Callable[[], bool] = lambda: True  # the server's probe (unused here)
         self.commits = 0
 
     def start(self) -> None:
@@ -121,7 +116,8 @@ class PgCommit:
     ) -> list[int]:
         if not self._open:
             raise RuntimeError("store is closed")
-        op = _Op(statements, function, None, None, on_integrity, needs_counts)
+        op = _Op(statements, on_integrity=on_integrity, needs_counts=needs_counts)
+        op.function = function
         op.future = asyncio.get_running_loop().create_future()
         self._queue(op)
         await op.future
@@ -132,7 +128,7 @@ class PgCommit:
     ) -> None:
         if not self._open:
             raise RuntimeError("store is closed")
-        self._queue(_Op(statements, None, None, then, on_integrity))
+        self._queue(_Op(statements, then=then, on_integrity=on_integrity))
 
     def _queue(self, op: _Op) -> None:
         self._pending.append(op)
@@ -150,18 +146,18 @@ class PgCommit:
                 del self._pending[:MAX_BATCH_OPS]
                 outcomes = await self._commit(batch)
                 for op, outcome in zip(batch, outcomes, strict=True):
-                    _resolve(op, outcome)
+                    resolve(op, outcome)
             self._quiet.set()
 
     async def _commit(self, batch: list[_Op]) -> list[BaseException | None]:
         """One transaction for the batch; on failure, one per op."""
         if self._conn.is_closed():
             if self._reconnect is None:
-                return [_unavailable(ConnectionError("connection closed"))] * len(batch)
+                return [unavailable(ConnectionError("connection closed"))] * len(batch)
             try:
                 self._conn = await self._reconnect()
             except CONNECTION_ERRORS as exc:
-                return [_unavailable(exc)] * len(batch)
+                return [unavailable(exc)] * len(batch)
         try:
             single = _one_statement(batch)
             if single is not None:
@@ -170,10 +166,9 @@ class PgCommit:
                 await self._conn.executemany(
                     pg_sql(single), [r for op in batch for _, rows in op.statements for r in rows]
                 )
+                exact = _exact(single)
                 for op in batch:
-                    op.rowcounts = [
-                        len(rows) if _exact(single) else -1 for _, rows in op.statements
-                    ]
+                    op.rowcounts = [len(rows) if exact else -1 for _, rows in op.statements]
             else:
                 async with self._conn.transaction():
                     if len(batch) == 1:
@@ -183,7 +178,7 @@ class PgCommit:
             self.commits += 1
             return [None] * len(batch)
         except CONNECTION_ERRORS as exc:
-            return [_unavailable(exc)] * len(batch)
+            return [unavailable(exc)] * len(batch)
         except Exception:  # rolled back: replay op by op, so only the offending op fails
             pass
         outcomes: list[BaseException | None] = []
@@ -196,7 +191,7 @@ class PgCommit:
             except asyncpg.IntegrityConstraintViolationError as exc:
                 outcomes.append(op.on_integrity(exc) if op.on_integrity else exc)
             except CONNECTION_ERRORS as exc:
-                outcomes.append(_unavailable(exc))
+                outcomes.append(unavailable(exc))
             except Exception as exc:
                 if not isinstance(exc, asyncpg.PostgresError):
                     log.error("write failed: %s", type(exc).__name__, exc_info=exc)
@@ -272,11 +267,11 @@ def _count(status: str) -> int:
     return int(last) if last.isdigit() else 0
 
 
-def _unavailable(exc: BaseException) -> Unavailable:
-    return Unavailable(
-        f"the database cannot be reached ({type(exc).__name__}: {exc}); nothing was stored, "
-        "retry later"
-    )
+def unavailable(exc: BaseException, *, write: bool = True) -> Unavailable:
+    """The error a request gets when the server cannot be reached (for a write: nothing of it
+    was stored)."""
+    text = f"the database cannot be reached ({type(exc).__name__}: {exc})"
+    return Unavailable(text + ("; nothing was stored, retry later" if write else ""))
 
 
 def _resolve(op: _Op, exc: BaseException | None) -> None:

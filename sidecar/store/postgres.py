@@ -26,11 +26,10 @@ from typing import Any, cast
 import asyncpg
 import msgspec
 
-from sidecar.errors import Unavailable
 from sidecar.model.ids import now_ms
 from sidecar.store.backend import Chunks, EventSink, OnIntegrity, Row, Statement, Then
 from sidecar.store.cache import WindowCache
-from sidecar.store.pg_commit import CONNECTION_ERRORS, WRITE, PgCommit, pg_sql
+from sidecar.store.pg_commit import CONNECTION_ERRORS, WRITE, PgCommit, pg_sql, unavailable
 from sidecar.store.pg_schema import MIGRATION_LOCK, MIGRATIONS
 from sidecar.store.schema import SCHEMA_VERSION
 from sidecar.store.store import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
@@ -88,6 +87,9 @@ class PostgresBackend:
         self._event_task: asyncio.Task[None] | None = None
         self._last_cleanup = 0
         self.on_event: EventSink | None = None
+        # The server's "could another write still join?" probe: SQLite's inline-commit choice;
+        # here batches form while one is on the wire, so it is kept but not asked.
+        self.may_join: Callable[[], bool] = lambda: True
         self.events_relayed = 0
         self._closing = False
 
@@ -151,14 +153,6 @@ class PostgresBackend:
     @property
     def commits(self) -> int:
         return self._commit.commits
-
-    @property
-    def may_join(self) -> Callable[[], bool]:
-        return self._commit.may_join
-
-    @may_join.setter
-    def may_join(self, probe: Callable[[], bool]) -> None:
-        self._commit.may_join = probe
 
     async def submit(
         self,
@@ -230,7 +224,7 @@ class PostgresBackend:
             async with self._readers.acquire() as conn:
                 return cast(list[Row], await conn.fetch(pg_sql(sql), *args))
         except CONNECTION_ERRORS as exc:
-            raise _unreachable(exc) from None
+            raise unavailable(exc, write=False) from None
 
     @contextlib.asynccontextmanager
     async def stream(self, sql: str, args: Sequence[Any]) -> AsyncIterator[Chunks]:
@@ -239,7 +233,7 @@ class PostgresBackend:
                 cursor = await conn.cursor(pg_sql(sql), *args)
                 yield _Chunks(cursor)
         except CONNECTION_ERRORS as exc:
-            raise _unreachable(exc) from None
+            raise unavailable(exc, write=False) from None
 
     async def fresh(self, cache: WindowCache) -> None:
         """Hear every change committed before now, then serve (see the module's docstring)."""
@@ -343,10 +337,6 @@ def _as_writes(statements: list[Statement]) -> list[Statement]:
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """A reader goes back to the pool as it is: no ``RESET ALL; UNLISTEN *`` round trip on
     every release (it doubled a point read), since readers never change session state."""
-
-
-def _unreachable(exc: BaseException) -> Unavailable:
-    return Unavailable(f"the database cannot be reached ({type(exc).__name__}: {exc})")
 
 
 def _relayed(counts: list[int], exc: BaseException | None) -> None:
