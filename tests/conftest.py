@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
-from pgcluster import BACKENDS, Cluster, available_reason, make_template, new_pg_database, run_async
+from pgcluster import BACKENDS, Cluster, available_reason, fresh_database, make_template, run_async
 
 from sidecar.store import Store
 
@@ -58,9 +58,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 async def db(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str | Path:
     """Where a fresh database is, for ``Store.open`` or ``serve --db``."""
-    if backend == "sqlite":
-        return tmp_path / "store.db"
-    return await new_pg_database(request.getfixturevalue("pg_cluster"))
+    return await fresh_database(backend, request, tmp_path / "store.db")
 
 
 @pytest.fixture

@@ -182,3 +182,12 @@ async def execute(db: str | os.PathLike[str], sql: str, args: Sequence[Any]) -> 
 
     with sqlite3.connect(db) as conn3:
         return conn3.execute(sql, tuple(args)).rowcount
+
+
+async def fresh_database(backend: str, request: Any, sqlite_file: Path) -> str | Path:
+    """A fresh database on ``backend``: ``sqlite_file``, or a new database of the run's
+    cluster (the ``pg_cluster`` fixture, asked for only when needed; ``request`` is pytest's
+    ``FixtureRequest``)."""
+    if backend == "sqlite":
+        return sqlite_file
+    return await new_pg_database(request.getfixturevalue("pg_cluster"))

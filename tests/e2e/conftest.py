@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from pgcluster import new_pg_database
+from pgcluster import fresh_database
 from pytest_asyncio import is_async_test
 from sidecar_client import Client, connect, spawn
 
@@ -227,9 +227,7 @@ class SocketDaemon:
 
 async def module_db(backend: str, request: pytest.FixtureRequest, where: Path) -> str | Path:
     """A database for a module's shared daemon, on the run's ``backend``."""
-    if backend == "sqlite":
-        return where / "sessions.db"
-    return await new_pg_database(request.getfixturevalue("pg_cluster"))
+    return await fresh_database(backend, request, where / "sessions.db")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")

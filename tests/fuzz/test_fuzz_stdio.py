@@ -34,7 +34,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from pgcluster import new_pg_database, run_async
+from pgcluster import fresh_database, run_async
 from sidecar_client import Call, Client, RpcError
 from sidecar_client._transport import spawn_stdio
 
@@ -409,7 +409,5 @@ async def run(tmp: Path, db: str | Path) -> str:
 
 def test_fuzz_stdio(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:
     """On each backend (a NUL in an id reached PostgreSQL as -32603 once)."""
-    db: str | Path = tmp_path / "fuzz.db"
-    if backend == "postgresql":
-        db = run_async(new_pg_database(request.getfixturevalue("pg_cluster")))
+    db = run_async(fresh_database(backend, request, tmp_path / "fuzz.db"))
     print(asyncio.run(run(tmp_path, db)))
