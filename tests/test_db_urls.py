@@ -78,3 +78,13 @@ def test_what_each_form_names() -> None:
     assert redact("postgresql://u@/db?host=/run/postgresql") == (
         "postgresql://u@/db?host=/run/postgresql"
     )
+
+
+def test_a_server_that_refuses_is_a_clear_error(pg_cluster: Cluster, tmp_path: Path) -> None:
+    """An unknown database on a running server: the server's own reason, exit 2."""
+    done = _serve(tmp_path, pg_cluster.url("no_such_database"))
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot open the database" in lines[0], done.stderr
+    assert 'database "no_such_database" does not exist' in lines[0]
+    assert list(tmp_path.iterdir()) == []

@@ -25,7 +25,7 @@ from sidecar.server.app import App, ConfigManager
 from sidecar.server.connection import Connection
 from sidecar.server.transport import Listener, ListenError, run_stdio, serve_socket
 from sidecar.store import Store
-from sidecar.store.url import UnsupportedDatabase, redact
+from sidecar.store.url import CannotOpen, UnsupportedDatabase, redact
 
 log = logging.getLogger("sidecar.daemon")
 
@@ -71,12 +71,8 @@ async def open_store(opts: Options) -> Store:
         return await Store.open(opts.db, synchronous=opts.synchronous)
     except UnsupportedDatabase as exc:
         raise StartError(str(exc)) from None
-    except (OSError, sqlite3.Error, TimeoutError) as exc:
+    except (OSError, sqlite3.Error, TimeoutError, CannotOpen) as exc:
         raise StartError(f"cannot open the database {shown}: {exc or type(exc).__name__}") from None
-    except Exception as exc:
-        if type(exc).__module__.startswith("asyncpg"):  # refused, unknown database, auth...
-            raise StartError(f"cannot open the database {shown}: {exc}") from None
-        raise
 
 
 async def _serve_shared(app: App, opts: Options) -> int:

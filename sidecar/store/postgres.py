@@ -33,7 +33,7 @@ from sidecar.store.pg_commit import CONNECTION_ERRORS, WRITE, PgCommit, pg_sql, 
 from sidecar.store.pg_schema import MIGRATION_LOCK, MIGRATIONS
 from sidecar.store.schema import SCHEMA_VERSION
 from sidecar.store.store import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
-from sidecar.store.url import redact
+from sidecar.store.url import CannotOpen, redact
 
 log = logging.getLogger("sidecar.store")
 
@@ -108,7 +108,15 @@ class PostgresBackend:
 
     @classmethod
     async def open(cls, dsn: str) -> PostgresBackend:
-        """Connect (libpq-style URL), migrate, and start listening."""
+        """Connect (libpq-style URL), migrate, and start listening; the driver's refusals are
+        ``CannotOpen``, so callers need not know the driver."""
+        try:
+            return await cls._open(dsn)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise CannotOpen(str(exc)) from None
+
+    @classmethod
+    async def _open(cls, dsn: str) -> PostgresBackend:
         writer = await asyncpg.connect(dsn, timeout=CONNECT_TIMEOUT)
         try:
             await _migrate(writer)

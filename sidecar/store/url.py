@@ -22,6 +22,11 @@ class UnsupportedDatabase(ValueError):
     """``--db`` names a kind of database this daemon does not store sessions in."""
 
 
+class CannotOpen(Exception):
+    """The database server refused (authentication, an unknown database, a permission the
+    migration needs); the message is the server's."""
+
+
 def is_postgres(db: str | Path) -> bool:
     return isinstance(db, str) and _scheme(db) in POSTGRES_SCHEMES
 
@@ -75,8 +80,9 @@ def redact(url: str) -> str:
 
 
 async def open_backend(db: str | Path, *, synchronous: str = "NORMAL") -> Backend:
-    """The backend for ``--db``; raises ``UnsupportedDatabase`` for another kind of URL and
-    ``OSError`` (or the driver's error) when the database cannot be reached."""
+    """The backend for ``--db``; raises ``UnsupportedDatabase`` for another kind of URL,
+    ``OSError``/``TimeoutError`` when the database cannot be reached, ``CannotOpen`` when its
+    server refuses, and ``sqlite3.Error`` for a file that is not a database."""
     if is_postgres(db):
         from sidecar.store.postgres import PostgresBackend
 
