@@ -1,8 +1,23 @@
-"""The method table: every request and notification, its direction and its types.
+"""The method table: the one registry of every request and notification.
 
-The daemon's ``@route`` registrations are checked against it (tests/protocol), the engine's
-events are named through ``NOTIFICATION_OF``, and ``schema.py`` turns it into the JSON Schema
-the TypeScript client is generated from. Params and results are the Structs of
+A row names the method, its direction, params and result types, its *ordering class* and its
+handler. Everything else follows from the rows: the daemon's dispatch
+(``sidecar.server.dispatch`` binds each client->daemon row to its handler), the per-connection
+ordering rules (``SidecarProtocol``), ``initialize``'s method list, the engine's event names
+(``NOTIFICATION_OF``) and the JSON Schema (``schema.py``) the clients are generated from.
+Adding a method is one row here and one handler function.
+
+Ordering classes (what a connection's later requests wait for):
+
+- ``ingest``: ``message/update``, ``part/update``. The handler queues its store op when its
+  frame is read and answers from the commit callback, costing no task; the connection's later
+  reads wait until its queued writes are acknowledged.
+- ``write``: any other change to stored or connection state; the connection's later requests
+  are held until it has answered, so a client's writes take effect in the order sent.
+- ``read``: runs at once, after the connection's own unacknowledged writes.
+
+Handlers are named ``"module:function"`` inside ``sidecar.server.handlers`` (a string, so this
+layer imports nothing of the server). Params and results are the Structs of
 ``sidecar.model.rpc`` (and the model), never redefined here.
 """
 
@@ -59,57 +74,96 @@ from sidecar.model.rpc import (
 from sidecar.model.session import Session
 
 Direction = Literal["client->daemon", "daemon->client"]
+Ordering = Literal["ingest", "write", "read"]
 TO_DAEMON: Direction = "client->daemon"
 TO_CLIENT: Direction = "daemon->client"
 
 
 class RequestSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """A request: ``result`` is a type (a Struct, a union alias) or ``None`` for ``null``."""
+    """A request: ``result`` is a type (a Struct, a union alias) or ``None`` for ``null``.
+
+    ``handler`` is ``"module:function"`` in ``sidecar.server.handlers`` (client->daemon rows).
+    """
 
     method: str
     direction: Direction
     params: type[Any]
     result: Any
+    ordering: Ordering = "read"
+    handler: str = ""
     doc: str = ""
 
 
 class NotificationSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """``handler`` as for requests; a client->daemon notification without one is handled by
+    the protocol itself (``exit``, ``$/cancelRequest``)."""
+
     method: str
     direction: Direction
     params: type[Any]
+    handler: str = ""
     doc: str = ""
 
 
-def _req(method: str, params: type[Any], result: Any, doc: str = "") -> RequestSpec:
-    return RequestSpec(method=method, direction=TO_DAEMON, params=params, result=result, doc=doc)
+def _req(
+    method: str,
+    params: type[Any],
+    result: Any,
+    ordering: Ordering,
+    handler: str,
+    doc: str = "",
+) -> RequestSpec:
+    return RequestSpec(
+        method=method,
+        direction=TO_DAEMON,
+        params=params,
+        result=result,
+        ordering=ordering,
+        handler=handler,
+        doc=doc,
+    )
 
 
+# fmt: off
 REQUESTS: tuple[RequestSpec, ...] = (
-    _req("initialize", InitializeParams, InitializeResult, "must be the first request"),
-    _req("shutdown", Empty, None),
-    _req("session/create", SessionCreateParams, Session),
-    _req("session/get", SessionRef, Session),
-    _req("session/list", SessionListParams, SessionList),
-    _req("session/delete", SessionRef, None),
-    _req("session/messages", SessionMessagesParams, MessagesPage, "full history, chronological"),
-    _req("session/subscribe", SessionRef, None, 'sessionID "*" subscribes to every session'),
-    _req("session/unsubscribe", SessionRef, None),
-    _req("session/context", SessionContextParams, ContextResult, "the filtered window"),
-    _req("session/overflow", SessionOverflowParams, OverflowResult),
-    _req("session/idle", SessionRef, None, "answered once automatic work has finished"),
-    _req("session/prune", SessionRef, PruneResult),
-    _req("session/compact", SessionCompactParams, CompactResult),
-    _req("session/fork", SessionForkParams, Session),
-    _req("session/revert", SessionRevertParams, Session),
-    _req("session/unrevert", SessionRef, Session),
-    _req("message/update", MessageUpdateParams, Message, "upsert; echoes the stored message"),
-    _req("message/remove", MessageRemoveParams, None),
-    _req("part/update", PartUpdateParams, Part, "upsert; echoes the stored part"),
-    _req("part/remove", PartRemoveParams, None),
-    _req("config/get", Empty, Config, "the effective config, secrets redacted"),
-    _req("config/update", ConfigUpdateParams, Config, "partial, deep-merged"),
-    _req("daemon/status", Empty, DaemonStatus, "extension: the daemon's pid, listener, db, load"),
-    _req("daemon/stop", Empty, None, "extension: answered, then the daemon stops"),
+    # method, params, result, ordering, handler ("module:function"), doc
+    _req("initialize", InitializeParams, InitializeResult, "write", "lifecycle:initialize",
+         "must be the first request"),
+    _req("shutdown", Empty, None, "write", "lifecycle:shutdown"),
+    _req("session/create", SessionCreateParams, Session, "write", "sessions:create"),
+    _req("session/get", SessionRef, Session, "read", "sessions:get"),
+    _req("session/list", SessionListParams, SessionList, "read", "sessions:list_"),
+    _req("session/delete", SessionRef, None, "write", "sessions:delete"),
+    _req("session/messages", SessionMessagesParams, MessagesPage, "read", "sessions:messages",
+         "full history, chronological"),
+    _req("session/subscribe", SessionRef, None, "write", "sessions:subscribe",
+         'sessionID "*" subscribes to every session'),
+    _req("session/unsubscribe", SessionRef, None, "write", "sessions:unsubscribe"),
+    _req("session/context", SessionContextParams, ContextResult, "read", "compaction:context",
+         "the filtered window"),
+    _req("session/overflow", SessionOverflowParams, OverflowResult, "read",
+         "compaction:overflow"),
+    _req("session/idle", SessionRef, None, "read", "compaction:idle",
+         "answered once automatic work has finished"),
+    _req("session/prune", SessionRef, PruneResult, "write", "compaction:prune"),
+    _req("session/compact", SessionCompactParams, CompactResult, "write", "compaction:compact"),
+    _req("session/fork", SessionForkParams, Session, "write", "compaction:fork"),
+    _req("session/revert", SessionRevertParams, Session, "write", "compaction:revert"),
+    _req("session/unrevert", SessionRef, Session, "write", "compaction:unrevert"),
+    _req("message/update", MessageUpdateParams, Message, "ingest", "messages:message_update",
+         "upsert; echoes the stored message"),
+    _req("message/remove", MessageRemoveParams, None, "write", "messages:message_remove"),
+    _req("part/update", PartUpdateParams, Part, "ingest", "messages:part_update",
+         "upsert; echoes the stored part"),
+    _req("part/remove", PartRemoveParams, None, "write", "messages:part_remove"),
+    _req("config/get", Empty, Config, "read", "config:get",
+         "the effective config, secrets redacted"),
+    _req("config/update", ConfigUpdateParams, Config, "write", "config:update",
+         "partial, deep-merged"),
+    _req("daemon/status", Empty, DaemonStatus, "read", "admin:status",
+         "extension: the daemon's pid, listener, db, load"),
+    _req("daemon/stop", Empty, None, "read", "admin:stop",
+         "extension: answered, then the daemon stops"),
     RequestSpec(
         method="compaction/compacting",
         direction=TO_CLIENT,
@@ -125,14 +179,17 @@ REQUESTS: tuple[RequestSpec, ...] = (
         doc="to a client that declared capabilities.summarizer",
     ),
 )
+# fmt: on
 
 
-def _note(method: str, direction: Direction, params: type[Any]) -> NotificationSpec:
-    return NotificationSpec(method=method, direction=direction, params=params)
+def _note(
+    method: str, direction: Direction, params: type[Any], handler: str = ""
+) -> NotificationSpec:
+    return NotificationSpec(method=method, direction=direction, params=params, handler=handler)
 
 
 NOTIFICATIONS: tuple[NotificationSpec, ...] = (
-    _note("initialized", TO_DAEMON, Empty),
+    _note("initialized", TO_DAEMON, Empty, "lifecycle:initialized"),
     _note("exit", TO_DAEMON, Empty),
     _note("$/cancelRequest", TO_DAEMON, CancelParams),
     _note("session/compacted", TO_CLIENT, CompactedEvent),
@@ -147,6 +204,11 @@ NOTIFICATIONS: tuple[NotificationSpec, ...] = (
 )
 
 REQUEST: dict[str, RequestSpec] = {r.method: r for r in REQUESTS}
+#: What a client may call on the daemon: requests, then notifications that have a handler.
+SERVED: tuple[RequestSpec | NotificationSpec, ...] = (
+    *(r for r in REQUESTS if r.direction == TO_DAEMON),
+    *(n for n in NOTIFICATIONS if n.direction == TO_DAEMON and n.handler),
+)
 NOTIFICATION: dict[str, NotificationSpec] = {n.method: n for n in NOTIFICATIONS}
 
 #: The notification each engine event is sent as (an event type is used by one method only).

@@ -1,10 +1,2 @@
-"""JSON-RPC surface: framing, the pygls-based protocol, one handler module per namespace."""
-
-from sidecar.server import (  # noqa: F401  (routes)
-    admin,
-    compaction,
-    config,
-    lifecycle,
-    messages,
-    sessions,
-)
+"""JSON-RPC surface: the pygls-based protocol, dispatch from the method table, handlers,
+the connected clients, transports and the daemon's start and stop."""

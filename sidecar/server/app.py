@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
+from sidecar.server.connection import Connection
+from sidecar.server.context import Control
 from sidecar.server.engine_host import EngineHost
-from sidecar.server.hub import Hub
+from sidecar.server.hub import Hub, Peer
 from sidecar.server.protocol import Starting
 from sidecar.server.settings import ConfigManager
 from sidecar.store import Store
-
-if TYPE_CHECKING:
-    from sidecar.server.admin import Control
-    from sidecar.server.connection import Connection
 
 log = logging.getLogger("sidecar.app")
 
@@ -39,8 +36,12 @@ class App:
         self.engine = self._host.engine
 
     @property
-    def connections(self) -> set[Connection]:
+    def connections(self) -> set[Peer]:
         return self.hub.connections
+
+    def connect(self) -> Connection:
+        """A new client connection on this daemon's parts."""
+        return Connection(self)
 
     async def close(self) -> None:
         await self._host.close()

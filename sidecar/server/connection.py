@@ -1,8 +1,9 @@
-"""One client connection: a pygls server/protocol pair bound to the shared ``App``.
+"""One client connection: a pygls server/protocol pair bound to the daemon's shared parts.
 
 Each connection (the stdio peer, or each socket client of a shared daemon) has its own
 protocol state — initialization, capabilities, in-flight requests — while the store, the
-engine and the subscriptions live once in ``App``.
+engine and the subscriptions live once in ``App`` (which this module never imports: it takes
+the ``Shared`` parts). A ``Connection`` is the ``Context`` its handlers get.
 """
 
 from __future__ import annotations
@@ -11,23 +12,22 @@ import asyncio
 import functools
 import itertools
 import logging
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 from pygls.protocol import default_converter
 from pygls.server import JsonRPCServer
 
+from sidecar.engine.service import Engine
 from sidecar.model.rpc import ClientCapabilities, Event
 from sidecar.protocol.framing import FrameReader
 from sidecar.protocol.methods import NOTIFICATION_OF
-from sidecar.server.protocol import MethodSpec, SidecarProtocol
-from sidecar.server.routes import ROUTES, bind
-
-if TYPE_CHECKING:
-    from sidecar.engine.service import Engine
-    from sidecar.server.app import App
-    from sidecar.server.hub import Hub
-    from sidecar.store import Store
+from sidecar.server.context import Control
+from sidecar.server.dispatch import bind, routes
+from sidecar.server.hub import Hub
+from sidecar.server.protocol import MethodSpec, SidecarProtocol, Starting
+from sidecar.server.settings import ConfigManager
+from sidecar.store import Store
 
 log = logging.getLogger("sidecar.connection")
 T = TypeVar("T")
@@ -40,8 +40,19 @@ def _converter() -> Any:
     return default_converter()  # type: ignore[no-untyped-call]
 
 
+class Shared(Protocol):
+    """The daemon's parts every connection uses (``App`` has them)."""
+
+    store: Store
+    config: ConfigManager
+    hub: Hub
+    engine: Engine
+    starting: Starting
+    control: Control | None
+
+
 class Connection:
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: Shared) -> None:
         self.app = app
         self.number = next(_numbers)
         self.server = JsonRPCServer(protocol_cls=SidecarProtocol, converter_factory=_converter)
@@ -64,13 +75,34 @@ class Connection:
         self.exit_requested = False
         self._transport: asyncio.BaseTransport | None = None
         self._reader: FrameReader | None = None
-        for r in ROUTES.values():
-            self.protocol.specs[r.method] = MethodSpec(msgspec.json.Decoder(r.params), r.writes)
+        for r in routes().values():
+            self.protocol.specs[r.method] = MethodSpec(r.decoder, r.writes)
             self.protocol.fm.feature(r.method)(bind(self, r))
+
+    # -- the handlers' Context --------------------------------------------------------------
+
+    @property
+    def control(self) -> Control | None:
+        return self.app.control
 
     def publish(self, session_id: str, event: Event) -> None:
         """A typed notification to the session's subscribers."""
         self.hub.publish(session_id, NOTIFICATION_OF[type(event)], event)
+
+    def subscribe(self, session_id: str) -> None:
+        self.hub.subscribe(self, session_id)
+
+    def unsubscribe(self, session_id: str) -> None:
+        self.hub.unsubscribe(self, session_id)
+
+    def client_count(self) -> int:
+        return len(self.hub.connections)
+
+    def mark_initialized(self) -> None:
+        self.protocol.initialized = True
+
+    def mark_shutting_down(self) -> None:
+        self.protocol.shutting_down = True
 
     def reader(self, *, duplex: bool = False) -> FrameReader:
         """The asyncio protocol that feeds this connection's frames.

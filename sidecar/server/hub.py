@@ -5,23 +5,38 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 import attrs
 import msgspec
 from lsprotocol.types import LogMessageParams, MessageType
 
-if TYPE_CHECKING:
-    from sidecar.server.connection import Connection
+from sidecar.model.rpc import ClientCapabilities
+
+T = TypeVar("T")
 
 ALL = "*"
 log = logging.getLogger("sidecar.hub")
 
 
+class Peer(Protocol):
+    """A connected client, as the hub needs it (``Connection`` is one)."""
+
+    capabilities: ClientCapabilities
+
+    def notify(self, method: str, params: Any) -> None: ...
+
+    async def request(self, method: str, params: Any, result: type[T], timeout: float) -> T:
+        """Ask the client something; the reply is validated into ``result``."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class Hub:
     def __init__(self) -> None:
-        self._by_session: dict[str, set[Connection]] = {}
-        self.connections: set[Connection] = set()
+        self._by_session: dict[str, set[Peer]] = {}
+        self.connections: set[Peer] = set()
         # Where this daemon's events also go: the other daemons on a shared database.
         self.relay: Callable[[str, str, bytes], None] | None = None
 
@@ -31,23 +46,23 @@ class Hub:
         for conn in list(self.connections):
             conn.notify("window/logMessage", LogMessageParams(type=level, message=text))
 
-    def subscribe(self, conn: Connection, session_id: str) -> None:
+    def subscribe(self, conn: Peer, session_id: str) -> None:
         self._by_session.setdefault(session_id, set()).add(conn)
 
-    def unsubscribe(self, conn: Connection, session_id: str) -> None:
+    def unsubscribe(self, conn: Peer, session_id: str) -> None:
         subs = self._by_session.get(session_id)
         if subs is not None:
             subs.discard(conn)
             if not subs:
                 del self._by_session[session_id]
 
-    def drop(self, conn: Connection) -> None:
+    def drop(self, conn: Peer) -> None:
         """A connection is gone: no longer connected, subscribed to nothing."""
         self.connections.discard(conn)
         for sid in list(self._by_session):
             self.unsubscribe(conn, sid)
 
-    def subscribers(self, session_id: str) -> set[Connection]:
+    def subscribers(self, session_id: str) -> set[Peer]:
         """A copy: callers may iterate while connections come and go."""
         subs = self._by_session.get(session_id, set())
         everyone = self._by_session.get(ALL)

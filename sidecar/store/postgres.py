@@ -32,7 +32,7 @@ from sidecar.store.cache import WindowCache
 from sidecar.store.pg_commit import CONNECTION_ERRORS, WRITE, PgCommit, pg_sql, unavailable
 from sidecar.store.pg_schema import MIGRATION_LOCK, MIGRATIONS
 from sidecar.store.schema import SCHEMA_VERSION
-from sidecar.store.store import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
+from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
 from sidecar.store.url import CannotOpen, redact
 
 log = logging.getLogger("sidecar.store")

@@ -24,6 +24,7 @@ from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
 from sidecar.store.backend import Backend, Statement
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
+from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
 
 _message_decoder = msgspec.json.Decoder(Message)
 _part_decoder = msgspec.json.Decoder(Part)
@@ -135,22 +136,6 @@ def part_row(part: Part, raw: bytes | str) -> tuple[Any, ...]:
     return (part.id, part.message_id, part.session_id, tag, _text(raw))
 
 
-UPSERT_MESSAGE = (
-    "INSERT INTO messages (id, session_id, created, role, parent_id, summary_ok, data) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
-    "created = excluded.created, role = excluded.role, parent_id = excluded.parent_id, "
-    "summary_ok = excluded.summary_ok, data = excluded.data, session_id = excluded.session_id"
-)
-# Setting ``session_id``/``message_id`` again lets the schema's triggers refuse an id reused
-# elsewhere: the statement fails, so the writer fails that op alone (never a silent no-op).
-UPSERT_PART = (
-    "INSERT INTO parts (id, message_id, session_id, type, data) VALUES (?, ?, ?, ?, ?) "
-    "ON CONFLICT (id) DO UPDATE SET type = excluded.type, data = excluded.data, "
-    "message_id = excluded.message_id, session_id = excluded.session_id"
-)
-TOUCH_SESSION = "UPDATE sessions SET updated = ? WHERE id = ? AND updated < ?"
-
-
 def _session_statement(session: Session) -> Statement:
     """The upsert of one session row (``put_session``, ``put_session_with``)."""
     return (
@@ -228,7 +213,7 @@ class Store:
         ``synchronous`` is SQLite's durability setting (``NORMAL``: durable against a crash of
         the process; ``FULL``: also against power loss); PostgreSQL commits are durable.
         """
-        from sidecar.store.url import open_backend
+        from sidecar.store.opener import open_backend
 
         return cls(await open_backend(db, synchronous=synchronous))
 

@@ -12,8 +12,6 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from sidecar.store.backend import Backend
-
 POSTGRES_SCHEMES = ("postgresql", "postgres")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 
@@ -77,16 +75,3 @@ def redact(url: str) -> str:
     if parts.port is not None:
         host += f":{parts.port}"
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
-async def open_backend(db: str | Path, *, synchronous: str = "NORMAL") -> Backend:
-    """The backend for ``--db``; raises ``UnsupportedDatabase`` for another kind of URL,
-    ``OSError``/``TimeoutError`` when the database cannot be reached, ``CannotOpen`` when its
-    server refuses, and ``sqlite3.Error`` for a file that is not a database."""
-    if is_postgres(db):
-        from sidecar.store.postgres import PostgresBackend
-
-        return await PostgresBackend.open(str(db))
-    from sidecar.store.sqlite import SqliteBackend
-
-    return await SqliteBackend.open(sqlite_path(db), synchronous=synchronous)

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 from typing import get_args
 
-import sidecar.server  # noqa: F401  (registers every route)
 from sidecar.model.rpc import Event
 from sidecar.protocol.codes import ERRORS, ErrorCode
 from sidecar.protocol.methods import (
@@ -21,7 +20,7 @@ from sidecar.protocol.methods import (
     TO_DAEMON,
 )
 from sidecar.protocol.schema import schema_json
-from sidecar.server.routes import ROUTES
+from sidecar.server.dispatch import routes
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "sidecar" / "protocol" / "schema.json"
@@ -35,12 +34,27 @@ def _to_daemon() -> dict[str, type]:
     return {m: p for m, p in table.items() if m not in PROTOCOL_LEVEL}
 
 
-def test_every_route_is_in_the_table_with_the_same_params_type() -> None:
+def test_every_method_a_client_may_call_has_a_handler_from_its_row() -> None:
+    """Dispatch follows from the table: each client->daemon row (but the protocol's own)
+    resolves to a callable in ``sidecar.server.handlers``, decoding the row's params type."""
     table = _to_daemon()
-    routed = {m: r.params for m, r in ROUTES.items()}
-    assert sorted(routed) == sorted(table)
-    mismatched = {m: (routed[m], table[m]) for m in table if routed[m] is not table[m]}
-    assert mismatched == {}
+    served = routes()
+    assert sorted(served) == sorted(table)
+    assert all(callable(r.fn) for r in served.values())
+    ordering = {r.method: r.ordering for r in REQUESTS if r.direction == TO_DAEMON}
+    assert {m for m, o in ordering.items() if o == "ingest"} == {"message/update", "part/update"}
+    assert all(served[m].writes == (o == "write") for m, o in ordering.items())
+
+
+def test_handlers_are_registered_nowhere_else() -> None:
+    """The table is the only registry: no decorator or dict of methods in the server."""
+    server = ROOT / "sidecar" / "server"
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in server.rglob("*.py")
+        if re.search(r"@route\(|@\w+\.feature\(|\bROUTES\b", p.read_text())
+    ]
+    assert offenders == []
 
 
 def test_method_names_are_unique() -> None:

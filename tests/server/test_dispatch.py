@@ -149,10 +149,15 @@ async def test_frames_of_one_read_are_all_counted_as_starting_before_any_runs() 
 
 def _deferred_protocol(fn: Any) -> tuple[SidecarProtocol, Out]:
     """A protocol whose ``t/def`` method is a deferred route bound like the daemon's."""
-    from sidecar.server.routes import Route, bind
+    from sidecar.protocol.methods import RequestSpec
+    from sidecar.server.dispatch import Route, bind
 
+    spec = RequestSpec(
+        method="t/def", direction="client->daemon", params=Params, result=None, ordering="ingest"
+    )
     proto, out = _protocol({})
-    handler = bind(None, Route("t/def", Params, fn, deferred=True))  # type: ignore[arg-type]
+    route = Route(spec, fn, msgspec.json.Decoder(Params))
+    handler = bind(None, route)  # type: ignore[arg-type]
     proto.specs["t/def"] = MethodSpec(msgspec.json.Decoder(Params))
     proto.fm.feature("t/def")(handler)
     return proto, out

@@ -10,8 +10,7 @@ import msgspec
 
 from sidecar.model.config import Config
 from sidecar.model.rpc import ConfigUpdateParams, Empty
-from sidecar.server.connection import Connection
-from sidecar.server.routes import route
+from sidecar.server.context import Context
 
 REDACTED = "<redacted>"
 
@@ -26,11 +25,9 @@ def redacted(cfg: Config) -> Config:
     return msgspec.structs.replace(cfg, summarizer=summarizer)
 
 
-@route("config/get", Empty)
-async def get(conn: Connection, p: Empty) -> Config:
-    return redacted(conn.config.current)
+async def get(ctx: Context, p: Empty) -> Config:
+    return redacted(ctx.config.current)
 
 
-@route("config/update", ConfigUpdateParams, writes=True)
-async def update(conn: Connection, p: ConfigUpdateParams) -> Config:
-    return redacted(conn.config.update(p.config))
+async def update(ctx: Context, p: ConfigUpdateParams) -> Config:
+    return redacted(ctx.config.update(p.config))

@@ -11,51 +11,51 @@ from typing import Any
 from sidecar import __version__
 from sidecar.errors import Unauthorized
 from sidecar.model.rpc import Empty, InitializeParams, InitializeResult, ServerInfo
-from sidecar.protocol.methods import SESSION_EVENTS
-from sidecar.server.admin import after_reply
-from sidecar.server.connection import Connection
-from sidecar.server.routes import ROUTES, route
+from sidecar.protocol.methods import SERVED, SESSION_EVENTS
+from sidecar.server.context import Context, after_reply
+
+_LIFECYCLE = ("initialize", "initialized")
 
 
-@route("initialize", InitializeParams, writes=True)
-async def initialize(conn: Connection, params: InitializeParams) -> InitializeResult:
-    control = conn.app.control
+async def initialize(ctx: Context, params: InitializeParams) -> InitializeResult:
+    control = ctx.control
     if control is not None and control.token is not None:
-        _authenticate(conn, control.token, params.auth_token)
+        _authenticate(ctx, control.token, params.auth_token)
     if params.initialization_options:
-        conn.config.apply_initialization(params.initialization_options)
-    conn.capabilities = params.capabilities
-    conn.protocol.initialized = True
+        ctx.config.apply_initialization(params.initialization_options)
+    ctx.capabilities = params.capabilities
+    ctx.mark_initialized()
     caps: dict[str, Any] = {
-        "methods": sorted(m for m in ROUTES if m not in ("initialize", "initialized")),
+        "methods": sorted(s.method for s in SERVED if s.method not in _LIFECYCLE),
         "notifications": list(SESSION_EVENTS),
         "contextFormats": ["parts", "openai", "anthropic"],
         "compactionMethods": ["standard", "collapse"],
         "summarizers": ["extractive", "openai", "anthropic", "client"],
-        "maxFrameBytes": conn.config.current.server.max_frame_bytes,
+        "maxFrameBytes": ctx.config.current.server.max_frame_bytes,
     }
     return InitializeResult(
         server_info=ServerInfo(name="compaction-sidecar", version=__version__), capabilities=caps
     )
 
 
-def _authenticate(conn: Connection, token: str, given: str | None) -> None:
+def _authenticate(ctx: Context, token: str, given: str | None) -> None:
     """A TCP listener's check (DESIGN §4): the wrong token gets an error and a closed socket."""
     if given is not None and hmac.compare_digest(given.encode(), token.encode()):
         return
-    after_reply(conn, conn.close)
+    after_reply(ctx.close)
     raise Unauthorized(
         "initialize: params.authToken is missing or wrong; this TCP listener requires the "
         "token from its --token-file (or COMPACTION_SIDECAR_TOKEN)"
     )
 
 
-@route("initialized", Empty)
-async def initialized(conn: Connection, params: Empty) -> None:
+_LIFECYCLE = ("initialize", "initialized")
+
+
+async def initialized(ctx: Context, params: Empty) -> None:
     return None
 
 
-@route("shutdown", Empty, writes=True)
-async def shutdown(conn: Connection, params: Empty) -> None:
-    conn.protocol.shutting_down = True
+async def shutdown(ctx: Context, params: Empty) -> None:
+    ctx.mark_shutting_down()
     return None

@@ -27,8 +27,8 @@ from sidecar.model.rpc import (
     PartUpdatedEvent,
     PartUpdateParams,
 )
-from sidecar.server.connection import Connection
-from sidecar.server.routes import Done, route
+from sidecar.server.context import Context
+from sidecar.server.dispatch import Done
 
 _message_decoder = msgspec.json.Decoder(Message)
 _part_decoder = msgspec.json.Decoder(Part)
@@ -60,8 +60,7 @@ def decode_part(raw: msgspec.Raw) -> Part:
         raise reroot(exc, "part") from None
 
 
-@route("message/update", MessageUpdateParams, deferred=True)
-def message_update(conn: Connection, p: MessageUpdateParams, done: Done) -> Future[None] | None:
+def message_update(ctx: Context, p: MessageUpdateParams, done: Done) -> Future[None] | None:
     """Deferred like ``part/update``, so a part pipelined behind its message queues behind it.
 
     Only an update of a known id that leaves out ``time.created`` must read first (the stored
@@ -71,24 +70,24 @@ def message_update(conn: Connection, p: MessageUpdateParams, done: Done) -> Futu
     info = decode_message(p.message)
     raw = bytes(p.message)
     if info.id and not info.time.created:
-        return asyncio.ensure_future(_update_keeping_created(conn, info, raw, done))
+        return asyncio.ensure_future(_update_keeping_created(ctx, info, raw, done))
     if not info.id or not info.time.created:
         data = _dict_decoder.decode(raw)
         if not info.id:
             info.id = data["id"] = new_id("msg")
         if not info.time.created:
-            info.time.created = conn.engine.next_time(info.session_id)
+            info.time.created = ctx.engine.next_time(info.session_id)
             data["time"] = {**(data.get("time") or {}), "created": info.time.created}
         raw = _encoder.encode(data)
-    _store_message(conn, info, raw, done)
+    _store_message(ctx, info, raw, done)
     return None
 
 
-async def _update_keeping_created(conn: Connection, info: Message, raw: bytes, done: Done) -> None:
+async def _update_keeping_created(ctx: Context, info: Message, raw: bytes, done: Done) -> None:
     try:
-        known = await conn.store.message_key(info.id)
+        known = await ctx.store.message_key(info.id)
         data = _dict_decoder.decode(raw)
-        info.time.created = known.created if known else conn.engine.next_time(info.session_id)
+        info.time.created = known.created if known else ctx.engine.next_time(info.session_id)
         data["time"] = {**(data.get("time") or {}), "created": info.time.created}
         raw = _encoder.encode(data)
     except Exception as exc:
@@ -100,17 +99,17 @@ async def _update_keeping_created(conn: Connection, info: Message, raw: bytes, d
         done(result, exc)
         answered.set_result(None)
 
-    _store_message(conn, info, raw, reply)
+    _store_message(ctx, info, raw, reply)
     await answered
 
 
-def _store_message(conn: Connection, info: Message, raw: bytes, done: Done) -> None:
+def _store_message(ctx: Context, info: Message, raw: bytes, done: Done) -> None:
     """Queue the row; once committed: subscribe, notify, start the engine's checks, reply."""
     stored = msgspec.Raw(raw)
-    cfg = conn.config.current
+    cfg = ctx.config.current
 
     # Registered before the write is queued: a read dispatched behind it waits for the work.
-    work = conn.engine.will_store(info, cfg)
+    work = ctx.engine.will_store(info, cfg)
 
     def committed(exc: BaseException | None) -> None:
         if work is not None:
@@ -118,15 +117,14 @@ def _store_message(conn: Connection, info: Message, raw: bytes, done: Done) -> N
         if exc is not None:
             done(None, exc)
             return
-        conn.hub.subscribe(conn, info.session_id)
-        conn.publish(info.session_id, MessageUpdatedEvent(message=stored))
+        ctx.subscribe(info.session_id)
+        ctx.publish(info.session_id, MessageUpdatedEvent(message=stored))
         done(stored, None)
 
-    conn.store.put_message_then(info, raw, committed)
+    ctx.store.put_message_then(info, raw, committed)
 
 
-@route("part/update", PartUpdateParams, deferred=True)
-def part_update(conn: Connection, p: PartUpdateParams, done: Done) -> None:
+def part_update(ctx: Context, p: PartUpdateParams, done: Done) -> None:
     """The hot path (streamed parts): answered from the store's commit callback, so a request
     costs no task, and the parts of one read share one commit."""
     part = decode_part(p.part)
@@ -141,30 +139,26 @@ def part_update(conn: Connection, p: PartUpdateParams, done: Done) -> None:
         if exc is not None:
             done(None, exc)
             return
-        conn.hub.subscribe(conn, part.session_id)
-        conn.publish(part.session_id, PartUpdatedEvent(part=stored))
+        ctx.subscribe(part.session_id)
+        ctx.publish(part.session_id, PartUpdatedEvent(part=stored))
         done(stored, None)
 
-    conn.store.put_part_then(part, raw, committed)
+    ctx.store.put_part_then(part, raw, committed)
 
 
-@route("message/remove", MessageRemoveParams, writes=True)
-async def message_remove(conn: Connection, p: MessageRemoveParams) -> None:
-    await conn.store.require_session(p.session_id)
-    if not await conn.store.remove_message(p.session_id, p.message_id):
+async def message_remove(ctx: Context, p: MessageRemoveParams) -> None:
+    await ctx.store.require_session(p.session_id)
+    if not await ctx.store.remove_message(p.session_id, p.message_id):
         raise UnknownMessage(p.message_id)
-    conn.publish(
-        p.session_id, MessageRemovedEvent(session_id=p.session_id, message_id=p.message_id)
-    )
+    ctx.publish(p.session_id, MessageRemovedEvent(session_id=p.session_id, message_id=p.message_id))
     return None
 
 
-@route("part/remove", PartRemoveParams, writes=True)
-async def part_remove(conn: Connection, p: PartRemoveParams) -> None:
-    await conn.store.require_session(p.session_id)
-    if not await conn.store.remove_part(p.session_id, p.message_id, p.part_id):
+async def part_remove(ctx: Context, p: PartRemoveParams) -> None:
+    await ctx.store.require_session(p.session_id)
+    if not await ctx.store.remove_part(p.session_id, p.message_id, p.part_id):
         raise UnknownPart(p.part_id)
-    conn.publish(
+    ctx.publish(
         p.session_id,
         PartRemovedEvent(session_id=p.session_id, message_id=p.message_id, part_id=p.part_id),
     )

@@ -1,0 +1,120 @@
+"""The package's import graph, built from the source, has no circle.
+
+Every ``import`` counts, those under ``TYPE_CHECKING`` and inside functions included: a
+circle hidden from the interpreter is still a circle for a reader. A module that imports a
+package depends on its ``__init__``; ``from pkg import name`` depends on ``pkg.name`` when
+that is a module.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "sidecar"
+
+
+def _modules() -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _owner(name: str, modules: dict[str, Path]) -> str | None:
+    while name not in modules and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return name if name in modules else None
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for mod, path in modules.items():
+        package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    source = ".".join([*base, *([node.module] if node.module else [])])
+                else:
+                    source = node.module or ""
+                targets = [f"{source}.{a.name}" for a in node.names] + [source]
+            for target in targets:
+                owner = _owner(target, modules)
+                if owner is not None and owner != mod:
+                    graph[mod].add(owner)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        top = stack.pop()
+                        on_stack.discard(top)
+                        component.append(top)
+                        if top == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_the_package_has_no_import_circle() -> None:
+    assert circles(import_graph()) == []
+
+
+def test_the_graph_sees_type_checking_imports_and_finds_a_circle() -> None:
+    """The checker itself can fail: a circle closed only under TYPE_CHECKING is found."""
+    graph = import_graph()
+    assert "sidecar.store.backend" in graph["sidecar.store.store"]
+    graph["sidecar.store.backend"].add("sidecar.store.store")
+    assert circles(graph) != []
+
+
+def test_lower_layers_never_import_the_server() -> None:
+    """Boundaries: only the server, the CLI and the tools may know the server."""
+    graph = import_graph()
+    lower = ("sidecar.model", "sidecar.protocol", "sidecar.store", "sidecar.engine")
+    bad = {
+        m: sorted(d for d in deps if d.startswith("sidecar.server"))
+        for m, deps in graph.items()
+        if m.startswith(lower)
+    }
+    assert {m: d for m, d in bad.items() if d} == {}
