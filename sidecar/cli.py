@@ -117,9 +117,9 @@ def run_serve(args: argparse.Namespace) -> int:
     logging.getLogger("pygls").setLevel(max(level, logging.CRITICAL if level > 10 else 10))
     import asyncio
 
-    from sidecar import paths
     from sidecar.server.daemon import Options, StartError, run
     from sidecar.server.transport import ListenError
+    from sidecar.shared_daemon import paths
 
     try:
         db = args.db or paths.default_db_path()
@@ -181,13 +181,13 @@ def add_shared_daemon(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def _socket(args: argparse.Namespace) -> tuple[Path, bool]:
     if args.socket is not None:
         return args.socket, False
-    from sidecar import paths
+    from sidecar.shared_daemon import paths
 
     return paths.default_socket_path(), True
 
 
 def run_connect(args: argparse.Namespace) -> int:
-    from sidecar import bridge
+    from sidecar.shared_daemon import bridge
 
     existing_file("--config", args.config)
     sock, default = _socket(args)
@@ -203,13 +203,13 @@ def run_connect(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from sidecar import ctl
+    from sidecar.shared_daemon import ctl
 
     return ctl.status(_socket(args)[0], as_json=args.json)
 
 
 def run_stop(args: argparse.Namespace) -> int:
-    from sidecar import ctl
+    from sidecar.shared_daemon import ctl
 
     return ctl.stop(_socket(args)[0])
 

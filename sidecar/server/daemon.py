@@ -18,12 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sidecar import paths, sockets
 from sidecar.model.config import user_config_path
 from sidecar.server.app import App, ConfigManager
 from sidecar.server.connection import Connection
 from sidecar.server.context import Control
 from sidecar.server.transport import Listener, ListenError, run_stdio, serve_socket
+from sidecar.shared_daemon import paths, sockets
 from sidecar.store import Store
 from sidecar.store.url import CannotOpen, UnsupportedDatabase, redact
 

@@ -13,9 +13,9 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from sidecar import sockets
 from sidecar.server.app import App
 from sidecar.server.connection import Connection
+from sidecar.shared_daemon import sockets
 
 
 class ListenError(ValueError):

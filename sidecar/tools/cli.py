@@ -75,7 +75,7 @@ def _positive(text: str) -> int:
 def _db(args: argparse.Namespace) -> str | Path:
     if args.db is not None:
         return str(args.db)
-    from sidecar.paths import default_db_path
+    from sidecar.shared_daemon.paths import default_db_path
 
     return default_db_path()
 

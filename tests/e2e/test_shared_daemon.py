@@ -63,7 +63,7 @@ async def place(daemon_env: dict[str, str | None]) -> AsyncIterator[Place]:
 
 
 def place_socket_alive(root: Path) -> bool:
-    from sidecar import sockets
+    from sidecar.shared_daemon import sockets
 
     return sockets.probe(root / "run" / "compaction-sidecar" / "daemon.sock")
 

@@ -4,7 +4,7 @@ It finds the daemon at the socket, or starts one (``serve --listen unix:PATH --i
 detached, logging to the state dir), then copies bytes both ways between its stdio and the
 socket, unchanged: the editor speaks to the daemon exactly as over ``serve``'s stdio.
 
-Probe, start and connect happen under the socket's lock (``sidecar.sockets``), so editors
+Probe, start and connect happen under the socket's lock (``sockets``), so editors
 that start together end with one daemon and every bridge attaches to it; the spawned daemon
 inherits no lock of its own and writes to a pipe once it listens, which is what the holder
 waits for. No pygls here: this path runs on every editor start.
@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from sidecar import paths, sockets
+from sidecar.shared_daemon import paths, sockets
 
 #: Seconds a starting daemon may take to listen before ``connect`` gives up.
 START_TIMEOUT = 60.0

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sidecar import sockets
+from sidecar.shared_daemon import sockets
 
 TIMEOUT = 30.0
 
