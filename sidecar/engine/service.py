@@ -36,7 +36,7 @@ from sidecar.engine.host import Host
 from sidecar.engine.window import load_window
 from sidecar.errors import Busy, ErrorCode, SidecarError
 from sidecar.model.catalog import lookup
-from sidecar.model.config import Config
+from sidecar.model.config import Config, SummarizerConfig
 from sidecar.model.ids import now_ms
 from sidecar.model.messages import AssistantMessage, Message
 from sidecar.model.rpc import (
@@ -131,6 +131,11 @@ class Engine:
             self._writers[key] = found
         return found
 
+    def use_writer(self, summarizer: SummarizerConfig, writer: Summarizer) -> None:
+        """Serve compactions under ``summarizer`` with ``writer`` (an embedder's own writer,
+        or a test's), instead of building one from the config."""
+        self._writers[msgspec.json.encode(summarizer)] = writer
+
     def _spawn(self, session_id: str, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
@@ -163,6 +168,12 @@ class Engine:
             async with lock:
                 return None
         return None
+
+    async def settle(self) -> None:
+        """Wait until all automatic work, of every session, has finished, including any that
+        work started in turn (a prune after a compaction)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def close(self) -> None:
         for task in list(self._tasks):

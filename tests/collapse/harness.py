@@ -7,7 +7,6 @@ compaction sort after its marker and summary, as a frontend's would.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
 import tempfile
@@ -345,8 +344,7 @@ class Writer:
 
 
 async def settle(engine: Engine) -> None:
-    while engine._tasks:
-        await asyncio.gather(*list(engine._tasks), return_exceptions=True)
+    await engine.settle()
 
 
 # -- checks ------------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,5 +130,4 @@ class Harness:
 
     async def settle(self) -> None:
         """Wait until every background task the engine started has finished."""
-        while self.engine._tasks:
-            await asyncio.gather(*list(self.engine._tasks), return_exceptions=True)
+        await self.engine.settle()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import msgspec
 import pytest
 
 from sidecar.engine.compactor import Request
@@ -295,7 +294,7 @@ async def test_second_compact_while_busy_is_refused(store: Store) -> None:
     await h.assistant(s.id, u.id, text="x" * 4000)
     w = _Writer()
     w.gate = asyncio.Event()
-    h.engine._writers[msgspec.json.encode(h.cfg.summarizer)] = w  # type: ignore[assignment]
+    h.engine.use_writer(h.cfg.summarizer, w)  # type: ignore[arg-type]
     first = asyncio.create_task(h.engine.compact(Request(session_id=s.id)))
     await w.started.wait()
     with pytest.raises(Busy):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import msgspec
-
 from sidecar.model.messages import MessageTime, UserMessage
 from sidecar.model.parts import ToolCompleted, ToolPart
 from sidecar.model.tokens import Tokens
@@ -35,7 +33,7 @@ class _Writer:
 
 
 def _use(h: Harness, writer: _Writer) -> None:
-    h.engine._writers[msgspec.json.encode(h.cfg.summarizer)] = writer  # type: ignore[assignment]
+    h.engine.use_writer(h.cfg.summarizer, writer)  # type: ignore[arg-type]
 
 
 async def _pruned(store: Store, sid: str) -> list[str]:
