@@ -1,5 +1,5 @@
 """Context rendering: a filtered window as stored parts, OpenAI chat messages or Anthropic
-Messages (DESIGN §5, opencode-facts §2.3).
+Messages (PROTOCOL.md, "Engine rules"; OpenCode's MessageV2.toModelMessages).
 
 Both chat formats go through one neutral form (``_turns``), so they share every rule: which
 assistant messages are skipped, how ``step-start`` splits a message, what a pending, failed or

@@ -40,7 +40,7 @@ async def initialize(conn: Connection, params: InitializeParams) -> InitializeRe
 
 
 def _authenticate(conn: Connection, token: str, given: str | None) -> None:
-    """A TCP listener's check (DESIGN §4): the wrong token gets an error and a closed socket."""
+    """A TCP listener's check (PROTOCOL.md): the wrong token gets an error and a closed socket."""
     if given is not None and hmac.compare_digest(given.encode(), token.encode()):
         return
     after_reply(conn, conn.close)

@@ -50,7 +50,7 @@ def route(
     method: str, params: type[Any], *, deferred: bool = False, writes: bool = False
 ) -> Callable[[Handler], Handler]:
     """Register a handler. ``writes``: it changes stored or connection state, so the
-    connection's later requests wait for it (DESIGN §4 "Order")."""
+    connection's later requests wait for it (PROTOCOL.md, "Order")."""
 
     def register(fn: Handler) -> Handler:
         if method in ROUTES:
