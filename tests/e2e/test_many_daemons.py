@@ -19,7 +19,7 @@ import pytest
 import pytest_asyncio
 from pgcluster import Cluster, new_pg_database
 from sidecar_client import Call, Client
-from wire import put_message, stored
+from wire import put_message, put_part, stored
 
 from sidecar.model.ids import new_id
 
@@ -110,19 +110,20 @@ async def test_an_overflow_seen_by_three_daemons_is_compacted_once(
     sid = (await writers[0].create_session()).id
     for watcher in watchers:
         await watcher.subscribe(sid)
-    user = await writers[0].update_message(user_message(sid, model=MODEL))
+    user = await put_message(writers[0], user_message(sid, model=MODEL))
     # About 15k tokens of history: enough for a summary to bring the context under the limit.
-    await writers[0].update_part(text_part(sid, user["id"], "Refactor src/app.py " * 3000))
-    reply = await writers[1].update_message(
+    await put_part(writers[0], text_part(sid, user["id"], "Refactor src/app.py " * 3000))
+    reply = await put_message(
+        writers[1],
         {
             "role": "assistant",
             "sessionID": sid,
             "parentID": user["id"],
             "providerID": MODEL["providerID"],
             "modelID": MODEL["modelID"],
-        }
+        },
     )
-    await writers[1].update_part(text_part(sid, reply["id"], "Done. " * 300))
+    await put_part(writers[1], text_part(sid, reply["id"], "Done. " * 300))
     for client in writers:  # a cache on every daemon
         await client.context(sid)
 
@@ -133,7 +134,7 @@ async def test_an_overflow_seen_by_three_daemons_is_compacted_once(
     for client in writers:  # answered once that daemon's automatic work is done
         await client.request("session/idle", {"sessionID": sid})
 
-    page = await writers[2].messages(sid)
+    page = await stored(writers[2], sid)
     summaries = [m.info for m in page.messages if m.info.get("summary")]
     assert len(summaries) == 1, f"compacted {len(summaries)} times: {summaries}"
     assert "error" not in summaries[0], summaries[0]["error"]
