@@ -1,7 +1,7 @@
 """Collapse compaction on real transcripts: how far each cycle shrinks the context, and proof
 that the retained tail is stored byte for byte as it was written.
 
-Every transcript of ../shared/transcripts with more than 100 messages is replayed in-process
+Every transcript of ``--transcripts DIR`` with more than 100 messages is replayed in-process
 into a real SQLite store through the engine service, with ``compaction.method = "collapse"``
 and a model window (default 64,000 tokens, 8,000 output). Each assistant message is written
 with ``tokens.input`` = the estimated size of the context window it would have been sent

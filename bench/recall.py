@@ -1,7 +1,7 @@
 """Does compaction keep what matters? Recall of the agent's artifact trail in the final window,
 against a keep-the-newest-messages truncation baseline of the same size, in one run.
 
-Each transcript of ../shared/transcripts is replayed in-process into a real SQLite store through
+Each transcript of ``--transcripts DIR`` is replayed in-process into a real SQLite store through
 the engine service (standard compaction, extractive writer -- or with ``--writer forgetful`` an
 OpenAI-compatible server on 127.0.0.1 whose summaries name nothing --, prune on) with a
 model window of ``--context`` tokens (default 32,000; ``--output`` 4,000). Each assistant message is

@@ -1,4 +1,4 @@
-"""Command line (DESIGN §7): each group of commands registers its subparsers from one function
+"""Command line (PROTOCOL.md): each group of commands registers its subparsers from one function
 and names the function that runs it (``set_defaults(run=...)``).
 
 Imports are lazy so that ``--help``, ``connect`` and ``status`` do not pay for pygls.

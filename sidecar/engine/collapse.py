@@ -1,4 +1,4 @@
-"""Collapse compaction's breakpoint (seed 003, DESIGN §5).
+"""Collapse compaction's breakpoint (seed 003; PROTOCOL.md, "Engine rules").
 
 The oldest ``extractRatio`` of the window's tokens is summarized; everything from the
 breakpoint on stays verbatim; the newest ``recentRatio`` is also shown to the writer as

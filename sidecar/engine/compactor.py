@@ -162,7 +162,7 @@ class _Clock:
 
     What the daemon adds is stamped right after the session's latest message, not with the
     daemon's wall clock: it sorts after everything the compaction saw and, whatever either
-    clock says, before what the frontend writes next (DESIGN §4, One timeline); and the same
+    clock says, before what the frontend writes next (PROTOCOL.md, "One timeline"); and the same
     writes give the same stored times."""
 
     def __init__(self, start: int) -> None:

@@ -4,7 +4,7 @@ A compaction marker (a user message with a ``compaction`` part) cuts history onl
 summary reply has finished without error, so a pending or failed compaction never loses
 anything. Collapse compaction appends its marker and summary at the end and points back, with
 ``tailStartID``, at the oldest message it kept verbatim; the window then reads
-``marker, summary, tail..., newer...`` (opencode-facts §2.2, May 2026).
+``marker, summary, tail..., newer...`` (OpenCode's filterCompacted as of May 2026).
 """
 
 from __future__ import annotations

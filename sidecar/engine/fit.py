@@ -1,4 +1,4 @@
-"""Windows that fit (DESIGN §4 ``fit``): the session's model limits, and the last resort of
+"""Windows that fit (PROTOCOL.md ``fit``): the session's model limits, and the last resort of
 truncating single oversized tool outputs in the rendering only.
 
 Reported usage arrives after a step, and many OpenAI-compatible local servers report none, so

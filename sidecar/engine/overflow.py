@@ -1,4 +1,4 @@
-"""Overflow detection (DESIGN §5): seed 000's ``isOverflow`` plus ``reserved`` and ``trigger``.
+"""Overflow detection (PROTOCOL.md): seed 000's ``isOverflow`` plus ``reserved`` and ``trigger``.
 
 Measured on the token usage the provider reported for the last finished assistant message, so
 it is exact where the provider is, and never runs the heuristic estimate.

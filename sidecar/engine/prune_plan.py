@@ -1,4 +1,4 @@
-"""Pruning of old tool outputs (DESIGN §5, seeds 000 and 004; not the older variant of 001).
+"""Pruning of old tool outputs (PROTOCOL.md; seeds 000 and 004, not the older variant of 001).
 
 Nothing is deleted: a pruned output gets ``state.time.compacted`` and the renderer sends a short
 placeholder instead. This module only decides *which* parts; the caller writes them.

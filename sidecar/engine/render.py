@@ -1,5 +1,5 @@
 """Context rendering: a filtered window as stored parts, OpenAI chat messages or Anthropic
-Messages (DESIGN §5, opencode-facts §2.3).
+Messages (PROTOCOL.md, "Engine rules"; OpenCode's MessageV2.toModelMessages).
 
 Both chat formats go through one neutral form (``_turns``), so they share every rule: which
 assistant messages are skipped, how ``step-start`` splits a message, what a pending, failed or
@@ -272,7 +272,8 @@ def to_openai(window: Sequence[WithParts], *, strip_media: bool = False) -> list
     then one ``tool`` message per call; reasoning is not sent (the format has no slot for it).
 
     User content is a string when it is all text, an array only when it carries an image;
-    assistant content is the step's text, or null when the step only calls tools.
+    assistant content is the step's text, ``""`` when the step only calls tools: what
+    OpenCode's provider SDK sends (its recorded requests in ``tests/fixtures/opencode-*``).
 
     A message's rendering is remembered while its (shared, unchanging) Structs are the same
     objects and none of its calls lost to a duplicate id, so a window rendered every turn costs
@@ -307,7 +308,7 @@ def _openai_turn(turn: _User | _Assistant, strip_media: bool) -> list[dict[str, 
     """One neutral turn as chat-completions messages."""
     if isinstance(turn, _User):
         return [{"role": "user", "content": _openai_content(turn.items, strip_media)}]
-    msg: dict[str, Any] = {"role": "assistant", "content": "\n".join(turn.texts) or None}
+    msg: dict[str, Any] = {"role": "assistant", "content": "\n".join(turn.texts)}
     if turn.calls:
         msg["tool_calls"] = [
             {

@@ -2,7 +2,7 @@
 
 The store finds the latest effective compaction marker with one indexed query; only messages
 from there (or from the collapse tail it points back at) are read, then ``filter_compacted``
-orders them. Reverted messages (DESIGN §4 ``session/revert``) are cut here, so no caller can
+orders them. Reverted messages (PROTOCOL.md ``session/revert``) are cut here, so no caller can
 let them reach a model.
 """
 

@@ -1,1 +1,1 @@
-"""msgspec Structs for every wire and stored type (DESIGN §3). No I/O here."""
+"""msgspec Structs for every wire and stored type (PROTOCOL.md, "Data model"). No I/O here."""

@@ -1,4 +1,4 @@
-"""Typed configuration (DESIGN §6) and its layered loading.
+"""Typed configuration (PROTOCOL.md, "Configuration and isolation") and its layered loading.
 
 Layers, later wins: built-in defaults < user file < workspace file < ``initializationOptions``
 < ``config/update`` < environment. Each layer is a partial JSON object deep-merged into the

@@ -1,6 +1,6 @@
 """What a message is in the compaction timeline, and the texts OpenCode renders in place of
 what it hides: defined once, because the store, the filter, the compactor, the renderers and
-the tools must all agree on them (DESIGN §5)."""
+the tools must all agree on them (PROTOCOL.md, "Engine rules")."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithParts
 from sidecar.model.parts import CompactionPart
 
-# OpenCode's placeholders (DESIGN §5 "Context rendering").
+# OpenCode's placeholders (PROTOCOL.md, "Engine rules", context rendering).
 CLEARED = "[Old tool result content cleared]"
 COMPACTION_TEXT = "What did we do so far?"
 INTERRUPTED = "[Tool execution was interrupted]"

@@ -1,4 +1,4 @@
-"""Params, results and notifications of the wire protocol (DESIGN §4), one Struct each.
+"""Params, results and notifications of the wire protocol (PROTOCOL.md), one Struct each.
 
 Handlers receive these already validated; a field that fails validation is reported as
 -32602 with msgspec's path (``$.message.role``). ``message`` and ``part`` payloads are kept as
@@ -48,7 +48,7 @@ class InitializeParams(Base, kw_only=True):
     client_info: ClientInfo | None = None
     capabilities: ClientCapabilities = msgspec.field(default_factory=ClientCapabilities)
     initialization_options: dict[str, Any] | None = None
-    #: The daemon's token; required on a TCP listener (DESIGN §4).
+    #: The daemon's token; required on a TCP listener (PROTOCOL.md, "Transport").
     auth_token: str | None = None
 
 

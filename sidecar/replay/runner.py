@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sidecar_client import Client, spawn
+from sidecar_client import (
+    AssistantMessage,
+    Client,
+    ModelRef,
+    Tokens,
+    UserMessage,
+    spawn,
+)
 
 from sidecar.engine.tokens import estimate
 from sidecar.model.ids import now_ms
@@ -138,7 +145,7 @@ async def _drive(
 ) -> Report:
     session = await client.create_session(title=t.session)
     sid = session.id
-    ref = {"providerID": "replay", "modelID": model}
+    ref = ModelRef(provider_id="replay", model_id=model)
     report = Report(session=t.session, messages=len(t.messages), window=context, session_id=sid)
     bar = _Bar(len(t.messages))
     seen = {"session/compacted": 0, "session/pruned": 0, "session/status": 0}
@@ -146,8 +153,8 @@ async def _drive(
     for turn, m in enumerate(t.messages, start=1):
         bar.show(turn, f"{len(report.compactions)} compactions")
         if m.role == "user":
-            info = await client.update_message({"role": "user", "sessionID": sid, "model": ref})
-            last_user = info["id"]
+            user = await client.update_message(UserMessage(session_id=sid, model=ref))
+            last_user = user.id
             for p in m.parts:
                 await client.update_part(_part(p, sid, last_user, now_ms()))
             continue
@@ -165,37 +172,29 @@ async def _drive(
                 f"COMPACTED #{len(report.compactions)} to fit: "
                 f"{raw['estimatedTokens']:,} -> {prompt:,} tok"
             )
-        msg = {
-            "role": "assistant",
-            "sessionID": sid,
-            "parentID": last_user,
-            "providerID": "replay",
-            "modelID": model,
-            "mode": "build",
-            "agent": "build",
-            "cost": 0,
-        }
-        info = await client.update_message(msg)
+        reply = await client.update_message(
+            AssistantMessage(
+                session_id=sid,
+                parent_id=last_user,
+                provider_id="replay",
+                model_id=model,
+                mode="build",
+                agent="build",
+            )
+        )
         for p in m.parts:
-            await client.update_part(_part(p, sid, info["id"], now_ms()))
+            await client.update_part(_part(p, sid, reply.id, now_ms()))
         nxt = t.messages[turn] if turn < len(t.messages) else None
         has_tools = any(p.type == "tool" for p in m.parts)
         finish = (
             "tool-calls" if has_tools and nxt is not None and nxt.role == "assistant" else "stop"
         )
         out = _output_tokens(m)
-        info.update(
-            finish=finish,
-            tokens={
-                "input": prompt,
-                "output": out,
-                "reasoning": 0,
-                "cache": {"read": 0, "write": 0},
-            },
-            time={**info["time"], "completed": info["time"]["created"] + 1},
-        )
-        await client.update_message(info)
-        await client.request("session/idle", {"sessionID": sid})
+        reply.finish = finish
+        reply.tokens = Tokens(input=prompt, output=out)
+        reply.time.completed = reply.time.created + 1
+        await client.update_message(reply)
+        await client.idle(sid)
         notes: list[str] = fit_notes
         pruned = client.notifications("session/pruned")[seen["session/pruned"] :]
         seen["session/pruned"] += len(pruned)

@@ -1,4 +1,4 @@
-"""The neutral transcript JSONL format of ../shared/transcripts (header line, then messages)."""
+"""The neutral transcript JSONL format of ``replay`` and ``import`` (header line, then messages)."""
 
 from __future__ import annotations
 

@@ -82,7 +82,7 @@ class MethodSpec:
     """What the protocol needs to know about a method before dispatching it.
 
     ``writes``: the method changes stored or connection state, so later requests of the same
-    connection must not overtake it (DESIGN §4 "Order").
+    connection must not overtake it (PROTOCOL.md, "Order").
     """
 
     decoder: msgspec.json.Decoder[Any]
@@ -113,7 +113,7 @@ class SidecarProtocol(JsonRPCProtocol):
         self._out_bytes = 0
         self._hold_at = _NO_LIMIT  # set at each flush (``backlog_over_hold``)
         self._flush_scheduled = False
-        # Order (DESIGN §4): a write that could not queue its store op at once (an async
+        # Order (PROTOCOL.md, "Order"): a write that could not queue its store op at once (an async
         # handler) is the *barrier*; requests that arrive behind it wait in ``_held`` and start
         # in arrival order once it has answered. Deferred writes queue their op in arrival
         # order and block nothing; ``_unacked`` counts those not yet answered, and a read

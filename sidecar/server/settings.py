@@ -31,7 +31,7 @@ _ENDPOINT = ("provider", "baseURL")
 
 
 class ConfigManager:
-    """The daemon's layers (DESIGN §6): files, then the environment, which always wins."""
+    """The daemon's layers (PROTOCOL.md): files, then the environment, which always wins."""
 
     def __init__(self, files: list[Path], env: dict[str, str] | None = None) -> None:
         self._file_layers = [cfgmod.read_layer(p) for p in files]

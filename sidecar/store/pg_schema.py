@@ -53,7 +53,7 @@ MIGRATIONS: list[str] = [
     CREATE INDEX parts_by_message ON parts (message_id, id);
     CREATE INDEX parts_compaction ON parts (session_id) WHERE type = 'compaction';
     """,
-    # 2: integrity (DESIGN §4), leases, and what lets daemons share the database.
+    # 2: integrity (PROTOCOL.md, "Integrity"), leases, and what lets daemons share the database.
     """
     CREATE FUNCTION sidecar_integrity() RETURNS trigger LANGUAGE plpgsql AS $$
     DECLARE

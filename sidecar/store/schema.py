@@ -40,7 +40,7 @@ MIGRATIONS: list[str] = [
     CREATE INDEX parts_by_message ON parts (message_id, id);
     CREATE INDEX parts_compaction ON parts (session_id) WHERE type = 'compaction';
     """,
-    # 2: integrity (DESIGN §4): an id belongs to one session, a part to one message, and a
+    # 2: integrity (PROTOCOL.md): an id belongs to one session, a part to one message, and a
     # part's session is its message's. Raised inside the statement, so the writer fails
     # exactly the offending op (``Store`` maps the messages to wire errors).
     """

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from sidecar_client import Client, RpcError
+from wire import put_message, put_part, stored
 
 from .builders import rpc_frame, user_message
 from .conftest import Spawner
@@ -139,22 +140,23 @@ async def test_wrong_type_names_the_path(shared: Client) -> None:
 
     session = await shared.create_session()
     with pytest.raises(RpcError) as err:
-        await shared.update_message(user_message(session.id, role=5))
+        await put_message(shared, user_message(session.id, role=5))
     assert err.value.code == INVALID_PARAMS
     assert "$.message.role" in err.value.message
 
     with pytest.raises(RpcError) as err:
-        await shared.update_message(user_message(session.id, role="robot"))
+        await put_message(shared, user_message(session.id, role="robot"))
     assert err.value.code == INVALID_PARAMS
     assert "$.message.role" in err.value.message
 
     with pytest.raises(RpcError) as err:
-        await shared.update_message(user_message(session.id, time={"created": "yesterday"}))
+        await put_message(shared, user_message(session.id, time={"created": "yesterday"}))
     assert err.value.code == INVALID_PARAMS
     assert "$.message.time.created" in err.value.message
 
     with pytest.raises(RpcError) as err:
-        await shared.update_part(
+        await put_part(
+            shared,
             {
                 "sessionID": session.id,
                 "messageID": "msg_x",
@@ -162,7 +164,7 @@ async def test_wrong_type_names_the_path(shared: Client) -> None:
                 "callID": "c1",
                 "tool": "bash",
                 "state": {"status": "exploded", "input": {}},
-            }
+            },
         )
     assert err.value.code == INVALID_PARAMS
     assert "$.part.state.status" in err.value.message
@@ -172,7 +174,7 @@ async def test_wrong_type_names_the_path(shared: Client) -> None:
     assert err.value.code == INVALID_PARAMS
     assert "$.limit" in err.value.message
     # Nothing invalid was stored.
-    assert (await shared.messages(session.id)).messages == []
+    assert (await stored(shared, session.id)).messages == []
 
 
 async def test_config_update_wrong_type_names_the_path(shared: Client) -> None:
@@ -205,7 +207,7 @@ async def test_frames_split_and_coalesced_are_parsed(shared: Client) -> None:
         shared.send_raw(frames[i : i + 7])
     replies = [await call for call in calls]
     assert [r["seq"] for r in replies] == [0, 1, 2]
-    page = await shared.messages(session.id)
+    page = await stored(shared, session.id)
     assert [m.info["seq"] for m in page.messages] == [0, 1, 2]
 
 
@@ -226,12 +228,12 @@ async def test_frame_over_the_size_cap_is_rejected_and_serving_continues(
     call.cancel()  # its frame was dropped unread: no reply will come
 
     # The body was skipped, not parsed as a header; the next request is served normally.
-    small = await client.update_message(user_message(session.id, blob="y" * 100))
-    page = await client.messages(session.id)
+    small = await put_message(client, user_message(session.id, blob="y" * 100))
+    page = await stored(client, session.id)
     assert [m.info["id"] for m in page.messages] == [small["id"]]
     # A frame just under the cap is accepted.
     fits = user_message(session.id, blob="z" * 3800)
-    assert (await client.update_message(fits))["blob"] == fits["blob"]
+    assert (await put_message(client, fits))["blob"] == fits["blob"]
 
 
 @pytest.mark.parametrize(

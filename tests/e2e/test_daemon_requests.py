@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from sidecar_client import Client
+from wire import put_message, put_part, stored
 
 from .builders import assistant_message, text_part, user_message
 from .conftest import Spawner
@@ -13,10 +14,10 @@ from .conftest import Spawner
 
 async def small_conversation(client: Client) -> str:
     session = await client.create_session()
-    user = await client.update_message(user_message(session.id))
-    await client.update_part(text_part(session.id, user["id"], "please fix foo.py " * 60))
-    reply = await client.update_message(assistant_message(session.id, user["id"], finish="stop"))
-    await client.update_part(text_part(session.id, reply["id"], "fixed it " * 60))
+    user = await put_message(client, user_message(session.id))
+    await put_part(client, text_part(session.id, user["id"], "please fix foo.py " * 60))
+    reply = await put_message(client, assistant_message(session.id, user["id"], finish="stop"))
+    await put_part(client, text_part(session.id, reply["id"], "fixed it " * 60))
     return session.id
 
 
@@ -54,7 +55,7 @@ async def test_client_summarizer_writes_the_summary(spawner: Spawner) -> None:
     assert isinstance(asked[0]["system"], str) and asked[0]["messages"]
     assert asked[0]["maxTokens"] > 0
     assert result.summary_message_id is not None
-    page = await client.messages(session_id)
+    page = await stored(client, session_id)
     [summary] = [m for m in page.messages if m.info["id"] == result.summary_message_id]
     assert summary.info["summary"] is True
     # The client's text, then the engine's artifact ledger, which no writer can drop.

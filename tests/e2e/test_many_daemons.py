@@ -19,6 +19,7 @@ import pytest
 import pytest_asyncio
 from pgcluster import Cluster, new_pg_database
 from sidecar_client import Call, Client
+from wire import put_message, put_part, stored
 
 from sidecar.model.ids import new_id
 
@@ -81,16 +82,16 @@ async def test_three_daemons_share_sessions_without_losing_or_reordering_a_write
 
     for sid in sessions:
         for reader in writers:  # every daemon serves the same history
-            page = await reader.messages(sid)
-            stored = [m.info["id"] for m in page.messages]
+            page = await stored(reader, sid)
+            kept = [m.info["id"] for m in page.messages]
             # Nothing lost...
-            assert sorted(stored) == sorted(i for w in range(3) for i in sent[w, sid])
+            assert sorted(kept) == sorted(i for w in range(3) for i in sent[w, sid])
             assert sum(len(m.parts) for m in page.messages) == 2 * 3 * MESSAGES
             # ... and each connection's messages in the order it sent them.
             for w in range(3):
                 mine = set(sent[w, sid])
-                assert [i for i in stored if i in mine] == sent[w, sid], f"writer {w} reordered"
-            assert await context_ids(reader, sid) == stored
+                assert [i for i in kept if i in mine] == sent[w, sid], f"writer {w} reordered"
+            assert await context_ids(reader, sid) == kept
 
     # Every watcher hears every message and part, whichever daemon it was written through.
     messages = {i for ids in sent.values() for i in ids}
@@ -109,30 +110,31 @@ async def test_an_overflow_seen_by_three_daemons_is_compacted_once(
     sid = (await writers[0].create_session()).id
     for watcher in watchers:
         await watcher.subscribe(sid)
-    user = await writers[0].update_message(user_message(sid, model=MODEL))
+    user = await put_message(writers[0], user_message(sid, model=MODEL))
     # About 15k tokens of history: enough for a summary to bring the context under the limit.
-    await writers[0].update_part(text_part(sid, user["id"], "Refactor src/app.py " * 3000))
-    reply = await writers[1].update_message(
+    await put_part(writers[0], text_part(sid, user["id"], "Refactor src/app.py " * 3000))
+    reply = await put_message(
+        writers[1],
         {
             "role": "assistant",
             "sessionID": sid,
             "parentID": user["id"],
             "providerID": MODEL["providerID"],
             "modelID": MODEL["modelID"],
-        }
+        },
     )
-    await writers[1].update_part(text_part(sid, reply["id"], "Done. " * 300))
+    await put_part(writers[1], text_part(sid, reply["id"], "Done. " * 300))
     for client in writers:  # a cache on every daemon
         await client.context(sid)
 
     # The turn finishes over the model's limit, and all three daemons store it at once
     # (three frontends echoing the same update): each one sees the overflow.
     finished = reply | {"finish": "stop", "tokens": OVER}
-    await asyncio.gather(*(c.update_message(finished) for c in writers))
+    await asyncio.gather(*(put_message(c, finished) for c in writers))
     for client in writers:  # answered once that daemon's automatic work is done
         await client.request("session/idle", {"sessionID": sid})
 
-    page = await writers[2].messages(sid)
+    page = await stored(writers[2], sid)
     summaries = [m.info for m in page.messages if m.info.get("summary")]
     assert len(summaries) == 1, f"compacted {len(summaries)} times: {summaries}"
     assert "error" not in summaries[0], summaries[0]["error"]

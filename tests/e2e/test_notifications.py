@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sidecar_client import Client
+from wire import put_message, put_part
 
 from .builders import text_part, user_message
 from .conftest import SocketDaemon
@@ -23,7 +24,7 @@ async def barrier(writer: Client, reader: Client) -> None:
     """Make ``reader`` receive one more notification, sent after everything before it."""
     session = await writer.create_session(title="barrier")
     await reader.subscribe(session.id)
-    message = await writer.update_message(user_message(session.id, barrier=True))
+    message = await put_message(writer, user_message(session.id, barrier=True))
     await reader.wait_for("message/updated", about(message["id"]))
 
 
@@ -33,11 +34,11 @@ async def test_subscriber_receives_updates_and_removals(unix_daemon: SocketDaemo
     session = await writer.create_session(title="watched")
     await watcher.subscribe(session.id)
 
-    message = await writer.update_message(user_message(session.id, note="hello"))
+    message = await put_message(writer, user_message(session.id, note="hello"))
     got = await watcher.wait_for("message/updated", about(message["id"]))
     assert got["message"] == message  # as stored, unknown field included
 
-    part = await writer.update_part(text_part(session.id, message["id"], "streamed"))
+    part = await put_part(writer, text_part(session.id, message["id"], "streamed"))
     got = await watcher.wait_for("part/updated")
     assert got["part"] == part
 
@@ -55,10 +56,10 @@ async def test_writer_is_subscribed_to_sessions_it_writes_to(unix_daemon: Socket
     writer = await unix_daemon.connect()
     session = await owner.create_session()  # created by another client
 
-    message = await writer.update_message(user_message(session.id))
+    message = await put_message(writer, user_message(session.id))
     # The notification is published before the reply is sent: it is already here.
     assert [n["message"]["id"] for n in writer.notifications("message/updated")] == [message["id"]]
-    part = await writer.update_part(text_part(session.id, message["id"], "x"))
+    part = await put_part(writer, text_part(session.id, message["id"], "x"))
     assert (await writer.wait_for("part/updated"))["part"]["id"] == part["id"]
     # The creator is subscribed too.
     assert (await owner.wait_for("message/updated", about(message["id"])))["message"] == message
@@ -68,8 +69,8 @@ async def test_writers_see_each_others_writes(unix_daemon: SocketDaemon) -> None
     a = await unix_daemon.connect()
     b = await unix_daemon.connect()
     session = await a.create_session()
-    from_a = await a.update_message(user_message(session.id))
-    from_b = await b.update_message(user_message(session.id))
+    from_a = await put_message(a, user_message(session.id))
+    from_b = await put_message(b, user_message(session.id))
     assert (await a.wait_for("message/updated", about(from_b["id"])))["message"] == from_b
     # b subscribed by writing, after a's write: it sees only its own.
     await barrier(a, b)
@@ -82,12 +83,12 @@ async def test_unsubscribe_stops_notifications(unix_daemon: SocketDaemon) -> Non
     watcher = await unix_daemon.connect()
     session = await writer.create_session()
     await watcher.subscribe(session.id)
-    first = await writer.update_message(user_message(session.id))
+    first = await put_message(writer, user_message(session.id))
     await watcher.wait_for("message/updated", about(first["id"]))
 
     await watcher.unsubscribe(session.id)
-    second = await writer.update_message(user_message(session.id))
-    await writer.update_part(text_part(session.id, second["id"], "unseen"))
+    second = await put_message(writer, user_message(session.id))
+    await put_part(writer, text_part(session.id, second["id"], "unseen"))
     await barrier(writer, watcher)
 
     seen = [n["message"]["id"] for n in watcher.notifications("message/updated")]
@@ -101,8 +102,8 @@ async def test_wildcard_subscription_sees_every_session(unix_daemon: SocketDaemo
     await watcher.subscribe("*")
     one = await writer.create_session()
     two = await writer.create_session()
-    m1 = await writer.update_message(user_message(one.id))
-    m2 = await writer.update_message(user_message(two.id))
+    m1 = await put_message(writer, user_message(one.id))
+    m2 = await put_message(writer, user_message(two.id))
     assert (await watcher.wait_for("message/updated", about(m1["id"])))["message"] == m1
     assert (await watcher.wait_for("message/updated", about(m2["id"])))["message"] == m2
 
@@ -110,7 +111,7 @@ async def test_wildcard_subscription_sees_every_session(unix_daemon: SocketDaemo
 async def test_wait_for_returns_each_notification_once(unix_daemon: SocketDaemon) -> None:
     client = await unix_daemon.connect()
     session = await client.create_session()
-    ids = [(await client.update_message(user_message(session.id)))["id"] for _ in range(3)]
+    ids = [(await put_message(client, user_message(session.id)))["id"] for _ in range(3)]
     # All three arrived before the first wait_for; they are handed out in order, once each.
     got = [(await client.wait_for("message/updated"))["message"]["id"] for _ in range(3)]
     assert got == ids

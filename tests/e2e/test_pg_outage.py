@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from pgcluster import Cluster, available_reason
 from sidecar_client import RpcError
+from wire import put_message, put_part, stored
 
 from .builders import text_part, user_message
 from .conftest import Spawner
@@ -50,13 +51,13 @@ async def test_an_outage_is_unavailable_not_a_bug_and_the_daemon_recovers(
 async def outage(own_cluster: Cluster, spawner: Spawner) -> None:
     client = await spawner()
     session = await client.create_session()
-    message = await client.update_message(user_message(session.id))
-    before = await client.update_part(text_part(session.id, message["id"], "before"))
+    message = await put_message(client, user_message(session.id))
+    before = await put_part(client, text_part(session.id, message["id"], "before"))
     await client.context(session.id)  # a warm window cache
 
     own_cluster.crash()
     with pytest.raises(RpcError) as err:
-        await client.update_part(text_part(session.id, message["id"], "during"))
+        await put_part(client, text_part(session.id, message["id"], "during"))
     assert err.value.code == UNAVAILABLE, err.value
     assert "nothing was stored" in err.value.message
     with pytest.raises(RpcError) as err:
@@ -64,8 +65,8 @@ async def outage(own_cluster: Cluster, spawner: Spawner) -> None:
     assert err.value.code == UNAVAILABLE, err.value
 
     own_cluster.resume()
-    after = await client.update_part(text_part(session.id, message["id"], "after"))
-    page = await client.messages(session.id)
+    after = await put_part(client, text_part(session.id, message["id"], "after"))
+    page = await stored(client, session.id)
     texts = [p["text"] for m in page.messages for p in m.parts]
     assert texts == ["before", "after"]
     assert [p["id"] for p in page.messages[0].parts] == sorted([before["id"], after["id"]])

@@ -17,7 +17,7 @@ from .test_daemon_requests import small_conversation
 async def test_request_waiting_in_stdin_at_startup_gets_32002(
     daemon_env: dict[str, str | None], tmp_path: Path
 ) -> None:
-    client = await spawn(tmp_path / "db", env=daemon_env, initialize=False, wait_ready=False)
+    client = await spawn(tmp_path / "db", env=daemon_env, initialize=False)
     try:
         with pytest.raises(RpcError) as err:
             await client.request("session/list", timeout=5)

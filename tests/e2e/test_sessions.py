@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 from sidecar_client import Client, RpcError
+from wire import put_message, put_part, stored
 
 from sidecar.protocol.codes import ErrorCode
 
@@ -49,9 +50,9 @@ async def test_unknown_session_is_32040_naming_the_id(shared: Client) -> None:
     calls: list[Callable[[], Awaitable[object]]] = [
         lambda: shared.get_session(missing),
         lambda: shared.delete_session(missing),
-        lambda: shared.messages(missing),
+        lambda: stored(shared, missing),
         lambda: shared.subscribe(missing),
-        lambda: shared.update_message(user_message(missing)),
+        lambda: put_message(shared, user_message(missing)),
         lambda: shared.create_session(parent_id=missing),
     ]
     for call in calls:
@@ -64,7 +65,7 @@ async def test_unknown_session_is_32040_naming_the_id(shared: Client) -> None:
 async def test_part_update_for_unknown_message_is_32041_naming_it(shared: Client) -> None:
     session = await shared.create_session()
     with pytest.raises(RpcError) as err:
-        await shared.update_part(text_part(session.id, "msg_does_not_exist", "orphan"))
+        await put_part(shared, text_part(session.id, "msg_does_not_exist", "orphan"))
     assert err.value.code == ErrorCode.UNKNOWN_MESSAGE
     assert "msg_does_not_exist" in err.value.message
 
@@ -79,7 +80,7 @@ async def test_message_remove_of_unknown_message_is_32041(shared: Client) -> Non
 
 async def test_part_remove_of_unknown_part_is_32042(shared: Client) -> None:
     session = await shared.create_session()
-    message = await shared.update_message(user_message(session.id))
+    message = await put_message(shared, user_message(session.id))
     with pytest.raises(RpcError) as err:
         await shared.remove_part(session.id, message["id"], "prt_does_not_exist")
     assert err.value.code == ErrorCode.UNKNOWN_PART
@@ -88,17 +89,17 @@ async def test_part_remove_of_unknown_part_is_32042(shared: Client) -> None:
 
 async def test_delete_cascades_to_messages_and_parts(shared: Client) -> None:
     session = await shared.create_session(id="ses_e2e_cascade")
-    message = await shared.update_message(user_message(session.id))
-    part = await shared.update_part(text_part(session.id, message["id"], "hello"))
-    assert len((await shared.messages(session.id)).messages) == 1
+    message = await put_message(shared, user_message(session.id))
+    part = await put_part(shared, text_part(session.id, message["id"], "hello"))
+    assert len((await stored(shared, session.id)).messages) == 1
 
     await shared.delete_session(session.id)
     with pytest.raises(RpcError) as err:
-        await shared.messages(session.id)
+        await stored(shared, session.id)
     assert err.value.code == ErrorCode.UNKNOWN_SESSION
     # Re-creating the same id shows nothing of the old rows: they are gone, not hidden.
     await shared.create_session(id=session.id)
-    assert (await shared.messages(session.id)).messages == []
+    assert (await stored(shared, session.id)).messages == []
     with pytest.raises(RpcError) as err:
         await shared.remove_part(session.id, message["id"], part["id"])
     assert err.value.code == ErrorCode.UNKNOWN_PART

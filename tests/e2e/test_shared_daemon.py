@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_asyncio
-from sidecar_client import Client
+from sidecar_client import Client, connect_shared, default_socket_path
 from sidecar_client._transport import STREAM_LIMIT, StreamTransport, merged_env
+from wire import put_message, put_part, stored
 
 from .builders import text_part, user_message
 
@@ -147,7 +149,7 @@ async def test_two_editors_starting_together_share_one_daemon_that_idles_out(
     # A write through one bridge arrives as a notification on the other.
     session = await first.create_session(title="shared")
     await second.subscribe(session.id)
-    message = await first.update_message(user_message(session.id, note="from the first"))
+    message = await put_message(first, user_message(session.id, note="from the first"))
     seen = await second.wait_for("message/updated", timeout=GUARD)
     assert seen["message"] == message
 
@@ -171,11 +173,11 @@ async def test_the_bridge_is_byte_exact(place: Place) -> None:
     client = await connect_bridge(place.env)
     await client.initialize()
     session = await client.create_session(title="bytes")
-    message = await client.update_message(user_message(session.id))
+    message = await put_message(client, user_message(session.id))
     # Larger than any pipe or socket buffer, and not ASCII: it crosses the bridge in pieces.
     text = "ünïcödé ✓ " * 40_000
-    part = await client.update_part(text_part(session.id, message["id"], text))
-    page = await client.messages(session.id)
+    part = await put_part(client, text_part(session.id, message["id"], text))
+    page = await stored(client, session.id)
     assert [p["text"] for p in page.messages[0].parts] == [text]
     assert part["text"] == text
     # A malformed frame gets the daemon's own answer, as over serve's stdio.
@@ -256,3 +258,39 @@ async def test_connect_refuses_a_default_socket_dir_open_to_others(place: Place)
     code, _, err = await cli(place.env, "connect")
     assert code == 1
     assert "is open to other users" in err
+
+
+async def test_connect_shared_starts_the_shared_daemon_and_joins_it(
+    place: Place, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``connect_shared()`` is ``connect`` for a Python agent: it starts the background daemon
+    at the default socket when none answers, and a second call (or an editor's bridge) joins
+    the same daemon."""
+    for key, value in place.env.items():
+        if value is None:
+            monkeypatch.delenv(key, raising=False)
+        else:
+            monkeypatch.setenv(key, value)
+    assert default_socket_path() == place.socket
+    assert not place.socket.exists()
+
+    agent = await connect_shared(idle_exit=0.5)
+    mine = await agent.request("daemon/status", {})
+    assert mine["socket"] == str(place.socket) and mine["idleExit"] == 0.5
+    assert place.log.read_text().count("listening on") == 1
+
+    again = await connect_shared()
+    editor = await connect_bridge(place.env)
+    await editor.initialize()
+    assert (await again.request("daemon/status", {}))["pid"] == mine["pid"]
+    assert (await editor.request("daemon/status", {}))["pid"] == mine["pid"]
+    assert place.log.read_text().count("listening on") == 1  # still the one daemon
+
+    session = await agent.create_session(title="from the agent")
+    assert (await editor.get_session(session.id)).title == "from the agent"
+
+    await again.close()
+    assert await editor.close(GUARD) == 0
+    await agent.close()
+    await process_exit(mine["pid"])  # idles out once the last client left
+    assert not place.socket.exists()

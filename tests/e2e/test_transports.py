@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from sidecar_client import RpcError
+from wire import put_message, stored
 
 from .builders import user_message
 from .conftest import SocketDaemon, free_tcp_port
@@ -51,8 +52,8 @@ async def test_tcp_loopback(daemon_env: dict[str, str | None], tmp_path: Path) -
         client = await daemon.connect(auth_token=token)
         assert client.initialize_result is not None
         session = await client.create_session(title="over tcp")
-        message = await client.update_message(user_message(session.id))
-        page = await client.messages(session.id)
+        message = await put_message(client, user_message(session.id))
+        page = await stored(client, session.id)
         assert [m.info["id"] for m in page.messages] == [message["id"]]
     finally:
         assert await daemon.stop() == 0

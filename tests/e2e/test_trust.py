@@ -27,6 +27,7 @@ import pytest
 import pytest_asyncio
 from pgcluster import execute
 from sidecar_client import Call, Client, ConnectionClosed, RpcError
+from wire import put_message, put_part, stored
 
 from sidecar.model.ids import new_id
 
@@ -113,7 +114,7 @@ async def outcome(call: Call[Any]) -> Any:
 
 
 async def stored_ids(client: Client, session_id: str) -> list[tuple[str, list[str]]]:
-    page = await client.messages(session_id)
+    page = await stored(client, session_id)
     assert page.next_cursor is None
     return [(m.info["id"], [p["id"] for p in m.parts]) for m in page.messages]
 
@@ -132,7 +133,7 @@ async def assert_views_agree(client: Client, session_id: str) -> list[tuple[str,
 
 async def message_with_id(client: Client, session_id: str, **fields: Any) -> str:
     message_id = new_id("msg")
-    await client.update_message(user_message(session_id, id=message_id, **fields))
+    await put_message(client, user_message(session_id, id=message_id, **fields))
     return message_id
 
 
@@ -282,7 +283,7 @@ async def test_f1_removes_pipelined_after_writes_take_effect_in_order(shared: Cl
     ]
     results = [await outcome(c) for c in calls]
     assert not any(isinstance(r, RpcError) for r in results), results
-    page = await shared.messages(session.id)
+    page = await stored(shared, session.id)
     assert [m.info.get("seq") for m in page.messages] == [2]
     assert [p["text"] for p in page.messages[0].parts] == ["z"]
 
@@ -381,14 +382,14 @@ async def test_f3_message_id_of_another_session_is_a_conflict(shared: Client) ->
     first, second = await shared.create_session(), await shared.create_session()
     message_id = await message_with_id(shared, first.id, mark="original")
     with pytest.raises(RpcError) as err:
-        await shared.update_message(user_message(second.id, id=message_id, mark="stolen"))
+        await put_message(shared, user_message(second.id, id=message_id, mark="stolen"))
     assert err.value.code == CONFLICT and message_id in err.value.message
     await shared.request("session/list", {"limit": 1})  # notifications precede this reply
     stolen = [
         n for n in shared.notifications("message/updated") if n["message"].get("mark") == "stolen"
     ]
     assert stolen == []
-    page = await shared.messages(first.id)
+    page = await stored(shared, first.id)
     assert [(m.info["id"], m.info["mark"]) for m in page.messages] == [(message_id, "original")]
     assert await stored_ids(shared, second.id) == []
 
@@ -398,15 +399,15 @@ async def test_f3_part_id_of_another_message_is_a_conflict(shared: Client) -> No
     owner = await message_with_id(shared, session.id)
     other = await message_with_id(shared, session.id)
     part_id = new_id("prt")
-    await shared.update_part(text_part(session.id, owner, "original", id=part_id))
+    await put_part(shared, text_part(session.id, owner, "original", id=part_id))
     with pytest.raises(RpcError) as err:
-        await shared.update_part(text_part(session.id, other, "stolen", id=part_id))
+        await put_part(shared, text_part(session.id, other, "stolen", id=part_id))
     assert err.value.code == CONFLICT and part_id in err.value.message
     await shared.request("session/list", {"limit": 1})
     assert [
         n for n in shared.notifications("part/updated") if n["part"].get("text") == "stolen"
     ] == []
-    page = await shared.messages(session.id)
+    page = await stored(shared, session.id)
     assert [(m.info["id"], [p["text"] for p in m.parts]) for m in page.messages] == [
         (owner, ["original"]),
         (other, []),
@@ -418,9 +419,9 @@ async def test_f3_part_id_of_another_sessions_message_is_a_conflict(shared: Clie
     owner = await message_with_id(shared, first.id)
     other = await message_with_id(shared, second.id)
     part_id = new_id("prt")
-    await shared.update_part(text_part(first.id, owner, "original", id=part_id))
+    await put_part(shared, text_part(first.id, owner, "original", id=part_id))
     with pytest.raises(RpcError) as err:
-        await shared.update_part(text_part(second.id, other, "stolen", id=part_id))
+        await put_part(shared, text_part(second.id, other, "stolen", id=part_id))
     assert err.value.code == CONFLICT and part_id in err.value.message
     assert await assert_views_agree(shared, first.id) == [(owner, [part_id])]
     assert await assert_views_agree(shared, second.id) == [(other, [])]
@@ -430,7 +431,7 @@ async def test_f3_part_session_differing_from_its_message_is_refused(shared: Cli
     home, elsewhere = await shared.create_session(), await shared.create_session()
     message_id = await message_with_id(shared, home.id)
     with pytest.raises(RpcError) as err:
-        await shared.update_part(text_part(elsewhere.id, message_id, "misfiled"))
+        await put_part(shared, text_part(elsewhere.id, message_id, "misfiled"))
     assert err.value.code in {INVALID_PARAMS, CONFLICT}, err.value
     if err.value.code == INVALID_PARAMS:
         assert "$.part.sessionID" in err.value.message
@@ -464,8 +465,8 @@ async def test_f4_part_metadata_nested_past_the_limit_is_32602(client: Client) -
 async def test_f4_part_nested_within_the_default_limit_is_stored(shared: Client) -> None:
     session = await shared.create_session()
     message_id = await message_with_id(shared, session.id)
-    part = await shared.update_part(text_part(session.id, message_id, "fine", metadata=nested(40)))
-    page = await shared.messages(session.id)
+    part = await put_part(shared, text_part(session.id, message_id, "fine", metadata=nested(40)))
+    page = await stored(shared, session.id)
     assert page.messages[0].parts == [part]
     assert page.messages[0].parts[0]["metadata"] == nested(40)
 
@@ -475,11 +476,11 @@ async def test_f4_depth_limit_is_config_server_max_depth(limited: Client) -> Non
     assert (await client.request("config/get"))["server"]["maxDepth"] == 16
     session = await client.create_session()
     message_id = await message_with_id(client, session.id)
-    await client.update_part(text_part(session.id, message_id, "ok", metadata=nested(3)))
+    await put_part(client, text_part(session.id, message_id, "ok", metadata=nested(3)))
     with pytest.raises(RpcError) as err:
-        await client.update_part(text_part(session.id, message_id, "no", metadata=nested(30)))
+        await put_part(client, text_part(session.id, message_id, "no", metadata=nested(30)))
     assert err.value.code == INVALID_PARAMS and "$.part.metadata" in err.value.message
-    page = await client.messages(session.id)
+    page = await stored(client, session.id)
     assert [p["text"] for p in page.messages[0].parts] == ["ok"]
 
 
@@ -487,7 +488,7 @@ async def test_f4_read_paths_survive_deep_data_already_stored(spawner: Spawner) 
     client = await spawner()
     session = await client.create_session()
     message_id = await message_with_id(client, session.id)
-    part = await client.update_part(text_part(session.id, message_id, "soon deep"))
+    part = await put_part(client, text_part(session.id, message_id, "soon deep"))
     assert await client.close() == 0
     # An older daemon (or another tool) left a deep row behind.
     deep = part | {"metadata": "__DEEP__"}
@@ -616,7 +617,7 @@ async def test_f6_huge_created_is_32602_without_traceback(limited: Client) -> No
     session = await client.create_session()
     for created in HUGE:
         with pytest.raises(RpcError) as err:
-            await client.update_message(user_message(session.id, time={"created": created}))
+            await put_message(client, user_message(session.id, time={"created": created}))
         assert err.value.code == INVALID_PARAMS
         assert "$.message.time.created" in err.value.message
     assert await stored_ids(client, session.id) == []
@@ -725,7 +726,7 @@ async def test_f9_stalled_subscriber_is_disconnected_and_memory_stays_flat(
         part_ids = [new_id("prt") for _ in range(8)]
         text = "x" * (16 * 1024)
         for pid in part_ids:  # warm up: the parts exist, the caches are filled
-            await producer.update_part(text_part(session.id, anchor, text, id=pid))
+            await put_part(producer, text_part(session.id, anchor, text, id=pid))
         rss_before = vm_rss_bytes(daemon.process.pid)
         total = 0
         for round_ in range(150):  # 40 writes in flight at most: the writer reads its replies
@@ -749,7 +750,7 @@ async def test_f9_stalled_subscriber_is_disconnected_and_memory_stays_flat(
             f"daemon RSS grew by {growth >> 20} MiB"
         )
         assert growth < 64 << 20, f"daemon RSS grew by {growth >> 20} MiB over {total} writes"
-        page = await producer.messages(session.id)
+        page = await stored(producer, session.id)
         assert [p["seq"] for p in page.messages[0].parts] == [149] * len(part_ids)
 
 
@@ -761,11 +762,11 @@ async def test_f10_write_through_one_daemon_is_in_the_others_context(spawner: Sp
     b = await spawner()  # the same database file
     session = await a.create_session()
     first = await message_with_id(a, session.id)
-    await a.update_part(text_part(session.id, first, "one"))
+    await put_part(a, text_part(session.id, first, "one"))
     assert await context_ids(b, session.id) == await stored_ids(a, session.id)  # B is warm
     second = await message_with_id(a, session.id)
-    await a.update_part(text_part(session.id, second, "two"))
-    await a.update_part(text_part(session.id, first, "one more"))
+    await put_part(a, text_part(session.id, second, "two"))
+    await put_part(a, text_part(session.id, first, "one more"))
     assert await context_ids(b, session.id) == await stored_ids(a, session.id), "B is stale"
     # And the other way round.
     await message_with_id(b, session.id)
@@ -794,7 +795,7 @@ async def test_f10_two_daemons_never_compact_one_session_twice(spawner: Spawner)
     b.on_request("summarizer/complete", b_summary)
     session = await a.create_session()
     user = await message_with_id(a, session.id)
-    await a.update_part(text_part(session.id, user, "Refactor src/app.py " * 200))
+    await put_part(a, text_part(session.id, user, "Refactor src/app.py " * 200))
     await b.context(session.id)  # B has the session cached too
 
     in_a: Call[Any] = a.call("session/compact", {"sessionID": session.id})
@@ -806,7 +807,7 @@ async def test_f10_two_daemons_never_compact_one_session_twice(spawner: Spawner)
     if isinstance(in_b, RpcError):
         assert in_b.code == -32044, in_b  # busy: compacting elsewhere
     summaries = [
-        m.info["id"] for m in (await a.messages(session.id)).messages if m.info.get("summary")
+        m.info["id"] for m in (await stored(a, session.id)).messages if m.info.get("summary")
     ]
     assert summaries == [done_a["summaryMessageID"]], "the session was compacted twice"
     await a.close()
@@ -825,7 +826,7 @@ async def test_f11_one_message_with_many_parts_is_paged_by_part_limit(shared: Cl
     ]
     parts = [await c for c in calls]
     second = await message_with_id(shared, session.id)
-    tail = await shared.update_part(text_part(session.id, second, "tail"))
+    tail = await put_part(shared, text_part(session.id, second, "tail"))
     full = [p["id"] for p in sorted(parts, key=lambda p: p["id"])] + [tail["id"]]
 
     seen: list[tuple[str, str]] = []

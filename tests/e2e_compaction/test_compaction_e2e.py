@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from sidecar_client import Client, RpcError, spawn
+from wire import put_message, put_part, stored
 
 MODEL = {"providerID": "anthropic", "modelID": "claude-sonnet-4-5"}  # 200k, usable 168k
 OVER = {"input": 180_000, "output": 500, "reasoning": 0, "cache": {"read": 0, "write": 0}}
@@ -41,13 +42,14 @@ async def start(tmp_path: Path) -> AsyncIterator[Spawn]:
 async def _turn(
     c: Client, sid: str, text: str, *, tokens: dict[str, Any], tool_output: str | None = None
 ) -> dict[str, Any]:
-    user = await c.update_message({"role": "user", "sessionID": sid, "model": MODEL})
-    await c.update_part({"type": "text", "sessionID": sid, "messageID": user["id"], "text": text})
-    a = await c.update_message(
-        {"role": "assistant", "sessionID": sid, "parentID": user["id"], **_model()}
+    user = await put_message(c, {"role": "user", "sessionID": sid, "model": MODEL})
+    await put_part(c, {"type": "text", "sessionID": sid, "messageID": user["id"], "text": text})
+    a = await put_message(
+        c, {"role": "assistant", "sessionID": sid, "parentID": user["id"], **_model()}
     )
     if tool_output is not None:
-        await c.update_part(
+        await put_part(
+            c,
             {
                 "type": "tool",
                 "sessionID": sid,
@@ -60,13 +62,13 @@ async def _turn(
                     "output": tool_output,
                     "time": {"start": 1, "end": 2},
                 },
-            }
+            },
         )
-    await c.update_part(
-        {"type": "text", "sessionID": sid, "messageID": a["id"], "text": "Done. " * 300}
+    await put_part(
+        c, {"type": "text", "sessionID": sid, "messageID": a["id"], "text": "Done. " * 300}
     )
     a.update(finish="stop", tokens=tokens)
-    return await c.update_message(a)
+    return await put_message(c, a)
 
 
 def _model() -> dict[str, str]:
@@ -130,7 +132,7 @@ async def test_compacting_hook_adds_context(start: Spawn) -> None:
     await _turn(c, sid, "Rename the module", tokens=SMALL, tool_output="z" * 3000)
     result = await c.request("session/compact", {"sessionID": sid})
     assert seen == [{"sessionID": sid}]
-    page = await c.messages(sid)
+    page = await stored(c, sid)
     summary = next(m for m in page.messages if m.info["id"] == result["summaryMessageID"])
     assert [p["type"] for p in summary.parts] == ["step-start", "text", "step-finish"]
     assert "keep the public API stable" in summary.parts[1]["text"]
@@ -208,12 +210,12 @@ async def test_client_summarizer_and_cancel(start: Spawn) -> None:
     c.on_request("summarizer/complete", complete)
     sid = (await c.create_session()).id
     await _turn(c, sid, "Refactor", tokens=SMALL, tool_output="q" * 4000)
-    before = len((await c.messages(sid)).messages)
+    before = len((await stored(c, sid)).messages)
     call = c.call("session/compact", {"sessionID": sid})
     await asyncio.wait_for(started.wait(), 10)
     call.cancel()
     await c.wait_for("session/status", lambda s: s["status"] == "idle", timeout=10)
-    assert len((await c.messages(sid)).messages) == before  # nothing half-written remains
+    assert len((await stored(c, sid)).messages) == before  # nothing half-written remains
     assert await c.request("session/context", {"sessionID": sid}) is not None
     result = await c.request("session/compact", {"sessionID": sid})
     assert result["status"] == "continue"
@@ -221,7 +223,7 @@ async def test_client_summarizer_and_cancel(start: Spawn) -> None:
     assert first["maxTokens"] > 0 and first["system"].startswith("You are a helpful")
     assert first["messages"][-1]["role"] == "user"
     assert "Provide a detailed prompt" in first["messages"][-1]["content"]
-    page = await c.messages(sid)
+    page = await stored(c, sid)
     summary = next(m for m in page.messages if m.info["id"] == result["summaryMessageID"])
     assert summary.parts[1]["text"].startswith("Summary by the editor's own model")
 
@@ -241,18 +243,19 @@ async def test_unknown_model_is_reported_once_by_log_message(start: Spawn) -> No
     c = await start()
     sid = (await c.create_session()).id
     for _ in range(2):
-        user = await c.update_message({"role": "user", "sessionID": sid})
-        a = await c.update_message(
+        user = await put_message(c, {"role": "user", "sessionID": sid})
+        a = await put_message(
+            c,
             {
                 "role": "assistant",
                 "sessionID": sid,
                 "parentID": user["id"],
                 "providerID": "acme",
                 "modelID": "mystery-9",
-            }
+            },
         )
         a.update(finish="stop", tokens={**OVER, "input": 5_000_000})
-        await c.update_message(a)
+        await put_message(c, a)
         await c.request("session/idle", {"sessionID": sid})
     logs = c.notifications("window/logMessage")
     assert len(logs) == 1 and "acme/mystery-9" in logs[0]["message"]

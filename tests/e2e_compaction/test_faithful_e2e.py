@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from sidecar_client import Client, spawn
+from wire import put_message, put_part
 
 MODEL = {"providerID": "anthropic", "modelID": "claude-sonnet-4-5"}  # 200k, usable 168k
 SMALL_MODEL = {"providerID": "local", "modelID": "tiny"}
@@ -68,25 +69,28 @@ class Writer:
         self, text: str, *, tokens: dict[str, Any], output: str | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """A user message and a finished assistant step, all but the finishing write."""
-        user = await self.c.update_message(
+        user = await put_message(
+            self.c,
             {
                 "id": self._id("msg"),
                 "role": "user",
                 "sessionID": self.sid,
                 "time": self._time(),
                 "model": dict(self.model),
-            }
+            },
         )
-        await self.c.update_part(
+        await put_part(
+            self.c,
             {
                 "id": self._id("prt"),
                 "type": "text",
                 "sessionID": self.sid,
                 "messageID": user["id"],
                 "text": text,
-            }
+            },
         )
-        a = await self.c.update_message(
+        a = await put_message(
+            self.c,
             {
                 "id": self._id("msg"),
                 "role": "assistant",
@@ -94,10 +98,11 @@ class Writer:
                 "parentID": user["id"],
                 "time": self._time(),
                 **self.model,
-            }
+            },
         )
         if output is not None:
-            await self.c.update_part(
+            await put_part(
+                self.c,
                 {
                     "id": self._id("prt"),
                     "type": "tool",
@@ -111,16 +116,17 @@ class Writer:
                         "output": output,
                         "time": {"start": 1, "end": 2},
                     },
-                }
+                },
             )
-        await self.c.update_part(
+        await put_part(
+            self.c,
             {
                 "id": self._id("prt"),
                 "type": "text",
                 "sessionID": self.sid,
                 "messageID": a["id"],
                 "text": f"Done with {text}.",
-            }
+            },
         )
         a.update(finish="stop", tokens=tokens)
         return user, a
@@ -131,7 +137,7 @@ async def test_pipelined_context_behind_an_overflowing_write_is_compacted(start:
     sid = (await c.create_session()).id
     w = Writer(c, sid, MODEL, None)
     _, a = await w.turn("Refactor src/app.py", tokens=usage(5_000), output="x" * 4_000)
-    await c.update_message(a)
+    await put_message(c, a)
     _, a = await w.turn("Now add tests", tokens=usage(180_000))
     write = c.call("message/update", {"message": a})
     read = c.call("session/context", {"sessionID": sid, "format": "openai"})
@@ -155,7 +161,7 @@ async def test_replay_without_usage_never_serves_a_window_over_the_limit(start: 
     for i in range(12):
         # ~6k tokens of tool output a turn, and the server never reports usage.
         _, a = await w.turn(f"step {i}", tokens=NO_USAGE, output=f"{i} " * 12_000)
-        await c.update_message(a)
+        await put_message(c, a)
         ctx = await c.request("session/context", {"sessionID": sid, "format": "openai"})
         assert ctx["estimatedTokens"] <= usable, (i, ctx["estimatedTokens"])
         assert ctx["overflow"] is False
@@ -176,7 +182,7 @@ async def test_auto_compaction_off_truncates_one_huge_output_else_says_overflow(
     w = Writer(c, sid, SMALL_MODEL, None)
     # One output alone larger than the window: cut in the rendering only, stored data intact.
     _, a = await w.turn("huge", tokens=NO_USAGE, output="y" * 200_000)
-    await c.update_message(a)
+    await put_message(c, a)
     ctx = await c.request("session/context", {"sessionID": sid, "format": "openai"})
     assert ctx["estimatedTokens"] <= 20_000 and ctx["overflow"] is False
     assert "[Tool output truncated to fit the context window" in json.dumps(ctx["messages"])
@@ -192,7 +198,7 @@ async def test_auto_compaction_off_truncates_one_huge_output_else_says_overflow(
     # Many ordinary outputs: nothing to cut, no compaction allowed: said, not served silently.
     for i in range(40):
         _, a = await w.turn(f"step {i}", tokens=NO_USAGE, output=f"{i} " * 700)
-        await c.update_message(a)
+        await put_message(c, a)
     ctx = await c.request("session/context", {"sessionID": sid})
     assert ctx["overflow"] is True and ctx["usable"] == 20_000
     assert not c.notifications("session/compacted")
@@ -210,7 +216,7 @@ async def test_2023_timestamps_compact_three_times_and_keep_every_later_message(
         user, a = await w.turn(
             f"step {i}", tokens=usage(180_000 if over else 5_000), output="z" * 2_000
         )
-        await c.update_message(a)
+        await put_message(c, a)
         later += [user["id"], a["id"]]
         if over:
             later = []  # compacted away: the summary stands for them
@@ -234,10 +240,10 @@ async def test_a_message_without_a_time_sorts_after_the_compaction_it_follows(
     sid = (await c.create_session()).id
     w = Writer(c, sid, MODEL, time.time_ns() // 1_000_000 + 600_000)  # ten minutes ahead
     _, a = await w.turn("step", tokens=usage(180_000), output="z" * 2_000)
-    await c.update_message(a)
+    await put_message(c, a)
     await c.request("session/idle", {"sessionID": sid})
     assert len(c.notifications("session/compacted")) == 1
-    late = await c.update_message({"role": "user", "sessionID": sid, "model": dict(MODEL)})
+    late = await put_message(c, {"role": "user", "sessionID": sid, "model": dict(MODEL)})
     stored = await c.request("session/messages", {"sessionID": sid})
     assert stored["messages"][-1]["info"]["id"] == late["id"]
     ctx = await c.context(sid)
@@ -249,7 +255,7 @@ async def test_a_write_behind_the_boundary_is_reported(start: Spawn) -> None:
     sid = (await c.create_session()).id
     w = Writer(c, sid, MODEL, T2023)
     _, a = await w.turn("step", tokens=usage(180_000), output="z" * 2_000)
-    await c.update_message(a)
+    await put_message(c, a)
     await c.context(sid)
     # Same millisecond as the compacted turn, after it by id: before the daemon's marker.
     late = {
@@ -259,7 +265,7 @@ async def test_a_write_behind_the_boundary_is_reported(start: Spawn) -> None:
         "time": {"created": a["time"]["created"]},
         "model": MODEL,
     }
-    await c.update_message(late)
+    await put_message(c, late)
     log = await c.wait_for("window/logMessage", predicate=lambda p: "msg_zzz_late" in p["message"])
     assert "behind the compaction boundary" in log["message"]
 
@@ -283,7 +289,7 @@ async def _replay(c: Client) -> bytes:
         tokens = usage(180_000 if i == 9 else 20_000)
         _, a = await w.turn(f"step {i}", tokens=tokens, output=f"{i}" * 48_000)
         # The finishing write and the next turn's first writes race the automatic work.
-        await c.update_message(a)
+        await put_message(c, a)
     await c.request("session/idle", {"sessionID": sid})
     page = await c.request("session/messages", {"sessionID": sid})
     return _canonical(page["messages"])

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from sidecar_client import Client, spawn
+from wire import put_message, put_part
 
 from sidecar.engine import ledger
 from tests.summarizers.httpserver import Reply, ScriptedServer
@@ -167,9 +168,9 @@ async def test_replayed_opencode_run_makes_the_same_decisions(
                 if user_turn:
                     await end_turn(user_turn)
                 user_turn += 1
-                await c.update_message(info)
+                await put_message(c, info)
                 for p in m["parts"]:
-                    await c.update_part({**_untrim(p), "sessionID": sid})
+                    await put_part(c, {**_untrim(p), "sessionID": sid})
                 continue
             # Before each step the daemon must serve the window OpenCode sent for it.
             ctx = await c.request("session/context", {"sessionID": sid, "format": "openai"})
@@ -179,10 +180,10 @@ async def test_replayed_opencode_run_makes_the_same_decisions(
             assert ctx["overflow"] is False
             step += 1
             opening = {k: v for k, v in info.items() if k not in ("finish", "tokens")}
-            await c.update_message(opening)
+            await put_message(c, opening)
             for p in m["parts"]:
-                await c.update_part({**_untrim(p), "sessionID": sid})
-            await c.update_message(info)
+                await put_part(c, {**_untrim(p), "sessionID": sid})
+            await put_message(c, info)
         await end_turn(user_turn)
         if oracle["drive"]["summarize_at"] == [user_turn]:
             # drive.py --summarize-at N: a manual compaction after the last turn.

@@ -192,7 +192,7 @@ def test_tool_results_by_state() -> None:
     out = to_openai(s.messages)
     assert out[1] == {
         "role": "assistant",
-        "content": None,
+        "content": "",
         "tool_calls": [call("a"), call("b"), call("c"), call("d"), call("e", args='{"q":1}')],
     }
     assert [m["content"] for m in out[2:]] == ["out", CLEARED, "exit 1", INTERRUPTED, INTERRUPTED]
@@ -239,7 +239,7 @@ def test_tool_attachments_follow_the_results_as_a_user_message() -> None:
     s.assistant(tool(call="c2", output="gone", attachments=[img], compacted=1))
     out = to_openai(s.messages)
     assert out[1:] == [
-        {"role": "assistant", "content": None, "tool_calls": [call("c1")]},
+        {"role": "assistant", "content": "", "tool_calls": [call("c1")]},
         {"role": "tool", "tool_call_id": "c1", "content": "took it"},
         {
             "role": "user",
@@ -248,7 +248,7 @@ def test_tool_attachments_follow_the_results_as_a_user_message() -> None:
                 {"type": "image_url", "image_url": {"url": PNG}},
             ],
         },
-        {"role": "assistant", "content": None, "tool_calls": [call("c2")]},
+        {"role": "assistant", "content": "", "tool_calls": [call("c2")]},
         {"role": "tool", "tool_call_id": "c2", "content": CLEARED},
     ]
 

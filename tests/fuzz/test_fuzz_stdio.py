@@ -37,6 +37,7 @@ import pytest
 from pgcluster import fresh_database, run_async
 from sidecar_client import Call, Client, RpcError
 from sidecar_client._transport import spawn_stdio
+from wire import put_message, stored
 
 from sidecar.model.ids import new_id
 
@@ -305,20 +306,20 @@ class Fuzzer:
         return bytes(data)
 
     async def check_store(self) -> None:
-        stored: set[tuple[str, str, str | None]] = set()
+        kept: set[tuple[str, str, str | None]] = set()
         for session_id in {s for s, _, _ in self.acked | self.rejected if isinstance(s, str)}:
             try:
-                page = await self.c.messages(session_id)
+                page = await stored(self.c, session_id)
             except RpcError as exc:
                 assert exc.code == -32040, exc  # an unknown session holds nothing
                 continue
             assert page.next_cursor is None
             for m in page.messages:
-                stored.add((session_id, m.info["id"], None))
-                stored.update((session_id, m.info["id"], p["id"]) for p in m.parts)
-        missing = self.acked - stored
+                kept.add((session_id, m.info["id"], None))
+                kept.update((session_id, m.info["id"], p["id"]) for p in m.parts)
+        missing = self.acked - kept
         assert not missing, f"acknowledged writes not stored: {sorted(missing)[:5]}"
-        leaked = self.rejected & stored
+        leaked = self.rejected & kept
         assert not leaked, f"rejected writes stored: {sorted(leaked)[:5]}"
 
 
@@ -375,12 +376,10 @@ async def run(tmp: Path, db: str | Path) -> str:
     transport = await spawn_stdio(db, (), env)
     client = CountingClient(transport, default_timeout=REPLY_TIMEOUT)
     try:
-        await client._wait_writer_ready(20)
         await client.initialize()
-        client.codes.clear()  # the start-up probes' -32002s are no input of ours
         session = await client.create_session(title="fuzz")
         fuzz = Fuzzer(client, random.Random(SEED), session.id)
-        anchor = await client.update_message({"sessionID": session.id, "role": "user"})
+        anchor = await put_message(client, {"sessionID": session.id, "role": "user"})
         fuzz.anchor = anchor["id"]
 
         def summary() -> str:

@@ -33,7 +33,7 @@ RENDERED = [
     {"role": "user", "content": "Fix the parser bug in src/parse.py"},
     {
         "role": "assistant",
-        "content": None,
+        "content": "",
         "tool_calls": [
             {
                 "id": "call_1",

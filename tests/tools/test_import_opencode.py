@@ -33,17 +33,6 @@ def _expected(fixture: Path) -> list[dict[str, Any]]:
     return [*req["messages"], {"role": "assistant", "content": req["answer"]}]
 
 
-def _normalize(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """OpenCode's provider SDK writes ``content: ""`` beside ``tool_calls``; we write null.
-    Both mean "no text" in the OpenAI format; nothing else is normalized."""
-    out = []
-    for m in messages:
-        if m.get("role") == "assistant" and m.get("tool_calls") and not m.get("content"):
-            m = {**m, "content": None}
-        out.append(m)
-    return out
-
-
 def _context(db: Path, home: Path, sid: str, fmt: str = "openai") -> Any:
     """``session/context`` from a real daemon on ``db``."""
 
@@ -71,7 +60,7 @@ def test_opencode_1153_context_equals_its_last_request(
     [row] = _import(capsys, db, str(source))
     assert row == {"sessionID": "ses_df644fef5ffeZsiRcGW0Bq4QE6", "source": kind, "messages": 18}
     ctx = _context(db, tmp_path, row["sessionID"])
-    assert _normalize(msgspec.to_builtins(ctx.messages)) == _normalize(_expected(V1153))
+    assert msgspec.to_builtins(ctx.messages) == _expected(V1153)
     parts = _context(db, tmp_path, row["sessionID"], "parts")
     head = msgspec.to_builtins(parts.messages)[0]
     assert [p["type"] for p in head["parts"]] == ["compaction"], "the window starts at the marker"
@@ -88,7 +77,7 @@ def test_opencode_sqlite_context_equals_its_last_request(
     [row] = _import(capsys, db, str(copy))
     assert row["source"] == "opencode-sqlite" and row["messages"] == 15
     ctx = _context(db, tmp_path, row["sessionID"])
-    assert _normalize(msgspec.to_builtins(ctx.messages)) == _normalize(_expected(fixture))
+    assert msgspec.to_builtins(ctx.messages) == _expected(fixture)
 
 
 def test_export_keeps_every_stored_field(

@@ -1,22 +1,114 @@
 """Typed asyncio client for the compaction-sidecar daemon.
 
 ``client = await spawn("sessions.db")`` starts a private daemon on stdio;
-``client = await connect("unix:/run/user/1000/sidecar.sock")`` joins a shared one. Both return
+``client = await connect_shared()`` joins the shared background daemon (starting it when none
+runs, as ``compaction-sidecar connect`` does); ``connect("unix:/path")`` or
+``connect("tcp://127.0.0.1:PORT", auth_token=...)`` joins a daemon at an address. Each returns
 an initialized ``Client``; see README.md.
+
+Messages and parts are the daemon's own msgspec Structs (``sidecar.model``), re-exported here:
+Python code uses their snake_case attributes, and the wire's camelCase names appear only on the
+wire.
 """
 
+from sidecar.model.messages import (
+    AssistantMessage,
+    Message,
+    MessageError,
+    MessageTime,
+    ModelRef,
+    UserMessage,
+    WithParts,
+)
+from sidecar.model.parts import (
+    AgentPart,
+    CompactionPart,
+    FilePart,
+    Part,
+    PartTime,
+    PatchPart,
+    ReasoningPart,
+    RetryPart,
+    SnapshotPart,
+    StepFinishPart,
+    StepStartPart,
+    SubtaskPart,
+    TextPart,
+    ToolCompleted,
+    ToolError,
+    ToolPart,
+    ToolPending,
+    ToolRunning,
+    ToolState,
+    ToolTime,
+)
+from sidecar.model.rpc import (
+    CompactResult,
+    ContextResult,
+    OverflowResult,
+    PruneResult,
+    SessionList,
+)
+from sidecar.model.session import Session
+from sidecar.model.tokens import CacheTokens, ModelLimit, Tokens
+from sidecar.paths import default_socket_path
 from sidecar.protocol.codes import ErrorCode
-from sidecar_client._client import Call, Client, ConnectionClosed, RpcError, connect, spawn
-from sidecar_client._types import MessagesPage, StoredMessage
+from sidecar_client._client import (
+    Call,
+    Client,
+    ConnectionClosed,
+    RpcError,
+    connect,
+    connect_shared,
+    spawn,
+)
+from sidecar_client._types import MessagesPage
 
 __all__ = [
+    "AgentPart",
+    "AssistantMessage",
+    "CacheTokens",
     "Call",
     "Client",
+    "CompactResult",
+    "CompactionPart",
     "ConnectionClosed",
+    "ContextResult",
     "ErrorCode",
+    "FilePart",
+    "Message",
+    "MessageError",
+    "MessageTime",
     "MessagesPage",
+    "ModelLimit",
+    "ModelRef",
+    "OverflowResult",
+    "Part",
+    "PartTime",
+    "PatchPart",
+    "PruneResult",
+    "ReasoningPart",
+    "RetryPart",
     "RpcError",
-    "StoredMessage",
+    "Session",
+    "SessionList",
+    "SnapshotPart",
+    "StepFinishPart",
+    "StepStartPart",
+    "SubtaskPart",
+    "TextPart",
+    "Tokens",
+    "ToolCompleted",
+    "ToolError",
+    "ToolPart",
+    "ToolPending",
+    "ToolRunning",
+    "ToolState",
+    "ToolTime",
+    "UserMessage",
+    "WithParts",
     "connect",
+    "connect_shared",
+    "default_socket_path",
     "spawn",
 ]

@@ -11,17 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
 import signal
+import socket as pysocket
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Generic, TypeVar, cast, overload
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 from sidecar.model.config import Config
+from sidecar.model.messages import Message
+from sidecar.model.parts import Part
 from sidecar.model.rpc import (
     CompactResult,
     ContextResult,
@@ -41,12 +46,14 @@ from sidecar.protocol.envelopes import (
     Response,
 )
 from sidecar.protocol.framing import FrameError, StreamFrames, encode_frame
-from sidecar_client._transport import StreamTransport, open_socket, spawn_stdio
+from sidecar_client._transport import StreamTransport, open_connected, open_socket, spawn_stdio
 from sidecar_client._types import MessagesPage
 
 log = logging.getLogger("sidecar_client")
 
 T = TypeVar("T")
+M = TypeVar("M", bound=Message)
+P = TypeVar("P", bound=Part)
 Predicate = Callable[[Any], bool]
 RequestHandler = Callable[[Any], Awaitable[Any]]
 
@@ -579,44 +586,6 @@ class Client:
             self.notify("initialized", {})
         return result
 
-    async def _wait_writer_ready(self, timeout: float) -> None:
-        """Send harmless pre-``initialize`` probes until one is answered.
-
-        Works around a daemon bug: the stdio daemon starts reading stdin before its stdout
-        writer is attached, and silently drops the replies it produces synchronously in
-        between (-32002 before ``initialize``, parse and validation errors). A request already
-        waiting in the pipe at start-up can thus go unanswered. Before ``initialize`` every
-        request gets -32002 and changes nothing, so probes are safe to repeat; once one is
-        answered, replies get through. Without the bug this costs one round trip.
-        """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        delay = 0.02
-        probes: list[asyncio.Task[Any]] = []
-        try:
-            while True:
-                call: Call[Any] = self.call("$/sidecar/probe", timeout=None)
-                probes.append(asyncio.ensure_future(call._wait()))
-                done, _ = await asyncio.wait(
-                    probes, timeout=delay, return_when=asyncio.FIRST_COMPLETED
-                )
-                for task in done:
-                    exc = task.exception()
-                    if exc is None or isinstance(exc, RpcError):
-                        return
-                    raise ConnectionClosed(
-                        f"the daemon ended before answering: {exc}; stderr:\n{self.stderr()}"
-                    )
-                if loop.time() >= deadline:
-                    raise TimeoutError(
-                        f"the daemon did not answer within {timeout}s; stderr:\n{self.stderr()}"
-                    )
-                delay = min(delay * 2, 0.05)
-        finally:
-            for task in probes:
-                task.cancel()
-            await asyncio.gather(*probes, return_exceptions=True)
-
     async def shutdown(self) -> None:
         await self.request("shutdown")
 
@@ -725,6 +694,11 @@ class Client:
         params = _clean({"sessionID": session_id, "limit": limit, "cursor": cursor})
         return await self.request("session/messages", params, MessagesPage)
 
+    async def idle(self, session_id: str, *, timeout: float | UnsetType | None = UNSET) -> None:
+        """Return once the automatic work (overflow check, prune, compaction) that earlier
+        writes to the session started has finished: ``session/idle``."""
+        await self.request("session/idle", {"sessionID": session_id}, timeout=timeout)
+
     async def subscribe(self, session_id: str) -> None:
         await self.request("session/subscribe", {"sessionID": session_id})
 
@@ -733,12 +707,33 @@ class Client:
 
     # -- typed helpers: messages and parts -----------------------------------------------------
 
-    async def update_message(self, message: Mapping[str, Any] | msgspec.Struct) -> dict[str, Any]:
-        """Upsert a message; returns it as stored (with any daemon-filled id and time)."""
-        return cast(dict[str, Any], await self.request("message/update", {"message": message}))
+    @overload
+    async def update_message(self, message: M) -> M: ...
 
-    async def update_part(self, part: Mapping[str, Any] | msgspec.Struct) -> dict[str, Any]:
-        return cast(dict[str, Any], await self.request("part/update", {"part": part}))
+    @overload
+    async def update_message(self, message: Mapping[str, Any]) -> Message: ...
+
+    async def update_message(self, message: Message | Mapping[str, Any]) -> Message:
+        """Upsert a message; returns it as stored (with any daemon-filled id and time).
+
+        A ``UserMessage``/``AssistantMessage`` comes back as the same type. A mapping is sent
+        as the wire JSON object it is (wire names, e.g. ``sessionID``) and comes back typed.
+        """
+        result_type: Any = type(message) if isinstance(message, msgspec.Struct) else Message
+        return cast(
+            Message, await self.request("message/update", {"message": message}, result_type)
+        )
+
+    @overload
+    async def update_part(self, part: P) -> P: ...
+
+    @overload
+    async def update_part(self, part: Mapping[str, Any]) -> Part: ...
+
+    async def update_part(self, part: Part | Mapping[str, Any]) -> Part:
+        """Upsert a part; returns it as stored (the same Struct type, with its id)."""
+        result_type: Any = type(part) if isinstance(part, msgspec.Struct) else Part
+        return cast(Part, await self.request("part/update", {"part": part}, result_type))
 
     async def remove_message(self, session_id: str, message_id: str) -> None:
         await self.request("message/remove", {"sessionID": session_id, "messageID": message_id})
@@ -834,6 +829,15 @@ async def _start(
     try:
         if initialize:
             await client.initialize(capabilities, initialization_options, auth_token=auth_token)
+    except ConnectionClosed as exc:
+        if client.process is None:
+            await client.close()
+            raise
+        code = await client.kill()
+        raise ConnectionClosed(
+            f"the daemon exited (status {code}) before answering initialize: {exc}\n"
+            f"{client.stderr()}"
+        ) from exc
     except BaseException:
         if client.process is not None:
             await client.kill()
@@ -852,26 +856,17 @@ async def spawn(
     capabilities: Mapping[str, Any] | None = None,
     initialization_options: Mapping[str, Any] | None = None,
     cwd: str | os.PathLike[str] | None = None,
-    ready_timeout: float = 20.0,
-    wait_ready: bool = True,
 ) -> Client:
     """Start ``python -m sidecar serve --db DB_PATH [extra_args]`` on stdio and connect.
 
     ``env`` is applied on top of this process's environment (a ``None`` value removes a
     variable). Unless ``initialize=False``, ``initialize`` + ``initialized`` are done here,
     with ``capabilities`` (wire names, e.g. ``{"summarizer": True}``) and
-    ``initialization_options`` (a partial config).
-    ``wait_ready`` probes the daemon first (see ``Client._wait_writer_ready``).
+    ``initialization_options`` (a partial config). A daemon that exits before answering
+    ``initialize`` raises ``ConnectionClosed`` with its stderr.
     """
     transport = await spawn_stdio(db_path, extra_args, env, cwd)
-    client = Client(transport)
-    if wait_ready:
-        try:
-            await client._wait_writer_ready(ready_timeout)
-        except BaseException:
-            await client.kill()
-            raise
-    return await _start(client, initialize, capabilities, initialization_options)
+    return await _start(Client(transport), initialize, capabilities, initialization_options)
 
 
 async def connect(
@@ -889,3 +884,53 @@ async def connect(
     """
     client = Client(await open_socket(address))
     return await _start(client, initialize, capabilities, initialization_options, auth_token)
+
+
+async def connect_shared(
+    socket: str | os.PathLike[str] | None = None,
+    *,
+    db: str | os.PathLike[str] | None = None,
+    config: str | os.PathLike[str] | None = None,
+    idle_exit: float | None = None,
+    log_level: str | None = None,
+    log_file: str | os.PathLike[str] | None = None,
+    initialize: bool = True,
+    capabilities: Mapping[str, Any] | None = None,
+    initialization_options: Mapping[str, Any] | None = None,
+) -> Client:
+    """Join the shared background daemon, starting it when none answers: what
+    ``compaction-sidecar connect`` does for an editor, without the stdio bridge.
+
+    ``socket`` defaults to ``default_socket_path()``; ``db``, ``config``, ``idle_exit``
+    (seconds without a client before it exits; default 300, as ``connect``), ``log_level``
+    and ``log_file`` apply only to a daemon this call starts (a running one keeps its own: see
+    ``daemon/status``). Starting is done by ``sidecar.bridge`` under the
+    socket's lock, so agents and editors starting together end with one daemon. Raises
+    ``ConnectionError`` saying why when the daemon cannot be reached or started.
+    """
+    from sidecar import bridge, paths
+
+    default = socket is None
+    where = paths.default_socket_path() if socket is None else Path(socket)
+    target = bridge.Target(
+        socket=where,
+        db=os.fspath(db) if db is not None else None,
+        config=Path(config) if config is not None else None,
+        log_file=Path(log_file) if log_file is not None else None,
+    )
+    if idle_exit is not None:
+        target = dataclasses.replace(target, idle_exit=idle_exit)
+    if log_level is not None:
+        target = dataclasses.replace(target, log_level=log_level)
+
+    def attach() -> pysocket.socket:
+        bridge.socket_dir(where, default=default)
+        return bridge.attach(target)
+
+    try:
+        # Blocking (a file lock, maybe a daemon's start-up): off the event loop.
+        conn = await asyncio.to_thread(attach)
+    except (bridge.BridgeError, paths.UnsafeDirectory) as exc:
+        raise ConnectionError(str(exc)) from exc
+    client = Client(await open_connected(conn, f"unix:{where}"))
+    return await _start(client, initialize, capabilities, initialization_options)

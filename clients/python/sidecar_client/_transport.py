@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -132,6 +133,12 @@ def parse_address(address: str) -> tuple[str, str, int]:
             raise ValueError(f"bad tcp address {address!r}")
         return "tcp", host.strip("[]"), int(port)
     raise ValueError(f"address must be tcp://HOST:PORT or unix:PATH, not {address!r}")
+
+
+async def open_connected(conn: socket.socket, address: str) -> StreamTransport:
+    """Streams over a unix socket already connected (``connect_shared``)."""
+    reader, writer = await asyncio.open_unix_connection(sock=conn, limit=STREAM_LIMIT)
+    return StreamTransport(reader, writer, address=address)
 
 
 async def open_socket(address: str) -> StreamTransport:

@@ -1,27 +1,21 @@
-"""Result types the daemon's own model does not provide in a client-friendly form.
+"""The ``session/messages`` page, typed: the daemon's own message and part Structs.
 
-``session/messages`` returns messages exactly as stored, unknown fields included, so they are
-kept as plain dicts here rather than decoded into the typed model (which would drop them).
+Messages and parts decode into ``sidecar.model``'s tagged unions, so a client reads the same
+snake_case attributes the daemon writes with (``info.session_id``, ``part.call_id``); fields
+this version does not know are skipped. The stored JSON, unknown fields and all, is what a
+raw ``client.request("session/messages", ...)`` returns.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from sidecar.model.base import wire_name
-
-
-class StoredMessage(msgspec.Struct, kw_only=True):
-    """``{info, parts}``: one message and its parts (in id order) as plain JSON objects."""
-
-    info: dict[str, Any]
-    parts: list[dict[str, Any]] = msgspec.field(default_factory=list)
+from sidecar.model.messages import WithParts
 
 
 class MessagesPage(msgspec.Struct, kw_only=True, rename=wire_name):
     """A ``session/messages`` page; ``next_cursor`` (wire ``nextCursor``) continues it."""
 
-    messages: list[StoredMessage]
+    messages: list[WithParts]
     next_cursor: str | None = None

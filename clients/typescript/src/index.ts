@@ -63,7 +63,7 @@ export type ContextFormat = ContextResult["format"];
 export interface ClientOptions {
   /** Declared in `initialize`; a daemon sends its requests only to clients that declared them. */
   capabilities?: ClientCapabilities;
-  /** A partial config (DESIGN §6), e.g. `{models: {"p/m": {context, output}}}`. */
+  /** A partial config (PROTOCOL.md, "Configuration and isolation"), e.g. `{models: {"p/m": {context, output}}}`. */
   initializationOptions?: Record<string, unknown>;
   clientInfo?: ClientInfo;
 }

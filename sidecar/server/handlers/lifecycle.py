@@ -39,7 +39,7 @@ async def initialize(ctx: Context, params: InitializeParams) -> InitializeResult
 
 
 def _authenticate(ctx: Context, token: str, given: str | None) -> None:
-    """A TCP listener's check (DESIGN §4): the wrong token gets an error and a closed socket."""
+    """A TCP listener's check (PROTOCOL.md): the wrong token gets an error and a closed socket."""
     if given is not None and hmac.compare_digest(given.encode(), token.encode()):
         return
     after_reply(ctx.close)

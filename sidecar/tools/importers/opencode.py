@@ -1,6 +1,6 @@
 """OpenCode sessions: ``opencode export`` JSON, the 1.1.x JSON file tree, the >= 1.2 SQLite db.
 
-OpenCode's MessageV2 is the store's own data model (DESIGN §3), so messages and parts are
+OpenCode's MessageV2 is the store's own data model (PROTOCOL.md), so messages and parts are
 stored as OpenCode wrote them: ids, times, tool states, compaction markers and summaries
 unchanged, which is what makes the imported session's ``session/context`` the window
 OpenCode would send next. Only the 1.2 database keeps ids outside the JSON; they are put back.

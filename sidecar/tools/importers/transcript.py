@@ -1,4 +1,4 @@
-"""The project's neutral transcript JSONL (../shared/transcripts, ``sidecar.replay``).
+"""The project's neutral transcript JSONL (``sidecar.replay.transcript``).
 
 Transcripts carry no ids or times: ids are made from the header's ``session`` name and times
 from the file's modification time, ascending in file order, so that importing the same file
