@@ -51,8 +51,8 @@ from sidecar.model.rpc import (
 )
 from sidecar.model.session import Session
 from sidecar.model.tokens import CacheTokens, ModelLimit, Tokens
-from sidecar.paths import default_socket_path
 from sidecar.protocol.codes import ErrorCode
+from sidecar.shared_daemon.paths import default_socket_path
 from sidecar_client._client import (
     Call,
     Client,

@@ -904,11 +904,11 @@ async def connect_shared(
     ``socket`` defaults to ``default_socket_path()``; ``db``, ``config``, ``idle_exit``
     (seconds without a client before it exits; default 300, as ``connect``), ``log_level``
     and ``log_file`` apply only to a daemon this call starts (a running one keeps its own: see
-    ``daemon/status``). Starting is done by ``sidecar.bridge`` under the
+    ``daemon/status``). Starting is done by ``sidecar.shared_daemon.bridge`` under the
     socket's lock, so agents and editors starting together end with one daemon. Raises
     ``ConnectionError`` saying why when the daemon cannot be reached or started.
     """
-    from sidecar import bridge, paths
+    from sidecar.shared_daemon import bridge, paths
 
     default = socket is None
     where = paths.default_socket_path() if socket is None else Path(socket)
