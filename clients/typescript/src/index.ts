@@ -438,7 +438,8 @@ export class SidecarClient {
     if (handlers === undefined) {
       handlers = new Set();
       this.handlers.set(method, handlers);
-      this.listen(this.link.connection, method, handlers);
+      // While reconnecting, the next link takes it on (attach).
+      if (this.state === "connected") this.listen(this.link.connection, method, handlers);
     }
     const h = handler as (params: unknown) => void;
     const set = handlers;
@@ -463,6 +464,9 @@ export class SidecarClient {
     method: M,
     predicate: (params: NotificationParams<M>) => boolean = () => true,
   ): Promise<NotificationParams<M>> {
+    if (this.state === "closed") {
+      return Promise.reject(this.closedError ?? new SidecarError(`the client is closed: no ${method} will come`));
+    }
     return new Promise((resolve, reject) => {
       const sub = this.onNotification(method, (params) => {
         if (predicate(params)) {
@@ -491,7 +495,8 @@ export class SidecarClient {
   ): Disposable {
     const h = handler as (params: never, token: CancellationToken) => unknown;
     this.requestHandlers.set(method, h);
-    let registration = this.link.connection.onRequest(method, h);
+    let registration =
+      this.state === "connected" ? this.link.connection.onRequest(method, h) : Disposable.create(() => {});
     const link = this.link;
     return Disposable.create(() => {
       if (this.requestHandlers.get(method) === h) this.requestHandlers.delete(method);
@@ -503,8 +508,6 @@ export class SidecarClient {
   /** Take `link` as the transport: handlers, listen, `initialize` (bounded), version check. */
   private async attach(link: Link): Promise<void> {
     const connection = link.connection;
-    for (const [method, set] of this.handlers) this.listen(connection, method, set);
-    for (const [method, h] of this.requestHandlers) connection.onRequest(method, h);
     connection.listen();
     const ms = this.options.startTimeout ?? DEFAULT_START_TIMEOUT;
     let timer: NodeJS.Timeout | undefined;
@@ -518,6 +521,9 @@ export class SidecarClient {
     try {
       const result = await Promise.race([this.handshake(link), timedOut]);
       checkProtocol(result, link.what);
+      // The daemon sends nothing before `initialized`; handlers added meanwhile are included.
+      for (const [method, set] of this.handlers) this.listen(connection, method, set);
+      for (const [method, h] of this.requestHandlers) connection.onRequest(method, h);
       await connection.sendNotification("initialized", {});
       this.link = link;
       this.initializeResult = result;
@@ -599,6 +605,7 @@ export class SidecarClient {
       this.reconnectEmitter.fire(this.initializeResult);
       return;
     }
+    if (this.state === "closed") throw this.closedError ?? new SidecarError("the client is disposed");
     const why = last instanceof Error ? last.message : String(last);
     const err = new SidecarExitedError(
       `the daemon did not come back within ${options.timeout / 1000} s: ${why}`,

@@ -228,6 +228,8 @@ test("connectSidecar without reconnect closes for good when the daemon goes", as
   daemon.kill("SIGKILL");
   await client.onClosed;
   await assert.rejects(client.getSession(sessionID), SidecarExitedError);
+  await assert.rejects(client.waitFor("message/updated"), SidecarExitedError);
+  client.onNotification("session/status", () => {}).dispose(); // no throw on a closed client
 });
 
 test("connectSidecar with reconnect re-initializes and re-subscribes after the daemon restarts", async (t) => {
@@ -244,6 +246,9 @@ test("connectSidecar with reconnect re-initializes and re-subscribes after the d
   first.kill("SIGKILL");
   const err = await lost;
   assert.ok(err instanceof SidecarExitedError);
+  // A handler added while the daemon is away is taken on by the next connection.
+  const partTypes = [];
+  client.onNotification("part/updated", (e) => partTypes.push(e.part.type));
   // A request made while the daemon is away waits for the reconnection.
   const regained = next(client, "reconnect");
   const got = client.getSession(session.id);
@@ -259,6 +264,10 @@ test("connectSidecar with reconnect re-initializes and re-subscribes after the d
   const msg = await other.updateMessage({ role: "user", sessionID: session.id });
   assert.equal((await heard).message.id, msg.id);
   assert.deepEqual(seen, [msg.id]);
+  const part = client.waitFor("part/updated");
+  await other.updatePart({ type: "text", sessionID: session.id, messageID: msg.id, text: "hi" });
+  await part;
+  assert.deepEqual(partTypes, ["text"]);
 });
 
 test("connectSidecar through `compaction-sidecar connect` reconnects after the shared daemon restarts", async (t) => {
