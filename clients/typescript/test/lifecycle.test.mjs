@@ -274,14 +274,14 @@ test("connectSidecar through `compaction-sidecar connect` reconnects after the s
   const dir = await tempDir(t);
   const socket = join(dir, "shared.sock");
   const args = ["-m", "sidecar", "connect", "--socket", socket, "--db", join(dir, "shared.db")];
-  args.push("--log-file", join(dir, "daemon.log"));
+  // A daemon left behind by a failed run exits by itself.
+  args.push("--log-file", join(dir, "daemon.log"), "--idle-exit", "30");
   const env = daemonEnv(dir);
   const ctl = (cmd) =>
     new Promise((done) => {
       const p = spawn(PYTHON, ["-m", "sidecar", cmd, "--socket", socket], { cwd: REPO, env, stdio: "ignore" });
       p.once("exit", done);
     });
-  t.after(() => ctl("stop"));
   const client = await connectSidecar({
     command: PYTHON,
     args,
@@ -303,4 +303,7 @@ test("connectSidecar through `compaction-sidecar connect` reconnects after the s
   const heard = client.waitFor("message/updated", (e) => e.message.sessionID === session.id);
   const msg = await other.updateMessage({ role: "user", sessionID: session.id });
   assert.equal((await heard).message.id, msg.id);
+  await other.dispose();
+  await client.dispose();
+  assert.equal(await ctl("stop"), 0); // (t.after would run after the temp dir is gone)
 });

@@ -2,7 +2,7 @@
 // that it starts through `compaction-sidecar connect`, with an agent writing turns beside it.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -26,7 +26,8 @@ async function setup(t) {
   const config = join(dir, "config.json");
   await writeFile(config, JSON.stringify({ models: { "test/tiny": { context: 8000, output: 1000 } } }));
   const connectArgs = ["--socket", socket, "--db", join(dir, "s.db"), "--config", config];
-  connectArgs.push("--log-file", join(dir, "daemon.log"));
+  // A daemon left behind by a failed run exits by itself.
+  connectArgs.push("--log-file", join(dir, "daemon.log"), "--idle-exit", "30");
   t.after(async () => {
     await new Promise((done) =>
       spawn(PYTHON, ["-m", "sidecar", "stop", "--socket", socket], { cwd: REPO, env, stdio: "ignore" }).once("exit", done),
@@ -70,6 +71,18 @@ async function turn(agent, sessionID, model, text, t) {
   await agent.updatePart({ type: "text", sessionID, messageID: a.id, text: `Done: ${text}. ` + "Work. ".repeat(300) });
   return agent.updateMessage({ ...a, finish: "stop", tokens: t });
 }
+
+test("the client bundled is the one in ../typescript, installed from its packed tarball", async () => {
+  // package-lock.json carries no integrity for the tarball: with one, npm ci may install a
+  // stale copy from its cache instead of the tarball just packed.
+  const lock = JSON.parse(await readFile(join(REPO, "clients", "vscode", "package-lock.json"), "utf8"));
+  const entry = lock.packages["node_modules/compaction-sidecar-client"];
+  assert.equal(entry.resolved, "file:../typescript/compaction-sidecar-client-0.1.0.tgz");
+  assert.equal(entry.integrity, undefined);
+  const installed = join(REPO, "clients", "vscode", "node_modules", "compaction-sidecar-client", "dist", "index.js");
+  const built = join(REPO, "clients", "typescript", "dist", "index.js");
+  assert.equal(await readFile(installed, "utf8"), await readFile(built, "utf8"), "repack: (cd ../typescript && npm pack) && npm ci");
+});
 
 test("the path setting runs `connect`; a program that cannot run falls back to `python -m sidecar`", async (t) => {
   const { env, connectArgs, dir } = await setup(t);
