@@ -86,10 +86,11 @@ export interface ProgramOptions {
   env?: NodeJS.ProcessEnv;
   cwd?: string;
   /**
-   * Where the daemon's stderr goes besides `onStderr` (default `"inherit"`). Its last lines are
-   * always kept for the error an early exit rejects with.
+   * Where the daemon's stderr goes besides `onStderr`: `"inherit"` (default) copies it to this
+   * process's; `"ignore"` (or `"pipe"`: read `client.process.stderr`) does not. Its last lines
+   * are always kept for the error an early exit rejects with.
    */
-  stderr?: "inherit" | "ignore";
+  stderr?: "inherit" | "ignore" | "pipe";
   /** Each line the program writes to stderr (an editor's output channel). */
   onStderr?: (line: string) => void;
   /** Called with each process started (again after a reconnect). */
@@ -237,7 +238,12 @@ class Link {
           : `exited with status ${info.exitCode}`;
     const tail = this.stderr.lines.filter((l) => l.trim() !== "");
     const said = tail.length > 0 ? `; its last stderr lines:\n  ${tail.join("\n  ")}` : "";
-    return new SidecarExitedError(`${this.what} ${how} ${when}${said}`, info.exitCode, info.signal, tail);
+    return new SidecarExitedError(
+      `${this.what} ${how} ${when}${said}`,
+      info.exitCode,
+      info.signal,
+      tail,
+    );
   }
 
   /** A request that rejects when the daemon ends before replying (vscode-jsonrpc would wait). */
@@ -246,7 +252,14 @@ class Link {
     return new Promise<R>((resolve, reject) => {
       const fail = (err: Error): void => {
         if (method === "initialize" && err instanceof SidecarExitedError) {
-          reject(new SidecarExitedError(err.message.replace("before replying", "before answering initialize"), err.exitCode, err.signal, err.stderr));
+          reject(
+            new SidecarExitedError(
+              err.message.replace("before replying", "before answering initialize"),
+              err.exitCode,
+              err.signal,
+              err.stderr,
+            ),
+          );
         } else {
           reject(err);
         }
@@ -260,8 +273,16 @@ class Link {
     });
   }
 
+  get isEnded(): boolean {
+    return this.endedError !== undefined;
+  }
+
   kill(): void {
-    if (this.process !== undefined && this.process.exitCode === null && this.process.signalCode === null) {
+    if (
+      this.process !== undefined &&
+      this.process.exitCode === null &&
+      this.process.signalCode === null
+    ) {
       this.process.kill("SIGKILL");
     }
     this.socket?.destroy();
@@ -279,9 +300,12 @@ async function spawnLink(command: string, args: string[], options: ProgramOption
   await new Promise<void>((resolve, reject) => {
     child.once("spawn", () => resolve());
     child.once("error", (err) =>
-      reject(new SidecarError(`cannot start ${JSON.stringify(command)}: ${err.message}`, { cause: err })),
+      reject(
+        new SidecarError(`cannot start ${JSON.stringify(command)}: ${err.message}`, { cause: err }),
+      ),
     );
   });
+  child.on("error", () => {}); // after "spawn", a failed kill(); the exit is what counts
   options.onSpawn?.(child);
   // Writes to a daemon that just died fail with EPIPE; its exit is reported instead.
   child.stdin.on("error", () => {});
@@ -291,11 +315,16 @@ async function spawnLink(command: string, args: string[], options: ProgramOption
     stderr.write(chunk);
   });
   const ended = new Promise<Ended>((resolve) => {
-    // "close" comes once stderr is read to its end; "exit" alone could miss the last lines.
-    child.once("close", (exitCode, signal) => {
+    const done = (exitCode: number | null, signal: NodeJS.Signals | null): void => {
       stderr.end();
       resolve({ exitCode, signal });
-    });
+    };
+    // "close" comes once stderr is read to its end; "exit" alone could miss the last lines.
+    child.once("close", done);
+    // A grandchild holding the pipes open would delay "close" for good.
+    child.once("exit", (exitCode, signal) =>
+      setTimeout(() => done(exitCode, signal), 2000).unref(),
+    );
   });
   const what = [command, ...args].map((a) => (/\s/.test(a) ? JSON.stringify(a) : a)).join(" ");
   const shown = what.length > 120 ? `${what.slice(0, 117)}...` : what;
@@ -303,19 +332,35 @@ async function spawnLink(command: string, args: string[], options: ProgramOption
 }
 
 /** Connect to a daemon listening on a unix socket or loopback TCP. */
-async function socketLink(address: { socket: string } | { host: string; port: number }): Promise<Link> {
-  const what = "socket" in address ? `the daemon at unix:${address.socket}` : `the daemon at tcp://${address.host}:${address.port}`;
+async function socketLink(
+  address: { socket: string } | { host: string; port: number },
+): Promise<Link> {
+  const what =
+    "socket" in address
+      ? `the daemon at unix:${address.socket}`
+      : `the daemon at tcp://${address.host}:${address.port}`;
   const socket = await new Promise<net.Socket>((resolve, reject) => {
-    const s = "socket" in address ? net.connect({ path: address.socket }) : net.connect({ host: address.host, port: address.port });
+    const s =
+      "socket" in address
+        ? net.connect({ path: address.socket })
+        : net.connect({ host: address.host, port: address.port });
     s.once("connect", () => {
       s.off("error", onError);
       resolve(s);
     });
-    const onError = (err: Error): void => reject(new SidecarError(`no daemon answers: cannot connect to ${what.slice("the daemon at ".length)}: ${err.message}`, { cause: err }));
+    const onError = (err: Error): void =>
+      reject(
+        new SidecarError(
+          `no daemon answers: cannot connect to ${what.slice("the daemon at ".length)}: ${err.message}`,
+          { cause: err },
+        ),
+      );
     s.once("error", onError);
   });
   socket.on("error", () => {}); // a reset shows as "close", reported with the pending requests
-  const ended = new Promise<Ended>((resolve) => socket.once("close", () => resolve({ exitCode: null, signal: null })));
+  const ended = new Promise<Ended>((resolve) =>
+    socket.once("close", () => resolve({ exitCode: null, signal: null })),
+  );
   return new Link(what, socket, socket, ended, new StderrTail(), undefined, socket);
 }
 
@@ -330,7 +375,12 @@ export class SidecarClient {
   private closedError: Error | undefined;
   private regained: Promise<void> | undefined;
   private readonly handlers = new Map<string, Set<(params: unknown) => void>>();
-  private readonly requestHandlers = new Map<string, (params: never, token: CancellationToken) => unknown>();
+  private readonly requestHandlers = new Map<
+    string,
+    (params: never, token: CancellationToken) => unknown
+  >();
+  /** The current link's registration of each request handler (to dispose it). */
+  private readonly requestRegistrations = new Map<string, Disposable>();
   /** Sessions the daemon sends this client notifications for, to subscribe to again. */
   private readonly subscriptions = new Set<string>();
   private readonly disconnectEmitter = new Emitter<SidecarExitedError>();
@@ -405,7 +455,11 @@ export class SidecarClient {
 
   /** Remember which sessions the daemon subscribed this client to (PROTOCOL.md). */
   private track(method: string, params: unknown, result: unknown): void {
-    const p = params as { sessionID?: string; message?: { sessionID?: string }; part?: { sessionID?: string } };
+    const p = params as {
+      sessionID?: string;
+      message?: { sessionID?: string };
+      part?: { sessionID?: string };
+    };
     switch (method) {
       case "session/create":
       case "session/fork":
@@ -447,7 +501,11 @@ export class SidecarClient {
     return Disposable.create(() => set.delete(h));
   }
 
-  private listen(connection: MessageConnection, method: string, set: Set<(params: unknown) => void>): void {
+  private listen(
+    connection: MessageConnection,
+    method: string,
+    set: Set<(params: unknown) => void>,
+  ): void {
     const fanOut = (params: unknown): void => {
       for (const h of [...set]) h(params);
     };
@@ -465,7 +523,9 @@ export class SidecarClient {
     predicate: (params: NotificationParams<M>) => boolean = () => true,
   ): Promise<NotificationParams<M>> {
     if (this.state === "closed") {
-      return Promise.reject(this.closedError ?? new SidecarError(`the client is closed: no ${method} will come`));
+      return Promise.reject(
+        this.closedError ?? new SidecarError(`the client is closed: no ${method} will come`),
+      );
     }
     return new Promise((resolve, reject) => {
       const sub = this.onNotification(method, (params) => {
@@ -477,7 +537,9 @@ export class SidecarClient {
       });
       const closed = this.closeEmitter.event(() => {
         sub.dispose();
-        reject(this.closedError ?? new SidecarError(`the client closed while waiting for ${method}`));
+        reject(
+          this.closedError ?? new SidecarError(`the client closed while waiting for ${method}`),
+        );
       });
     });
   }
@@ -488,21 +550,26 @@ export class SidecarClient {
    */
   onRequest<M extends DaemonRequest>(
     method: M,
-    handler: (
-      params: ParamsOf<M>,
-      token: CancellationToken,
-    ) => ResultOf<M> | Promise<ResultOf<M>>,
+    handler: (params: ParamsOf<M>, token: CancellationToken) => ResultOf<M> | Promise<ResultOf<M>>,
   ): Disposable {
     const h = handler as (params: never, token: CancellationToken) => unknown;
     this.requestHandlers.set(method, h);
-    let registration =
-      this.state === "connected" ? this.link.connection.onRequest(method, h) : Disposable.create(() => {});
-    const link = this.link;
+    // While reconnecting, the next link takes it on (attach).
+    if (this.state === "connected") this.registerRequest(this.link.connection, method, h);
     return Disposable.create(() => {
-      if (this.requestHandlers.get(method) === h) this.requestHandlers.delete(method);
-      if (this.link === link) registration.dispose();
-      registration = Disposable.create(() => {});
+      if (this.requestHandlers.get(method) !== h) return; // replaced by a later handler
+      this.requestHandlers.delete(method);
+      this.requestRegistrations.get(method)?.dispose();
+      this.requestRegistrations.delete(method);
     });
+  }
+
+  private registerRequest(
+    connection: MessageConnection,
+    method: string,
+    h: (params: never, token: CancellationToken) => unknown,
+  ): void {
+    this.requestRegistrations.set(method, connection.onRequest(method, h));
   }
 
   /** Take `link` as the transport: handlers, listen, `initialize` (bounded), version check. */
@@ -515,7 +582,12 @@ export class SidecarClient {
       timer = setTimeout(() => {
         const tail = link.stderr.lines.filter((l) => l.trim() !== "");
         const said = tail.length > 0 ? `; its last stderr lines:\n  ${tail.join("\n  ")}` : "";
-        reject(new SidecarTimeoutError(`${link.what} did not answer initialize within ${ms / 1000} s${said}`, tail));
+        reject(
+          new SidecarTimeoutError(
+            `${link.what} did not answer initialize within ${ms / 1000} s${said}`,
+            tail,
+          ),
+        );
       }, ms);
     });
     try {
@@ -523,7 +595,7 @@ export class SidecarClient {
       checkProtocol(result, link.what);
       // The daemon sends nothing before `initialized`; handlers added meanwhile are included.
       for (const [method, set] of this.handlers) this.listen(connection, method, set);
-      for (const [method, h] of this.requestHandlers) connection.onRequest(method, h);
+      for (const [method, h] of this.requestHandlers) this.registerRequest(connection, method, h);
       await connection.sendNotification("initialized", {});
       this.link = link;
       this.initializeResult = result;
@@ -550,7 +622,8 @@ export class SidecarClient {
 
   /** The link in use ended: reconnect when asked to, else close for good. */
   private lost(link: Link, info: Ended): void {
-    if (this.link !== link || this.state === "closed") return;
+    // A link that dies while the reconnect loop still sets it up is the loop's to retry.
+    if (this.link !== link || this.state !== "connected") return;
     const gone = link.error(info, "while connected");
     if (this.reconnect === undefined) {
       this.close(gone);
@@ -563,7 +636,10 @@ export class SidecarClient {
     this.disconnectEmitter.fire(gone);
   }
 
-  private async reconnectLoop(options: Required<ReconnectOptions>, gone: SidecarExitedError): Promise<void> {
+  private async reconnectLoop(
+    options: Required<ReconnectOptions>,
+    gone: SidecarExitedError,
+  ): Promise<void> {
     const deadline = Date.now() + options.timeout;
     let delay = options.delay;
     let last: unknown = gone;
@@ -592,20 +668,27 @@ export class SidecarClient {
         link.kill(); // disposed meanwhile
         break;
       }
-      for (const sessionID of this.subscriptions) {
-        try {
-          await this.link.send("session/subscribe", { sessionID });
-        } catch (err) {
-          if (!isRpcError(err)) throw err; // a session deleted meanwhile is no longer followed
-          this.subscriptions.delete(sessionID);
+      try {
+        for (const sessionID of [...this.subscriptions]) {
+          try {
+            await link.send("session/subscribe", { sessionID });
+          } catch (err) {
+            if (!isRpcError(err)) throw err;
+            this.subscriptions.delete(sessionID); // deleted meanwhile: no longer followed
+          }
         }
+      } catch (err) {
+        last = err; // the new daemon went too
+        continue;
       }
+      if (link.isEnded) continue;
       this.state = "connected";
       this.regained = undefined;
       this.reconnectEmitter.fire(this.initializeResult);
       return;
     }
-    if (this.state === "closed") throw this.closedError ?? new SidecarError("the client is disposed");
+    if (this.state === "closed")
+      throw this.closedError ?? new SidecarError("the client is disposed");
     const why = last instanceof Error ? last.message : String(last);
     const err = new SidecarExitedError(
       `the daemon did not come back within ${options.timeout / 1000} s: ${why}`,
@@ -637,7 +720,10 @@ export class SidecarClient {
   deleteSession(sessionID: string): Promise<null> {
     return this.request("session/delete", { sessionID });
   }
-  messages(sessionID: string, page: { limit?: number; cursor?: string } = {}): Promise<MessagesPage> {
+  messages(
+    sessionID: string,
+    page: { limit?: number; cursor?: string } = {},
+  ): Promise<MessagesPage> {
     return this.request("session/messages", { sessionID, ...page });
   }
   /** The filtered context window, ready to send to a model. */
@@ -695,7 +781,6 @@ export class SidecarClient {
     return this.request("config/update", { config });
   }
 
-
   /** `shutdown`, `exit`, then close the connection (and wait for a spawned program to end). */
   async dispose(): Promise<void> {
     const live = this.state === "connected";
@@ -730,7 +815,8 @@ function checkProtocol(result: InitializeResult, what: string): void {
   const theirs = (result as { protocolVersion?: unknown }).protocolVersion;
   const major = (v: string): string => v.split(".")[0] ?? v;
   if (typeof theirs === "string" && major(theirs) === major(PROTOCOL_VERSION)) return;
-  const said = typeof theirs === "string" ? `speaks protocol ${theirs}` : "reports no protocol version";
+  const said =
+    typeof theirs === "string" ? `speaks protocol ${theirs}` : "reports no protocol version";
   throw new ProtocolVersionError(
     `${what} ${said}; this client speaks ${PROTOCOL_VERSION}: install a compaction-sidecar ` +
       `and a compaction-sidecar-client of the same protocol major version`,
@@ -739,7 +825,9 @@ function checkProtocol(result: InitializeResult, what: string): void {
   );
 }
 
-function reconnectOptions(r: boolean | ReconnectOptions | undefined): Required<ReconnectOptions> | undefined {
+function reconnectOptions(
+  r: boolean | ReconnectOptions | undefined,
+): Required<ReconnectOptions> | undefined {
   if (r === undefined || r === false) return undefined;
   const given = r === true ? {} : r;
   return { timeout: given.timeout ?? 60_000, delay: given.delay ?? 250 };
@@ -770,7 +858,12 @@ export async function connectSidecar(options: ConnectOptions = {}): Promise<Side
   const program = options as ProgramOptions & ClientOptions;
   const command = program.command ?? "compaction-sidecar";
   const args = [...(program.args ?? ["connect"])];
-  return SidecarClient.start(() => spawnLink(command, args, program), program, undefined, reconnect);
+  return SidecarClient.start(
+    () => spawnLink(command, args, program),
+    program,
+    undefined,
+    reconnect,
+  );
 }
 
 /** True when `err` is an error reply with `code` (see `ErrorCodes`). */

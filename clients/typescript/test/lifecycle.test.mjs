@@ -15,7 +15,15 @@ import {
   SidecarTimeoutError,
   spawnSidecar,
 } from "../dist/index.js";
-import { daemonEnv, listeningDaemon, PYTHON, REPO, spawnDaemon, tempDir, turn } from "./helpers.mjs";
+import {
+  daemonEnv,
+  listeningDaemon,
+  PYTHON,
+  REPO,
+  spawnDaemon,
+  tempDir,
+  turn,
+} from "./helpers.mjs";
 
 const MODEL = { providerID: "test", modelID: "small" };
 const tokens = (input) => ({ input, output: 100, reasoning: 0, cache: { read: 0, write: 0 } });
@@ -52,7 +60,10 @@ test("spawnSidecar rejects when the daemon exits on bad arguments, with its stat
     (err) => {
       assert.ok(err instanceof SidecarExitedError, String(err));
       assert.equal(err.exitCode, 2);
-      assert.ok(err.stderr.some((line) => line.includes("--no-such-flag")), err.stderr.join("\n"));
+      assert.ok(
+        err.stderr.some((line) => line.includes("--no-such-flag")),
+        err.stderr.join("\n"),
+      );
       assert.match(err.message, /exited with status 2 before answering initialize/);
       assert.match(err.message, /--no-such-flag/);
       return true;
@@ -137,7 +148,15 @@ test("connectSidecar rejects when `connect` exits early, with its status and std
   await assert.rejects(
     connectSidecar({
       command: PYTHON,
-      args: ["-m", "sidecar", "connect", "--socket", join(dir, "d.sock"), "--config", join(dir, "missing.json")],
+      args: [
+        "-m",
+        "sidecar",
+        "connect",
+        "--socket",
+        join(dir, "d.sock"),
+        "--config",
+        join(dir, "missing.json"),
+      ],
       env: daemonEnv(dir),
       cwd: REPO,
       stderr: "ignore",
@@ -279,7 +298,11 @@ test("connectSidecar through `compaction-sidecar connect` reconnects after the s
   const env = daemonEnv(dir);
   const ctl = (cmd) =>
     new Promise((done) => {
-      const p = spawn(PYTHON, ["-m", "sidecar", cmd, "--socket", socket], { cwd: REPO, env, stdio: "ignore" });
+      const p = spawn(PYTHON, ["-m", "sidecar", cmd, "--socket", socket], {
+        cwd: REPO,
+        env,
+        stdio: "ignore",
+      });
       p.once("exit", done);
     });
   const client = await connectSidecar({
@@ -306,4 +329,21 @@ test("connectSidecar through `compaction-sidecar connect` reconnects after the s
   await other.dispose();
   await client.dispose();
   assert.equal(await ctl("stop"), 0); // (t.after would run after the temp dir is gone)
+});
+
+test("a reconnecting client gives up after reconnect.timeout: waiting requests reject, it closes", async (t) => {
+  const dir = await tempDir(t);
+  const socket = join(dir, "daemon.sock");
+  const daemon = await listeningDaemon(t, dir, `unix:${socket}`);
+  const client = await connectSidecar({ socket, reconnect: { delay: 20, timeout: 300 } });
+  t.after(() => client.dispose());
+  const lost = next(client, "disconnect");
+  daemon.kill("SIGKILL");
+  await lost;
+  await assert.rejects(client.createSession(), (err) => {
+    assert.ok(err instanceof SidecarExitedError, String(err));
+    assert.match(err.message, /did not come back within 0\.3 s: no daemon answers/);
+    return true;
+  });
+  await client.onClosed;
 });

@@ -12,7 +12,8 @@ import { PYTHON, REPO, daemonEnv, tempDir } from "./helpers.mjs";
 
 const run = promisify(execFile);
 const PKG = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const npm = (cwd, ...args) => run("npm", [...args, "--no-audit", "--no-fund"], { cwd, encoding: "utf8" });
+const npm = (cwd, ...args) =>
+  run("npm", [...args, "--no-audit", "--no-fund"], { cwd, encoding: "utf8" });
 
 /** The package as a clean clone has it: sources, no dist/ (node_modules shared, not copied). */
 async function freshCheckout(dir) {
@@ -37,9 +38,17 @@ test("npm pack on a fresh checkout ships dist/, and the installed tarball import
 
   const app = join(dir, "app");
   await mkdir(app);
-  await writeFile(join(app, "package.json"), JSON.stringify({ name: "app", private: true, type: "module" }));
+  await writeFile(
+    join(app, "package.json"),
+    JSON.stringify({ name: "app", private: true, type: "module" }),
+  );
   await npm(app, "install", "--prefer-offline", join(dir, filename));
-  assert.deepEqual(await readdir(join(app, "node_modules", "compaction-sidecar-client", "dist")).then((f) => f.includes("index.js")), true);
+  assert.deepEqual(
+    await readdir(join(app, "node_modules", "compaction-sidecar-client", "dist")).then((f) =>
+      f.includes("index.js"),
+    ),
+    true,
+  );
 
   // ESM and CommonJS imports by name, against a real daemon.
   await writeFile(
@@ -57,7 +66,11 @@ await client.dispose();
     encoding: "utf8",
   });
   assert.deepEqual(JSON.parse(out.stdout), { title: "newcomer", version: true });
-  const cjs = await run(process.execPath, ["-e", "console.log(typeof require('compaction-sidecar-client').connectSidecar)"], { cwd: app, encoding: "utf8" });
+  const cjs = await run(
+    process.execPath,
+    ["-e", "console.log(typeof require('compaction-sidecar-client').connectSidecar)"],
+    { cwd: app, encoding: "utf8" },
+  );
   assert.equal(cjs.stdout.trim(), "function");
 
   // Its types resolve by name too (with this package's TypeScript).
@@ -69,9 +82,23 @@ export async function f(): Promise<Session> { return (await connectSidecar({ rec
   );
   await writeFile(
     join(app, "tsconfig.json"),
-    JSON.stringify({ compilerOptions: { module: "Node16", moduleResolution: "Node16", strict: true, noEmit: true, types: [], skipLibCheck: false, typeRoots: [join(PKG, "node_modules", "@types")] }, files: ["check.ts"] }),
+    JSON.stringify({
+      compilerOptions: {
+        module: "Node16",
+        moduleResolution: "Node16",
+        strict: true,
+        noEmit: true,
+        types: [],
+        skipLibCheck: false,
+        typeRoots: [join(PKG, "node_modules", "@types")],
+      },
+      files: ["check.ts"],
+    }),
   );
-  await run(process.execPath, [join(PKG, "node_modules", "typescript", "bin", "tsc"), "-p", app], { cwd: app, encoding: "utf8" }).catch((err) => {
+  await run(process.execPath, [join(PKG, "node_modules", "typescript", "bin", "tsc"), "-p", app], {
+    cwd: app,
+    encoding: "utf8",
+  }).catch((err) => {
     assert.fail(`tsc: ${err.stdout}${err.stderr}`);
   });
 });

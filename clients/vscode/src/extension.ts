@@ -71,11 +71,15 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       try {
         const result = await controller?.compactNow();
         if (result?.status === "stop") {
-          void vscode.window.showWarningMessage(`Compaction stopped: ${result.error ?? "see the log"}`);
+          void vscode.window.showWarningMessage(
+            `Compaction stopped: ${result.error ?? "see the log"}`,
+          );
         }
         await history.refresh();
       } catch (err) {
-        void vscode.window.showErrorMessage(`Compact now: ${err instanceof Error ? err.message : String(err)}`);
+        void vscode.window.showErrorMessage(
+          `Compact now: ${err instanceof Error ? err.message : String(err)}`,
+        );
       }
     }),
     vscode.commands.registerCommand("compactionSidecar.showHistory", async () => {
@@ -93,9 +97,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     output.appendLine(message);
     status.text = "$(error) sidecar";
     status.tooltip = message;
-    void vscode.window.showErrorMessage(`compaction-sidecar did not start: ${message.split("\n")[0]}`, "Show log").then(
-      (choice) => choice && output.show(),
-    );
+    void vscode.window
+      .showErrorMessage(`compaction-sidecar did not start: ${message.split("\n")[0]}`, "Show log")
+      .then((choice) => choice && output.show());
     return;
   }
   context.subscriptions.push(controller.onDidCompact(() => void history.refresh()));

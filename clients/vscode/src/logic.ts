@@ -68,7 +68,8 @@ export function formatStatus(use: WindowUse | undefined): { text: string; toolti
   if (use === undefined) {
     return { text: "$(archive) sidecar", tooltip: "compaction-sidecar: no active session yet" };
   }
-  const spin = use.status === "compacting" ? " $(sync~spin)" : use.status === "error" ? " $(error)" : "";
+  const spin =
+    use.status === "compacting" ? " $(sync~spin)" : use.status === "error" ? " $(error)" : "";
   const approx = use.estimated ? "~" : "";
   if (use.usable === null || use.usable === 0) {
     return {
@@ -77,7 +78,9 @@ export function formatStatus(use: WindowUse | undefined): { text: string; toolti
     };
   }
   const pct = Math.round((100 * use.used) / use.usable);
-  const what = use.estimated ? "estimated tokens in the window since the compaction" : "tokens on the model's last call";
+  const what = use.estimated
+    ? "estimated tokens in the window since the compaction"
+    : "tokens on the model's last call";
   return {
     text: `$(dashboard) ${approx}${k(use.used)} / ${k(use.usable)} (${pct}%)${spin}`,
     tooltip: `Session ${use.sessionID}: ${use.used} ${what}, of ${use.usable} usable (the model's context minus its output reserve)`,
@@ -85,8 +88,13 @@ export function formatStatus(use: WindowUse | undefined): { text: string; toolti
 }
 
 /** A history entry as a tree item's label, description and tooltip. */
-export function formatEntry(e: CompactionEntry): { label: string; description: string; tooltip: string } {
-  const when = e.time === undefined ? "" : new Date(e.time).toISOString().replace("T", " ").slice(0, 19);
+export function formatEntry(e: CompactionEntry): {
+  label: string;
+  description: string;
+  tooltip: string;
+} {
+  const when =
+    e.time === undefined ? "" : new Date(e.time).toISOString().replace("T", " ").slice(0, 19);
   const before = e.before === null ? "?" : String(e.before);
   const after = e.after === null ? "?" : String(e.after);
   return {
@@ -102,7 +110,10 @@ const count = (m: AssistantMessage): number =>
   (m.tokens?.input ?? 0) + (m.tokens?.cache?.read ?? 0) + (m.tokens?.output ?? 0);
 
 /** Every compaction of `sessionID`, oldest first, read from its stored messages. */
-export async function compactionHistory(client: SidecarClient, sessionID: string): Promise<CompactionEntry[]> {
+export async function compactionHistory(
+  client: SidecarClient,
+  sessionID: string,
+): Promise<CompactionEntry[]> {
   const all: { info: Message; parts: Part[] }[] = [];
   let cursor: string | undefined;
   do {
@@ -116,8 +127,11 @@ export async function compactionHistory(client: SidecarClient, sessionID: string
     if (info.role === "assistant" && !info.summary && info.finish) lastCall = info;
     const marker = parts.find((p) => p.type === "compaction");
     if (info.role !== "user" || marker === undefined || marker.type !== "compaction") continue;
-    const summary = all.find((m) => m.info.role === "assistant" && m.info.summary && m.info.parentID === info.id);
-    const text = summary?.parts.flatMap((p) => (p.type === "text" ? [p.text ?? ""] : [])).join("\n") ?? "";
+    const summary = all.find(
+      (m) => m.info.role === "assistant" && m.info.summary && m.info.parentID === info.id,
+    );
+    const text =
+      summary?.parts.flatMap((p) => (p.type === "text" ? [p.text ?? ""] : [])).join("\n") ?? "";
     entries.push({
       markerID: info.id ?? "",
       summaryID: summary?.info.id ?? null,
@@ -151,7 +165,11 @@ export class SidecarController {
   ) {}
 
   /** Start `connect` (the `path` setting, else `python -m sidecar`) and follow every session. */
-  static async start(settings: Settings, sink: Sink, options: StartOptions = {}): Promise<SidecarController> {
+  static async start(
+    settings: Settings,
+    sink: Sink,
+    options: StartOptions = {},
+  ): Promise<SidecarController> {
     let client: SidecarClient | undefined;
     let lastError: unknown;
     for (const { command, args } of commandCandidates(settings)) {
@@ -189,14 +207,17 @@ export class SidecarController {
     c.onNotification("window/logMessage", (p) => this.sink.log(p.message));
     c.onNotification("message/updated", (e) => {
       const m = e.message;
-      if (m.role === "assistant" && m.finish && !m.summary && m.id !== undefined) void this.measure(m.sessionID);
+      if (m.role === "assistant" && m.finish && !m.summary && m.id !== undefined)
+        void this.measure(m.sessionID);
     });
     c.onNotification("session/status", (e) => {
       if (this.use?.sessionID === e.sessionID) this.show({ ...this.use, status: e.status });
       if (e.status === "error" && e.error) this.sink.log(`session ${e.sessionID}: ${e.error}`);
     });
     c.onNotification("session/compacted", (e) => {
-      this.sink.log(`session ${e.sessionID} compacted (${e.auto ? "auto" : "manual"}), summary ${e.messageID}`);
+      this.sink.log(
+        `session ${e.sessionID} compacted (${e.auto ? "auto" : "manual"}), summary ${e.messageID}`,
+      );
       void this.measureAfterCompaction(e.sessionID);
       for (const h of [...this.changed]) h(e.sessionID);
     });
@@ -224,9 +245,17 @@ export class SidecarController {
   private async measure(sessionID: string): Promise<void> {
     try {
       const r = await this.client.overflow(sessionID);
-      this.show({ sessionID, used: r.count, usable: r.known === false ? null : r.usable, status: "idle", estimated: false });
+      this.show({
+        sessionID,
+        used: r.count,
+        usable: r.known === false ? null : r.usable,
+        status: "idle",
+        estimated: false,
+      });
     } catch (err) {
-      this.sink.log(`session/overflow ${sessionID}: ${err instanceof Error ? err.message : String(err)}`);
+      this.sink.log(
+        `session/overflow ${sessionID}: ${err instanceof Error ? err.message : String(err)}`,
+      );
     }
   }
 
@@ -235,9 +264,17 @@ export class SidecarController {
     try {
       const usable = this.use?.sessionID === sessionID ? this.use.usable : null;
       const ctx = await this.client.context(sessionID, "parts");
-      this.show({ sessionID, used: ctx.estimatedTokens, usable: ctx.usable ?? usable, status: "idle", estimated: true });
+      this.show({
+        sessionID,
+        used: ctx.estimatedTokens,
+        usable: ctx.usable ?? usable,
+        status: "idle",
+        estimated: true,
+      });
     } catch (err) {
-      this.sink.log(`session/context ${sessionID}: ${err instanceof Error ? err.message : String(err)}`);
+      this.sink.log(
+        `session/context ${sessionID}: ${err instanceof Error ? err.message : String(err)}`,
+      );
     }
   }
 

@@ -20,17 +20,28 @@ const tokens = (input) => ({ input, output: 200, reasoning: 0, cache: { read: 0,
 async function setup(t) {
   const dir = await mkdtemp(join(tmpdir(), "sidecar-vscode-"));
   const socket = join(dir, "daemon.sock");
-  const env = { ...process.env, XDG_CONFIG_HOME: join(dir, "cfg"), XDG_STATE_HOME: join(dir, "state") };
+  const env = {
+    ...process.env,
+    XDG_CONFIG_HOME: join(dir, "cfg"),
+    XDG_STATE_HOME: join(dir, "state"),
+  };
   delete env.OPENCODE_DISABLE_AUTOCOMPACT;
   delete env.OPENCODE_DISABLE_PRUNE;
   const config = join(dir, "config.json");
-  await writeFile(config, JSON.stringify({ models: { "test/tiny": { context: 8000, output: 1000 } } }));
+  await writeFile(
+    config,
+    JSON.stringify({ models: { "test/tiny": { context: 8000, output: 1000 } } }),
+  );
   const connectArgs = ["--socket", socket, "--db", join(dir, "s.db"), "--config", config];
   // A daemon left behind by a failed run exits by itself.
   connectArgs.push("--log-file", join(dir, "daemon.log"), "--idle-exit", "30");
   t.after(async () => {
     await new Promise((done) =>
-      spawn(PYTHON, ["-m", "sidecar", "stop", "--socket", socket], { cwd: REPO, env, stdio: "ignore" }).once("exit", done),
+      spawn(PYTHON, ["-m", "sidecar", "stop", "--socket", socket], {
+        cwd: REPO,
+        env,
+        stdio: "ignore",
+      }).once("exit", done),
     );
     await rm(dir, { recursive: true, force: true });
   });
@@ -67,21 +78,45 @@ async function start(t, env, settings) {
 async function turn(agent, sessionID, model, text, t) {
   const user = await agent.updateMessage({ role: "user", sessionID, model });
   await agent.updatePart({ type: "text", sessionID, messageID: user.id, text });
-  const a = await agent.updateMessage({ role: "assistant", sessionID, parentID: user.id, ...model });
-  await agent.updatePart({ type: "text", sessionID, messageID: a.id, text: `Done: ${text}. ` + "Work. ".repeat(300) });
+  const a = await agent.updateMessage({
+    role: "assistant",
+    sessionID,
+    parentID: user.id,
+    ...model,
+  });
+  await agent.updatePart({
+    type: "text",
+    sessionID,
+    messageID: a.id,
+    text: `Done: ${text}. ` + "Work. ".repeat(300),
+  });
   return agent.updateMessage({ ...a, finish: "stop", tokens: t });
 }
 
 test("the client bundled is the one in ../typescript, installed from its packed tarball", async () => {
   // package-lock.json carries no integrity for the tarball: with one, npm ci may install a
   // stale copy from its cache instead of the tarball just packed.
-  const lock = JSON.parse(await readFile(join(REPO, "clients", "vscode", "package-lock.json"), "utf8"));
+  const lock = JSON.parse(
+    await readFile(join(REPO, "clients", "vscode", "package-lock.json"), "utf8"),
+  );
   const entry = lock.packages["node_modules/compaction-sidecar-client"];
   assert.equal(entry.resolved, "file:../typescript/compaction-sidecar-client-0.1.0.tgz");
   assert.equal(entry.integrity, undefined);
-  const installed = join(REPO, "clients", "vscode", "node_modules", "compaction-sidecar-client", "dist", "index.js");
+  const installed = join(
+    REPO,
+    "clients",
+    "vscode",
+    "node_modules",
+    "compaction-sidecar-client",
+    "dist",
+    "index.js",
+  );
   const built = join(REPO, "clients", "typescript", "dist", "index.js");
-  assert.equal(await readFile(installed, "utf8"), await readFile(built, "utf8"), "repack: (cd ../typescript && npm pack) && npm ci");
+  assert.equal(
+    await readFile(installed, "utf8"),
+    await readFile(built, "utf8"),
+    "repack: (cd ../typescript && npm pack) && npm ci",
+  );
 });
 
 test("the path setting runs `connect`; a program that cannot run falls back to `python -m sidecar`", async (t) => {
@@ -92,11 +127,24 @@ test("the path setting runs `connect`; a program that cannot run falls back to `
     { command: PYTHON, args: ["-m", "sidecar", "connect"] },
   ]);
   const viaFallback = await start(t, env, { path: missing, python: PYTHON, connectArgs });
-  assert.ok(viaFallback.lines.some((l) => l.startsWith(`cannot start "${missing}"`)), viaFallback.lines.join("\n"));
-  assert.ok(viaFallback.lines.includes(`connected through: ${PYTHON} -m sidecar connect ${connectArgs.join(" ")}`));
+  assert.ok(
+    viaFallback.lines.some((l) => l.startsWith(`cannot start "${missing}"`)),
+    viaFallback.lines.join("\n"),
+  );
+  assert.ok(
+    viaFallback.lines.includes(
+      `connected through: ${PYTHON} -m sidecar connect ${connectArgs.join(" ")}`,
+    ),
+  );
   const binary = join(dirname(PYTHON), "compaction-sidecar");
-  const viaPath = await start(t, env, { path: binary, python: join(dir, "no-python"), connectArgs });
-  assert.ok(viaPath.lines.includes(`connected through: ${binary} connect ${connectArgs.join(" ")}`));
+  const viaPath = await start(t, env, {
+    path: binary,
+    python: join(dir, "no-python"),
+    connectArgs,
+  });
+  assert.ok(
+    viaPath.lines.includes(`connected through: ${binary} connect ${connectArgs.join(" ")}`),
+  );
 });
 
 test("a broken setup rejects with the status and reaches the log through the daemon's stderr", async (t) => {
@@ -109,12 +157,19 @@ test("a broken setup rejects with the status and reaches the log through the dae
     assert.match(err.message, /missing\.json/);
     return true;
   });
-  assert.ok(lines.some((l) => l.startsWith("[daemon] ") && l.includes("missing.json")), lines.join("\n"));
+  assert.ok(
+    lines.some((l) => l.startsWith("[daemon] ") && l.includes("missing.json")),
+    lines.join("\n"),
+  );
 });
 
 test("the status bar follows the active session's window from notifications; Compact now; history", async (t) => {
   const { env, connectArgs, socket } = await setup(t);
-  const { controller, next, lines } = await start(t, env, { path: "compaction-sidecar-not-here", python: PYTHON, connectArgs });
+  const { controller, next, lines } = await start(t, env, {
+    path: "compaction-sidecar-not-here",
+    python: PYTHON,
+    connectArgs,
+  });
   assert.deepEqual(formatStatus(undefined).text, "$(archive) sidecar");
   const agent = await connectSidecar({ socket });
   t.after(() => agent.dispose());
@@ -133,7 +188,10 @@ test("the status bar follows the active session's window from notifications; Com
   assert.equal(result.status, "continue");
   const after = await compacted;
   assert.ok(after.used > 0 && after.used < 3200, JSON.stringify(after));
-  assert.ok(lines.some((l) => l.startsWith(`session ${sessionID} compacted (manual)`)), lines.join("\n"));
+  assert.ok(
+    lines.some((l) => l.startsWith(`session ${sessionID} compacted (manual)`)),
+    lines.join("\n"),
+  );
 
   const [entry, ...rest] = await controller.history();
   assert.deepEqual(rest, []);
@@ -150,14 +208,29 @@ test("the status bar follows the active session's window from notifications; Com
 
 test("window/logMessage reaches the log, and dispose shuts down cleanly", async (t) => {
   const { env, connectArgs, socket } = await setup(t);
-  const { controller, lines } = await start(t, env, { path: join(REPO, "missing"), python: PYTHON, connectArgs });
+  const { controller, lines } = await start(t, env, {
+    path: join(REPO, "missing"),
+    python: PYTHON,
+    connectArgs,
+  });
   const agent = await connectSidecar({ socket });
   t.after(() => agent.dispose());
   const { id: sessionID } = await agent.createSession();
-  const logged = controller.client.waitFor("window/logMessage", (p) => p.message.includes("test/unknown-model"));
-  await turn(agent, sessionID, { providerID: "test", modelID: "unknown-model" }, "Hello", tokens(10));
+  const logged = controller.client.waitFor("window/logMessage", (p) =>
+    p.message.includes("test/unknown-model"),
+  );
+  await turn(
+    agent,
+    sessionID,
+    { providerID: "test", modelID: "unknown-model" },
+    "Hello",
+    tokens(10),
+  );
   await logged;
-  assert.ok(lines.some((l) => l.includes("no context limits known for model 'test/unknown-model'")), lines.join("\n"));
+  assert.ok(
+    lines.some((l) => l.includes("no context limits known for model 'test/unknown-model'")),
+    lines.join("\n"),
+  );
 
   const bridge = controller.client.process;
   await controller.dispose();

@@ -18,9 +18,18 @@ test("vsce packages a .vsix holding the bundled extension, its manifest and READ
   t.after(() => rm(dir, { recursive: true, force: true }));
   const out = join(dir, "ext.vsix");
   const vsce = join(HERE, "node_modules", "@vscode", "vsce", "vsce");
-  await run(process.execPath, [vsce, "package", "--no-dependencies", "--allow-missing-repository", "--out", out], { cwd: HERE });
+  await run(
+    process.execPath,
+    [vsce, "package", "--no-dependencies", "--allow-missing-repository", "--out", out],
+    { cwd: HERE },
+  );
   const { stdout } = await run("python3", ["-m", "zipfile", "-l", out], { encoding: "utf8" });
-  for (const f of ["extension/package.json", "extension/dist/extension.js", "extension/readme.md", "extension/LICENSE.txt"]) {
+  for (const f of [
+    "extension/package.json",
+    "extension/dist/extension.js",
+    "extension/readme.md",
+    "extension/LICENSE.txt",
+  ]) {
     assert.ok(stdout.toLowerCase().includes(f.toLowerCase()), `${f} missing:\n${stdout}`);
   }
   assert.ok(!stdout.includes("node_modules"), stdout);
@@ -28,7 +37,9 @@ test("vsce packages a .vsix holding the bundled extension, its manifest and READ
 
   const bundle = await readFile(join(HERE, "dist", "extension.js"), "utf8");
   const required = new Set([...bundle.matchAll(/require\("([^"]+)"\)/g)].map((m) => m[1]));
-  const foreign = [...required].filter((m) => m !== "vscode" && !builtinModules.includes(m.replace(/^node:/, "")));
+  const foreign = [...required].filter(
+    (m) => m !== "vscode" && !builtinModules.includes(m.replace(/^node:/, "")),
+  );
   assert.deepEqual(foreign, []);
   assert.ok(required.has("vscode"));
   assert.match(bundle, /compaction-sidecar-client|spawnSidecar|connectSidecar/);
