@@ -118,6 +118,7 @@ def run_serve(args: argparse.Namespace) -> int:
     import asyncio
 
     from sidecar import paths
+    from sidecar.model.config import ConfigError
     from sidecar.server.daemon import Options, StartError, run
     from sidecar.server.transport import ListenError
 
@@ -133,7 +134,7 @@ def run_serve(args: argparse.Namespace) -> int:
             ready_fd=args.ready_fd,
         )
         return asyncio.run(run(opts))
-    except (ListenError, StartError, paths.UnsafeDirectory) as exc:
+    except (ListenError, StartError, paths.UnsafeDirectory, ConfigError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -190,6 +191,7 @@ def run_connect(args: argparse.Namespace) -> int:
     from sidecar import bridge
 
     existing_file("--config", args.config)
+    _check_config(args.config)
     sock, default = _socket(args)
     target = bridge.Target(
         socket=sock,
@@ -212,6 +214,54 @@ def run_stop(args: argparse.Namespace) -> int:
     from sidecar import ctl
 
     return ctl.stop(_socket(args)[0])
+
+
+# -- config ------------------------------------------------------------------------------------
+
+
+def _check_config(config: Path | None) -> None:
+    """Load the config files a daemon would, so a broken one is a usage error here (exit 2,
+    one line naming the file) rather than a daemon that exits before listening."""
+    from sidecar.model.config import ConfigError, load_files
+
+    try:
+        load_files(config)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def add_config(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    config = sub.add_parser(
+        "config", help="show the config files a daemon loads and the effective config"
+    )
+    config.add_argument("--config", type=Path, help="the workspace config file serve would get")
+    config.add_argument("--json", action="store_true", help="{files: [...], config: {...}}")
+    config.set_defaults(run=run_config)
+
+
+def run_config(args: argparse.Namespace) -> int:
+    import json
+
+    from sidecar.model.config import ConfigError, load_files, shown
+
+    existing_file("--config", args.config)
+    try:
+        loaded = load_files(args.config)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    files = [{"path": str(p), "loaded": p.is_file()} for p in loaded.files]
+    effective = shown(loaded.config)
+    if args.json:
+        print(json.dumps({"files": files, "config": effective}))
+        return 0
+    print("config files, later wins:")
+    for f in files:
+        print(f"  {f['path']} ({'loaded' if f['loaded'] else 'not found'})")
+    if loaded.environment:
+        print(f"  environment: {', '.join(loaded.environment)}")
+    print("effective config (header values redacted):")
+    print(json.dumps(effective, indent=2))
+    return 0
 
 
 # -- demo and replay ---------------------------------------------------------------------------
@@ -286,6 +336,7 @@ REGISTER: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], N
     add_replay,
     add_tools,
     add_schema,
+    add_config,
 ]
 
 
