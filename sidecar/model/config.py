@@ -51,6 +51,9 @@ class CompactionConfig(Strict, kw_only=True):
     prune_minimum: Count = 20_000
     protected_tools: list[str] = msgspec.field(default_factory=lambda: ["skill"])
     output_token_max: Annotated[int, msgspec.Meta(ge=1)] = 32_000  # OPENCODE_EXPERIMENTAL_...
+    # Seconds the configured writer may spend on one compaction, all its requests and retries
+    # included; past it the summarizer's fallback writes the summary (or the compaction fails).
+    time_budget: Seconds = 600.0
 
     def effective_trigger(self) -> float:
         if self.trigger is not None:
@@ -68,6 +71,9 @@ class SummarizerConfig(Strict, kw_only=True):
     timeout: Seconds = 120.0  # seconds without a byte from the provider
     deadline: Seconds = 600.0  # seconds for the whole summary, retries included
     max_retries: Annotated[int, msgspec.Meta(ge=0, le=20)] = 4
+    # Who writes the summary when the configured writer fails (unreachable, an error, out of
+    # time): "extractive" (offline, so the window still fits) or None (the compaction fails).
+    fallback: Literal["extractive"] | None = "extractive"
 
 
 class ServerConfig(Strict, kw_only=True):

@@ -18,7 +18,7 @@ from sidecar.engine.overflow import check
 from sidecar.engine.tokens import MESSAGE_OVERHEAD, estimate_messages, estimate_part
 from sidecar.model.catalog import lookup
 from sidecar.model.config import CompactionConfig
-from sidecar.model.conversation import is_finished_summary, latest_model_turn
+from sidecar.model.conversation import is_finished_summary, latest_model_turn, writer_name
 from sidecar.model.inspect import (
     CompactionEvent,
     Inspection,
@@ -132,6 +132,7 @@ def inspect(
                     after=costs.window(filter_compacted(history[: i + 1]), done),
                     time=done,
                     summary=summary_text(m),
+                    writer=writer_name(info.provider_id, info.model_id),
                 )
             )
             continue
