@@ -264,6 +264,71 @@ def run_config(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- models ------------------------------------------------------------------------------------
+
+
+def add_models(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    models = sub.add_parser("models", help="the model catalog: look a model up, refresh it")
+    verbs = models.add_subparsers(dest="verb", metavar="VERB", required=True)
+    show = verbs.add_parser("show", help="the limits a daemon would use for PROVIDER/MODEL")
+    show.add_argument("model", metavar="PROVIDER/MODEL")
+    show.add_argument("--config", type=Path, help="the workspace config file serve would get")
+    show.add_argument("--json", action="store_true", help="{model, source, limits, usable}")
+    show.set_defaults(run=run_models_show)
+    refresh = verbs.add_parser(
+        "refresh",
+        help="replace the catalog with a models.dev api.json (https://models.dev/api.json)",
+    )
+    refresh.add_argument("file", type=Path, metavar="FILE")
+    refresh.set_defaults(run=run_models_refresh)
+
+
+def run_models_show(args: argparse.Namespace) -> int:
+    import json
+
+    from sidecar.engine.overflow import usable
+    from sidecar.model.catalog import lookup_with_source
+    from sidecar.model.config import ConfigError, load_files
+
+    existing_file("--config", args.config)
+    provider, sep, model = str(args.model).partition("/")
+    if not sep or not provider or not model:
+        raise UsageError(f"{args.model!r}: give PROVIDER/MODEL, e.g. anthropic/claude-sonnet-4-5")
+    try:
+        cfg = load_files(args.config).config
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    limit, source = lookup_with_source(provider, model, cfg.models)
+    room = usable(limit, cfg.compaction) if limit is not None else None
+    if args.json:
+        import msgspec
+
+        limits = msgspec.to_builtins(limit) if limit is not None else None
+        out = {"model": args.model, "source": source, "limits": limits, "usable": room}
+        print(json.dumps(out))
+    elif limit is None:
+        print(f'{args.model}: unknown (set config "models" for it, or models["*"] as a default)')
+    else:
+        extra = f", input {limit.input:,}" if limit.input else ""
+        print(
+            f"{args.model}: context {limit.context:,}, output {limit.output:,}{extra}, "
+            f"usable {room:,} (from {source})"
+        )
+    return 0 if limit is not None else 1
+
+
+def run_models_refresh(args: argparse.Namespace) -> int:
+    from sidecar.model.catalog import CatalogError, refresh
+
+    existing_file("FILE", args.file)
+    try:
+        target, count = refresh(args.file)
+    except CatalogError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"wrote {target}: {count} models with a context limit, from {args.file}")
+    return 0
+
+
 # -- demo and replay ---------------------------------------------------------------------------
 
 
@@ -337,6 +402,7 @@ REGISTER: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], N
     add_tools,
     add_schema,
     add_config,
+    add_models,
 ]
 
 

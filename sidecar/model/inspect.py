@@ -63,6 +63,9 @@ class Inspection(Dense, kw_only=True):
     model: str | None = None
     window: int | None = None  # the model's context window, when known
     usable: int | None = None  # the part of it a prompt may use (overflow's ``usable``)
+    # Where window/usable come from: "session" (stored by the daemon's decisions), "catalog",
+    # "--context", or null (unknown).
+    limits_from: str | None = None
     turns: list[TurnPoint] = msgspec.field(default_factory=list)
     compactions: list[CompactionEvent] = msgspec.field(default_factory=list)
     prunes: list[PruneEvent] = msgspec.field(default_factory=list)

@@ -39,13 +39,21 @@ def add_commands(sub: Any) -> None:
     p.add_argument("session", help="session id, a unique prefix of it, or its title")
     p.add_argument("--db", help=db_help)
     p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
-    p.add_argument("--context", type=_positive, help="model window to draw (default: catalog)")
+    p.add_argument(
+        "--context",
+        type=_positive,
+        help="model window to draw (default: the one stored with the session, else the catalog)",
+    )
 
     p = sub.add_parser("report", help="a self-contained HTML report of a session")
     p.add_argument("session", help="session id, a unique prefix of it, or its title")
     p.add_argument("--db", help=db_help)
     p.add_argument("-o", "--output", type=Path, required=True, help="the HTML file to write")
-    p.add_argument("--context", type=_positive, help="model window to draw (default: catalog)")
+    p.add_argument(
+        "--context",
+        type=_positive,
+        help="model window to draw (default: the one stored with the session, else the catalog)",
+    )
 
     p = sub.add_parser("import", help="import OpenCode, Claude Code, pi or transcript sessions")
     p.add_argument(
@@ -174,7 +182,12 @@ def _print_inspection(ins: Any) -> None:
     window = f"{ins.window:,}" if ins.window else "unknown"
     print(f"{s.id}  {s.title}")
     usable = f"{ins.usable:,}" if ins.usable else "-"
-    print(f"model {ins.model or 'unknown'}, window {window}, usable {usable}")
+    where = {
+        "session": " (stored with the session)",
+        "catalog": " (from the model catalog)",
+        "--context": " (--context)",
+    }.get(ins.limits_from or "", "")
+    print(f"model {ins.model or 'unknown'}, window {window}, usable {usable}{where}")
     print(f"{s.messages} messages, current context {s.estimated_tokens:,} estimated tokens")
     events: dict[int, list[str]] = {}
     for i, c in enumerate(ins.compactions, 1):

@@ -133,6 +133,36 @@ async def test_configured_model_limits_enable_compaction(store: Store) -> None:
     assert await _compactions(h) == 1
 
 
+async def test_default_window_covers_unknown_models(store: Store) -> None:
+    """Issue 20 item 4: config ``models["*"]`` is the window of any model nobody knows."""
+    h = Harness(store, {"models": {"*": {"context": 10_000, "output": 1_000}}})
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    odd = ModelRef(provider_id="acme", model_id="mystery-1")
+    a = await h.assistant(s.id, u.id, input_tokens=9_500, model=odd)
+    h.engine.message_stored(a)
+    await h.settle()
+    assert await _compactions(h) == 1
+    assert h.host.logs == []
+
+
+async def test_the_limits_used_are_stored_with_the_session(store: Store) -> None:
+    """Issue 20 item 4: the limits a decision used, stored on the session for inspect/report."""
+    h = Harness(store, {"models": {"acme/mystery-1": {"context": 10_000, "output": 1_000}}})
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    odd = ModelRef(provider_id="acme", model_id="mystery-1")
+    a = await h.assistant(s.id, u.id, input_tokens=500, model=odd)
+    h.engine.message_stored(a)
+    await h.settle()
+    stored = await store.require_session(s.id)
+    assert stored.limits is not None
+    assert stored.limits.model == "acme/mystery-1"
+    assert (stored.limits.context, stored.limits.output) == (10_000, 1_000)
+    assert stored.limits.usable == 9_000
+    assert stored.limits.source == "config"
+
+
 async def test_turn_end_prunes_old_tool_outputs(store: Store) -> None:
     h = Harness(store)
     s = await h.session()
