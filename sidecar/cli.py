@@ -44,7 +44,7 @@ def existing_file(option: str, path: Path | None) -> Path | None:
     return path
 
 
-def _log_options(p: argparse.ArgumentParser) -> None:
+def _log_options(p: argparse.ArgumentParser, log_default: str = "stderr") -> None:
     p.add_argument(
         "--log-level",
         type=str.upper,
@@ -52,7 +52,9 @@ def _log_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="daemon log level (default: $SIDECAR_LOG or WARNING)",
     )
-    p.add_argument("--log-file", type=Path, help="append the daemon's log here (default: stderr)")
+    p.add_argument(
+        "--log-file", type=Path, help=f"append the daemon's log here (default: {log_default})"
+    )
 
 
 def _log_level(args: argparse.Namespace) -> str:
@@ -122,6 +124,14 @@ def run_serve(args: argparse.Namespace) -> int:
     from sidecar.server.daemon import Options, StartError, run
     from sidecar.server.transport import ListenError
 
+    if args.listen is None and args.ready_fd is None and sys.stdin.isatty():
+        # Run by hand: without this line a daemon waiting on its stdin looks like a hang.
+        print(
+            f"{PROG}: waiting for JSON-RPC (Content-Length framed, as LSP) on stdin; an editor "
+            "or agent spawns this. Quit with Ctrl-D (end of input) or Ctrl-C.",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         db = args.db or paths.default_db_path()
         opts = Options(
@@ -166,7 +176,9 @@ def add_shared_daemon(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help=f"a daemon this starts exits after this long with no client "
         f"(default {DEFAULT_IDLE_EXIT:g})",
     )
-    _log_options(connect)
+    from sidecar import paths
+
+    _log_options(connect, log_default=str(paths.default_log_path()))
     connect.set_defaults(run=run_connect)
 
     status = sub.add_parser("status", help="show the background daemon: pid, clients, sessions")
@@ -363,7 +375,17 @@ def add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     replay.set_defaults(run=run_replay)
 
 
+MIN_REPLAY_CONTEXT = 4_096
+"""The smallest ``--context`` for demo/replay: the replayed model reserves at least 1,024
+tokens for output, and a real session's summary needs room in the rest."""
+
+
 def run_replay(args: argparse.Namespace) -> int:
+    if args.context is not None and args.context < MIN_REPLAY_CONTEXT:
+        raise UsageError(
+            f"--context {args.context}: too small a window to replay a real session in; give "
+            f"at least {MIN_REPLAY_CONTEXT} tokens"
+        )
     if getattr(args, "summarizer", "extractive") != "extractive" and not args.model:
         raise UsageError(f"--summarizer {args.summarizer} needs --model (the summary model's id)")
     from sidecar.replay import main as replay_main
