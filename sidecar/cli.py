@@ -381,6 +381,7 @@ tokens for output, and a real session's summary needs room in the rest."""
 
 
 def run_replay(args: argparse.Namespace) -> int:
+    _check_config(None)  # the daemon it starts reads the user config file
     if args.context is not None and args.context < MIN_REPLAY_CONTEXT:
         raise UsageError(
             f"--context {args.context}: too small a window to replay a real session in; give "

@@ -132,3 +132,11 @@ def test_config_command_reports_a_broken_file(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert str(path) in done.stderr and "models.x/y.context" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_demo_reports_a_broken_user_config_in_one_line(tmp_path: Path) -> None:
+    path = _user_config(tmp_path, '{"compaction": {"atuo": false}}')
+    done = _run(["demo", "--quiet"], tmp_path)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0] and "compaction.atuo" in lines[0]
