@@ -243,3 +243,14 @@ def test_import_progress_moves_per_message(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(tools_cli, "_progress", lambda total: Bar())
     assert main(["import", str(EXPORT), "--db", str(tmp_path / "x.db")]) == 0
     assert updates == [1] * 18
+
+
+def test_connect_passes_on_the_daemons_usage_error_status(tmp_path: Path) -> None:
+    """The same unusable ``--db`` is exit 2 from ``connect`` too, with the daemon's reason."""
+    missing = tmp_path / "a-directory.db"
+    missing.mkdir()
+    done = _run(
+        ["connect", "--socket", str(tmp_path / "run" / "s.sock"), "--db", str(missing)], tmp_path
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"cannot open the database {missing}" in done.stderr
