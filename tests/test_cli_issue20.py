@@ -67,8 +67,16 @@ def test_demo_and_inspect_print_the_same_figures_and_say_what_they_measure(
     text = _run(["inspect", sid.group(1), "--db", str(db)], tmp_path).stdout
     for _, _, before, after in shown:
         assert f"{before} -> {after} tokens" in text
-    for out in (demo.stdout, text):
+    html = tmp_path / "r.html"
+    assert (
+        _run(["report", sid.group(1), "--db", str(db), "-o", str(html)], tmp_path).returncode == 0
+    )
+    page = html.read_text()
+    for out in (demo.stdout, text, page):
         assert "before" in out and "estimate of the window" in out
+    for _, _, before, after in shown:
+        assert f"<td>{before}</td><td>{after}</td>" in page
+    assert "<td class='l'>extractive</td>" in page  # who wrote each summary
 
 
 def test_connect_help_gives_the_real_log_file_default(tmp_path: Path) -> None:
