@@ -100,6 +100,7 @@ def test_config_command_shows_files_and_effective_config(tmp_path: Path) -> None
                 "summarizer": {
                     "provider": "openai",
                     "model": "m",
+                    "baseURL": "https://me:hunter2-secret@llm.example/v1",
                     "apiKeyEnv": "MY_KEY",
                     "headers": {"Authorization": "Bearer sk-verysecretvalue123"},
                 }
@@ -117,6 +118,8 @@ def test_config_command_shows_files_and_effective_config(tmp_path: Path) -> None
     assert cfg["summarizer"]["apiKeyEnv"] == "MY_KEY"
     assert "sk-verysecretvalue123" not in done.stdout
     assert cfg["summarizer"]["headers"]["Authorization"] == "<redacted>"
+    assert cfg["summarizer"]["baseURL"] == "https://<redacted>@llm.example/v1"
+    assert "hunter2" not in done.stdout
     # The human form says the same, and a missing user file is listed as not found.
     user.unlink()
     text = _run(["config", "--config", str(ws)], tmp_path)

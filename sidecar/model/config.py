@@ -270,12 +270,18 @@ REDACTED = "<redacted>"
 
 
 def shown(cfg: Config) -> dict[str, Any]:
-    """``cfg`` as JSON-ready data that is safe to print: header values (where credentials
-    live) are redacted; ``apiKeyEnv`` is a variable's name, never its value."""
+    """``cfg`` as JSON-ready data that is safe to print: header values and a ``baseURL``'s
+    userinfo (where credentials live) are redacted; ``apiKeyEnv`` is a variable's name, never
+    its value."""
     data: dict[str, Any] = msgspec.to_builtins(cfg)
-    headers = data.get("summarizer", {}).get("headers")
+    summarizer = data.get("summarizer", {})
+    headers = summarizer.get("headers")
     if isinstance(headers, dict):
-        data["summarizer"]["headers"] = {k: REDACTED for k in headers}
+        summarizer["headers"] = {k: REDACTED for k in headers}
+    base = summarizer.get("baseURL")
+    if isinstance(base, str):
+        # ``https://user:secret@host/v1``: credentials in the URL are redacted too.
+        summarizer["baseURL"] = re.sub(r"(?<=://)[^/@]*@", f"{REDACTED}@", base)
     return data
 
 
