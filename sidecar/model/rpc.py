@@ -210,6 +210,9 @@ class CompactedEvent(Dense, kw_only=True):
     session_id: Id
     message_id: Id
     auto: bool
+    # Who wrote the summary: "provider/model" (e.g. "openai/gpt-4o-mini"), "extractive" for the
+    # offline writer, which is also what a failed writer's fallback shows.
+    writer: str
 
 
 class PrunedEvent(Dense, kw_only=True):

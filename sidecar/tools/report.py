@@ -209,12 +209,18 @@ def _compaction_table(ins: Inspection) -> str:
         return "<h2>Compactions</h2><p>None.</p>"
     rows = "".join(
         f"<tr><td>C{i}</td><td>{c.turn}</td><td class='l'>{'auto' if c.auto else 'manual'}</td>"
-        f"<td>{c.before:,}</td><td>{c.after:,}</td><td class='l'>{_when(c.time)}</td></tr>"
+        f"<td>{c.before:,}</td><td>{c.after:,}</td><td class='l'>{escape(c.writer or '—')}</td>"
+        f"<td class='l'>{_when(c.time)}</td></tr>"
         for i, c in enumerate(ins.compactions, 1)
     )
     return (
-        "<h2>Compactions</h2><table><tr><th>#</th><th>after turn</th><th class='l'>kind</th>"
-        "<th>before</th><th>after</th><th class='l'>time</th></tr>" + rows + "</table>"
+        "<h2>Compactions</h2><p class='meta'>before / after: the engine's estimate of the window "
+        "a frontend sends, in tokens, just before the compaction and right after its summary "
+        "(the figures <code>demo</code> and <code>inspect</code> print).</p>"
+        "<table><tr><th>#</th><th>after turn</th><th class='l'>kind</th>"
+        "<th>before</th><th>after</th><th class='l'>written by</th><th class='l'>time</th></tr>"
+        + rows
+        + "</table>"
     )
 
 

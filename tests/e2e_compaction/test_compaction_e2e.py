@@ -104,7 +104,12 @@ async def test_manual_compact_with_work_done_token(start: Spawn) -> None:
     )
     assert result["status"] == "continue" and result["summaryMessageID"]
     event = await c.wait_for("session/compacted")
-    assert event == {"sessionID": sid, "messageID": result["summaryMessageID"], "auto": False}
+    assert event == {
+        "sessionID": sid,
+        "messageID": result["summaryMessageID"],
+        "auto": False,
+        "writer": "extractive",
+    }
     tokens = {p["token"] for p in c.notifications("$/progress")}
     assert tokens == {"tok-1"}
     ctx = await c.context(sid, "anthropic")

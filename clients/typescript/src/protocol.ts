@@ -401,6 +401,7 @@ export interface Session {
   directory?: string | null;
   time?: SessionTime;
   revert?: RevertInfo | null;
+  limits?: SessionLimits | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -419,6 +420,23 @@ export interface SessionTime {
 export interface RevertInfo {
   messageID: string;
   partID?: string | null;
+}
+/**
+ * The model limits the daemon's last decision for this session used (overflow check,
+ *     compaction), so ``inspect`` and ``report`` draw the window the session really ran under.
+ *     ``source``: ``config``, ``refreshed``, ``models-dev`` or ``default`` (config
+ *     ``models["*"]``); ``usable``: the input budget overflow compared against.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "SessionLimits".
+ */
+export interface SessionLimits {
+  model: string;
+  source: string;
+  context: number;
+  output?: number;
+  input?: number | null;
+  usable?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -984,6 +1002,7 @@ export interface CompactionConfig {
   pruneMinimum?: number;
   protectedTools?: string[];
   outputTokenMax?: number;
+  timeBudget?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1001,6 +1020,7 @@ export interface SummarizerConfig {
   timeout?: number;
   deadline?: number;
   maxRetries?: number;
+  fallback?: "extractive" | null;
 }
 /**
  * Daemon limits: set only in the daemon's own config files, never over the wire.
@@ -1087,6 +1107,7 @@ export interface CompactedEvent {
   sessionID: string;
   messageID: string;
   auto: boolean;
+  writer: string;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
