@@ -20,8 +20,9 @@ outputs; no shell parsing):
 - ``read``: paths given to read/view/open tools; ``cat``/``head``/``tail``/``sed -n`` operands.
 - ``failed``: commands whose tool call errored or whose output reports a non-zero exit status
   (the command's first line is the key).
-- ``errors``: per tool output of a command that does not only show text (not grep/cat/...), the
-  first and the last line that looks like an error (exception, ``error:``, ``FAILED``, ...).
+- ``errors``: per tool output of a call that does not only show text (some command of it is not
+  grep/cat/..., or writes a file), the first and the last line that looks like an error
+  (exception, ``error:``, ``FAILED``, ...).
 - ``tests``: command segments that run a test runner or a ``test_*.py``-style script.
 - ``first`` / ``latest``: the first and the latest user text.
 
@@ -119,10 +120,10 @@ ERROR_LINE = re.compile(
     r"|.*: command not found"
     r"|.*: No such file or directory)$"
 )
-VIEWER = re.compile(
-    r"^(?:cd [^&;]+(?:&&|;)\s*)*(?:grep|egrep|rg|ag|cat|sed|head|tail|less|nl|find|ls|tree|wc|"
-    r"echo|printf|diff|awk|git (?:grep|log|show|diff|status|blame))\b"
+VIEWER_PROGS = frozenset(
+    "cd grep egrep rg ag cat sed head tail less nl find ls tree wc echo printf diff awk".split()
 )
+VIEWER_GIT = frozenset({"grep", "log", "show", "diff", "status", "blame"})
 TEST_SEG = re.compile(
     r"\b(?:pytest|py\.test|tox|jest|vitest|mocha|(?:npm|yarn|pnpm|bun)(?: run)? test|"
     r"cargo test|go test|make (?:test|check)|-m (?:pytest|unittest)|runtests\.py)\b"
@@ -222,6 +223,28 @@ def _shell_truth(t: Truth, command: str) -> None:
             t.add("tests", " ".join(shown))
 
 
+def _only_views(command: str) -> bool:
+    """Whether every command of a call only shows text (a viewer with no file redirection):
+    ``cat > f <<EOF ... EOF`` then ``python f`` runs something, ``cat f | tail`` does not."""
+    for words in _segments(command):
+        for i, w in enumerate(words[:-1]):
+            if w in (">", ">>", ">|") and not words[i + 1].startswith(("/dev/", "&")):
+                return False
+        plain = [w for w in words if w not in ("<<", "<<-", "<", ">", ">>", ">&")]
+        while plain and "=" in plain[0] and not plain[0].startswith("-"):
+            plain.pop(0)
+        if not plain:
+            continue
+        prog = plain[0].rsplit("/", 1)[-1]
+        if prog == "git":
+            sub = next((w for w in plain[1:] if not w.startswith("-")), "")
+            if sub not in VIEWER_GIT:
+                return False
+        elif prog not in VIEWER_PROGS or (prog == "sed" and any(w.startswith("-i") for w in plain)):
+            return False
+    return True
+
+
 def _path(data: dict[str, Any]) -> str:
     for k in PATH_KEYS:
         v = data.get(k)
@@ -265,7 +288,7 @@ def truth(messages: Iterable[TMessage]) -> Truth:
             codes = [int(next(g for g in m.groups() if g)) for m in EXIT_MARK.finditer(out)]
             if p.status == "error" or (codes and codes[-1] != 0):
                 t.add("failed", command.split("\n", 1)[0])
-            if p.status == "error" or not VIEWER.match(command.strip()):
+            if p.status == "error" or not _only_views(command):
                 lines = [ln.strip() for ln in out.splitlines() if ERROR_LINE.match(ln.strip())]
                 for line in {lines[0], lines[-1]} if lines else ():
                     t.add("errors", line)

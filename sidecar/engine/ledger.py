@@ -22,7 +22,18 @@ from typing import Any
 
 import msgspec
 
-from sidecar.engine import shell
+from sidecar.engine import shell, tools
+from sidecar.engine.tools import (
+    EDITOR_TOOLS,
+    READ_TOOLS,
+    SHELL_TOOLS,
+    WRITE_TOOLS,
+    is_machinery,
+    is_test,
+    shell_script,
+    tool_name,
+    tool_paths,
+)
 from sidecar.model.messages import UserMessage, WithParts
 from sidecar.model.parts import (
     FilePart,
@@ -33,20 +44,7 @@ from sidecar.model.parts import (
     ToolPart,
 )
 from sidecar.model.tokens import estimate, js_length
-from sidecar.summarizers.extractive import (
-    EDITOR_TOOLS,
-    ERRORS,
-    FILES_MODIFIED,
-    FILES_READ,
-    READ_TOOLS,
-    SHELL_TOOLS,
-    SKIP_USER_TEXTS,
-    WRITE_TOOLS,
-    parse_summary,
-    tool_command,
-    tool_name,
-    tool_paths,
-)
+from sidecar.summarizers.extractive import ERRORS, FILES_MODIFIED, FILES_READ, parse_summary
 
 FENCE = "```ledger"
 TITLE = "## Artifact ledger"
@@ -159,53 +157,6 @@ _SIGNATURES = (
 _NOT_SIGNATURE = re.compile(r"\b0 (?:failed|errors?)\b")  # "0 failed, 12 passed" is good news
 
 
-# Commands that only look at text (a grep hit on "error:" is not an error of the session).
-VIEWERS = frozenset(
-    {
-        "grep",
-        "egrep",
-        "rg",
-        "ag",
-        "ack",
-        "cat",
-        "sed",
-        "head",
-        "tail",
-        "less",
-        "more",
-        "nl",
-        "find",
-        "ls",
-        "tree",
-        "wc",
-        "echo",
-        "printf",
-        "diff",
-        "awk",
-        "fd",
-        "file",
-        "stat",
-        "du",
-        "jq",
-    }
-)
-_QUIET_GIT = frozenset({"grep", "log", "show", "diff", "status", "blame"})
-
-
-def looks_only(fx: shell.Effects) -> bool:
-    """Whether the command line's main command only shows text (its output has no errors of
-    its own): the first command that is not ``cd``/``export``/``source``."""
-    for cmd in fx.commands:
-        prog = cmd.program
-        if prog in ("cd", "pushd", "export", "source", ".", "set", "true"):
-            continue
-        if prog == "git":
-            words = [w for w in cmd.argv[1:] if not w.startswith("-")]
-            return bool(words) and words[0] in _QUIET_GIT
-        return prog in VIEWERS
-    return False
-
-
 def error_signatures(output: str) -> list[str]:
     """The first and the last error-signature lines of one tool output, distinct."""
     found: list[str] = []
@@ -250,112 +201,10 @@ def _first_error_line(output: str) -> str:
 
 # -- tests --------------------------------------------------------------------------------------
 
-_TEST_WORDS = frozenset(
-    {
-        "pytest",
-        "py.test",
-        "tox",
-        "nox",
-        "jest",
-        "vitest",
-        "mocha",
-        "ava",
-        "rspec",
-        "phpunit",
-        "ctest",
-    }
-)
-_TEST_SUBCOMMANDS = {
-    "npm": ("test", "t"),
-    "yarn": ("test",),
-    "pnpm": ("test",),
-    "bun": ("test",),
-    "cargo": ("test", "nextest"),
-    "go": ("test",),
-    "make": ("test", "check", "tests"),
-    "mvn": ("test", "verify"),
-    "gradle": ("test",),
-    "./gradlew": ("test",),
-    "dotnet": ("test",),
-    "swift": ("test",),
-    "mix": ("test",),
-    "deno": ("test",),
-}
-_TEST_SCRIPT = re.compile(
-    r"(?:^|/)(?:test_[\w.-]*|[\w-]*_test|[\w-]*tests?|runtests)\.(?:py|sh|js|ts)$"
-)
 _PASS = re.compile(r"\b(\d+ passed|passed|OK\b|ok\b|PASS\b|All tests passed|0 failed)", re.I)
 _FAIL = re.compile(
     r"\b(\d+ failed|FAILED|FAIL\b|failures?=\d|errors?=\d|\d+ failing|Error\b)", re.I
 )
-
-
-# Runners that start another program: "npx vitest run", "uv run pytest", "pnpm exec jest".
-_WRAPPERS = frozenset(
-    {
-        "npx",
-        "bunx",
-        "pnpx",
-        "uvx",
-        "uv",
-        "poetry",
-        "pipenv",
-        "pdm",
-        "hatch",
-        "rye",
-        "pnpm",
-        "yarn",
-        "bun",
-    }
-)
-
-
-def _unwrapped(argv: list[str]) -> list[str]:
-    while argv and argv[0].rsplit("/", 1)[-1] in _WRAPPERS:
-        rest = [w for w in argv[1:] if not w.startswith("-")]
-        if rest and rest[0] in ("run", "exec", "dlx", "x", "tool"):
-            rest = rest[1:]
-        if not rest:
-            break
-        argv = rest
-    return argv
-
-
-def is_test(cmd: shell.Command) -> bool:
-    """Whether ``cmd`` runs tests: a test runner, a package manager's test script, or a
-    ``test_*.py``-style script."""
-    if _runs_tests(cmd.argv):
-        return True
-    inner = _unwrapped(cmd.argv)
-    return inner != cmd.argv and _runs_tests(inner)
-
-
-def _runs_tests(argv: list[str]) -> bool:
-    if not argv:
-        return False
-    prog = argv[0].rsplit("/", 1)[-1]
-    if prog in _TEST_WORDS:
-        return True
-    if prog in _TEST_SUBCOMMANDS or argv[0] in _TEST_SUBCOMMANDS:
-        subs = _TEST_SUBCOMMANDS.get(argv[0], _TEST_SUBCOMMANDS.get(prog, ()))
-        words = [w for w in argv[1:] if not w.startswith("-")]
-        if words and words[0] == "run" and len(words) > 1:
-            return words[1].split(":")[0] in ("test", "tests")
-        return bool(words) and words[0] in subs
-    if prog in shell.INTERPRETERS or shell._PY_VERSION.match(prog):
-        args = argv[1:]
-        if "-m" in args:
-            i = args.index("-m")
-            return i + 1 < len(args) and args[i + 1] in (
-                "pytest",
-                "unittest",
-                "nose",
-                "nose2",
-                "tox",
-            )
-        ops = [w for w in args if not w.startswith("-")]
-        return bool(ops) and bool(_TEST_SCRIPT.search(ops[0]))
-    return bool(_TEST_SCRIPT.search(argv[0]))
 
 
 def _test_status(code: int | None, output: str, failed: bool) -> str:
@@ -408,7 +257,7 @@ class _Builder:
             and not p.synthetic
             and not p.ignored
             and p.text.strip()
-            and _WS.sub(" ", p.text).strip().lower().rstrip(".") not in SKIP_USER_TEXTS
+            and not is_machinery(p.text)
         ]
         for p in msg.parts:
             if isinstance(p, FilePart):
@@ -444,7 +293,7 @@ class _Builder:
             isinstance(command, str) and not paths and name not in SHELL_TOOLS and command.strip()
         )
         if name in SHELL_TOOLS or (text_action and name not in READ_TOOLS | WRITE_TOOLS):
-            self.shell(_script(data), output, state.metadata, errored)
+            self.shell(shell_script(data), output, state.metadata, errored)
             return
         if text_action and isinstance(command, str):
             # SWE-agent style "create reproduce.py" / "open file.py 40": the path is the 2nd word
@@ -462,15 +311,7 @@ class _Builder:
                 self._remember(paths, data)
         elif name in WRITE_TOOLS or "patch" in name:
             if not paths:
-                patch_text = next(
-                    (
-                        v
-                        for k in ("patchText", "patch", "input", "diff")
-                        if isinstance(v := data.get(k), str)
-                    ),
-                    "",
-                )
-                paths = shell.diff_files(patch_text)
+                paths = shell.diff_files(tools.patch_text(data))
             if not paths and self.opened and name in ("edit", "insert", "replace", "str_replace"):
                 paths = [self.opened]
             self.modified(paths)
@@ -521,7 +362,7 @@ class _Builder:
         # f`` that fails in python still created f); a failed ``sed -i`` may have written nothing.
         self.modified(fx.redirected if failed else written)
         self.read(fx.read)
-        if not looks_only(fx) or failed:
+        if failed or tools.runs_something(fx.commands):
             self.signatures(output)
         for cmd in fx.commands:
             if is_test(cmd):
@@ -535,20 +376,6 @@ class _Builder:
             entry = Failure(command=first, status=status, error=_first_error_line(output))
             self.l.failed = [f for f in self.l.failed if f.command != entry.command]
             self.l.failed.append(entry)
-
-
-def _script(data: dict[str, Any]) -> str:
-    """The command line of a shell tool call; an argv such as ``["bash", "-lc", "cd x && make"]``
-    (Codex) is its script, not the words joined."""
-    command = data.get("command", data.get("cmd"))
-    if (
-        isinstance(command, list)
-        and len(command) >= 3
-        and all(isinstance(w, str) for w in command)
-        and command[-2] in ("-c", "-lc", "-ic", "-lic", "-Command")
-    ):
-        return str(command[-1])
-    return tool_command(data)
 
 
 def update(base: Ledger, history: Sequence[WithParts]) -> Ledger:

@@ -9,11 +9,23 @@ named after any number of merges, and the text is bounded by ``max_tokens``.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sidecar.engine import shell
+from sidecar.engine.tools import (
+    EDITOR_TOOLS,
+    READ_TOOLS,
+    SHELL_TOOLS,
+    TODO_TOOLS,
+    WRITE_TOOLS,
+    is_machinery,
+    patch_text,
+    shell_script,
+    tool_name,
+    tool_paths,
+)
 from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
 from sidecar.model.parts import (
     FilePart,
@@ -87,13 +99,6 @@ LIST_CAPS = {
 }
 NEXT_FROM_TEXT = 4
 
-SKIP_USER_TEXTS = frozenset(
-    {
-        "what did we do so far?",
-        "continue if you have next steps",
-        one_line(DEFAULT_PROMPT).lower().rstrip("."),
-    }
-)
 _OMITTED = re.compile(r"^\(\d+ older entr(?:y|ies) omitted\)$")
 _HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$")
 _ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+(.*)$")
@@ -118,182 +123,14 @@ _ALIASES = {name.lower(): name for name in ORDER} | {
     "todos": NEXT,
 }
 
-# -- tool classification ------------------------------------------------------------------------
-
-PATH_KEYS = (
-    "filePath",
-    "file_path",
-    "filepath",
-    "path",
-    "filename",
-    "file",
-    "target_file",
-    "notebook_path",
-    "targetFile",
-    "absolute_path",
-    "relative_path",
-    "uri",
-)
-PATH_LIST_KEYS = ("paths", "files", "filePaths", "file_paths")
-READ_TOOLS = frozenset(
-    {
-        "read",
-        "view",
-        "cat",
-        "open",
-        "read_file",
-        "readfile",
-        "view_file",
-        "open_file",
-        "read_many_files",
-        "readmanyfiles",
-        "notebook_read",
-    }
-)
-WRITE_TOOLS = frozenset(
-    {
-        "edit",
-        "write",
-        "patch",
-        "multiedit",
-        "multi_edit",
-        "apply_patch",
-        "applypatch",
-        "create",
-        "create_file",
-        "write_file",
-        "writefile",
-        "edit_file",
-        "editfile",
-        "replace",
-        "insert",
-        "str_replace",
-        "search_replace",
-        "notebook_edit",
-        "notebookedit",
-        "delete_file",
-        "rename_file",
-        "move_file",
-        "append_file",
-        "replace_in_file",
-        "write_to_file",
-        "apply_diff",
-        "insert_content",
-        "search_and_replace",
-    }
-)
-EDITOR_TOOLS = frozenset(
-    {"str_replace_editor", "str_replace_based_edit_tool", "text_editor", "editor"}
-)
-SHELL_TOOLS = frozenset(
-    {
-        "bash",
-        "shell",
-        "sh",
-        "zsh",
-        "terminal",
-        "run_command",
-        "run_shell",
-        "execute_command",
-        "exec",
-        "run_terminal_cmd",
-        "run_in_terminal",
-        "powershell",
-        "cmd",
-        "local_shell",
-        "container.exec",
-    }
-)
-TODO_TOOLS = frozenset({"todowrite", "todo_write", "update_todos", "todo"})
-_PATCH_HEADER = re.compile(
-    r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$"
-    r"|^\*\*\* Move to: (.+?)\s*$"
-    r"|^\+\+\+ (?:b/)?(.+?)\s*$",
-    re.M,
-)
 _NEXT_HINT = re.compile(
     r"\b(next|todo|remaining|still need|need to|will now|i will|i'll|then|should|plan)\b", re.I
 )
 
 
-def _tool_name(name: str) -> str:
-    """``mcp__server__Edit`` / ``functions.edit`` / ``Edit`` -> ``edit``."""
-    name = name.strip().lower()
-    for sep in ("__", "."):
-        if sep in name and name not in SHELL_TOOLS:
-            name = name.rsplit(sep, 1)[-1]
-    return name
-
-
-def _paths(data: Any) -> list[str]:
-    if not isinstance(data, dict):
-        return []
-    out: list[str] = []
-    for key in PATH_KEYS:
-        value = data.get(key)
-        if isinstance(value, str) and value.strip():
-            out.append(value.strip())
-            break
-    for key in PATH_LIST_KEYS:
-        value = data.get(key)
-        if isinstance(value, list):
-            out.extend(v.strip() for v in value if isinstance(v, str) and v.strip())
-    edits = data.get("edits")  # multiedit-style: [{filePath, ...}, ...]
-    if isinstance(edits, list):
-        for edit in edits:
-            out.extend(p for p in _paths(edit) if p not in out)
-    return out
-
-
-def _patch_files(text: str) -> list[str]:
-    out: list[str] = []
-    for match in _PATCH_HEADER.finditer(text):
-        path = next((g for g in match.groups() if g), "")
-        if path and path != "/dev/null" and path not in out:
-            out.append(path)
-    return out
-
-
-_REDIRECT = re.compile(r"(?<![0-9&<>])>{1,2}\s*([^\s;&|<>()]+)")
-
-
 def shell_modified_files(command: str) -> list[str]:
-    """Best effort: files a shell command writes (``> f``, ``>> f``, ``tee``, ``sed -i``,
-    ``touch``, ``mv``/``cp`` destinations)."""
-    out: list[str] = []
-
-    def add(path: str) -> None:
-        path = path.strip("'\"")
-        if path and not path.startswith(("/dev/", "&", "$(")) and path not in out:
-            out.append(path)
-
-    for match in _REDIRECT.finditer(command):
-        add(match.group(1))
-    for segment in re.split(r"&&|\|\||[;|\n]", command):
-        try:
-            words = shlex.split(segment, comments=True)
-        except ValueError:
-            words = segment.split()
-        if not words:
-            continue
-        prog = words[0].rsplit("/", 1)[-1]
-        args = [w for w in words[1:] if not w.startswith("-")]
-        if prog == "tee":
-            for w in args:
-                add(w)
-        elif prog in ("sed", "perl") and any(
-            w == "-i" or w.startswith("-i") or w == "--in-place" for w in words[1:]
-        ):
-            if len(args) >= 2:  # script, then files
-                for w in args[1:]:
-                    if ">" not in w:
-                        add(w)
-        elif prog == "touch":
-            for w in args:
-                add(w)
-        elif prog in ("mv", "cp") and len(args) >= 2:
-            add(args[-1])
-    return out
+    """Files a shell command line writes (the one shell parser: ``sidecar.engine.shell``)."""
+    return shell.analyse(command).written
 
 
 # -- extraction ---------------------------------------------------------------------------------
@@ -374,7 +211,7 @@ class _Extractor:
             if isinstance(part, TextPart):
                 if part.ignored or part.synthetic or not part.text.strip():
                     continue
-                if one_line(part.text).lower().rstrip(".") in SKIP_USER_TEXTS:
+                if is_machinery(part.text):
                     continue
                 texts.append(part.text)
             elif isinstance(part, FilePart):
@@ -424,11 +261,11 @@ class _Extractor:
             )
 
     def _tool(self, part: ToolPart) -> None:
-        name = _tool_name(part.tool)
+        name = tool_name(part.tool)
         state = part.state
         data = state.input if isinstance(state.input, dict) else {}
         if isinstance(state, ToolError):
-            target = ", ".join(_paths(data)[:2])
+            target = ", ".join(tool_paths(data)[:2])
             if name in SHELL_TOOLS:
                 cmd = _command(data)
                 self.s.add(COMMANDS, _command_item(cmd, "error", state.error))
@@ -459,39 +296,19 @@ class _Extractor:
                     and str(t.get("content", "")).strip()
                 ]
             return
-        paths = _paths(data)
+        paths = tool_paths(data)
         if name in EDITOR_TOOLS:
             verb = str(data.get("command", "")).lower()
             target = FILES_READ if verb in ("view", "read", "") else FILES_MODIFIED
             self.s.extend(target, paths)
         elif name in WRITE_TOOLS or "patch" in name:
-            patch_text = next(
-                (
-                    data[k]
-                    for k in ("patchText", "patch", "input", "diff")
-                    if isinstance(data.get(k), str)
-                ),
-                "",
-            )
-            self.s.extend(FILES_MODIFIED, paths or _patch_files(patch_text))
+            self.s.extend(FILES_MODIFIED, paths or shell.diff_files(patch_text(data)))
         elif name in READ_TOOLS:
             self.s.extend(FILES_READ, paths)
 
 
 def _command(data: dict[str, Any]) -> str:
-    for key in ("command", "cmd", "script", "commandLine", "args"):
-        value = data.get(key)
-        if isinstance(value, str) and value.strip():
-            return value
-        if isinstance(value, list) and value:
-            return " ".join(str(v) for v in value)
-    return to_json(data)
-
-
-# Public names for the engine's artifact ledger (one tool classification for both).
-tool_name = _tool_name
-tool_paths = _paths
-tool_command = _command
+    return shell_script(data) or to_json(data)
 
 
 def _command_item(cmd: str, outcome: str, output: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.engine import bounded, ledger, shell
+from sidecar.engine import bounded, ledger, shell, tools
 from sidecar.engine.ledger import Failure, Ledger, SuiteRun
 from sidecar.engine.tokens import estimate
 from sidecar.summarizers.base import COMPACTION_SYSTEM, DEFAULT_PROMPT
@@ -284,7 +284,7 @@ def test_apply_patch_through_the_shell() -> None:
 )
 def test_test_commands(command: str, is_test: bool) -> None:
     [cmd] = shell.parse(command)
-    assert ledger.is_test(cmd) is is_test
+    assert tools.is_test(cmd) is is_test
 
 
 def test_eviction_drops_errors_already_quoted_by_a_failed_command_first() -> None:

@@ -185,7 +185,7 @@ def test_str_replace_editor_and_apply_patch() -> None:
         ("sed -i.bak -e 's/a/b/' conf.ini", ["conf.ini"]),
         ("ls -la > /dev/null && touch done.flag", ["done.flag"]),
         ("echo x | tee -a out.txt", ["out.txt"]),
-        ("mv old.py new.py", ["new.py"]),
+        ("mv old.py new.py", ["old.py", "new.py"]),  # the old one is gone: changed too
         ("grep -r foo src", []),
         ("cmd 2>&1", []),
     ],
