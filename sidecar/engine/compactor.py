@@ -431,6 +431,7 @@ class Compactor:
             max_input_tokens=limit,
             progress=report,
             prior=ledger.latest(plan.previous or await self._previous_summaries(sid, 1)),
+            stub=cfg.compaction.pruned_stub,
         )
         # OpenCode's summary parts: step-start, the text, step-finish (with the usage).
         step_start = StepStartPart(id=new_id("prt"), session_id=sid, message_id=summary.id)

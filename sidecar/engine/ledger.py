@@ -3,7 +3,7 @@
 Summaries written by models are weakest on the *artifact trail* -- which files changed, what
 failed and why, which tests ran, what the user asked. The ledger is that trail, built from the
 stored parts with no model: files modified (edit/write/patch tools and shell writes, see
-``sidecar.engine.shell``), files read, failed commands with their exit status and first error
+``sidecar.toolcalls.shell``), files read, failed commands with their exit status and first error
 line, error signatures from tool outputs, tests run with their last status, and the first and the
 latest user request verbatim (bounded).
 
@@ -22,18 +22,6 @@ from typing import Any
 
 import msgspec
 
-from sidecar.engine import shell, tools
-from sidecar.engine.tools import (
-    EDITOR_TOOLS,
-    READ_TOOLS,
-    SHELL_TOOLS,
-    WRITE_TOOLS,
-    is_machinery,
-    is_test,
-    shell_script,
-    tool_name,
-    tool_paths,
-)
 from sidecar.model.messages import UserMessage, WithParts
 from sidecar.model.parts import (
     FilePart,
@@ -45,6 +33,19 @@ from sidecar.model.parts import (
 )
 from sidecar.model.tokens import estimate, js_length
 from sidecar.summarizers.extractive import ERRORS, FILES_MODIFIED, FILES_READ, parse_summary
+from sidecar.toolcalls import shell
+from sidecar.toolcalls import vocabulary as tools
+from sidecar.toolcalls.vocabulary import (
+    EDITOR_TOOLS,
+    READ_TOOLS,
+    SHELL_TOOLS,
+    WRITE_TOOLS,
+    is_machinery,
+    is_test,
+    shell_script,
+    tool_name,
+    tool_paths,
+)
 
 FENCE = "```ledger"
 TITLE = "## Artifact ledger"
@@ -105,6 +106,9 @@ _WS = re.compile(r"\s+")
 def _line(text: str, limit: int) -> str:
     flat = _WS.sub(" ", text).strip()
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+
+
+flat = _line  # one line of at most ``limit`` characters (for the informative stubs)
 
 
 def _touch(items: list[str], item: str) -> None:

@@ -51,6 +51,10 @@ class CompactionConfig(Strict, kw_only=True):
     prune_minimum: Count = 20_000
     protected_tools: list[str] = msgspec.field(default_factory=lambda: ["skill"])
     output_token_max: Annotated[int, msgspec.Meta(ge=1)] = 32_000  # OPENCODE_EXPERIMENTAL_...
+    # How a pruned tool output is sent: OpenCode's placeholder, or one informative line.
+    pruned_stub: Literal["opencode", "informative"] = "opencode"
+    # Also reject a summary that is too long or drops the task; retry once, then go offline.
+    verify_summary: bool = False
 
     def effective_trigger(self) -> float:
         if self.trigger is not None:

@@ -13,19 +13,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sidecar.engine import shell
-from sidecar.engine.tools import (
-    EDITOR_TOOLS,
-    READ_TOOLS,
-    SHELL_TOOLS,
-    TODO_TOOLS,
-    WRITE_TOOLS,
-    is_machinery,
-    patch_text,
-    shell_script,
-    tool_name,
-    tool_paths,
-)
 from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
 from sidecar.model.parts import (
     FilePart,
@@ -43,6 +30,19 @@ from sidecar.summarizers.base import (
     Progress,
     SummaryRequest,
     SummaryResult,
+)
+from sidecar.toolcalls import shell
+from sidecar.toolcalls.vocabulary import (
+    EDITOR_TOOLS,
+    READ_TOOLS,
+    SHELL_TOOLS,
+    TODO_TOOLS,
+    WRITE_TOOLS,
+    is_machinery,
+    patch_text,
+    shell_script,
+    tool_name,
+    tool_paths,
 )
 
 PROVIDER_ID = "extractive"
@@ -129,7 +129,7 @@ _NEXT_HINT = re.compile(
 
 
 def shell_modified_files(command: str) -> list[str]:
-    """Files a shell command line writes (the one shell parser: ``sidecar.engine.shell``)."""
+    """Files a shell command line writes (the one shell parser: ``sidecar.toolcalls.shell``)."""
     return shell.analyse(command).written
 
 

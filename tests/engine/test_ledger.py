@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.engine import bounded, ledger, shell, tools
+from sidecar.engine import bounded, ledger
 from sidecar.engine.ledger import Failure, Ledger, SuiteRun
 from sidecar.engine.tokens import estimate
 from sidecar.summarizers.base import COMPACTION_SYSTEM, DEFAULT_PROMPT
 from sidecar.summarizers.extractive import ExtractiveSummarizer
+from sidecar.toolcalls import shell
+from sidecar.toolcalls import vocabulary as tools
 from tests.summarizers.helpers import assistant, patch, text, tool, user
 
 TRACEBACK = """<returncode>1</returncode>

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.engine import ledger, shell, tools
+from sidecar.engine import ledger
+from sidecar.toolcalls import shell
+from sidecar.toolcalls import vocabulary as tools
 from tests.summarizers.helpers import assistant, tool, user
 
 TRACE = (

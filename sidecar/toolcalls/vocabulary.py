@@ -4,7 +4,7 @@ names -- one table for the artifact ledger, the extractive writer and the inform
 Agents name the same action differently (``Edit``, ``str_replace``, ``mcp__fs__write_file``;
 ``bash``, ``run_terminal_cmd``, ``container.exec``), and take the file as ``filePath``,
 ``file_path``, ``path`` ... A shell call is classified command by command with
-``sidecar.engine.shell`` (``classify``): a call is a viewer only if every command in it is,
+``sidecar.toolcalls.shell`` (``classify``): a call is a viewer only if every command in it is,
 so ``cat > check.py <<EOF ... EOF`` followed by ``python check.py`` is a runner whose errors
 count.
 
@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from sidecar.engine import shell
-from sidecar.summarizers.base import DEFAULT_PROMPT
+from sidecar.model.conversation import COMPACTION_TEXT, CONTINUE_TEXT, DEFAULT_PROMPT
+from sidecar.toolcalls import shell
 
 # -- tool names ---------------------------------------------------------------------------------
 
@@ -132,8 +132,8 @@ TODO_TOOLS = frozenset({"todowrite", "todo_write", "update_todos", "todo"})
 # User texts that are machinery, not requests (OpenCode's own continuation prompts).
 SKIP_USER_TEXTS = frozenset(
     {
-        "what did we do so far?",
-        "continue if you have next steps",
+        COMPACTION_TEXT.lower(),
+        CONTINUE_TEXT.lower(),
         re.sub(r"\s+", " ", DEFAULT_PROMPT).strip().lower().rstrip("."),
     }
 )
