@@ -11,6 +11,10 @@ engine's automatic check runs after it. At the end a closing compaction is reque
 store is "the final window" (``--no-closing``: the window where the replay ends, i.e. the last
 summary plus the messages after it).
 
+Each transcript is replayed twice (``--stub both``, the default): with OpenCode's placeholder for
+pruned outputs and with ``compaction.prunedStub: "informative"``, whose one-line stubs count as
+window text and window tokens.
+
 Artifact kinds are computed from the transcript here, by this file's own rules, independently of
 ``sidecar/engine/ledger.py`` and ``shell.py`` (regular expressions over the raw tool inputs and
 outputs; no shell parsing):
@@ -34,6 +38,7 @@ in as many tokens as the final window. Compression is 1 - window tokens / histor
 "grew" counts compactions after which the context was not smaller.
 
     python bench/recall.py [--context 32000] [--output 4000] [--transcripts DIR] [--no-closing]
+                           [--stub opencode|informative|both]
 """
 
 from __future__ import annotations
@@ -52,7 +57,9 @@ from typing import Any
 import msgspec
 from _host import Host  # bench/ is the script's own directory on sys.path
 
+from sidecar.engine import render
 from sidecar.engine.compactor import Request
+from sidecar.engine.render import Stub
 from sidecar.engine.service import Engine
 from sidecar.engine.tokens import estimate, estimate_messages
 from sidecar.engine.window import load_window
@@ -298,7 +305,8 @@ def truth(messages: Iterable[TMessage]) -> Truth:
     return t
 
 
-def window_text(msgs: Iterable[WithParts]) -> str:
+def window_text(msgs: Iterable[WithParts], stub: Stub = "opencode") -> str:
+    """All text the window sends; a pruned output counts as what is sent in its place."""
     out: list[str] = []
 
     def strings(value: Any) -> None:
@@ -319,6 +327,8 @@ def window_text(msgs: Iterable[WithParts]) -> str:
                 strings(p.state.input)
                 if isinstance(p.state, ToolCompleted) and p.state.time.compacted is None:
                     out.append(p.state.output)
+                elif isinstance(p.state, ToolCompleted):
+                    out.append(render.stub(p, stub))
                 elif isinstance(p.state, ToolError):
                     out.append(p.state.error)
     return norm("\n".join(out))
@@ -417,11 +427,12 @@ class Run:
     base_tokens: int = 0
 
 
-async def replay(t: Transcript, args: argparse.Namespace) -> Run:
+async def replay(t: Transcript, args: argparse.Namespace, stub: Stub = "opencode") -> Run:
     run = Run(name=t.session)
     model = ModelRef(provider_id="replay", model_id=t.model)
     layer: dict[str, Any] = {
-        "models": {f"replay/{t.model}": {"context": args.context, "output": args.output}}
+        "models": {f"replay/{t.model}": {"context": args.context, "output": args.output}},
+        "compaction": {"prunedStub": stub},
     }
     forgetful = ForgetfulModel() if args.writer == "forgetful" else None
     if forgetful is not None:
@@ -457,6 +468,9 @@ async def replay(t: Transcript, args: argparse.Namespace) -> Run:
                 if msgs:
                     last = max(last, max(m.info.time.created for m in msgs))
 
+            def size(msgs: list[WithParts]) -> int:  # as sent: informative stubs included
+                return estimate_messages(msgs) + render.stub_extra(msgs, stub)
+
             def count(seen: int, before: int, after: int) -> None:
                 for method, params in host.events[seen:]:
                     if method == "session/compacted":
@@ -479,7 +493,7 @@ async def replay(t: Transcript, args: argparse.Namespace) -> Run:
                     parent = info.id
                     parts = [to_part(p, sid, info.id, created) for p in m.parts]
                 else:
-                    prompt = estimate_messages(await window())
+                    prompt = size(await window())
                     mid = new_id("msg")
                     parts = [to_part(p, sid, mid, created) for p in m.parts]
                     nxt = t.messages[index + 1] if index + 1 < len(t.messages) else None
@@ -501,21 +515,21 @@ async def replay(t: Transcript, args: argparse.Namespace) -> Run:
                 written.append(WithParts(info=info, parts=parts))
                 await store.put_many([(info, _enc(info))], [(p, _enc(p)) for p in parts])
                 if isinstance(info, AssistantMessage):
-                    before = estimate_messages(await window())
+                    before = size(await window())
                     seen = len(host.events)
                     engine.message_stored(info)
                     await settle()
-                    count(seen, before, estimate_messages(await window()))
+                    count(seen, before, size(await window()))
             # The closing compaction: the window a fresh session would start from.
-            before = estimate_messages(await window())
+            before = size(await window())
             seen = len(host.events)
             if not args.no_closing:
                 await engine.compact(Request(session_id=sid))
                 await settle()
             final = await window()
-            run.final = estimate_messages(final)
+            run.final = size(final)
             count(seen, before, run.final)
-            text = window_text(final)
+            text = window_text(final, stub)
             if args.show and args.show in t.session:
                 for w in final:
                     for p in w.parts:
@@ -582,6 +596,12 @@ def main() -> None:
         default="extractive",
         help="forgetful: a loopback OpenAI-compatible model whose summaries name nothing",
     )
+    ap.add_argument(
+        "--stub",
+        choices=("opencode", "informative", "both"),
+        default="both",
+        help="compaction.prunedStub of the replay; both (default): one replay with each",
+    )
     ap.add_argument("--only", default="", help="replay only transcripts whose name has this")
     ap.add_argument("--show", default="", help="print the final window of this transcript")
     args = ap.parse_args()
@@ -592,12 +612,15 @@ def main() -> None:
         f"recall bench: window {args.context:,} tokens (output {args.output:,}), standard "
         f"compaction, {args.writer} writer, "
         + ("final window where the replay ends" if args.no_closing else "closing compaction")
-        + "; baseline = newest messages in as many tokens"
+        + f"; pruned stubs: {args.stub}; baseline = newest messages in as many tokens"
     )
     failed = 0
-    for path in paths:
+    stubs: list[Stub] = ["opencode", "informative"] if args.stub == "both" else [args.stub]
+    for path, stub in ((p, st) for p in paths for st in stubs):
         t = load(path)
-        run = asyncio.run(replay(t, args))
+        run = asyncio.run(replay(t, args, stub))
+        if len(stubs) > 1:
+            run.name = f"{run.name} [{stub} stubs]"
         compress = 100 * (1 - run.final / run.history) if run.history else 0.0
         auto = run.compactions - (0 if args.no_closing else 1)  # the closing one is requested
         long_enough = auto > 0
