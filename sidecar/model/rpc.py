@@ -210,6 +210,10 @@ class CompactedEvent(Dense, kw_only=True):
     session_id: Id
     message_id: Id
     auto: bool
+    # With compaction.verifySummary (absent otherwise): the writer that wrote the summary, and
+    # why the configured writer's first summary was rejected (null: it was not).
+    writer: str | msgspec.UnsetType = msgspec.UNSET
+    rejected: str | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class PrunedEvent(Dense, kw_only=True):
