@@ -15,7 +15,6 @@ from typing import Any, Literal
 
 import msgspec
 
-from sidecar.engine import ledger
 from sidecar.model.conversation import CLEARED, COMPACTION_TEXT, INTERRUPTED
 from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
 from sidecar.model.parts import (
@@ -31,7 +30,7 @@ from sidecar.model.parts import (
     ToolPart,
 )
 from sidecar.model.tokens import estimate
-from sidecar.toolcalls import shell
+from sidecar.toolcalls import outputs, shell
 from sidecar.toolcalls import vocabulary as tools
 
 SUBTASK_TEXT = "The following tool was executed by the user"
@@ -72,9 +71,9 @@ def stub(part: ToolPart, mode: Stub = "opencode") -> str:
     if mode == "opencode" or not isinstance(state, ToolCompleted):
         return CLEARED
     data = state.input if isinstance(state.input, dict) else {}
-    arg = ledger.flat(tools.main_argument(part.tool, data), STUB_ARGUMENT_CHARS)
+    arg = outputs.one_line(tools.main_argument(part.tool, data), STUB_ARGUMENT_CHARS)
     output = state.output
-    code = ledger.exit_status(output, state.metadata)
+    code = outputs.exit_status(output, state.metadata)
     facts = [f"{part.tool}" + (f" {arg}" if arg else "")]
     if code is not None:
         facts.append(f"exit {code}")
@@ -84,7 +83,7 @@ def stub(part: ToolPart, mode: Stub = "opencode") -> str:
         and not tools.runs_something(shell.analyse(tools.shell_script(data)).commands)
     )
     if not shows_only or (code is not None and code != 0):
-        sigs = ledger.error_signatures(output)
+        sigs = outputs.error_signatures(output)
         if sigs:
             facts.append(f"first error: {sigs[0]}")
     return f"{CLEARED} " + "; ".join(facts)
