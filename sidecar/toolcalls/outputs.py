@@ -65,12 +65,17 @@ _SIGNATURES = (
 _NOT_SIGNATURE = re.compile(r"\b0 (?:failed|errors?)\b")  # "0 failed, 12 passed" is good news
 
 
+# A line that is only the word ("Error", "FAILED:") names no error: it says nothing a failed
+# command's status does not.
+BARE = re.compile(r"^(?:error|errors|fatal|failed|fail|failure|exception|panic|err!?)[:!.]*$", re.I)
+
+
 def error_signatures(output: str) -> list[str]:
     """The first and the last error-signature lines of one tool output, distinct."""
     found: list[str] = []
     for raw in output.splitlines():
         line = raw.strip()
-        if len(line) < 4 or len(line) > 2_000 or _NOT_SIGNATURE.search(line):
+        if len(line) < 4 or len(line) > 2_000 or _NOT_SIGNATURE.search(line) or BARE.match(line):
             continue
         if any(p.match(line) for p in _SIGNATURES):
             found.append(_line(line, ERROR_CHARS))
