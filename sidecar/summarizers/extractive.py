@@ -35,11 +35,12 @@ from sidecar.toolcalls import outputs, shell
 from sidecar.toolcalls.vocabulary import (
     SHELL_TOOLS,
     TODO_TOOLS,
+    call_kind,
+    classify,
     is_machinery,
     is_test,
     main_argument,
     patch_text,
-    runs_something,
     shell_script,
     tool_kind,
     tool_name,
@@ -235,6 +236,12 @@ class _Run:
         return f"{self.what} → {self.outcome}" + (f": {self.error}" if said else "")
 
 
+def _is_plan(sentence: str) -> bool:
+    """A sentence that states what comes next: an intent ("Let me ...") or a plan word."""
+    text = one_line(sentence)
+    return len(text) > 8 and bool(_INTENT.match(text) or _NEXT_HINT.search(text))
+
+
 def _intent(text: str) -> str:
     """The last sentence of ``text`` saying what the assistant is about to do ("" if none)."""
     found = ""
@@ -324,7 +331,7 @@ class _Extractor:
             self.last_assistant_text = text
             self.last_is_user = False
             self.intent = _intent(text) or self.intent
-            if any(_NEXT_HINT.search(c) for c in _SENTENCES.split(text)):
+            if any(_is_plan(c) for c in _SENTENCES.split(text)):
                 self.plan_text = text
         elif any(isinstance(p, ToolPart) for p in msg.parts):
             self.last_is_user = False
@@ -341,19 +348,29 @@ class _Extractor:
     def _shell(self, cmd: str, output: str, code: int | None, errored: bool) -> None:
         fx = shell.analyse(cmd)
         tests = [c for c in fx.commands if is_test(c)]
-        failed = errored or (code is not None and code != 0)
-        error = ""
-        if failed or runs_something(fx.commands):
-            error = outputs.first_error_line(output) if failed else ""
-            if not error and not failed and outputs.error_signatures(output) and tests:
-                failed = True  # a test run that printed failures but reported no status
-                error = outputs.first_error_line(output)
+        kind = call_kind(fx.commands)
+        runs = kind in ("runner", "test")
+        # "pytest | tail": the status is tail's, so the output decides
+        status = None if code == 0 and _masked(cmd, fx.commands) else code
+        sigs = outputs.error_signatures(output) if errored or code or kind != "viewer" else []
+        failed = (
+            errored
+            or (status is not None and status != 0)
+            or (status is None and runs and bool(sigs))
+        )
+        if not errored and code == 1 and kind in ("viewer", "search") and not sigs:
+            failed = False  # grep found nothing: no problem
+        error = outputs.first_error_line(output) if failed else ""
         if errored:
             outcome = "error"
-        elif code is not None:
-            outcome = ("passed" if tests else "ok") if code == 0 else f"exit {code}"
+        elif status is not None and status != 0:
+            outcome = f"exit {status}"
+        elif failed:
+            outcome = "failed"
+        elif tests:
+            outcome = "passed" if status == 0 or _PASSED.search(output) else "ran"
         else:
-            outcome = ("failed" if failed else "passed") if tests else "ran"
+            outcome = "ok" if status == 0 else "ran"
         first = cmd.split("\n", 1)[0]
         full = bool(tests) and all(
             not any(("/" in w or "." in w or "::" in w) for w in c.argv[1:]) for c in tests
@@ -369,7 +386,7 @@ class _Extractor:
                 full=full,
             )
         )
-        if not failed:
+        if not (errored or (code is not None and code != 0)):
             self.changed(fx.written, f"`{trim(first, COMMAND_CHARS)}`")
         else:  # a failed line surely wrote only its redirection targets
             self.changed(fx.redirected, f"`{trim(first, COMMAND_CHARS)}`")
@@ -437,6 +454,18 @@ class _Extractor:
 
 def _command(data: dict[str, Any]) -> str:
     return shell_script(data) or to_json(data)
+
+
+_PASSED = re.compile(r"\b\d+ passed\b|^OK\b|\bAll tests passed\b", re.M)
+_PIPE = re.compile(r"(?<!\|)\|(?![|&])")
+
+
+def _masked(script: str, commands: list[shell.Command]) -> bool:
+    """Whether a pipeline hides a program's exit status behind a viewer (``make | tail``)."""
+    if len(commands) < 2 or not _PIPE.search(script):
+        return False
+    kinds = [classify(c) for c in commands]
+    return kinds[-1] in ("viewer", "search") and any(k in ("runner", "test") for k in kinds)
 
 
 def _tool_key(tool: str, data: dict[str, Any], arg: str) -> str:
@@ -514,7 +543,7 @@ def _next_steps(ex: _Extractor) -> list[str]:
         for chunk in _SENTENCES.split(ex.plan_text):
             line = _ITEM.match(chunk)
             text = one_line(line.group(1) if line else chunk)
-            if len(text) > 8 and _NEXT_HINT.search(text):
+            if _is_plan(text):
                 steps.append(trim(text, ITEM_CHARS))
                 found += 1
                 if found >= NEXT_FROM_TEXT:

@@ -182,3 +182,21 @@ def test_synthetic_texts_are_never_requests() -> None:
     history = [user(GOAL), assistant("ok"), user(text("Continue if you have next steps"))]
     summary = summarize_extractive(request(history))
     assert "Continue if you have" not in summary
+
+
+def test_a_pipeline_that_hides_the_status_is_judged_by_its_output() -> None:
+    """``python x.py | tail`` exits 0 with tail's status: the traceback says it failed."""
+    history = [
+        user(GOAL),
+        assistant(
+            tool(
+                "bash", {"command": "python check.py 2>&1 | tail -5"}, TRACE, metadata={"exit": 0}
+            ),
+            tool("bash", {"command": "grep -rn semicolon src"}, "", metadata={"exit": 1}),
+        ),
+    ]
+    summary = summarize_extractive(request(history))
+    assert section(summary, "Open problems") == (
+        "- `python check.py 2>&1 | tail -5` → failed: ValueError: bad delimiter ';'"
+    )  # grep finding nothing (exit 1) is no problem
+    assert "- Last command: `grep -rn semicolon src` → exit 1" in section(summary, "Current state")
