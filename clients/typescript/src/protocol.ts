@@ -984,6 +984,8 @@ export interface CompactionConfig {
   pruneMinimum?: number;
   protectedTools?: string[];
   outputTokenMax?: number;
+  prunedStub?: "informative" | "opencode";
+  verifySummary?: boolean;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1087,6 +1089,8 @@ export interface CompactedEvent {
   sessionID: string;
   messageID: string;
   auto: boolean;
+  writer?: string;
+  rejected?: string | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
