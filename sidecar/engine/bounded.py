@@ -35,11 +35,13 @@ TRUNCATED = "\n[Tool output truncated for compaction: omitted {n} chars]"
 Progress = Callable[[str, int | None], None]
 
 
-def _render(fmt: str, msgs: Sequence[WithParts]) -> list[dict[str, Any]]:
+def _render(
+    fmt: str, msgs: Sequence[WithParts], stub: render.Stub = "opencode"
+) -> list[dict[str, Any]]:
     if fmt == "openai":
-        return render.to_openai(msgs, strip_media=True)
+        return render.to_openai(msgs, strip_media=True, stub=stub)
     if fmt == "anthropic":
-        return render.to_anthropic(msgs, strip_media=True)
+        return render.to_anthropic(msgs, strip_media=True, stub=stub)
     return []
 
 
@@ -124,6 +126,7 @@ async def summarize(
     max_input_tokens: int | None,
     progress: Progress | None = None,
     prior: ledger_mod.Ledger | None = None,
+    stub: render.Stub = "opencode",
 ) -> SummaryResult:
     """The summary of ``history``, ending with the artifact ledger: ``prior`` (default: the one
     in the newest of ``previous``) extended with ``history``, bounded, appended verbatim after
@@ -161,11 +164,11 @@ async def summarize(
             system=system,
             prompt=prompt,
             history=part,
-            rendered=_render(fmt, part),
+            rendered=_render(fmt, part, stub),
             max_tokens=max_tokens,
             previous_summaries=carried,
             reference=ref if last else [],
-            reference_rendered=_render(fmt, ref) if last else [],
+            reference_rendered=_render(fmt, ref, stub) if last else [],
             ledger=block,
         )
         result = await writer.summarize(req, _streaming(progress, i, len(chunks)))

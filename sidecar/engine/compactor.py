@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from sidecar.engine import bounded, ledger, overflow, revert
+from sidecar.engine import bounded, ledger, overflow, revert, verify
 from sidecar.engine.collapse import split
 from sidecar.engine.filter import filter_compacted
 from sidecar.engine.host import Host
@@ -58,6 +58,7 @@ from sidecar.model.rpc import (
     StatusEvent,
 )
 from sidecar.model.session import Session
+from sidecar.model.tokens import estimate
 from sidecar.store import Key, Store
 from sidecar.summarizers.base import (
     COMPACTION_SYSTEM,
@@ -66,6 +67,7 @@ from sidecar.summarizers.base import (
     SummaryError,
     SummaryResult,
 )
+from sidecar.summarizers.extractive import ExtractiveSummarizer
 
 _encoder = msgspec.json.Encoder()
 
@@ -277,15 +279,17 @@ class Compactor:
         end = Key(done.time.created, done.id)
         if req.auto:
             end = await self._append_continue(plan)
-        self.host.publish(
-            plan.sid,
-            CompactedEvent(
-                session_id=plan.sid,
-                message_id=done.id,
-                auto=req.auto,
-                writer=writer_name(done.provider_id, done.model_id),
-            ),
+        event = CompactedEvent(
+            session_id=plan.sid,
+            message_id=done.id,
+            auto=req.auto,
+            writer=writer_name(done.provider_id, done.model_id),
         )
+        verified = next((p.metadata for p in parts if isinstance(p, TextPart) and p.metadata), None)
+        if verified is not None:  # compaction.verifySummary: why the first summary was rejected
+            rejected = verified.get("rejected")
+            event.rejected = rejected if isinstance(rejected, str) else None
+        self.host.publish(plan.sid, event)
         message = f"{plan.before} -> {after} tokens"
         self.host.progress(plan.sid, token, {"kind": "end", "message": message})
         self._status(plan.sid, "idle")
@@ -439,30 +443,32 @@ class Compactor:
                 value["percentage"] = pct
             self.host.progress(sid, token, value)
 
+        budget = _summary_budget(plan.window, cfg)
         prior = ledger.latest(plan.previous or await self._previous_summaries(sid, 1))
 
-        async def write(by: Summarizer, limit: int | None) -> SummaryResult:
+        async def write(by: Summarizer, note: str) -> SummaryResult:
+            limit = cfg.summarizer.max_input_tokens or by.input_limit()
             return await bounded.summarize(
                 by,
                 system=COMPACTION_SYSTEM,
-                prompt=prompt,
+                prompt=prompt + note,
                 history=plan.history,
                 reference=plan.reference,
                 previous=plan.previous,
-                max_tokens=_summary_budget(plan.window, cfg),
+                max_tokens=budget,
                 max_input_tokens=limit,
                 progress=report,
                 prior=prior,
+                stub=cfg.compaction.pruned_stub,
             )
 
-        limit = cfg.summarizer.max_input_tokens or writer.input_limit()
         fallback = cfg.summarizer.fallback if writer.provider_id != "extractive" else None
-        budget = asyncio.timeout(cfg.compaction.time_budget)
+        time_budget = asyncio.timeout(cfg.compaction.time_budget)
         try:
-            async with budget:
-                result = await write(writer, limit)
+            async with time_budget:
+                result = await write(writer, "")
         except (SummaryError, TimeoutError) as exc:
-            if isinstance(exc, TimeoutError) and not budget.expired():
+            if isinstance(exc, TimeoutError) and not time_budget.expired():
                 raise
             failure = str(exc) if isinstance(exc, SummaryError) else ""
             if isinstance(exc, TimeoutError):
@@ -476,11 +482,19 @@ class Compactor:
                 raise SummaryError(failure) from None
             self.host.log(f"summary writer failed: {failure}; written by the {fallback} fallback")
             report(f"writer failed; {fallback} fallback", None)
-            result = await write(_fallback_writer(), None)
+            writer = _fallback_writer()
+            result = await write(writer, "")
+        verified: tuple[str, str | None] | None = None  # (writer, why the first was rejected)
+        if cfg.compaction.verify_summary:
+            result, verified = await self._verified(plan, budget, prior, result, writer, write)
         # OpenCode's summary parts: step-start, the text, step-finish (with the usage).
         step_start = StepStartPart(id=new_id("prt"), session_id=sid, message_id=summary.id)
         text_part = TextPart(
-            id=new_id("prt"), session_id=sid, message_id=summary.id, text=result.text
+            id=new_id("prt"),
+            session_id=sid,
+            message_id=summary.id,
+            text=result.text,
+            metadata=None if verified is None else {"writer": verified[0], "rejected": verified[1]},
         )
         step_finish = StepFinishPart(
             id=new_id("prt"),
@@ -501,6 +515,47 @@ class Compactor:
         after = estimate_messages(filter_compacted(after_window))
         _check_smaller(req, plan.before, after)
         return done, [step_start, text_part, step_finish], after
+
+    async def _verified(
+        self,
+        plan: _Plan,
+        budget: int,
+        prior: ledger.Ledger,
+        result: SummaryResult,
+        writer: Summarizer,
+        write: Callable[[Summarizer, str], Awaitable[SummaryResult]],
+    ) -> tuple[SummaryResult, tuple[str, str | None]]:
+        """``compaction.verifySummary``: a summary longer than what it replaces, over its
+        budget, or naming nothing of the session's first request is rejected; the writer gets
+        one retry told what was wrong, then the offline writer writes it. The offline writer is
+        not second-guessed: it is deterministic (a retry would repeat it) and it is the fallback.
+        Returns the result and (who wrote it, why the first was rejected)."""
+        if writer.provider_id == ExtractiveSummarizer.provider_id:
+            return result, (writer_name(result.provider_id, result.model_id), None)
+        replaced = estimate_messages(plan.history) + sum(estimate(p) for p in plan.previous)
+        # The session's first request: the ledger carries it verbatim (bounded) across cycles.
+        led = ledger.parse(result.text)
+        request = (led.first_request if led is not None else "") or prior.first_request
+
+        def check(r: SummaryResult) -> str | None:
+            return verify.problem(r.text, budget=budget, replaced=replaced, first_request=request)
+
+        first = check(result)
+        if first is None:
+            return result, (writer_name(result.provider_id, result.model_id), None)
+        try:
+            retry = await write(writer, verify.note(first, budget))
+            second = check(retry)
+        except SummaryError as exc:
+            second = f"failed: {exc}"
+        else:
+            if second is None:
+                return retry, (writer_name(retry.provider_id, retry.model_id), first)
+        offline = await write(ExtractiveSummarizer(), "")
+        return offline, (
+            writer_name(offline.provider_id, offline.model_id),
+            f"{first}; the retry too: {second}",
+        )
 
     async def _fail(
         self, plan: _Plan, summary: AssistantMessage | None, token: str | int, exc: Exception

@@ -203,10 +203,11 @@ class Engine:
         if wait:
             await self.idle(session_id)
         session = await self.store.require_session(session_id)
-        result, window = await context_mod.build_with_window(self.store, session, fmt)
+        cfg = cfg or self.config()
+        stub = cfg.compaction.pruned_stub
+        result, window = await context_mod.build_with_window(self.store, session, fmt, stub)
         if not fit:
             return result
-        cfg = cfg or self.config()
         limit = limit_for_window(window, cfg.models)
         if limit is None:
             return result
@@ -218,12 +219,13 @@ class Engine:
     async def _fit(self, sid: str, fmt: ContextFormat, usable: int, cfg: Config) -> ContextResult:
         """Make an over-budget window fit: prune, then compact (the automatic path, same
         events), then truncate single oversized outputs in the rendering only; else say so."""
+        stub = cfg.compaction.pruned_stub
         async with self.lock(sid):
             session = await self.store.require_session(sid)
-            result, window = await context_mod.build_with_window(self.store, session, fmt)
+            result, window = await context_mod.build_with_window(self.store, session, fmt, stub)
             if result.estimated_tokens > usable and cfg.compaction.prune:
                 await self._prune(sid, cfg)
-                result, window = await context_mod.build_with_window(self.store, session, fmt)
+                result, window = await context_mod.build_with_window(self.store, session, fmt, stub)
             if result.estimated_tokens > usable and cfg.compaction.auto:
                 last = next(
                     (
@@ -236,9 +238,13 @@ class Engine:
                 if last is not None and not self.is_compacting(sid):
                     with contextlib.suppress(Busy):  # another daemon compacts it: cut instead
                         await self._auto_compact(sid, cfg, limit_for=last)
-                    result, window = await context_mod.build_with_window(self.store, session, fmt)
+                    result, window = await context_mod.build_with_window(
+                        self.store, session, fmt, stub
+                    )
             if result.estimated_tokens > usable:
-                return await context_mod.build_fitted(self.store, session, fmt, window, usable)
+                return await context_mod.build_fitted(
+                    self.store, session, fmt, window, usable, stub
+                )
             return result
 
     async def overflow_of(

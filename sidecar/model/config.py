@@ -54,6 +54,10 @@ class CompactionConfig(Strict, kw_only=True):
     # Seconds the configured writer may spend on one compaction, all its requests and retries
     # included; past it the summarizer's fallback writes the summary (or the compaction fails).
     time_budget: Seconds = 600.0
+    # How a pruned tool output is sent: OpenCode's placeholder, or one informative line.
+    pruned_stub: Literal["opencode", "informative"] = "opencode"
+    # Also reject a summary that is too long or drops the task; retry once, then go offline.
+    verify_summary: bool = False
 
     def effective_trigger(self) -> float:
         if self.trigger is not None:

@@ -14,6 +14,14 @@ CLEARED = "[Old tool result content cleared]"
 COMPACTION_TEXT = "What did we do so far?"
 INTERRUPTED = "[Tool execution was interrupted]"
 CONTINUE_TEXT = "Continue if you have next steps"
+DEFAULT_PROMPT = (
+    "Provide a detailed prompt for continuing our conversation above. "
+    "Focus on information that would be helpful for continuing the conversation, including what "
+    "we did, what we're doing, which files we're working on, and what we're going to do next "
+    "considering new session will not have access to our conversation."
+)
+"""The final user instruction of a standard compaction: seed 000's text word for word, on one
+line as OpenCode 1.1.53 sends it (checked against a recorded request)."""
 
 
 def compaction_part(msg: WithParts) -> CompactionPart | None:

@@ -213,6 +213,9 @@ class CompactedEvent(Dense, kw_only=True):
     # Who wrote the summary: "provider/model" (e.g. "openai/gpt-4o-mini"), "extractive" for the
     # offline writer, which is also what a failed writer's fallback shows.
     writer: str
+    # With compaction.verifySummary (absent otherwise): why the configured writer's first
+    # summary was rejected (null: it was not).
+    rejected: str | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class PrunedEvent(Dense, kw_only=True):

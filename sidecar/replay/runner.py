@@ -259,8 +259,13 @@ async def _drive(
 
 
 def _raw(value: Any) -> dict[str, Any]:
+    """A message or part as its wire JSON, whether the client handed back raw JSON, a dict or
+    (since the client returns typed Structs) a Struct."""
     import msgspec
 
     if isinstance(value, msgspec.Raw):
         return msgspec.json.decode(value)  # type: ignore[no-any-return]
+    if isinstance(value, msgspec.Struct):
+        built = msgspec.to_builtins(value)
+        return built if isinstance(built, dict) else {}
     return value if isinstance(value, dict) else {}

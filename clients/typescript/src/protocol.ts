@@ -1003,6 +1003,8 @@ export interface CompactionConfig {
   protectedTools?: string[];
   outputTokenMax?: number;
   timeBudget?: number;
+  prunedStub?: "informative" | "opencode";
+  verifySummary?: boolean;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1108,6 +1110,7 @@ export interface CompactedEvent {
   messageID: string;
   auto: boolean;
   writer: string;
+  rejected?: string | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema

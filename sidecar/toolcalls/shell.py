@@ -368,7 +368,8 @@ _SCRIPT_WRITES = (
     ),
 )
 _DIFF_FILE = re.compile(
-    r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$|^\+\+\+ (?:[ab]/)?(.+?)(?:\t.*)?\s*$",
+    r"^\*\*\* (?:(?:Add|Update|Delete) File|Move to): (.+?)\s*$"
+    r"|^\+\+\+ (?:[ab]/)?(.+?)(?:\t.*)?\s*$",
     re.M,
 )
 
