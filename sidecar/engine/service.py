@@ -18,8 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -51,7 +49,7 @@ from sidecar.model.rpc import (
 )
 from sidecar.model.session import Session
 from sidecar.model.tokens import ModelLimit, Tokens
-from sidecar.store import Key, Store
+from sidecar.store import Key, Store, holder
 from sidecar.summarizers.base import Summarizer
 from sidecar.summarizers.factory import build_summarizer
 
@@ -60,7 +58,8 @@ log = logging.getLogger("sidecar.engine")
 CONTEXT_OVERFLOW = "ContextOverflowError"
 MAX_STREAK = 2  # automatic compactions in a row without a turn that fits
 # A compaction holds a lease in the database (other daemons may share it); renewed while it
-# runs, so only a daemon that died holding one leaves it, for this long.
+# runs, so only a daemon that died holding one leaves it, for this long at most (on its own
+# machine it is taken over at once: ``holder.gone``).
 LEASE_MS = 60_000
 
 
@@ -78,7 +77,7 @@ class Engine:
         self._streak: dict[str, int] = {}
         self._writers: dict[bytes, Summarizer] = {}
         self._http: Any = None
-        self._owner = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self._owner = holder.new_owner()
         # The newest automatic-work task per session: the next one waits for it (write order).
         self._last: dict[str, asyncio.Task[Any]] = {}
         # Per session, the last compaction made here: (its cut, its marker). A new message

@@ -69,11 +69,12 @@ EXTRACTIVE = {"summarizer": {"provider": "extractive"}}
 
 async def a_session(client: Client) -> str:
     session = await client.create_session(title="killed mid-compaction")
-    for i in range(3):
+    for i in range(6):  # enough history that a summary makes the window smaller
         user = await client.update_message(user_message(session.id))
         await client.update_part(text_part(session.id, user["id"], f"question {i}"))
         reply = await client.update_message(assistant_message(session.id, user["id"]))
-        await client.update_part(text_part(session.id, reply["id"], f"answer {i}"))
+        answer = " ".join(f"answer {i} line {j} of a long reply." for j in range(200))
+        await client.update_part(text_part(session.id, reply["id"], answer))
     return session.id
 
 
