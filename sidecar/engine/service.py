@@ -56,11 +56,48 @@ from sidecar.summarizers.factory import build_summarizer
 log = logging.getLogger("sidecar.engine")
 
 CONTEXT_OVERFLOW = "ContextOverflowError"
+# A frontend that never says its turn ended (no ``session/idle``, no waiting read, no next
+# user message): the turn is taken to have ended this long after its last write.
+TURN_QUIET_S = 2.0
 MAX_STREAK = 2  # automatic compactions in a row without a turn that fits
 # A compaction holds a lease in the database (other daemons may share it); renewed while it
 # runs, so only a daemon that died holding one leaves it, for this long at most (on its own
 # machine it is taken over at once: ``holder.gone``).
 LEASE_MS = 60_000
+
+
+class Turn:
+    """The end of a session's current turn, which the automatic work its finished messages
+    caused waits for (OpenCode compacts only after the step's parts are written): the
+    session's next user message, ``session/idle`` or a read that waits for the work, or, for
+    a frontend that says none of these, ``TURN_QUIET_S`` without a write to the session."""
+
+    def __init__(self, on_end: Callable[[Turn], None]) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._on_end = on_end
+        self.ended: asyncio.Future[None] = loop.create_future()
+        self.last = loop.time()
+        self._timer = loop.call_later(TURN_QUIET_S, self._quiet)
+
+    def touch(self) -> None:
+        self.last = self._loop.time()
+
+    def _quiet(self) -> None:
+        due = self.last + TURN_QUIET_S - self._loop.time()
+        if due > 0:
+            self._timer = self._loop.call_later(due, self._quiet)
+        else:
+            self.end()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def end(self) -> None:
+        self._timer.cancel()
+        if not self.ended.done():
+            self.ended.set_result(None)
+            self._on_end(self)
 
 
 class Engine:
@@ -86,6 +123,8 @@ class Engine:
         self._failed: dict[str, str] = {}  # the last automatic compaction's error, per session
         # The newest time a compaction of ours stamped, per session (``next_time``).
         self._made_until: dict[str, int] = {}
+        # Per session, the turn whose end its pending automatic work waits for.
+        self._turns: dict[str, Turn] = {}
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -151,10 +190,35 @@ class Engine:
 
         task.add_done_callback(forget)
 
+    def end_turn(self, session_id: str) -> None:
+        """The session's turn ended: its pending automatic work may start."""
+        turn = self._turns.get(session_id)
+        if turn is not None:
+            turn.end()
+
+    def touched(self, session_id: str) -> None:
+        """A write to the session: its turn (if work waits for its end) is not quiet yet."""
+        turn = self._turns.get(session_id)
+        if turn is not None:
+            turn.touch()
+
+    def _turn(self, session_id: str) -> Turn:
+        turn = self._turns.get(session_id)
+        if turn is None:
+
+            def ended(t: Turn) -> None:
+                if self._turns.get(session_id) is t:
+                    del self._turns[session_id]
+
+            turn = self._turns[session_id] = Turn(ended)
+        return turn
+
     async def idle(self, session_id: str) -> None:
-        """Wait until the session's automatic work (checks, prune, compaction) has finished.
+        """End the session's turn, then wait until its automatic work (checks, prune,
+        compaction) has finished.
 
         Free when nothing is pending: no task, an unheld lock, no suspension."""
+        self.end_turn(session_id)
         while tasks := self._by_session.get(session_id):
             await asyncio.gather(*list(tasks), return_exceptions=True)
         lock = self._locks.get(session_id)
@@ -164,6 +228,8 @@ class Engine:
         return None
 
     async def close(self) -> None:
+        for turn in list(self._turns.values()):
+            turn.cancel()
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
@@ -360,14 +426,19 @@ class Engine:
         automatic work it causes at once, so a read dispatched behind the write waits for it;
         returns the callback to call with whether the write committed (None: no work follows)."""
         self._behind_boundary(info)
-        if not isinstance(info, AssistantMessage) or info.summary:
+        if not isinstance(info, AssistantMessage):
+            self.end_turn(info.session_id)  # the session's next user message
+            return None
+        self.touched(info.session_id)
+        if info.summary:
             return None
         overflowed = info.error is not None and info.error.name == CONTEXT_OVERFLOW
         if info.finish is None and not overflowed:
             return None
         committed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         prev = self._last.get(info.session_id)
-        work = self._after_turn(info, overflowed, cfg or self.config(), committed, prev)
+        turn = self._turn(info.session_id).ended
+        work = self._after_turn(info, overflowed, cfg or self.config(), committed, prev, turn)
         self._spawn(info.session_id, work)
 
         def done(ok: bool) -> None:
@@ -397,11 +468,17 @@ class Engine:
         cfg: Config,
         committed: asyncio.Future[bool],
         prev: asyncio.Task[Any] | None,
+        turn: asyncio.Future[None],
     ) -> None:
+        """The work ``info`` causes, decided on the session as it is once the turn has ended
+        and every write queued before that end has committed: the same requests always
+        summarize (or prune) the same span, whenever the frontend's parts arrived."""
         sid = info.session_id
         try:
             if not await committed:
                 return
+            await turn
+            await self.store.barrier()
             if prev is not None:
                 await asyncio.gather(prev, return_exceptions=True)
             async with self.lock(sid):

@@ -136,6 +136,7 @@ def part_update(conn: Connection, p: PartUpdateParams, done: Done) -> None:
         part.id = data["id"] = new_id("prt")
         raw = _encoder.encode(data)
     stored = msgspec.Raw(raw)
+    conn.engine.touched(part.session_id)  # the turn is still being written
 
     def committed(exc: BaseException | None) -> None:
         if exc is not None:

@@ -496,6 +496,11 @@ class Store:
         self.cache.invalidate(session_id)
         return counts[-1]
 
+    async def barrier(self) -> None:
+        """Return once every write queued before this call has committed (or failed): an
+        empty op behind them in the group commit, which keeps its order."""
+        await self._db.submit([])
+
     # -- leases ----------------------------------------------------------------------------------
 
     async def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:

@@ -144,7 +144,8 @@ async def test_the_span_a_compaction_summarizes_is_the_same_in_every_run(
         inputs.append(messages)
     # The window starts at the compaction and holds every later turn.
     first = windows[0]
-    assert first[1] == ("assistant", True, [("text", SUMMARY, None)])
+    assert first[1][:2] == ("assistant", True)
+    assert any(SUMMARY in (text or "") for _, text, _ in first[1][2])
     assert all(final_text(TRIGGER) not in json.dumps(w) for w in windows)
     assert [final_text(i) in json.dumps(first) for i in range(TRIGGER + 1, TURNS)] == [True] * (
         TURNS - TRIGGER - 1
