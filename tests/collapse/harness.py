@@ -345,6 +345,8 @@ class Writer:
 
 
 async def settle(engine: Engine) -> None:
+    for sid in list(engine._turns):  # as a frontend's session/idle would: the turns ended
+        engine.end_turn(sid)
     while engine._tasks:
         await asyncio.gather(*list(engine._tasks), return_exceptions=True)
 

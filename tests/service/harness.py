@@ -130,6 +130,9 @@ class Harness:
         return m
 
     async def settle(self) -> None:
-        """Wait until every background task the engine started has finished."""
+        """End every turn (as a frontend's ``session/idle`` would), then wait until every
+        background task the engine started has finished."""
+        for sid in list(self.engine._turns):
+            self.engine.end_turn(sid)
         while self.engine._tasks:
             await asyncio.gather(*list(self.engine._tasks), return_exceptions=True)
