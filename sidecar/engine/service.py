@@ -1,8 +1,10 @@
 """The engine as a service: the methods the server exposes and the automatic triggers.
 
 After an assistant message is stored with ``finish`` (or with ``ContextOverflowError``), the
-session is checked, once, under its own lock: an overflow compacts (when ``compaction.auto``),
-otherwise a finished turn prunes. Per-session locks make racing updates of the same message
+session is checked, once, under its own lock, when that turn has ended (``Turn``): an overflow
+compacts (when ``compaction.auto``), otherwise a finished turn prunes. Waiting for the turn's
+end (and for the writes queued before it to commit) is what makes the summarized span the
+same however late a frontend sends the message's parts. Per-session locks make racing updates of the same message
 compact at most once (OpenCode #27468), and a streak counter stops compaction loops when a
 compacted context still overflows (OpenCode #27924): one more attempt, then an error event.
 
