@@ -4,9 +4,10 @@ After an assistant message is stored with ``finish`` (or with ``ContextOverflowE
 session is checked, once, under its own lock, when that turn has ended (``Turn``): an overflow
 compacts (when ``compaction.auto``), otherwise a finished turn prunes. Waiting for the turn's
 end (and for the writes queued before it to commit) is what makes the summarized span the
-same however late a frontend sends the message's parts. Per-session locks make racing updates of the same message
-compact at most once (OpenCode #27468), and a streak counter stops compaction loops when a
-compacted context still overflows (OpenCode #27924): one more attempt, then an error event.
+same however late a frontend sends the message's parts. Per-session locks make racing
+updates of the same message compact at most once (OpenCode #27468), and a streak counter stops
+compaction loops when a compacted context still overflows (OpenCode #27924): one more
+attempt, then an error event.
 
 The work a write causes is registered *before* the write is submitted (``will_store``), runs
 in the order of the writes (each waits for the one before it), and sees the session only up
@@ -223,6 +224,7 @@ class Engine:
         self.end_turn(session_id)
         while tasks := self._by_session.get(session_id):
             await asyncio.gather(*list(tasks), return_exceptions=True)
+            self.end_turn(session_id)  # work registered meanwhile: its turn ends here too
         lock = self._locks.get(session_id)
         if lock is not None and lock.locked():
             async with lock:
