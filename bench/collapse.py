@@ -209,6 +209,7 @@ class Replay:
             result.peak = max(result.peak, before)
             seen = len(self.host.events)
             self.engine.message_stored(info)
+            self.engine.end_turn(sid)  # as the runner's session/idle does
             while self.engine._tasks:
                 await asyncio.gather(*list(self.engine._tasks), return_exceptions=True)
             events = self.host.events[seen:]

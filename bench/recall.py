@@ -481,6 +481,7 @@ async def replay(t: Transcript, args: argparse.Namespace) -> Run:
                     before = estimate_messages(await window())
                     seen = len(host.events)
                     engine.message_stored(info)
+                    engine.end_turn(sid)  # as the runner's session/idle does
                     await settle()
                     count(seen, before, estimate_messages(await window()))
             # The closing compaction: the window a fresh session would start from.
