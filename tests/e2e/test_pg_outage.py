@@ -80,8 +80,8 @@ async def outage(own_cluster: Cluster, spawner: Spawner) -> None:
 
 INTERNAL = -32603
 IN_FLIGHT = 48  # requests pipelined at once on the one connection
-PREFILL = 4000  # parts in the session before the load starts
-CYCLES = int(os.environ.get("SIDECAR_OUTAGE_CYCLES", "3"))  # of each way to stop
+PREFILL = 1000  # parts in the session before the load starts: reads of several round trips
+CYCLES = int(os.environ.get("SIDECAR_OUTAGE_CYCLES", "5"))  # of each way to stop
 AFTER = 6  # rounds that must succeed after the server is back, per cycle
 
 
