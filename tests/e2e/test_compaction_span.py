@@ -83,6 +83,15 @@ async def one_run(c: Client) -> list[Any]:
         )
         await c.update_part(
             {
+                "type": "reasoning",
+                "sessionID": sid,
+                "messageID": reply["id"],
+                "text": f"Thinking about step {i}.",
+                "time": {"start": at + 11, "end": at + 12},
+            }
+        )
+        await c.update_part(
+            {
                 "type": "tool",
                 "sessionID": sid,
                 "messageID": reply["id"],
