@@ -77,8 +77,6 @@ def gone(owner: str) -> bool:
         pid = int(pid_text)
     except ValueError:
         return False
-    if pid == os.getpid():
-        return False  # ours (this daemon's other owner strings are its own business)
     now = _start_time(pid)
     if now is None:
         return True  # no such process
