@@ -462,8 +462,7 @@ async def replay(t: Transcript, args: argparse.Namespace, stub: Stub = "opencode
 
             async def settle() -> None:
                 nonlocal last
-                while engine._tasks:
-                    await asyncio.gather(*list(engine._tasks), return_exceptions=True)
+                await engine.settle()
                 msgs = await store.window(sid)
                 if msgs:
                     last = max(last, max(m.info.time.created for m in msgs))
@@ -518,6 +517,7 @@ async def replay(t: Transcript, args: argparse.Namespace, stub: Stub = "opencode
                     before = size(await window())
                     seen = len(host.events)
                     engine.message_stored(info)
+                    engine.end_turn(sid)  # as the runner's session/idle does
                     await settle()
                     count(seen, before, size(await window()))
             # The closing compaction: the window a fresh session would start from.

@@ -1,10 +1,13 @@
 """The engine as a service: the methods the server exposes and the automatic triggers.
 
 After an assistant message is stored with ``finish`` (or with ``ContextOverflowError``), the
-session is checked, once, under its own lock: an overflow compacts (when ``compaction.auto``),
-otherwise a finished turn prunes. Per-session locks make racing updates of the same message
-compact at most once (OpenCode #27468), and a streak counter stops compaction loops when a
-compacted context still overflows (OpenCode #27924): one more attempt, then an error event.
+session is checked, once, under its own lock, when that turn has ended (``Turn``): an overflow
+compacts (when ``compaction.auto``), otherwise a finished turn prunes. Waiting for the turn's
+end (and for the writes queued before it to commit) is what makes the summarized span the
+same however late a frontend sends the message's parts. Per-session locks make racing
+updates of the same message compact at most once (OpenCode #27468), and a streak counter stops
+compaction loops when a compacted context still overflows (OpenCode #27924): one more
+attempt, then an error event.
 
 The work a write causes is registered *before* the write is submitted (``will_store``), runs
 in the order of the writes (each waits for the one before it), and sees the session only up
@@ -18,8 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -51,17 +52,55 @@ from sidecar.model.rpc import (
 )
 from sidecar.model.session import Session, SessionLimits
 from sidecar.model.tokens import ModelLimit, Tokens
-from sidecar.store import Key, Store
+from sidecar.store import Key, Store, holder
 from sidecar.summarizers.base import Summarizer
 from sidecar.summarizers.factory import build_summarizer
 
 log = logging.getLogger("sidecar.engine")
 
 CONTEXT_OVERFLOW = "ContextOverflowError"
+# A frontend that never says its turn ended (no ``session/idle``, no waiting read, no next
+# user message): the turn is taken to have ended this long after its last write.
+TURN_QUIET_S = 2.0
 MAX_STREAK = 2  # automatic compactions in a row without a turn that fits
 # A compaction holds a lease in the database (other daemons may share it); renewed while it
-# runs, so only a daemon that died holding one leaves it, for this long.
+# runs, so only a daemon that died holding one leaves it, for this long at most (on its own
+# machine it is taken over at once: ``holder.gone``).
 LEASE_MS = 60_000
+
+
+class Turn:
+    """The end of a session's current turn, which the automatic work its finished messages
+    caused waits for (OpenCode compacts only after the step's parts are written): the
+    session's next user message, ``session/idle`` or a read that waits for the work, or, for
+    a frontend that says none of these, ``TURN_QUIET_S`` without a write to the session."""
+
+    def __init__(self, on_end: Callable[[Turn], None]) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._on_end = on_end
+        self.ended: asyncio.Future[None] = loop.create_future()
+        self.last = loop.time()
+        self._timer = loop.call_later(TURN_QUIET_S, self._quiet)
+
+    def touch(self) -> None:
+        self.last = self._loop.time()
+
+    def _quiet(self) -> None:
+        due = self.last + TURN_QUIET_S - self._loop.time()
+        if due > 0:
+            self._timer = self._loop.call_later(due, self._quiet)
+        else:
+            self.end()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def end(self) -> None:
+        self._timer.cancel()
+        if not self.ended.done():
+            self.ended.set_result(None)
+            self._on_end(self)
 
 
 class Engine:
@@ -78,7 +117,7 @@ class Engine:
         self._streak: dict[str, int] = {}
         self._writers: dict[bytes, Summarizer] = {}
         self._http: Any = None
-        self._owner = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self._owner = holder.new_owner()
         # The newest automatic-work task per session: the next one waits for it (write order).
         self._last: dict[str, asyncio.Task[Any]] = {}
         # Per session, the last compaction made here: (its cut, its marker). A new message
@@ -87,6 +126,8 @@ class Engine:
         self._failed: dict[str, str] = {}  # the last automatic compaction's error, per session
         # The newest time a compaction of ours stamped, per session (``next_time``).
         self._made_until: dict[str, int] = {}
+        # Per session, the turn whose end its pending automatic work waits for.
+        self._turns: dict[str, Turn] = {}
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -157,12 +198,38 @@ class Engine:
 
         task.add_done_callback(forget)
 
+    def end_turn(self, session_id: str) -> None:
+        """The session's turn ended: its pending automatic work may start."""
+        turn = self._turns.get(session_id)
+        if turn is not None:
+            turn.end()
+
+    def touched(self, session_id: str) -> None:
+        """A write to the session: its turn (if work waits for its end) is not quiet yet."""
+        turn = self._turns.get(session_id)
+        if turn is not None:
+            turn.touch()
+
+    def _turn(self, session_id: str) -> Turn:
+        turn = self._turns.get(session_id)
+        if turn is None:
+
+            def ended(t: Turn) -> None:
+                if self._turns.get(session_id) is t:
+                    del self._turns[session_id]
+
+            turn = self._turns[session_id] = Turn(ended)
+        return turn
+
     async def idle(self, session_id: str) -> None:
-        """Wait until the session's automatic work (checks, prune, compaction) has finished.
+        """End the session's turn, then wait until its automatic work (checks, prune,
+        compaction) has finished.
 
         Free when nothing is pending: no task, an unheld lock, no suspension."""
+        self.end_turn(session_id)
         while tasks := self._by_session.get(session_id):
             await asyncio.gather(*list(tasks), return_exceptions=True)
+            self.end_turn(session_id)  # work registered meanwhile: its turn ends here too
         lock = self._locks.get(session_id)
         if lock is not None and lock.locked():
             async with lock:
@@ -170,12 +237,17 @@ class Engine:
         return None
 
     async def settle(self) -> None:
-        """Wait until all automatic work, of every session, has finished, including any that
-        work started in turn (a prune after a compaction)."""
+        """End every open turn (as each session's ``session/idle`` would), then wait until all
+        automatic work has finished, including any that work started in turn (a prune after a
+        compaction)."""
+        for sid in list(self._turns):
+            self.end_turn(sid)
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def close(self) -> None:
+        for turn in list(self._turns.values()):
+            turn.cancel()
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
@@ -378,14 +450,19 @@ class Engine:
         automatic work it causes at once, so a read dispatched behind the write waits for it;
         returns the callback to call with whether the write committed (None: no work follows)."""
         self._behind_boundary(info)
-        if not isinstance(info, AssistantMessage) or info.summary:
+        if not isinstance(info, AssistantMessage):
+            self.end_turn(info.session_id)  # the session's next user message
+            return None
+        self.touched(info.session_id)
+        if info.summary:
             return None
         overflowed = info.error is not None and info.error.name == CONTEXT_OVERFLOW
         if info.finish is None and not overflowed:
             return None
         committed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         prev = self._last.get(info.session_id)
-        work = self._after_turn(info, overflowed, cfg or self.config(), committed, prev)
+        turn = self._turn(info.session_id).ended
+        work = self._after_turn(info, overflowed, cfg or self.config(), committed, prev, turn)
         self._spawn(info.session_id, work)
 
         def done(ok: bool) -> None:
@@ -415,11 +492,17 @@ class Engine:
         cfg: Config,
         committed: asyncio.Future[bool],
         prev: asyncio.Task[Any] | None,
+        turn: asyncio.Future[None],
     ) -> None:
+        """The work ``info`` causes, decided on the session as it is once the turn has ended
+        and every write queued before that end has committed: the same requests always
+        summarize (or prune) the same span, whenever the frontend's parts arrived."""
         sid = info.session_id
         try:
             if not await committed:
                 return
+            await turn
+            await self.store.barrier()
             if prev is not None:
                 await asyncio.gather(prev, return_exceptions=True)
             async with self.lock(sid):

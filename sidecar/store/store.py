@@ -8,6 +8,7 @@ No compaction logic lives here: the store answers range queries the engine asks.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -22,9 +23,12 @@ from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithP
 from sidecar.model.parts import Part
 from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
+from sidecar.store import holder
 from sidecar.store.backend import Backend, Statement
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
 from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
+
+log = logging.getLogger("sidecar.store")
 
 _message_decoder = msgspec.json.Decoder(Message)
 _part_decoder = msgspec.json.Decoder(Part)
@@ -477,12 +481,18 @@ class Store:
         self.cache.invalidate(session_id)
         return counts[-1]
 
+    async def barrier(self) -> None:
+        """Return once every write queued before this call has committed (or failed): an
+        empty op behind them in the group commit, which keeps its order."""
+        await self._db.submit([])
+
     # -- leases ----------------------------------------------------------------------------------
 
     async def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
         """Take (or renew) a named lease for ``ttl_ms`` unless another owner holds one that has
         not expired: what keeps two daemons on one database from compacting a session twice.
-        A daemon that dies holding one loses it when it expires."""
+        A daemon that dies holding one loses it when it expires, or at once to a daemon on the
+        same machine that sees its process is gone (``holder.gone``)."""
         now = await self._db.now_ms()
         counts = await self._db.submit(
             [
@@ -496,6 +506,24 @@ class Store:
             ],
             needs_counts=True,
         )
+        if counts[0] > 0:
+            return True
+        # Held by another owner: take it over at once if that holder provably no longer runs
+        # (killed mid-compaction), rather than blocking the session until the row expires.
+        rows = await self._db.query("SELECT owner FROM leases WHERE name = ?", [name])
+        if not rows or not holder.gone(str(rows[0][0])):
+            return False
+        counts = await self._db.submit(
+            [
+                (
+                    "UPDATE leases SET owner = ?, expires = ? WHERE name = ? AND owner = ?",
+                    [(owner, now + ttl_ms, name, rows[0][0])],
+                )
+            ],
+            needs_counts=True,
+        )
+        if counts[0] > 0:
+            log.info("lease %s taken over from %s, which no longer runs", name, rows[0][0])
         return counts[0] > 0
 
     async def release_lease(self, name: str, owner: str) -> None:

@@ -134,6 +134,7 @@ def part_update(ctx: Context, p: PartUpdateParams, done: Done) -> None:
         part.id = data["id"] = new_id("prt")
         raw = _encoder.encode(data)
     stored = msgspec.Raw(raw)
+    ctx.engine.touched(part.session_id)  # the turn is still being written
 
     def committed(exc: BaseException | None) -> None:
         if exc is not None:
