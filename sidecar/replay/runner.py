@@ -143,22 +143,23 @@ async def replay(
             report = await _drive(client, transcript, model, context, echo, verbose)
         finally:
             await client.close()
-        report.compactions = _as_inspected(path, report.session_id, context)
+        report.compactions = await _as_inspected(path, report.session_id, context)
         return report
 
 
-def _as_inspected(db: Path, session_id: str, context: int) -> list[Compaction]:
+async def _as_inspected(db: Path, session_id: str, context: int) -> list[Compaction]:
     """The compactions as ``inspect``/``report`` compute them from the stored session, so
     ``demo`` and ``inspect`` print the same figures for the same compactions."""
+    from sidecar.engine.window import load_history
     from sidecar.tools.inspect import inspect
-    from sidecar.tools.readdb import find_session, load_history, open_ro
+    from sidecar.tools.readdb import open_store
 
-    conn = open_ro(db)
+    store = await open_store(db)
     try:
-        session = find_session(conn, session_id)
-        history = load_history(conn, session)
+        session = await store.require_session(session_id)
+        history = await load_history(store, session)
     finally:
-        conn.close()
+        await store.close()
     ins = inspect(session, history, context=context)
     return [Compaction(c.turn, c.before, c.after, c.auto, c.writer) for c in ins.compactions]
 

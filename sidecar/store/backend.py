@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sidecar.model.ids import now_ms
+
 if TYPE_CHECKING:
     from sidecar.store.cache import WindowCache
 
@@ -84,3 +86,56 @@ class Backend(Protocol):
 
 class Chunks(Protocol):
     def __aiter__(self) -> AsyncIterator[list[Row]]: ...
+
+
+class ReadOnlyStore(RuntimeError):
+    """A write through a store opened ``readonly``: a bug in the caller, never a user's error."""
+
+
+class ReadOnly:
+    """The write half of ``Backend`` for a store opened ``readonly`` (the look-at commands):
+    every write refuses, and nothing is cached across reads, since only other processes
+    write. The database refuses writes too (``mode=ro``, a read-only PostgreSQL session);
+    this makes a stray write fail before it reaches it, with a clear message."""
+
+    shares_events = False
+    commits = 0
+
+    def __init__(self, display: str) -> None:
+        self.display = display
+        self.on_event: EventSink | None = None
+        self.may_join: Callable[[], bool] = lambda: True
+
+    def _refuse(self) -> ReadOnlyStore:
+        return ReadOnlyStore(f"{self.display} is open read-only")
+
+    async def submit(
+        self,
+        statements: list[Statement],
+        on_integrity: OnIntegrity | None = None,
+        needs_counts: bool = False,
+    ) -> list[int]:
+        raise self._refuse()
+
+    def submit_then(
+        self, statements: list[Statement], then: Then, on_integrity: OnIntegrity | None = None
+    ) -> None:
+        then([], self._refuse())
+
+    def commit_queued(self) -> None:
+        """Nothing is ever queued."""
+
+    async def mark_compacted(self, part_ids: Sequence[str], ts: int) -> None:
+        raise self._refuse()
+
+    def relay(self, session_id: str, method: str, params: bytes) -> None:
+        """Nobody to relay to (``shares_events`` is false)."""
+
+    async def now_ms(self) -> int:
+        return now_ms()
+
+    def watch(self, cache: WindowCache) -> None:
+        """Nothing to set up: ``fresh`` drops the whole cache before every read."""
+
+    async def fresh(self, cache: WindowCache) -> None:
+        cache.clear()

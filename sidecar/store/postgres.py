@@ -28,7 +28,15 @@ import msgspec
 
 from sidecar.errors import Unavailable
 from sidecar.model.ids import now_ms
-from sidecar.store.backend import Chunks, EventSink, OnIntegrity, Row, Statement, Then
+from sidecar.store.backend import (
+    Chunks,
+    EventSink,
+    OnIntegrity,
+    ReadOnly,
+    Row,
+    Statement,
+    Then,
+)
 from sidecar.store.cache import WindowCache
 from sidecar.store.pg_commit import (
     WRITE,
@@ -39,9 +47,9 @@ from sidecar.store.pg_commit import (
     unavailable,
 )
 from sidecar.store.pg_schema import MIGRATION_LOCK, MIGRATIONS
-from sidecar.store.schema import SCHEMA_VERSION
+from sidecar.store.schema import SCHEMA_VERSION, check_readable
 from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
-from sidecar.store.url import CannotOpen, redact
+from sidecar.store.url import CannotOpen, redact, unreachable
 
 log = logging.getLogger("sidecar.store")
 
@@ -357,6 +365,51 @@ class PostgresBackend:
                 continue
             if self.on_event is not None:
                 self.on_event(event.session_id, event.method, bytes(event.params))
+
+
+class PostgresReader(ReadOnly):
+    """One connection whose transactions are all read-only (``default_transaction_read_only``):
+    what ``Store.open(readonly=True)`` reads through. No migration, no writer, no listener:
+    nothing is cached, so there is nothing to hear."""
+
+    kind = "postgresql"
+
+    def __init__(self, dsn: str, conn: asyncpg.Connection) -> None:
+        super().__init__(redact(dsn))
+        self._conn = conn
+
+    @classmethod
+    async def open(cls, dsn: str) -> PostgresReader:
+        """Connect to a database at this version's schema, else ``CannotOpen``."""
+        try:
+            conn = await asyncpg.connect(
+                dsn,
+                timeout=CONNECT_TIMEOUT,
+                server_settings={"default_transaction_read_only": "on"},
+            )
+        except Exception as exc:  # refused, unknown database, authentication, a bad URL...
+            raise CannotOpen(f"{redact(dsn)}: cannot connect ({unreachable(dsn, exc)})") from None
+        try:
+            version = await conn.fetchval("SELECT version FROM schema_version")
+            check_readable(redact(dsn), version)
+        except asyncpg.PostgresError as exc:
+            await conn.close()
+            raise CannotOpen(f"{redact(dsn)}: not a compaction-sidecar database ({exc})") from None
+        except BaseException:
+            await conn.close()
+            raise
+        return cls(dsn, conn)
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+    async def query(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        return cast(list[Row], await self._conn.fetch(pg_sql(sql), *args))
+
+    @contextlib.asynccontextmanager
+    async def stream(self, sql: str, args: Sequence[Any]) -> AsyncIterator[Chunks]:
+        async with self._conn.transaction(readonly=True):
+            yield _Chunks(await self._conn.cursor(pg_sql(sql), *args))
 
 
 class _Chunks:

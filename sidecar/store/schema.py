@@ -6,6 +6,8 @@ crash mid-upgrade leaves the database at a consistent earlier version.
 
 from __future__ import annotations
 
+from sidecar.store.url import CannotOpen
+
 MIGRATIONS: list[str] = [
     # 1: sessions, messages, parts
     """
@@ -65,3 +67,20 @@ MIGRATIONS: list[str] = [
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def check_readable(display: str, version: int | None) -> None:
+    """Refuse to read a database at another schema version (``Store.open(readonly=True)``):
+    a read-only open cannot migrate it, and reading it as this version's would misread it."""
+    if version is None:
+        raise CannotOpen(f"{display}: not a compaction-sidecar database (no schema version)")
+    if version < SCHEMA_VERSION:
+        raise CannotOpen(
+            f"{display}: database schema v{version} is older than this version's "
+            f"(v{SCHEMA_VERSION}): open it once with `compaction-sidecar serve` to migrate it"
+        )
+    if version > SCHEMA_VERSION:
+        raise CannotOpen(
+            f"{display}: database schema v{version} is newer than this version's "
+            f"(v{SCHEMA_VERSION}): read it with a newer compaction-sidecar"
+        )

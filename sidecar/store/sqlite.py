@@ -15,10 +15,19 @@ from typing import Any
 import aiosqlite
 
 from sidecar.model.ids import now_ms
-from sidecar.store.backend import Chunks, EventSink, OnIntegrity, Row, Statement, Then
+from sidecar.store.backend import (
+    Chunks,
+    EventSink,
+    OnIntegrity,
+    ReadOnly,
+    Row,
+    Statement,
+    Then,
+)
 from sidecar.store.cache import WindowCache
 from sidecar.store.commit import GroupCommit
-from sidecar.store.schema import MIGRATIONS, SCHEMA_VERSION
+from sidecar.store.schema import MIGRATIONS, SCHEMA_VERSION, check_readable
+from sidecar.store.url import CannotOpen
 
 # Rows fetched per round trip when a read streams (it stops early when over budget).
 CHUNK = 1024
@@ -179,6 +188,55 @@ class SqliteBackend:
             if self._data_version is not None:
                 cache.clear()
             self._data_version = version
+
+
+class SqliteReader(ReadOnly):
+    """A SQLite file opened ``mode=ro`` (``Store.open(readonly=True)``): one connection that
+    SQLite itself keeps from writing, so no migration, no WAL checkpoint, nothing created; WAL
+    lets it read beside a daemon that writes."""
+
+    kind = "sqlite"
+
+    def __init__(self, path: str, reader: aiosqlite.Connection) -> None:
+        super().__init__(path)
+        self._reader = reader
+
+    @classmethod
+    async def open(cls, path: str | Path) -> SqliteReader:
+        """Open an existing database at this version's schema, else ``CannotOpen``."""
+        file = Path(path)
+        if not file.exists():
+            raise CannotOpen(f"{file}: no such database")
+        if not file.is_file():
+            raise CannotOpen(f"{file}: not a database file")
+        uri = f"{file.resolve().as_uri()}?mode=ro"
+        try:  # first without aiosqlite, whose failed connect leaves its thread behind
+            sqlite3.connect(uri, uri=True).close()
+        except sqlite3.Error as exc:
+            raise CannotOpen(f"{file}: cannot open ({exc})") from None
+        conn = await aiosqlite.connect(uri, uri=True, isolation_level=None)
+        try:
+            await conn.execute("PRAGMA busy_timeout=5000")
+            rows = list(await conn.execute_fetchall("SELECT version FROM schema_version"))
+            check_readable(str(file), int(rows[0][0]) if rows else None)
+        except sqlite3.DatabaseError as exc:
+            await conn.close()
+            raise CannotOpen(f"{file}: not a compaction-sidecar database ({exc})") from None
+        except BaseException:
+            await conn.close()
+            raise
+        return cls(str(file), conn)
+
+    async def close(self) -> None:
+        await self._reader.close()
+
+    async def query(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        return list(await self._reader.execute_fetchall(sql, args))
+
+    @contextlib.asynccontextmanager
+    async def stream(self, sql: str, args: Sequence[Any]) -> AsyncIterator[Chunks]:
+        async with self._reader.execute(sql, args) as cursor:
+            yield _Chunks(cursor)
 
 
 class _Chunks:

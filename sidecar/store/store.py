@@ -73,6 +73,14 @@ class Boundary(NamedTuple):
     tail_start_id: str | None
 
 
+class Tally(NamedTuple):
+    """What ``Store.tally`` counts of one session's messages."""
+
+    messages: int
+    summaries: int  # finished summaries: the compactions that took effect
+    newest: int  # ``time.created`` of the newest message, 0 when there is none
+
+
 is_summary_ok = is_finished_summary  # the column the boundary query reads
 
 
@@ -211,15 +219,21 @@ class Store:
     # -- lifecycle -----------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, db: str | Path, *, synchronous: str = "NORMAL") -> Store:
+    async def open(
+        cls, db: str | Path, *, synchronous: str = "NORMAL", readonly: bool = False
+    ) -> Store:
         """Open a SQLite file, or a ``postgresql://`` URL (creating and migrating as needed).
 
         ``synchronous`` is SQLite's durability setting (``NORMAL``: durable against a crash of
         the process; ``FULL``: also against power loss); PostgreSQL commits are durable.
+        ``readonly`` (the look-at commands): an existing database at this schema version, read
+        without a writer, a migration or a checkpoint (``mode=ro``, a read-only PostgreSQL
+        session); ``url.CannotOpen`` says what is wrong with any other, and writes raise
+        ``backend.ReadOnlyStore``.
         """
         from sidecar.store.opener import open_backend
 
-        return cls(await open_backend(db, synchronous=synchronous))
+        return cls(await open_backend(db, synchronous=synchronous, readonly=readonly))
 
     async def close(self) -> None:
         await self._db.close()
@@ -245,11 +259,7 @@ class Store:
         rows = await self._db.query(
             "SELECT data, updated FROM sessions WHERE id = ?", (session_id,)
         )
-        if not rows:
-            return None
-        session = _session_decoder.decode(rows[0][0])
-        session.time.updated = max(session.time.updated, rows[0][1])
-        return session
+        return _session_of(*rows[0]) if rows else None
 
     async def require_session(self, session_id: str) -> Session:
         session = await self.get_session(session_id)
@@ -273,13 +283,25 @@ class Store:
         rows = list(await self._db.query(sql, [*args, limit + 1]))
         more = len(rows) > limit
         rows = rows[:limit]
-        sessions = []
-        for data, updated, _, _ in rows:
-            s = _session_decoder.decode(data)
-            s.time.updated = max(s.time.updated, updated)
-            sessions.append(s)
+        sessions = [_session_of(data, updated) for data, updated, _, _ in rows]
         nxt = Key(rows[-1][2], rows[-1][3]).cursor() if more and rows else None
         return sessions, nxt
+
+    async def sessions_by_activity(self) -> list[Session]:
+        """Every session, most recently active first (the ``sessions`` command)."""
+        rows = await self._db.query(
+            "SELECT data, updated FROM sessions ORDER BY updated DESC, id DESC"
+        )
+        return [_session_of(data, updated) for data, updated in rows]
+
+    async def sessions_by_prefix(self, prefix: str, limit: int) -> list[Session]:
+        """At most ``limit`` sessions whose id starts with ``prefix`` (ids are long to type)."""
+        like = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = await self._db.query(
+            "SELECT data, updated FROM sessions WHERE id LIKE ? ESCAPE '\\' LIMIT ?",
+            (like, limit),
+        )
+        return [_session_of(data, updated) for data, updated in rows]
 
     async def delete_session(self, session_id: str) -> bool:
         counts = await self._db.submit(
@@ -768,10 +790,25 @@ class Store:
         return int(rows[0][0])
 
     async def count_messages(self, session_id: str) -> int:
+        return (await self.tally(session_id)).messages
+
+    async def tally(self, session_id: str) -> Tally:
+        """Counts of a session's messages, without reading them (``sessions`` shows them)."""
         rows = await self._db.query(
-            "SELECT count(*) FROM messages WHERE session_id = ?", (session_id,)
+            "SELECT count(*), coalesce(sum(summary_ok), 0), coalesce(max(created), 0) "
+            "FROM messages WHERE session_id = ?",
+            (session_id,),
         )
-        return int(rows[0][0])
+        count, summaries, newest = rows[0]
+        return Tally(int(count), int(summaries), int(newest))
+
+
+def _session_of(data: str, updated: int) -> Session:
+    """A stored session, its ``time.updated`` raised to the row's (a message's ingest touches
+    the column, not the JSON)."""
+    session = _session_decoder.decode(data)
+    session.time.updated = max(session.time.updated, updated)
+    return session
 
 
 _cached_part = Decoded(decode_part)

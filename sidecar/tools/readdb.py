@@ -1,31 +1,28 @@
 """Read-only access to a daemon's database, for the inspection commands.
 
-A SQLite file is opened with ``mode=ro`` so that looking at a database can never change it,
-even while a daemon writes to it (WAL lets a reader run beside the writer); a PostgreSQL URL
-through ``pgread.PgReader`` (a read-only session, the same queries). Rows decode with the
-store's own decoders, so what is read here is exactly what the engine reads.
+Reads go through a ``Store`` opened ``readonly`` (a SQLite file with ``mode=ro``, a read-only
+PostgreSQL session: looking can never change a database, even while a daemon writes to it),
+with the engine's own window loading, so what is read here is exactly what the engine reads,
+on either backend. The commands are synchronous: ``Reader`` runs the store on a private loop.
 """
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Iterable, Sequence
+import asyncio
+import sys
+import threading
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, TypeVar
 
-import msgspec
-
-from sidecar.engine.filter import filter_compacted
-from sidecar.engine.window import cut_reverted
+from sidecar.engine import window
 from sidecar.model.messages import WithParts
-from sidecar.model.parts import Part
 from sidecar.model.session import Session
-from sidecar.store import Key
-from sidecar.store.store import decode_message, decode_part
-from sidecar.store.url import UnsupportedDatabase, is_postgres, redact, sqlite_path, unreachable
+from sidecar.store import Store
+from sidecar.store.url import CannotOpen, UnsupportedDatabase
 
-_session_decoder = msgspec.json.Decoder(Session)
+T = TypeVar("T")
 
 
 class DatabaseError(Exception):
@@ -33,142 +30,87 @@ class DatabaseError(Exception):
 
 
 class CannotOpenDatabase(DatabaseError):
-    """``--db`` names no usable database (missing, a directory, not ours, unreachable): a
-    usage error, exit status 2, as ``serve`` gives for the same ``--db``."""
+    """``--db`` names no usable database (missing, a directory, not ours, unreachable, another
+    schema version): a usage error, exit status 2, as ``serve`` gives for the same ``--db``."""
 
 
-class Result(Iterable[Any], Protocol):
-    def fetchall(self) -> list[Any]: ...
-    def fetchone(self) -> Any: ...
-
-
-class ReadConn(Protocol):
-    """What the queries below use of a connection: ``sqlite3``'s surface."""
-
-    def execute(self, sql: str, args: Sequence[Any] = ..., /) -> Result: ...
-    def close(self) -> None: ...
-
-
-def open_ro(db: str | Path) -> ReadConn:
-    """A read-only connection to a SQLite file or a ``postgresql://`` database."""
-    if is_postgres(db):
-        return _open_pg(str(db))
+async def open_store(db: str | Path) -> Store:
+    """The read-only store a command reads ``db`` through (from async code: ``replay``)."""
     try:
-        path = Path(sqlite_path(db))
-    except UnsupportedDatabase as exc:
+        store = await Store.open(db, readonly=True)
+    except (CannotOpen, UnsupportedDatabase) as exc:
         raise CannotOpenDatabase(str(exc)) from None
-    return _open_sqlite(path)
+    # No reply to fit: a command reads a whole history, as the engine's summaries may.
+    store.max_read_bytes = sys.maxsize
+    return store
 
 
-def _open_pg(url: str) -> ReadConn:
-    from sidecar.tools.pgread import PgReader
+class Reader:
+    """A read-only ``Store`` and the event loop it runs on, in a thread of its own: callable
+    from plain code (the commands) and from code that runs in an event loop (tests)."""
 
-    try:
-        conn = PgReader(url)
-    except Exception as exc:  # refused, unknown database, authentication...
-        raise CannotOpenDatabase(
-            f"{redact(url)}: cannot connect ({unreachable(url, exc)})"
-        ) from None
-    try:
-        conn.execute("SELECT 1 FROM sessions LIMIT 1")
-    except Exception as exc:
-        conn.close()
-        raise CannotOpenDatabase(
-            f"{redact(url)}: not a compaction-sidecar database ({exc})"
-        ) from None
-    return conn
+    def __init__(self, db: str | Path) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="readdb", daemon=True)
+        self._thread.start()
+        try:
+            self.store = self.run(open_store(db))
+        except BaseException:
+            self._stop()
+            raise
 
+    def run(self, aw: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(aw, self._loop).result()
 
-def _open_sqlite(path: Path) -> ReadConn:
-    if not path.exists():
-        raise CannotOpenDatabase(f"{path}: no such database")
-    if not path.is_file():
-        raise CannotOpenDatabase(f"{path}: not a database file")
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error as exc:
-        raise CannotOpenDatabase(f"{path}: cannot open ({exc})") from None
-    try:
-        conn.execute("PRAGMA busy_timeout=5000")
-        conn.execute("SELECT 1 FROM sessions LIMIT 1").fetchall()
-    except sqlite3.DatabaseError as exc:
-        conn.close()
-        raise CannotOpenDatabase(f"{path}: not a compaction-sidecar database ({exc})") from None
-    return conn
+    def close(self) -> None:
+        try:
+            self.run(self.store.close())
+        finally:
+            self._stop()
+
+    def _stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
 
 
-def list_sessions(conn: ReadConn) -> list[Session]:
+def open_ro(db: str | Path) -> Reader:
+    """A read-only reader of a SQLite file or a ``postgresql://`` database."""
+    return Reader(db)
+
+
+def list_sessions(conn: Reader) -> list[Session]:
     """Every session, most recently active first."""
-    out: list[Session] = []
-    for data, updated in conn.execute(
-        "SELECT data, updated FROM sessions ORDER BY updated DESC, id DESC"
-    ):
-        session = _session_decoder.decode(data)
-        session.time.updated = max(session.time.updated, updated)
-        out.append(session)
-    return out
+    return conn.run(conn.store.sessions_by_activity())
 
 
-def find_session(conn: ReadConn, ref: str) -> Session:
+def find_session(conn: Reader, ref: str) -> Session:
     """A session by id, a unique id prefix (ids are long to type), or its title."""
-    rows = conn.execute("SELECT data, updated FROM sessions WHERE id = ?", (ref,)).fetchall()
-    if not rows:
-        like = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        rows = conn.execute(
-            "SELECT data, updated FROM sessions WHERE id LIKE ? ESCAPE '\\' LIMIT 2", (like,)
-        ).fetchall()
-        if len(rows) > 1:
-            raise DatabaseError(f"session {ref!r} is ambiguous: give more of its id")
-    if not rows:  # a title, or the start of one, when it names one session
-        rows = (
-            conn.execute(
-                "SELECT data, updated FROM sessions WHERE json_extract(data, '$.title') = ? "
-                "LIMIT 2",
-                (ref,),
-            ).fetchall()
-            or conn.execute(
-                "SELECT data, updated FROM sessions "
-                "WHERE substr(json_extract(data, '$.title'), 1, ?) = ? LIMIT 2",
-                (len(ref), ref),
-            ).fetchall()
-        )
-        if len(rows) > 1:
+    return conn.run(_find_session(conn.store, ref))
+
+
+async def _find_session(store: Store, ref: str) -> Session:
+    session = await store.get_session(ref)
+    if session is not None:
+        return session
+    found = await store.sessions_by_prefix(ref, limit=2)
+    if len(found) > 1:
+        raise DatabaseError(f"session {ref!r} is ambiguous: give more of its id")
+    if not found:  # a title, or the start of one, when it names one session
+        every = await store.sessions_by_activity()
+        found = [s for s in every if s.title == ref] or [
+            s for s in every if s.title.startswith(ref)
+        ]
+        if len(found) > 1:
             raise DatabaseError(f"{ref!r} names more than one session: give its id")
-    if not rows:
+    if not found:
         raise DatabaseError(f"no session {ref!r}")
-    session = _session_decoder.decode(rows[0][0])
-    session.time.updated = max(session.time.updated, rows[0][1])
-    return session
+    return found[0]
 
 
-def load_history(conn: ReadConn, session: Session, start: Key | None = None) -> list[WithParts]:
-    """Every visible message of ``session`` (from ``start`` on), chronological, revert applied
-    (as the engine)."""
-    cond = "session_id = ?"
-    args: list[object] = [session.id]
-    if start is not None:
-        cond += " AND (created, id) >= (?, ?)"
-        args += [start.created, start.id]
-    msgs = conn.execute(
-        f"SELECT id, data, created FROM messages WHERE {cond} ORDER BY created, id", args
-    ).fetchall()
-    by_message: dict[str, list[Part]] = {}
-    for mid, data in conn.execute(
-        f"SELECT p.message_id, p.data FROM parts p WHERE p.message_id IN "
-        f"(SELECT id FROM messages WHERE {cond}) ORDER BY p.message_id, p.id",
-        args,
-    ):
-        by_message.setdefault(mid, []).append(decode_part(data))
-    history = [
-        WithParts(info=decode_message(data), parts=by_message.get(mid, [])) for mid, data, _ in msgs
-    ]
-    rkey: Key | None = None
-    if session.revert is not None:
-        rkey = next(
-            (Key(c, i) for i, _, c in msgs if i == session.revert.message_id),
-            None,
-        )
-    return cut_reverted(history, session, rkey)
+def load_history(conn: Reader, session: Session) -> list[WithParts]:
+    """Every visible message of ``session``, chronological, revert applied (as the engine)."""
+    return conn.run(window.load_history(conn.store, session))
 
 
 @dataclass(frozen=True)
@@ -181,34 +123,10 @@ class Overview:
     last_activity: int
 
 
-def overview(conn: ReadConn, session: Session) -> Overview:
-    """The current window (from the newest marker whose summary finished, or the collapse
-    tail it points back at: what ``window.load_window`` reads), plus counts from SQL."""
-    start: Key | None = None
-    if session.revert is None:  # with a revert point the cut needs the whole history
-        row = conn.execute(
-            "SELECT m.created, m.id, json_extract(p.data, '$.tailStartID') "
-            "FROM parts p JOIN messages m ON m.id = p.message_id "
-            "WHERE p.session_id = ? AND p.type = 'compaction' AND m.role = 'user' "
-            "AND EXISTS (SELECT 1 FROM messages s WHERE s.parent_id = m.id "
-            "AND s.summary_ok = 1 AND s.session_id = m.session_id) "
-            "ORDER BY m.created DESC, m.id DESC LIMIT 1",
-            (session.id,),
-        ).fetchone()
-        if row is not None:
-            start = Key(row[0], row[1])
-            if row[2]:
-                tail = conn.execute(
-                    "SELECT created, id FROM messages WHERE id = ? AND session_id = ?",
-                    (row[2], session.id),
-                ).fetchone()
-                if tail is not None and Key(*tail) < start:
-                    start = Key(*tail)
-    window = filter_compacted(load_history(conn, session, start))
-    count, summaries, newest = conn.execute(
-        "SELECT count(*), coalesce(sum(summary_ok), 0), coalesce(max(created), 0) "
-        "FROM messages WHERE session_id = ?",
-        (session.id,),
-    ).fetchone()
-    last = max([session.time.updated, newest, *(m.info.time.completed or 0 for m in window)])
-    return Overview(window, int(count), int(summaries), int(last))
+def overview(conn: Reader, session: Session) -> Overview:
+    """The current window (``window.load_window``: from the newest marker whose summary
+    finished, or the collapse tail it points back at), plus counts from SQL."""
+    msgs = conn.run(window.load_window(conn.store, session))
+    tally = conn.run(conn.store.tally(session.id))
+    last = max([session.time.updated, tally.newest, *(m.info.time.completed or 0 for m in msgs)])
+    return Overview(msgs, tally.messages, tally.summaries, last)

@@ -139,7 +139,7 @@ def test_database_opened_read_only(compacted: tuple[Path, str]) -> None:
     conn = open_ro(compacted[0])
     try:
         with pytest.raises(sqlite3.OperationalError, match="readonly"):
-            conn.execute("DELETE FROM sessions")
+            conn.run(conn.store.backend.query("DELETE FROM sessions"))
     finally:
         conn.close()
 
@@ -193,3 +193,21 @@ def test_sessions_reads_only_the_window_and_agrees_with_the_history(
         full.compactions,
         full.last_activity,
     )
+
+
+def test_another_schema_version_is_a_usage_error(
+    compacted: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A database the read-only open cannot read as it is (it never migrates) is named, with
+    what to do, as an unusable ``--db``: exit status 2, one line."""
+    old = tmp_path / "old.db"
+    with sqlite3.connect(compacted[0]) as src, sqlite3.connect(old) as dst:
+        src.backup(dst)
+    with sqlite3.connect(old) as conn:
+        conn.execute("UPDATE schema_version SET version = 1")
+    before = _digest(old)
+    assert main(["sessions", "--db", str(old)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "schema v1 is older than this version's" in err
+    assert "compaction-sidecar serve" in err
+    assert _digest(old) == before, "not migrated"

@@ -82,7 +82,7 @@ def test_the_postgresql_session_is_read_only(pg_copy: str) -> None:
     conn = open_ro(pg_copy)
     try:
         with pytest.raises(asyncpg.ReadOnlySQLTransactionError):
-            conn.execute("DELETE FROM sessions")
+            conn.run(conn.store.backend.query("DELETE FROM sessions"))
     finally:
         conn.close()
 
