@@ -41,13 +41,19 @@ MAX_BATCH_OPS = 1024
 # SQLite work at most); larger ones go to aiosqlite's thread.
 INLINE_MAX_ROWS = 256
 INLINE_MAX_BYTES = 1 << 20
-# A PASSIVE checkpoint runs once about this many WAL pages have been written: SQLite's own
-# auto-checkpoint threshold. Estimated per commit (see ``_pages``).
-CHECKPOINT_PAGES = 1000
-# A checkpoint that finds the WAL this long holds the writes while it runs (see
-# ``_start_checkpoint``): it bounds the WAL at a few times the checkpoint interval.
-WAL_RESTART_FRAMES = 3 * CHECKPOINT_PAGES
+# A PASSIVE checkpoint runs once about this many WAL pages (1 MiB) have been written.
+# Estimated per commit (see ``_pages``).
+CHECKPOINT_PAGES = 256
+# A checkpoint that finds the WAL this long holds the writes while it runs and truncates the
+# WAL (see ``_start_checkpoint``): it bounds the WAL at a few times the checkpoint interval.
+WAL_RESTART_FRAMES = 2 * CHECKPOINT_PAGES
+# What a WAL file is cut back to when SQLite restarts it (``PRAGMA journal_size_limit``).
+WAL_SIZE_LIMIT = 1 << 20
+# How long a truncating checkpoint waits for readers: a long-lived reader (another process
+# holding a snapshot) delays it to the next try, never stalls the held writes for long.
+TRUNCATE_WAIT_MS = 100
 _CHECKPOINT = "PRAGMA wal_checkpoint(PASSIVE)"
+_TRUNCATE = "PRAGMA wal_checkpoint(TRUNCATE)"
 
 
 @dataclass(slots=True)
@@ -203,8 +209,9 @@ class GroupCommit:
         # SQLite restarts the WAL from its start only at a write that finds every frame
         # copied; under a steady stream each concurrent checkpoint ends behind the newest
         # commits, so the WAL would grow for as long as the stream lasts. Once it has, one
-        # checkpoint holds the writes (queued; the loop goes on) so that the next write can
-        # restart it.
+        # checkpoint holds the writes (queued; the loop goes on) and truncates it, waiting
+        # for readers at most ``TRUNCATE_WAIT_MS`` (a reader still there: tried again at the
+        # next interval, so one that comes and goes cannot hold it off for ever).
         # (Only when no batch is on aiosqlite's thread: ``_busy`` then belongs to that job.)
         hold = self.wal_frames >= WAL_RESTART_FRAMES and not self._busy
         if hold:
@@ -249,9 +256,11 @@ class GroupCommit:
         PASSIVE waits for no reader or writer; pages still in use are copied next time.
         """
         try:
-            rows = await conn.execute_fetchall(_CHECKPOINT)
+            rows = await conn.execute_fetchall(_TRUNCATE if hold else _CHECKPOINT)
             self.checkpoints += 1
-            self.wal_frames = int(next(iter(rows))[1])
+            busy, frames, _ = next(iter(rows))
+            # After a TRUNCATE that got through, the WAL is empty (it reports -1 frames).
+            self.wal_frames = max(0, int(frames)) if busy or not hold else 0
         except sqlite3.Error as exc:  # pragma: no cover - retried after later writes
             log.warning("WAL checkpoint failed: %s", exc)
         finally:

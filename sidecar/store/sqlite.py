@@ -17,7 +17,7 @@ import aiosqlite
 from sidecar.model.ids import now_ms
 from sidecar.store.backend import Chunks, EventSink, OnIntegrity, Row, Statement, Then
 from sidecar.store.cache import WindowCache
-from sidecar.store.commit import GroupCommit
+from sidecar.store.commit import TRUNCATE_WAIT_MS, WAL_SIZE_LIMIT, GroupCommit
 from sidecar.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 # Rows fetched per round trip when a read streams (it stops early when over budget).
@@ -68,6 +68,9 @@ class SqliteBackend:
                 "busy_timeout=5000",
                 "foreign_keys=ON",
                 "temp_store=MEMORY",
+                # The WAL is cut back to this when it restarts; without it, it keeps the
+                # size of its longest run on disk until shutdown.
+                f"journal_size_limit={WAL_SIZE_LIMIT}",
             ):
                 await wdb.execute(f"PRAGMA {pragma}")
             await _migrate(wdb)
@@ -77,12 +80,17 @@ class SqliteBackend:
         rdb = await aiosqlite.connect(path, isolation_level=None)
         await rdb.execute("PRAGMA busy_timeout=5000")
         await rdb.execute("PRAGMA query_only=ON")
+        # Sorts and temporary B-trees in memory: on disk they spill to temp files that are
+        # written and read back on every read that sorts.
+        await rdb.execute("PRAGMA temp_store=MEMORY")
         # Checkpoints run on a connection (and thread) of their own, so commits go on
         # while one fsyncs.
         cdb = None
         if path != ":memory:":
             cdb = await aiosqlite.connect(path, isolation_level=None)
-            await cdb.execute("PRAGMA busy_timeout=5000")
+            # Only checkpoints run here; a truncating one waits this long for readers.
+            await cdb.execute(f"PRAGMA busy_timeout={TRUNCATE_WAIT_MS}")
+            await cdb.execute("PRAGMA temp_store=MEMORY")
         # Only without a per-commit fsync is a commit cheap enough to run on the loop.
         inline = synchronous.upper() in ("OFF", "NORMAL")
         commit = GroupCommit(wdb, inline=inline, checkpointer=cdb)
