@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sidecar.engine import delta
 from sidecar.engine.compactor import Request
 from sidecar.errors import SidecarError
 from sidecar.model.rpc import (
@@ -25,7 +26,10 @@ from sidecar.server.routes import route
 @route("session/context", SessionContextParams)
 async def context(conn: Connection, p: SessionContextParams) -> ContextResult:
     engine = conn.engine
-    return await engine.context(p.session_id, p.format, conn.config.current, wait=p.wait, fit=p.fit)
+    result = await engine.context(
+        p.session_id, p.format, conn.config.current, wait=p.wait, fit=p.fit
+    )
+    return delta.REVISIONS.serve(p.session_id, result, p.since)
 
 
 @route("session/overflow", SessionOverflowParams)

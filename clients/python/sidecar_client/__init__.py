@@ -6,13 +6,22 @@ an initialized ``Client``; see README.md.
 """
 
 from sidecar.protocol.codes import ErrorCode
-from sidecar_client._client import Call, Client, ConnectionClosed, RpcError, connect, spawn
+from sidecar_client._client import (
+    Call,
+    Client,
+    ConnectionClosed,
+    ContextWindow,
+    RpcError,
+    connect,
+    spawn,
+)
 from sidecar_client._types import MessagesPage, StoredMessage
 
 __all__ = [
     "Call",
     "Client",
     "ConnectionClosed",
+    "ContextWindow",
     "ErrorCode",
     "MessagesPage",
     "RpcError",

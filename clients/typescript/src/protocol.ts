@@ -824,6 +824,7 @@ export interface SessionContextParams {
   format?: "anthropic" | "openai" | "parts";
   wait?: boolean;
   fit?: boolean;
+  since?: string | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -838,6 +839,9 @@ export interface ContextResult {
   overflow?: boolean;
   usable?: number | null;
   truncatedPartIDs?: string[];
+  revision?: string;
+  delta?: boolean | null;
+  start?: number | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
