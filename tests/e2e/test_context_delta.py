@@ -71,7 +71,7 @@ async def test_appends_come_as_a_delta_that_assembles_the_window(shared: Client,
         assert result.delta is True
         assert encoded(window.messages) == encoded(await full(shared, sid, fmt))
     # A part added to the newest message: changed at the end, still a delta.
-    last_user, last_reply = await turn(shared, sid, "last")
+    _, last_reply = await turn(shared, sid, "last")
     await window.refresh()
     await shared.update_part(text_part(sid, last_reply, "one more"))
     result = await window.refresh()
