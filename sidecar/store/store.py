@@ -572,12 +572,14 @@ class Store:
             f"SELECT m.id, m.data, m.created FROM messages m WHERE {cond} ORDER BY m.created, m.id",
             args,
             budget,
+            1,
         )
         parts = await self._fetch(
             f"SELECT p.message_id, p.id, p.data FROM messages m JOIN parts p "
             f"ON p.message_id = m.id WHERE {cond} ORDER BY m.created, m.id, p.id",
             args,
             budget,
+            2,
         )
         msgs = [(mid, data) for mid, data, _ in rows]
         window = _assemble(msgs, parts, raws)
@@ -591,13 +593,13 @@ class Store:
             )
         return window
 
-    async def _fetch(self, sql: str, args: list[Any], budget: _Budget) -> list[Any]:
-        """Rows in chunks, stopping as soon as their JSON passes the read budget: a window too
-        large to serve never sits in memory whole."""
+    async def _fetch(self, sql: str, args: list[Any], budget: _Budget, data: int) -> list[Any]:
+        """Rows in chunks, stopping as soon as their JSON (column ``data``) passes the read
+        budget: a window too large to serve never sits in memory whole."""
         out: list[Any] = []
         async with self._db.stream(sql, args) as chunks:
             async for chunk in chunks:
-                budget.spend(sum(len(row[1]) for row in chunk))
+                budget.spend(sum(len(row[data]) for row in chunk))
                 out.extend(chunk)
         return out
 
