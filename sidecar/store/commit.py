@@ -47,6 +47,8 @@ CHECKPOINT_PAGES = 256
 # A checkpoint that finds the WAL this long holds the writes while it runs and truncates the
 # WAL (see ``_start_checkpoint``): it bounds the WAL at a few times the checkpoint interval.
 WAL_RESTART_FRAMES = 2 * CHECKPOINT_PAGES
+# Pages written since the last checkpoint that make the writer checkpoint when it goes idle.
+IDLE_CHECKPOINT_PAGES = 32
 # What a WAL file is cut back to when SQLite restarts it (``PRAGMA journal_size_limit``).
 WAL_SIZE_LIMIT = 1 << 20
 # How long a truncating checkpoint waits for readers: a long-lived reader (another process
@@ -278,6 +280,12 @@ class GroupCommit:
         if self._pending:
             self._schedule()
         elif not self._scheduled and self._checkpointing is None:
+            if self._wal_pages >= IDLE_CHECKPOINT_PAGES and self._checkpointer is not None:
+                # Idle with writes not yet copied (a turn's worth, or a prune's rewrite of
+                # large rows, which ``_pages`` cannot see): checkpoint now, while nothing
+                # competes, so the WAL restarts small instead of growing across turns.
+                self._start_checkpoint()
+                return
             self._quiet.set()
 
 

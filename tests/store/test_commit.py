@@ -240,6 +240,27 @@ async def test_the_wal_stays_bounded_under_a_steady_stream_of_writes(tmp_path: P
         await store.close()
 
 
+async def test_the_wal_file_is_cut_back_while_the_daemon_runs(tmp_path: Path) -> None:
+    """Large writes (a turn's tool outputs) grow the WAL file; once the writer has been idle
+    (it checkpoints then) the next write restarts the WAL and ``journal_size_limit`` cuts the
+    file back, instead of it keeping its largest size until shutdown."""
+    store = await Store.open(tmp_path / "s.db")
+    wal = tmp_path / "s.db-wal"
+    try:
+        await _seed(store)
+        w = store.backend._commit
+        big = "y" * 60_000
+        for n in range(100):  # ~6 MB, as 100 turns of 60 KB outputs
+            await asyncio.gather(*[_text(store, f"prt_{n:04}_{k}", big) for k in range(2)])
+        await w.settle()  # idle: the last writes are checkpointed
+        assert w.checkpoints > 0
+        await _text(store, "prt_last", "small")
+        assert wal.stat().st_size <= commit_mod.WAL_SIZE_LIMIT
+        assert _count_parts(tmp_path / "s.db") == 201
+    finally:
+        await store.close()
+
+
 async def test_stress_the_writer_connection_is_never_used_by_two_threads_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
