@@ -234,6 +234,9 @@ class PostgresBackend:
         except CONNECTION_ERRORS as exc:
             raise unavailable(exc, write=False) from None
 
+    async def query_point(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        return await self.query(sql, args)
+
     @contextlib.asynccontextmanager
     async def stream(self, sql: str, args: Sequence[Any]) -> AsyncIterator[Chunks]:
         try:

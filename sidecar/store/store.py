@@ -253,7 +253,7 @@ class Store:
         await self._db.submit([_session_statement(session)])
 
     async def get_session(self, session_id: str) -> Session | None:
-        rows = await self._db.query(
+        rows = await self._db.query_point(
             "SELECT data, updated FROM sessions WHERE id = ?", (session_id,)
         )
         if not rows:
@@ -416,7 +416,9 @@ class Store:
     async def message_key(self, message_id: str) -> Key | None:
         if "\x00" in message_id:
             return None
-        rows = await self._db.query("SELECT created, id FROM messages WHERE id = ?", (message_id,))
+        rows = await self._db.query_point(
+            "SELECT created, id FROM messages WHERE id = ?", (message_id,)
+        )
         return Key(*rows[0]) if rows else None
 
     async def remove_message(self, session_id: str, message_id: str) -> bool:
@@ -537,7 +539,7 @@ class Store:
         else:
             sql += ")"
         sql += " ORDER BY m.created DESC, m.id DESC LIMIT 1"
-        rows = await self._db.query(sql, args)
+        rows = await self._db.query_point(sql, args)
         if not rows:
             return None
         created, mid, data = rows[0]
