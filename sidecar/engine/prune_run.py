@@ -57,14 +57,16 @@ async def walk(
     plan = prune_plan.Walk(cfg)
     end: Key | None = None
     await store.fresh()
-    cached = store.cached_window(session.id)
+    cached = store.cached_newest_first(session.id)
     if cached is not None:
         start, msgs = cached
-        visible = cut_reverted(msgs, session, rkey)
-        for msg in reversed(visible):
+        for msg in msgs:  # no await in this loop: the cache stays as it was read
+            visible = cut_reverted([msg], session, rkey)
+            if not visible:
+                continue
             if cutoff is not None and (msg.info.time.created, msg.info.id) > cutoff:
                 continue
-            if not plan.feed(prune_plan.step_of(msg)):
+            if not plan.feed(prune_plan.step_of(visible[0])):
                 return plan.plan()
         if start is None:  # the cache held the whole session
             return plan.plan()

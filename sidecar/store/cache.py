@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -141,13 +141,19 @@ class WindowCache:
         self.hits += 1
         return entry.rows()
 
-    def entry_rows(self, sid: str) -> tuple[Key | None, list[Row], list[PartRow]] | None:
-        """The cached window's start and rows (as ``get``), whatever its start; no counting."""
+    def newest_first(
+        self, sid: str
+    ) -> tuple[Key | None, Iterator[tuple[str, str, list[tuple[str, str]]]]] | None:
+        """The cached window's start and its messages newest first, each ``(id, JSON,
+        [(part id, JSON), ...])``, whatever its start; no counting. Read it before the next
+        await: the entry changes with every committed write."""
         entry = self._entries.get(sid)
         if entry is None:
             return None
-        msgs, parts = entry.rows()
-        return entry.start, msgs, parts
+        rows = (
+            (k.id, entry.info[k.id], list(entry.parts[k.id].items())) for k in reversed(entry.keys)
+        )
+        return entry.start, rows
 
     def put(
         self,

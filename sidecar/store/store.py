@@ -8,7 +8,7 @@ No compaction logic lives here: the store answers range queries the engine asks.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -642,15 +642,22 @@ class Store:
                 return
             cursor = oldest
 
-    def cached_window(self, session_id: str) -> tuple[Key | None, list[WithParts]] | None:
-        """The window the cache holds for a session (its start and messages, chronological),
-        or None; call ``fresh`` first. Decoding is cheap: the cached texts are the same objects
-        every time (their hash is computed once)."""
-        cached = self.cache.entry_rows(session_id)
+    def cached_newest_first(self, session_id: str) -> tuple[Key | None, Iterator[WithParts]] | None:
+        """The window the cache holds for a session: its start and its messages newest first,
+        decoded as they are read (cheap: the cached texts are the same objects each time), or
+        None. Call ``fresh`` first, and read it before the next await."""
+        cached = self.cache.newest_first(session_id)
         if cached is None:
             return None
-        start, msgs, parts = cached
-        return start, _assemble(msgs, parts)
+        start, rows = cached
+        msgs = (
+            WithParts(
+                info=_cached_message(mid, data),
+                parts=[_cached_part(pid, raw) for pid, raw in parts],
+            )
+            for mid, data, parts in rows
+        )
+        return start, msgs
 
     async def fresh(self) -> None:
         """Drop what the cache holds when another process wrote (see ``Backend.fresh``)."""
