@@ -244,6 +244,17 @@ class Turn(msgspec.Struct):
     by_method: dict[str, float] = msgspec.field(default_factory=dict)
 
 
+CPU: list[float] = []  # the last run_daemon's CPU seconds per turn (appended per run)
+
+
+def _cpu_s(pid: int) -> float:
+    """A process's user + system CPU seconds (all threads), from /proc: steadier than wall
+    time when neighbours load the machine."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -292,6 +303,7 @@ async def run_daemon(
         return clock[0]
 
     out: list[Turn] = []
+    cpu0 = _cpu_s(peer.proc.pid)
     for turn in turns:
         t = Turn()
 
@@ -372,6 +384,7 @@ async def run_daemon(
                 await call("message/update", {"message": final})
                 await call("session/idle", {"sessionID": sid})
         out.append(t)
+    CPU.append((_cpu_s(peer.proc.pid) - cpu0) / max(1, len(turns)))
     await peer.close()
     size = sum(Path(str(db) + s).stat().st_size for s in ("", "-wal") if Path(str(db) + s).exists())
     return out, wal_max, size
@@ -489,11 +502,14 @@ async def main() -> None:
     ctx_since: list[float] = []
     wal_max = store = 0
     methods: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {"daemon": [], "since": [], "compare": []}
     with tempfile.TemporaryDirectory(prefix="bench-turn-") as d:
         tmp = Path(d)
         for _ in range(args.runs):
             plain, wal1, store = await run_daemon(fx, turns, False, tmp)
+            cpu["daemon"].append(CPU[-1])
             incr, wal2, _ = await run_daemon(fx, turns, True, tmp)
+            cpu["since"].append(CPU[-1])
             wal_max = max(wal_max, wal1, wal2)
             for m in {k for t in plain for k in t.by_method}:
                 methods.setdefault(m, []).append(median([t.by_method.get(m, 0.0) for t in plain]))
@@ -502,6 +518,7 @@ async def main() -> None:
             other: list[tuple[str, list[float]]] = []
             if args.compare:
                 base, _, _ = await run_daemon(fx, turns, False, tmp, args.compare)
+                cpu["compare"].append(CPU[-1])
                 other.append(("compare", [t.latency for t in base]))
             for name, samples in (
                 *other,
@@ -523,6 +540,10 @@ async def main() -> None:
     )
     for name in rows:
         print(f"  {name:9s} turn p50 {fmt_ms(median(rows[name]))}  p95 {fmt_ms(median(p95[name]))}")
+    print(
+        "  daemon CPU per turn (all threads, /proc): "
+        + ", ".join(f"{k} {fmt_ms(median(v))}" for k, v in cpu.items() if v)
+    )
     split = ", ".join(f"{m} {fmt_ms(median(v))}" for m, v in sorted(methods.items()))
     print(f"  daemon per turn by method (p50): {split}")
     d50, f50, t50 = median(rows["daemon"]), median(rows["floor"]), median(rows["transport"])
