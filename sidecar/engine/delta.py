@@ -22,6 +22,9 @@ from typing import Any, NamedTuple
 from sidecar.model.rpc import ContextResult
 
 MAX_REVISIONS = 64
+# And at most about this much of rendered windows held (estimated as 4 bytes a token; the
+# renderer's memos share most of it): memory stays bounded whatever the windows' sizes.
+MAX_REVISION_BYTES = 64 << 20
 
 
 class _Served(NamedTuple):
@@ -29,14 +32,17 @@ class _Served(NamedTuple):
     format: str
     messages: list[Any]
     tail_from: int  # where the rendering of the window's newest stored message begins
+    size: int  # estimated bytes held
 
 
 class Revisions:
     """Windows served, by revision token (per daemon; tokens are never reused)."""
 
-    def __init__(self, limit: int = MAX_REVISIONS) -> None:
+    def __init__(self, limit: int = MAX_REVISIONS, max_bytes: int = MAX_REVISION_BYTES) -> None:
         self._served: OrderedDict[str, _Served] = OrderedDict()
         self._limit = limit
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self._prefix = os.urandom(4).hex()
         self._count = itertools.count(1)
 
@@ -44,9 +50,14 @@ class Revisions:
         """``result`` with its ``revision`` set and, for ``since``, cut to a delta if it can."""
         messages = result.messages
         token = f"{self._prefix}.{next(self._count)}"
-        self._served[token] = _Served(session_id, result.format, messages, _tail_from(result))
-        while len(self._served) > self._limit:
-            self._served.popitem(last=False)
+        size = 4 * result.estimated_tokens + 1024
+        served = _Served(session_id, result.format, messages, _tail_from(result), size)
+        self._served[token] = served
+        self._bytes += size
+        while len(self._served) > 1 and (
+            len(self._served) > self._limit or self._bytes > self._max_bytes
+        ):
+            self._bytes -= self._served.popitem(last=False)[1].size
         result.revision = token
         if since is None:
             return result
