@@ -103,7 +103,8 @@ class SqliteBackend:
             await cdb.execute("PRAGMA temp_store=MEMORY")
         # Only without a per-commit fsync is a commit cheap enough to run on the loop.
         commit_inline = synchronous.upper() in ("OFF", "NORMAL")
-        commit = GroupCommit(wdb, inline=commit_inline, checkpointer=cdb)
+        wal = f"{path}-wal" if path != ":memory:" else None
+        commit = GroupCommit(wdb, inline=commit_inline, checkpointer=cdb, wal_path=wal)
         commit.start()
         backend = cls(path, rdb, commit, wdb, cdb)
         backend._inline = inline
