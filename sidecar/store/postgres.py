@@ -256,6 +256,9 @@ class PostgresBackend:
                     raise
         raise AssertionError("unreachable")
 
+    async def query_point(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        return await self.query(sql, args)
+
     @contextlib.asynccontextmanager
     async def stream(self, sql: str, args: Sequence[Any]) -> AsyncIterator[Chunks]:
         yielded = False
