@@ -120,6 +120,8 @@ class SessionContextParams(Base, kw_only=True):
     format: ContextFormat = "parts"
     wait: bool = True  # answer after the automatic work caused by earlier writes
     fit: bool = True  # never above the usable input when the model's limits are known
+    # A ``revision`` of an earlier reply: answer with only what changed at its end if it can.
+    since: str | None = None
 
 
 class ContextResult(Dense, kw_only=True):
@@ -132,6 +134,13 @@ class ContextResult(Dense, kw_only=True):
     overflow: bool = False
     usable: int | None = None  # set when the window had to be fitted
     truncated_part_ids: list[Id] = msgspec.field(default_factory=list)
+    # This reply's window, for a later request's ``since``.
+    revision: str = ""
+    # With ``since``: true when ``messages`` are only those from index ``start`` of the
+    # window (the client keeps its first ``start`` messages); false: the whole window. Both are
+    # absent from a reply to a request without ``since`` (its shape is unchanged).
+    delta: bool | msgspec.UnsetType = msgspec.UNSET
+    start: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class OverflowModel(Base, kw_only=True):

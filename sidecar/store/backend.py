@@ -46,6 +46,10 @@ class Backend(Protocol):
     async def query(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         """All rows of a bounded read."""
 
+    async def query_point(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        """``query`` for a read of a few rows by an index (a session, a message's key, the
+        boundary): SQLite runs it on the loop, where a thread hop would cost more."""
+
     def stream(self, sql: str, args: Sequence[Any]) -> AbstractAsyncContextManager[Chunks]:
         """Rows of a read in chunks, so a caller can stop before the rest is loaded."""
 

@@ -264,6 +264,9 @@ class PostgresBackend:
                     raise
         raise AssertionError("unreachable")
 
+    async def query_point(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        return await self.query(sql, args)
+
     @contextlib.asynccontextmanager
     async def stream(self, sql: str, args: Sequence[Any]) -> AsyncIterator[Chunks]:
         yielded = False
@@ -405,6 +408,8 @@ class PostgresReader(ReadOnly):
 
     async def query(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         return cast(list[Row], await self._conn.fetch(pg_sql(sql), *args))
+
+    query_point = query  # no connection of its own for point reads: one reader
 
     @contextlib.asynccontextmanager
     async def stream(self, sql: str, args: Sequence[Any]) -> AsyncIterator[Chunks]:

@@ -25,7 +25,7 @@ from sidecar.store.backend import (
     Then,
 )
 from sidecar.store.cache import WindowCache
-from sidecar.store.commit import GroupCommit
+from sidecar.store.commit import TRUNCATE_WAIT_MS, WAL_SIZE_LIMIT, GroupCommit
 from sidecar.store.schema import MIGRATIONS, SCHEMA_VERSION, check_readable
 from sidecar.store.url import CannotOpen
 
@@ -51,6 +51,7 @@ class SqliteBackend:
         self._writer_db = writer
         self._checkpoint_db = checkpointer
         self._data_version: int | None = None
+        self._inline: sqlite3.Connection | None = None
         self.on_event: EventSink | None = None
 
     @classmethod
@@ -80,6 +81,9 @@ class SqliteBackend:
                 "busy_timeout=5000",
                 "foreign_keys=ON",
                 "temp_store=MEMORY",
+                # The WAL is cut back to this when it restarts; without it, it keeps the
+                # size of its longest run on disk until shutdown.
+                f"journal_size_limit={WAL_SIZE_LIMIT}",
             ):
                 await wdb.execute(f"PRAGMA {pragma}")
             await _migrate(wdb)
@@ -89,21 +93,40 @@ class SqliteBackend:
         rdb = await aiosqlite.connect(path, isolation_level=None)
         await rdb.execute("PRAGMA busy_timeout=5000")
         await rdb.execute("PRAGMA query_only=ON")
+        # Sorts and temporary B-trees in memory: on disk they spill to temp files that are
+        # written and read back on every read that sorts.
+        await rdb.execute("PRAGMA temp_store=MEMORY")
+        # Point reads (``query_point``) run on the loop on a connection of their own: a few
+        # microseconds, where a hop to aiosqlite's thread and back costs ~20 us idle and far
+        # more on a loaded machine. A reader never waits for the writer in WAL mode; the
+        # short busy timeout covers the rare moment SQLite itself makes one wait.
+        inline = None
+        if path != ":memory:":
+            inline = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            for pragma in ("busy_timeout=50", "query_only=ON", "temp_store=MEMORY"):
+                inline.execute(f"PRAGMA {pragma}")
         # Checkpoints run on a connection (and thread) of their own, so commits go on
         # while one fsyncs.
         cdb = None
         if path != ":memory:":
             cdb = await aiosqlite.connect(path, isolation_level=None)
-            await cdb.execute("PRAGMA busy_timeout=5000")
+            # Only checkpoints run here; a truncating one waits this long for readers.
+            await cdb.execute(f"PRAGMA busy_timeout={TRUNCATE_WAIT_MS}")
+            await cdb.execute("PRAGMA temp_store=MEMORY")
         # Only without a per-commit fsync is a commit cheap enough to run on the loop.
-        inline = synchronous.upper() in ("OFF", "NORMAL")
-        commit = GroupCommit(wdb, inline=inline, checkpointer=cdb)
+        commit_inline = synchronous.upper() in ("OFF", "NORMAL")
+        wal = f"{path}-wal" if path != ":memory:" else None
+        commit = GroupCommit(wdb, inline=commit_inline, checkpointer=cdb, wal_path=wal)
         commit.start()
-        return cls(path, rdb, commit, wdb, cdb)
+        backend = cls(path, rdb, commit, wdb, cdb)
+        backend._inline = inline
+        return backend
 
     async def close(self) -> None:
         await self._commit.stop()
         await self._reader.close()
+        if self._inline is not None:
+            self._inline.close()
         if self._checkpoint_db is not None:
             await self._checkpoint_db.close()
         await self._writer_db.close()
@@ -164,6 +187,15 @@ class SqliteBackend:
 
     async def query(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         return list(await self._reader.execute_fetchall(sql, args))
+
+    async def query_point(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        if self._inline is not None:
+            try:
+                return self._inline.execute(sql, args).fetchall()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+        return await self.query(sql, args)  # made to wait: wait off the loop
 
     @contextlib.asynccontextmanager
     async def stream(self, sql: str, args: Sequence[Any]) -> AsyncIterator[Chunks]:
@@ -232,6 +264,8 @@ class SqliteReader(ReadOnly):
 
     async def query(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         return list(await self._reader.execute_fetchall(sql, args))
+
+    query_point = query  # no connection of its own for point reads: one reader
 
     @contextlib.asynccontextmanager
     async def stream(self, sql: str, args: Sequence[Any]) -> AsyncIterator[Chunks]:

@@ -754,15 +754,29 @@ class Client:
     # -- typed helpers: compaction -------------------------------------------------------------
 
     async def context(
-        self, session_id: str, format: str = "parts", *, wait: bool = True, fit: bool = True
+        self,
+        session_id: str,
+        format: str = "parts",
+        *,
+        wait: bool = True,
+        fit: bool = True,
+        since: str | None = None,
     ) -> ContextResult:
-        """The window to send; ``wait``/``fit`` as in PROTOCOL.md (both default on)."""
+        """The window to send; ``wait``/``fit`` as in PROTOCOL.md (both default on). With
+        ``since`` (an earlier reply's ``revision``) the reply may be a delta (``delta``,
+        ``start``): ``ContextWindow`` keeps the assembled window for you."""
         params: dict[str, Any] = {"sessionID": session_id, "format": format}
         if not wait:
             params["wait"] = False
         if not fit:
             params["fit"] = False
+        if since is not None:
+            params["since"] = since
         return await self.request("session/context", params, ContextResult)
+
+    def window(self, session_id: str, format: str = "parts") -> ContextWindow:
+        """A ``ContextWindow`` of one session in one format."""
+        return ContextWindow(self, session_id, format)
 
     async def overflow(
         self,
@@ -934,3 +948,29 @@ async def connect_shared(
         raise ConnectionError(str(exc)) from exc
     client = Client(await open_connected(conn, f"unix:{where}"))
     return await _start(client, initialize, capabilities, initialization_options)
+
+
+class ContextWindow:
+    """One session's window in one format, kept assembled: each ``refresh`` asks
+    ``session/context`` with ``since`` the last ``revision`` and applies a delta reply (keep
+    the first ``start`` messages, append the rest), so only what changed crosses the wire."""
+
+    def __init__(self, client: Client, session_id: str, format: str = "parts") -> None:
+        self.client = client
+        self.session_id = session_id
+        self.format = format
+        self.messages: list[Any] = []
+        self.revision: str | None = None
+
+    async def refresh(self, *, wait: bool = True, fit: bool = True) -> ContextResult:
+        """The current window; the returned result's ``messages`` is the whole window."""
+        result = await self.client.context(
+            self.session_id, self.format, wait=wait, fit=fit, since=self.revision
+        )
+        if result.delta:
+            self.messages = self.messages[: result.start or 0] + list(result.messages)
+        else:
+            self.messages = list(result.messages)
+        self.revision = result.revision or None
+        result.messages = self.messages
+        return result

@@ -842,6 +842,7 @@ export interface SessionContextParams {
   format?: "anthropic" | "openai" | "parts";
   wait?: boolean;
   fit?: boolean;
+  since?: string | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -856,6 +857,9 @@ export interface ContextResult {
   overflow?: boolean;
   usable?: number | null;
   truncatedPartIDs?: string[];
+  revision?: string;
+  delta?: boolean;
+  start?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
