@@ -119,9 +119,11 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from sidecar import paths
     from sidecar.server.daemon import Options, StartError, run
-    from sidecar.server.transport import ListenError
+    from sidecar.server.transport import ListenError, parse_listen
 
     try:
+        if args.listen is not None:
+            parse_listen(args.listen)  # a bad --listen is refused before the store is opened
         db = args.db or paths.default_db_path()
         opts = Options(
             db=db,
