@@ -315,6 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Ctrl-C: one line and the shell's status for SIGINT (128 + 2), never a traceback.
+        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader of our output left (``demo | head``): stop quietly, as `cat` would.
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -24,8 +24,11 @@ async def _ask(sock: Path, method: str) -> tuple[dict[str, Any], Any]:
     """``daemon/status`` then ``method`` on one connection; (status, the reply)."""
     from sidecar_client import ConnectionClosed, connect
 
-    if not sockets.probe(sock):
-        raise NotRunning(f"no daemon is listening on {sock}")
+    try:
+        if not sockets.probe(sock):
+            raise NotRunning(f"no daemon is listening on {sock}")
+    except (sockets.NotOurs, OSError) as exc:  # another user's, or unreachable
+        raise NotRunning(str(exc)) from None
     try:
         client = await connect(f"unix:{sock}")
     except (ConnectionClosed, OSError) as exc:  # it stopped between the probe and now

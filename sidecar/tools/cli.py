@@ -26,6 +26,10 @@ _FORMATS = ("auto", "opencode", "claude-code", "pi", "transcript")
 COMMANDS = frozenset({"sessions", "inspect", "report", "import"})
 
 
+class CannotWrite(Exception):
+    """An output path that cannot be written (a missing folder, a directory, no permission)."""
+
+
 def add_commands(sub: Any) -> None:
     """Add the tools' subcommands to ``sub`` (an ``add_subparsers`` result)."""
     db_help = (
@@ -92,7 +96,7 @@ def dispatch(args: argparse.Namespace) -> int:
         if args.command in ("inspect", "report"):
             return _inspect(args)
         return asyncio.run(_import(args))
-    except (DatabaseError, ImportFailure, Conflict) as exc:
+    except (DatabaseError, ImportFailure, Conflict, CannotWrite) as exc:
         print(f"compaction-sidecar {args.command}: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `sessions | head`: the reader left, which is not an error
@@ -159,7 +163,10 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.command == "report":
         from sidecar.tools.report import render
 
-        args.output.write_text(render(result), encoding="utf-8")
+        try:
+            args.output.write_text(render(result), encoding="utf-8")
+        except OSError as exc:
+            raise CannotWrite(f"cannot write {args.output}: {exc.strerror or exc}") from None
         print(f"wrote {args.output}")
         return 0
     if args.json:
