@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -64,6 +65,13 @@ def add_commands(sub: Any) -> None:
         "--format", choices=_FORMATS, default="auto", help="default: told by each file's shape"
     )
     p.add_argument("--json", action="store_true", help="[{sessionID, source, messages}]")
+    p.add_argument(
+        "--max-bytes",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="refuse a file larger than this (default 256 MiB); only regular files are read",
+    )
 
 
 def _positive(text: str) -> int:
@@ -95,10 +103,18 @@ def dispatch(args: argparse.Namespace) -> int:
             return _sessions(args)
         if args.command in ("inspect", "report"):
             return _inspect(args)
-        return asyncio.run(_import(args))
+        return _import(args)
     except (DatabaseError, ImportFailure, Conflict, CannotWrite) as exc:
-        print(f"compaction-sidecar {args.command}: {exc}", file=sys.stderr)
+        print(f"compaction-sidecar {args.command}: {_one_line(str(exc))}", file=sys.stderr)
         return 1
+    except _Interrupted:
+        # On a terminal, start from a clean line whatever a progress bar left on it.
+        clear = "\r\x1b[K" if sys.stderr.isatty() else ""
+        print(
+            f"{clear}compaction-sidecar {args.command}: interrupted; nothing imported",
+            file=sys.stderr,
+        )
+        return 130
     except BrokenPipeError:  # `sessions | head`: the reader left, which is not an error
         import os
 
@@ -207,43 +223,80 @@ def _print_inspection(ins: Any) -> None:
         print(ins.latest_summary)
 
 
-async def _import(args: argparse.Namespace) -> int:
-    """Read and check every file first, then write each session in its own transaction; if
-    one fails, the sessions written before it are still listed (they are complete)."""
-    from sidecar.store import Store
-    from sidecar.tools.importers.detect import read
+def _one_line(text: str, limit: int = 600) -> str:
+    """An error as one bounded line: a file name or a value may hold newlines or be huge."""
+    flat = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return flat if len(flat) <= limit else flat[:limit] + "..."
 
-    batches: list[tuple[Path, list[Imported]]] = []
-    for path in args.files:
-        batches.append((path, read(Path(path), args.format)))
-    total = sum(len(i.messages) for _, imps in batches for i in imps)
-    store = await Store.open(_db(args))
-    done: list[dict[str, Any]] = []
-    bar = _progress(total)
+
+class _Interrupted(Exception):
+    """Ctrl-C during an import, before its one transaction began: nothing was stored."""
+
+
+def _import(args: argparse.Namespace) -> int:
+    """Read and check every file first, then write every session in one transaction: a bad
+    file, a conflict or Ctrl-C before the commit leaves the database as it was."""
+    from sidecar.tools.importers.common import DEFAULT_MAX_BYTES
+    from sidecar.tools.importers.detect import read, units
+
+    limit = args.max_bytes or DEFAULT_MAX_BYTES
+    imps: list[tuple[Path, Imported]] = []
+    bar = None
     try:
-        for path, imps in batches:
-            for imp in imps:
-                await _check_ids(store, imp, path)
-                await store.put_session_with(imp.session, imp.messages, imp.parts)
-                done.append(
-                    {
-                        "sessionID": imp.session.id,
-                        "source": imp.source,
-                        "messages": len(imp.messages),
-                    }
-                )
-                if bar is not None:
-                    bar.update(len(imp.messages))
+        files = [(Path(path), unit) for path in args.files for unit in units(Path(path))]
+        bar = _progress(len(files), unit="file", minimum=2)
+        for path, unit in files:
+            imps.extend((path, imp) for imp in read(unit, args.format, limit))
+            if bar is not None:
+                bar.update(1)
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.leave = False  # clear the bar: the one line that follows starts the line
+        raise _Interrupted from None
     finally:
         if bar is not None:
             bar.close()
-        await store.close()
-        if args.json:
-            print(json.dumps(done))
-        else:
-            for d in done:
-                print(f"{d['sessionID']}  {d['source']}  {d['messages']} messages")
+    interrupted = False
+
+    def note(signum: int, frame: object) -> None:
+        nonlocal interrupted
+        interrupted = True
+
+    # From here Ctrl-C is noted, not raised: before the commit it cancels the import, once the
+    # commit began it lets it finish (one transaction: all of it or nothing, never half).
+    previous = signal.signal(signal.SIGINT, note)
+    try:
+        done = asyncio.run(_write(args, imps, lambda: interrupted))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if args.json:
+        print(json.dumps(done))
+    else:
+        for d in done:
+            print(f"{d['sessionID']}  {d['source']}  {d['messages']} messages")
     return 0
+
+
+async def _write(
+    args: argparse.Namespace, imps: list[tuple[Path, Imported]], interrupted: Any
+) -> list[dict[str, Any]]:
+    from sidecar.store import Store
+
+    store = await Store.open(_db(args))
+    try:
+        for path, imp in imps:
+            await _check_ids(store, imp, path)
+            if interrupted():
+                raise _Interrupted
+        if interrupted():
+            raise _Interrupted
+        await store.put_sessions_with([(i.session, i.messages, i.parts) for _, i in imps])
+    finally:
+        await store.close()
+    return [
+        {"sessionID": i.session.id, "source": i.source, "messages": len(i.messages)}
+        for _, i in imps
+    ]
 
 
 async def _check_ids(store: Store, imp: Imported, path: Path) -> None:
@@ -265,10 +318,10 @@ async def _check_ids(store: Store, imp: Imported, path: Path) -> None:
             )
 
 
-def _progress(total: int) -> Any:
+def _progress(total: int, unit: str = "msg", minimum: int = 500) -> Any:
     """A tqdm bar on stderr when it is a terminal and the import is long; else None."""
-    if total < 500 or not sys.stderr.isatty():
+    if total < minimum or not sys.stderr.isatty():
         return None
     from tqdm import tqdm  # type: ignore[import-untyped]
 
-    return tqdm(total=total, unit="msg", desc="import", file=sys.stderr)
+    return tqdm(total=total, unit=unit, desc="import", file=sys.stderr)

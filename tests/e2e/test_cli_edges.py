@@ -8,15 +8,18 @@ The other-user cases need root (to chown and to run a daemon as ``nobody`` with 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import pwd
 import shutil
 import signal
 import sqlite3
+import struct
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import termios
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -194,6 +197,7 @@ def test_ctrl_c_during_import_stores_nothing(tmp_path: Path) -> None:
         _claude_log(src / f"s{n:03d}.jsonl", f"sess-{n:03d}", 300)
     db = tmp_path / "s.db"
     primary, secondary = os.openpty()  # stderr is a terminal: the progress bar shows
+    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
     proc = subprocess.Popen(
         [*PROG, "import", str(src), "--db", str(db)],
         stdout=subprocess.PIPE,
@@ -218,7 +222,7 @@ def test_ctrl_c_during_import_stores_nothing(tmp_path: Path) -> None:
         os.close(primary)
         if proc.poll() is None:
             proc.kill()
-    text = seen.decode(errors="replace")
+    text = seen.decode(errors="replace").replace("\x1b[K", "")  # the terminal's clear-line
     assert proc.returncode == 130, text
     assert "Traceback" not in text, text
     last = text.replace("\r\n", "\n").strip().split("\n")[-1].split("\r")[-1]
