@@ -104,11 +104,16 @@ def lock(sock: Path) -> Iterator[None]:
 
 def probe(sock: Path) -> bool:
     """Whether a daemon accepts connections at ``sock`` (a stale socket file refuses them).
-    Raises ``NotOurs`` for another user's socket or daemon."""
-    s = connect(sock)
-    if s is None:
-        return False
-    s.close()
+    Whoever's it is: ``serve`` asks before binding; clients use ``connect``, which checks."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(str(sock))
+    except OSError as exc:
+        if exc.errno in (errno.ECONNREFUSED, errno.ENOENT, errno.ENOTSOCK):
+            return False
+        raise
+    finally:
+        s.close()
     return True
 
 

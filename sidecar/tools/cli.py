@@ -2,7 +2,7 @@
 
 ``add_commands`` puts them on the main parser and ``dispatch`` runs one, so ``sidecar.cli``
 needs two lines for them. The look-at commands open the database read-only and never need a
-daemon; ``import`` writes through the ``Store`` (one transaction per session), which is safe
+daemon; ``import`` writes through the ``Store`` (one transaction for everything), which is safe
 beside a running daemon thanks to WAL and the busy timeout.
 """
 
