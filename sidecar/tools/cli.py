@@ -280,9 +280,22 @@ def _import(args: argparse.Namespace) -> int:
 async def _write(
     args: argparse.Namespace, imps: list[tuple[Path, Imported]], interrupted: Any
 ) -> list[dict[str, Any]]:
-    from sidecar.store import Store
+    import sqlite3
 
-    store = await Store.open(_db(args))
+    from sidecar.store import Store
+    from sidecar.store.url import CannotOpen, UnsupportedDatabase, redact
+    from sidecar.tools.readdb import DatabaseError
+
+    db = _db(args)
+    try:
+        store = await Store.open(db)
+    except UnsupportedDatabase as exc:
+        raise DatabaseError(str(exc)) from None
+    except (OSError, sqlite3.Error, TimeoutError, CannotOpen) as exc:
+        shown = redact(str(db))
+        raise DatabaseError(
+            f"cannot open the database {shown}: {exc or type(exc).__name__}"
+        ) from None
     try:
         for path, imp in imps:
             await _check_ids(store, imp, path)

@@ -742,3 +742,23 @@ def test_a_failing_file_after_good_ones_stores_nothing(tmp_path: Path) -> None:
     assert proc.returncode == 1, proc.stderr
     assert str(bad) in proc.stderr and "timestamp" in proc.stderr
     assert _stored(db) == 0
+
+
+def test_a_database_that_cannot_be_opened_is_one_line(tmp_path: Path) -> None:
+    """``--db`` a directory, or a PostgreSQL server that refuses: one line, exit 1, and the
+    password of the URL is not echoed."""
+    src = _jsonl(tmp_path / "good.jsonl", [_cc_user(), _cc_asst()])
+    for db, shown in [
+        (str(tmp_path), str(tmp_path)),
+        ("postgresql://u:hunter2@127.0.0.1:1/x", "postgresql://u:***@127.0.0.1:1/x"),
+    ]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "sidecar", "import", str(src), "--db", db],
+            capture_output=True,
+            text=True,
+            timeout=GUARD,
+        )
+        assert proc.returncode == 1, proc.stderr
+        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+        assert f"cannot open the database {shown}" in proc.stderr
+        assert "hunter2" not in proc.stderr
