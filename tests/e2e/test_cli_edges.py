@@ -121,6 +121,32 @@ def test_report_to_a_path_that_cannot_be_written(
     assert str(out) in line
 
 
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["serve", "--log-file", "{tmp}/file/x.log"], "--log-file"),
+        (["demo", "--quiet", "--db", "{tmp}"], "--db"),
+        (["demo", "--quiet", "--db", "{tmp}/file/d.db"], "--db"),
+        (
+            [
+                "replay",
+                str(FIXTURES / "transcript" / "openhands-vue-todo-gui.jsonl"),
+                "--db",
+                "{tmp}",
+            ],
+            "--db",
+        ),
+    ],
+)
+def test_other_paths_that_cannot_be_written(args: list[str], option: str, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("a file, not a folder")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    proc = _run(*argv, env=_env(tmp_path))
+    assert proc.returncode == 1, proc.stderr
+    line = _one_line(proc.stderr)
+    assert f"{option} {argv[argv.index(option) + 1]}" in line, line
+
+
 def _interrupt_after(cmd: list[str], ready: bytes, env: dict[str, str]) -> tuple[int, str]:
     """Start ``cmd`` in its own process group, wait until its stdout shows ``ready`` (it is
     running), then Ctrl-C it as a terminal does: SIGINT to the whole group."""
