@@ -24,6 +24,22 @@ class UsageError(Exception):
     """A bad combination of arguments: reported without a traceback, exit status 2."""
 
 
+class CannotWrite(Exception):
+    """A path given to write to (a log, a database file) that cannot be: one line, exit 1."""
+
+
+def writable_file(option: str, path: Path) -> Path:
+    """Create ``path``'s folder and open the file for appending, now, so that a path that
+    cannot be written is one line naming it instead of a traceback later."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise CannotWrite(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
+    return path
+
+
 def positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
@@ -111,7 +127,7 @@ def run_serve(args: argparse.Namespace) -> int:
     level = getattr(logging, _log_level(args))
     fmt = "%(asctime)s %(name)s %(levelname)s %(message)s"
     if args.log_file is not None:
-        args.log_file.parent.mkdir(parents=True, exist_ok=True)
+        writable_file("--log-file", args.log_file)
         logging.basicConfig(filename=args.log_file, level=level, format=fmt)
     else:
         logging.basicConfig(stream=sys.stderr, level=level, format=fmt)
@@ -121,7 +137,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from sidecar.model.config import ConfigError
     from sidecar.server.daemon import Options, StartError, run
-    from sidecar.server.transport import ListenError
+    from sidecar.server.transport import ListenError, parse_listen
     from sidecar.shared_daemon import paths
 
     if args.listen is None and args.ready_fd is None and sys.stdin.isatty():
@@ -133,6 +149,8 @@ def run_serve(args: argparse.Namespace) -> int:
             flush=True,
         )
     try:
+        if args.listen is not None:
+            parse_listen(args.listen)  # a bad --listen is refused before the store is opened
         db = args.db or paths.default_db_path()
         opts = Options(
             db=db,
@@ -391,6 +409,10 @@ def run_replay(args: argparse.Namespace) -> int:
         raise UsageError(f"--summarizer {args.summarizer} needs --model (the summary model's id)")
     from sidecar.replay import main as replay_main
 
+    if args.db is not None and not args.db.exists():
+        writable_file("--db", args.db)  # an empty file is a new database to the daemon
+    elif args.db is not None and not args.db.is_file():
+        raise CannotWrite(f"--db {args.db}: not a file")
     return replay_main(args)
 
 
@@ -453,6 +475,13 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except CannotWrite as exc:
+        print(f"{PROG} {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        # Ctrl-C: one line and the shell's status for SIGINT (128 + 2), never a traceback.
+        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader of our output left (``demo | head``): stop quietly, as `cat` would.
         devnull = os.open(os.devnull, os.O_WRONLY)

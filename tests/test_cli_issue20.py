@@ -248,9 +248,15 @@ def test_import_progress_moves_per_message(tmp_path: Path, monkeypatch: pytest.M
         def close(self) -> None:
             return None
 
-    monkeypatch.setattr(tools_cli, "_progress", lambda total: Bar())
+    bars: dict[str, Bar] = {}
+
+    def progress(total: int, unit: str = "msg", minimum: int = 500) -> Bar:
+        return bars.setdefault(unit, Bar())
+
+    monkeypatch.setattr(tools_cli, "_progress", progress)
     assert main(["import", str(EXPORT), "--db", str(tmp_path / "x.db")]) == 0
-    assert updates == [1] * 18
+    # One step per file read (here one), then one per message checked and written.
+    assert updates == [1] + [1] * 18
 
 
 def test_connect_passes_on_the_daemons_usage_error_status(tmp_path: Path) -> None:

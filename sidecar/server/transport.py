@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import os
 import select
 import stat
@@ -108,19 +109,35 @@ class _FileWriter(asyncio.BaseTransport):
 
 
 def parse_listen(spec: str) -> tuple[str, str, int]:
-    """``tcp://127.0.0.1:PORT`` or ``unix:PATH`` -> (kind, host-or-path, port)."""
+    """``tcp://127.0.0.1:PORT`` or ``unix:PATH`` -> (kind, host-or-path, port).
+
+    A TCP host must be a loopback IP literal (127.0.0.0/8, ::1) or ``localhost``: anything
+    else would be resolved by DNS at bind (``127.0.0.1.nip.io`` is a public name), so it is
+    refused here, before anything is opened, as is a port outside 1-65535.
+    """
     if spec.startswith("unix:"):
         path = spec[len("unix:") :]
         if not path:
             raise ListenError("unix: needs a path")
         return "unix", path, 0
     if spec.startswith("tcp://"):
-        host, _, port = spec[len("tcp://") :].rpartition(":")
-        host = host.strip("[]")
-        if host not in ("127.0.0.1", "localhost", "::1") and not host.startswith("127."):
-            raise ListenError(f"refusing to listen on {host!r}: only loopback addresses")
-        if not port.isdigit():
-            raise ListenError(f"bad port in {spec!r}")
+        host, colon, port = spec[len("tcp://") :].rpartition(":")
+        if not colon:
+            raise ListenError(f"--listen {spec!r}: no port (tcp://127.0.0.1:PORT)")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        if host != "localhost":
+            try:
+                loopback = ipaddress.ip_address(host).is_loopback
+            except ValueError:
+                loopback = False
+            if not loopback:
+                raise ListenError(
+                    f"--listen {spec!r}: refusing to listen on {host!r}: only a loopback IP "
+                    "address (127.0.0.0/8, ::1) or localhost"
+                )
+        if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise ListenError(f"--listen {spec!r}: the port must be a number from 1 to 65535")
         return "tcp", host, int(port)
     raise ListenError(f"--listen takes tcp://127.0.0.1:PORT or unix:PATH, not {spec!r}")
 

@@ -53,7 +53,9 @@ def socket_dir(path: Path, *, default: bool) -> None:
     if default:
         paths.private_dir(path.parent)
     else:
+        sockets.check_owner(path)  # before creating anything in another user's directory
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        sockets.check_owner(path)
 
 
 def attach(target: Target) -> socket.socket:
@@ -189,7 +191,7 @@ def main(target: Target, *, default_socket: bool) -> int:
     try:
         socket_dir(target.socket, default=default_socket)
         conn = attach(target)
-    except (BridgeError, paths.UnsafeDirectory, OSError) as exc:
+    except (BridgeError, paths.UnsafeDirectory, sockets.NotOurs, OSError) as exc:
         print(f"compaction-sidecar connect: {exc}", file=sys.stderr)
         return exc.status if isinstance(exc, BridgeError) else 1
     return bridge(conn)

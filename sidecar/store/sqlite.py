@@ -6,6 +6,7 @@ run beside it. Another daemon on the same file is noticed through ``PRAGMA data_
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -72,7 +73,7 @@ class SqliteBackend:
         # Shared across threads: ``GroupCommit`` commits modest batches on the loop's thread and
         # large ones on aiosqlite's, never both at once. Auto-checkpoint is off: the writer
         # has checkpoints run on a connection of their own (below).
-        wdb = await aiosqlite.connect(path, isolation_level="DEFERRED", check_same_thread=False)
+        wdb = await _connect(path, isolation_level="DEFERRED", check_same_thread=False)
         try:
             for pragma in (
                 "journal_mode=WAL",
@@ -318,3 +319,17 @@ def _split(script: str) -> list[str]:
                 out.append(pending.strip())
             pending = ""
     return out
+
+
+async def _connect(path: str, **kwargs: Any) -> aiosqlite.Connection:
+    """``aiosqlite.connect``, except that a file that cannot be opened (a directory, no
+    permission) leaves no thread behind: aiosqlite stops its worker with a future nobody
+    awaits, which then reports to a closed loop as an "Exception in thread" traceback."""
+    conn = aiosqlite.connect(path, **kwargs)
+    try:
+        return await conn
+    except BaseException:
+        thread = getattr(conn, "_thread", None)
+        if thread is not None and thread.is_alive():
+            await asyncio.to_thread(thread.join)
+        raise

@@ -400,17 +400,35 @@ class Store:
         parts: Sequence[tuple[Part, bytes | str]],
     ) -> None:
         """A whole session in one transaction (import): either all of it is stored or none."""
-        statements: list[Statement] = [_session_statement(session)]
-        if messages:
-            statements.append((UPSERT_MESSAGE, [message_row(m, r) for m, r in messages]))
-        if parts:
-            statements.append((UPSERT_PART, [part_row(p, r) for p, r in parts]))
+        await self.put_sessions_with([(session, messages, parts)])
+
+    async def put_sessions_with(
+        self,
+        batch: Sequence[
+            tuple[
+                Session,
+                Sequence[tuple[Message, bytes | str]],
+                Sequence[tuple[Part, bytes | str]],
+            ]
+        ],
+    ) -> None:
+        """Several whole sessions in one transaction (an import of several files): all of
+        them are stored or none, so a failed or interrupted import leaves nothing behind."""
+        statements: list[Statement] = []
+        for session, messages, parts in batch:
+            statements.append(_session_statement(session))
+            if messages:
+                statements.append((UPSERT_MESSAGE, [message_row(m, r) for m, r in messages]))
+            if parts:
+                statements.append((UPSERT_PART, [part_row(p, r) for p, r in parts]))
+        ids = ", ".join(repr(s.id) for s, _, _ in batch[:3]) + (", ..." if len(batch) > 3 else "")
         await self._db.submit(
             statements,
-            on_integrity=lambda exc: Conflict(f"session {session.id!r} not stored: {exc}"),
+            on_integrity=lambda exc: Conflict(f"session {ids} not stored: {exc}"),
             needs_counts=True,
         )
-        self.cache.invalidate(session.id)
+        for session, _, _ in batch:
+            self.cache.invalidate(session.id)
 
     async def get_message(self, message_id: str) -> tuple[Message, str] | None:
         if "\x00" in message_id:  # no stored id holds one (``_nul_in``)

@@ -2,7 +2,7 @@
 
 ``add_commands`` puts them on the main parser and ``dispatch`` runs one, so ``sidecar.cli``
 needs two lines for them. The look-at commands open the database read-only and never need a
-daemon; ``import`` writes through the ``Store`` (one transaction per session), which is safe
+daemon; ``import`` writes through the ``Store`` (one transaction for everything), which is safe
 beside a running daemon thanks to WAL and the busy timeout.
 """
 
@@ -12,7 +12,10 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import os
+import signal
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +27,10 @@ if TYPE_CHECKING:
 
 _FORMATS = ("auto", "opencode", "claude-code", "pi", "transcript")
 COMMANDS = frozenset({"sessions", "inspect", "report", "import"})
+
+
+class CannotWrite(Exception):
+    """An output path that cannot be written (a missing folder, a directory, no permission)."""
 
 
 def add_commands(sub: Any) -> None:
@@ -68,6 +75,13 @@ def add_commands(sub: Any) -> None:
         "--format", choices=_FORMATS, default="auto", help="default: told by each file's shape"
     )
     p.add_argument("--json", action="store_true", help="[{sessionID, source, messages}]")
+    p.add_argument(
+        "--max-bytes",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="refuse a file larger than this (default 256 MiB); only regular files are read",
+    )
 
 
 def _positive(text: str) -> int:
@@ -90,7 +104,8 @@ def _db(args: argparse.Namespace) -> str | Path:
 
 def dispatch(args: argparse.Namespace) -> int:
     """Run the tools command in ``args``. A one-line message and exit status 2 when the
-    command line names nothing usable (a database or file), 1 when the command failed."""
+    command line names nothing usable (a database or file), 1 when the command failed, 130
+    when interrupted."""
     from sidecar.errors import Conflict
     from sidecar.tools.importers.common import ImportFailure
     from sidecar.tools.readdb import CannotOpenDatabase, DatabaseError
@@ -100,13 +115,21 @@ def dispatch(args: argparse.Namespace) -> int:
             return _sessions(args)
         if args.command in ("inspect", "report"):
             return _inspect(args)
-        return asyncio.run(_import(args))
+        return _import(args)
     except (CannotOpenDatabase, _NoInput) as exc:
-        print(f"compaction-sidecar {args.command}: {exc}", file=sys.stderr)
+        print(f"compaction-sidecar {args.command}: {_one_line(str(exc))}", file=sys.stderr)
         return 2
-    except (DatabaseError, ImportFailure, Conflict) as exc:
-        print(f"compaction-sidecar {args.command}: {exc}", file=sys.stderr)
+    except (DatabaseError, ImportFailure, Conflict, CannotWrite) as exc:
+        print(f"compaction-sidecar {args.command}: {_one_line(str(exc))}", file=sys.stderr)
         return 1
+    except _Interrupted:
+        # On a terminal, start from a clean line whatever a progress bar left on it.
+        clear = "\r\x1b[K" if sys.stderr.isatty() else ""
+        print(
+            f"{clear}compaction-sidecar {args.command}: interrupted; nothing imported",
+            file=sys.stderr,
+        )
+        return 130
     except BrokenPipeError:  # `sessions | head`: the reader left, which is not an error
         import os
 
@@ -172,7 +195,10 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.command == "report":
         from sidecar.tools.report import render
 
-        args.output.write_text(render(result), encoding="utf-8")
+        try:
+            args.output.write_text(render(result), encoding="utf-8")
+        except OSError as exc:
+            raise CannotWrite(f"cannot write {args.output}: {exc.strerror or exc}") from None
         print(f"wrote {args.output}")
         return 0
     if args.json:
@@ -193,12 +219,12 @@ def _print_inspection(ins: Any) -> None:
         "--context": " (--context)",
     }.get(ins.limits_from or "", "")
     print(f"model {ins.model or 'unknown'}, window {window}, usable {usable}{where}")
-    print(f"{s.messages} messages, current context {s.estimated_tokens:,} estimated tokens")
     print(
         "(context: the engine's estimate of the window a frontend sends before each model call; "
         "a compaction's before/after: that estimate of the window just before it and right "
         "after its summary)"
     )
+    print(f"{s.messages} messages, current context {s.estimated_tokens:,} estimated tokens")
     events: dict[int, list[str]] = {}
     for i, c in enumerate(ins.compactions, 1):
         kind = "auto" if c.auto else "manual"
@@ -224,47 +250,145 @@ def _print_inspection(ins: Any) -> None:
         print(ins.latest_summary)
 
 
-async def _import(args: argparse.Namespace) -> int:
-    """Read and check every file first, then write each session in its own transaction; if
-    one fails, the sessions written before it are still listed (they are complete)."""
-    from sidecar.store import Store
+def _one_line(text: str, limit: int = 600) -> str:
+    """An error as one bounded line: a file name or a value may hold newlines or be huge."""
+    flat = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
+class _Interrupted(Exception):
+    """Ctrl-C during an import, before its one transaction began: nothing was stored."""
+
+
+def _import(args: argparse.Namespace) -> int:
+    """Read and check every file first, then write every session in one transaction: a bad
+    file, a conflict or Ctrl-C before the commit leaves the database as it was."""
+    from sidecar.tools.importers.common import DEFAULT_MAX_BYTES
+    from sidecar.tools.importers.detect import units
+
+    limit = args.max_bytes or DEFAULT_MAX_BYTES
+    imps: list[tuple[Path, Imported]] = []
+    bar = None
+    with tempfile.TemporaryDirectory(prefix="sidecar-import-") as tmp:
+        try:
+            inputs = [_input(Path(path), Path(tmp)) for path in args.files]
+            files = [(path, unit) for path in inputs for unit in units(path)]
+            bar = _progress(len(files), unit="file", minimum=2)
+            for path, unit in files:
+                imps.extend((_label(path, tmp), imp) for imp in _read(unit, args.format, limit))
+                if bar is not None:
+                    bar.update(1)
+        except KeyboardInterrupt:
+            if bar is not None:
+                bar.leave = False  # clear the bar: the one line that follows starts the line
+            raise _Interrupted from None
+        finally:
+            if bar is not None:
+                bar.close()
+    interrupted = False
+
+    def note(signum: int, frame: object) -> None:
+        nonlocal interrupted
+        interrupted = True
+
+    # From here Ctrl-C is noted, not raised: before the commit it cancels the import, once the
+    # commit began it lets it finish (one transaction: all of it or nothing, never half).
+    previous = signal.signal(signal.SIGINT, note)
+    try:
+        done = asyncio.run(_write(args, imps, lambda: interrupted))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if args.json:
+        print(json.dumps(done))
+    else:
+        for d in done:
+            print(f"{d['sessionID']}  {d['source']}  {d['messages']} messages")
+    return 0
+
+
+class _NoInput(Exception):
+    """An import ``FILE`` that does not exist: a usage error (exit status 2)."""
+
+
+STDIN_NAMES = ("-", "/dev/stdin")
+STDIN_LABEL = "<stdin>"
+
+
+def _input(path: Path, tmp: Path) -> Path:
+    """What to read for one ``FILE``: ``-`` or ``/dev/stdin`` is standard input, saved to a
+    private temporary file first (format detection and the SQLite reader need a file they can
+    reopen); a path that does not exist is a usage error."""
+    if str(path) not in STDIN_NAMES:
+        if not path.exists() and not path.is_symlink():
+            raise _NoInput(f"{path}: no such file or folder")
+        return path
+    saved = tmp / "stdin"
+    with open(saved, "wb") as out:
+        while chunk := os.read(sys.stdin.fileno(), 1 << 20):
+            out.write(chunk)
+    return saved
+
+
+def _label(path: Path, tmp: str) -> Path:
+    return Path(STDIN_LABEL) if str(path).startswith(tmp) else path
+
+
+def _read(unit: Path, fmt: Any, limit: int) -> list[Imported]:
+    """``read`` for one unit; errors name ``<stdin>``, never the temporary file."""
+    from sidecar.tools.importers.common import ImportFailure
     from sidecar.tools.importers.detect import read
 
-    batches: list[tuple[Path, list[Imported]]] = []
-    for path in args.files:
-        batches.append((path, _read(Path(path), args.format, read)))
-    total = sum(len(i.messages) for _, imps in batches for i in imps)
-    store = await Store.open(_db(args))
-    done: list[dict[str, Any]] = []
-    bar = _progress(total)
     try:
-        for path, imps in batches:
-            for imp in imps:
-                await _check_ids(store, imp, path, bar)
-                await store.put_session_with(imp.session, imp.messages, imp.parts)
-                done.append(
-                    {
-                        "sessionID": imp.session.id,
-                        "source": imp.source,
-                        "messages": len(imp.messages),
-                    }
-                )
+        return read(unit, fmt, limit)
+    except ImportFailure as exc:
+        if unit.name == "stdin" and unit.parent.name.startswith("sidecar-import-"):
+            raise ImportFailure(str(exc).replace(str(unit), STDIN_LABEL)) from None
+        raise
+
+
+async def _write(
+    args: argparse.Namespace, imps: list[tuple[Path, Imported]], interrupted: Any
+) -> list[dict[str, Any]]:
+    import sqlite3
+
+    from sidecar.store import Store
+    from sidecar.store.url import CannotOpen, UnsupportedDatabase, redact, unreachable
+    from sidecar.tools.readdb import CannotOpenDatabase
+
+    db = _db(args)
+    try:
+        store = await Store.open(db)
+    except UnsupportedDatabase as exc:
+        raise CannotOpenDatabase(str(exc)) from None
+    except (OSError, sqlite3.Error, TimeoutError, CannotOpen) as exc:
+        shown = redact(str(db))
+        why = unreachable(str(db), exc) if isinstance(exc, OSError) else str(exc)
+        raise CannotOpenDatabase(
+            f"cannot open the database {shown}: {why or type(exc).__name__}"
+        ) from None
+    # The id check looks up every message, so it is what moves the bar, a message at a time.
+    bar = _progress(sum(len(i.messages) for _, i in imps))
+    try:
+        for path, imp in imps:
+            await _check_ids(store, imp, path, bar)
+            if interrupted():
+                raise _Interrupted
+        if interrupted():
+            raise _Interrupted
+        await store.put_sessions_with([(i.session, i.messages, i.parts) for _, i in imps])
     finally:
         if bar is not None:
             bar.close()
         await store.close()
-        if args.json:
-            print(json.dumps(done))
-        else:
-            for d in done:
-                print(f"{d['sessionID']}  {d['source']}  {d['messages']} messages")
-    return 0
+    return [
+        {"sessionID": i.session.id, "source": i.source, "messages": len(i.messages)}
+        for _, i in imps
+    ]
 
 
 async def _check_ids(store: Store, imp: Imported, path: Path, bar: Any = None) -> None:
     """The store refuses an id that belongs to another session or message; checking first
-    gives an error that names the file and the id. The check looks up every message, so it
-    is what moves the progress bar, one message at a time."""
+    gives an error that names the file and the id."""
     from sidecar.tools.importers.common import ImportFailure
 
     for msg, _ in imp.messages:
@@ -283,44 +407,10 @@ async def _check_ids(store: Store, imp: Imported, path: Path, bar: Any = None) -
             )
 
 
-class _NoInput(Exception):
-    """An import ``FILE`` that does not exist: a usage error (exit status 2)."""
-
-
-STDIN_NAMES = ("-", "/dev/stdin")
-STDIN_LABEL = "<stdin>"
-
-
-def _read(path: Path, fmt: Any, read: Any) -> list[Imported]:
-    """``read`` for one ``FILE``; ``-`` or ``/dev/stdin`` is standard input, saved to a private
-    temporary file first (format detection and the SQLite reader need a file they can reopen),
-    and named ``<stdin>`` in errors."""
-    import os
-    import tempfile
-
-    from sidecar.tools.importers.common import ImportFailure
-
-    if str(path) not in STDIN_NAMES:
-        if not path.exists():
-            raise _NoInput(f"{path}: no such file or folder")
-        result: list[Imported] = read(path, fmt)
-        return result
-    with tempfile.TemporaryDirectory(prefix="sidecar-import-") as tmp:
-        saved = Path(tmp) / "stdin"
-        with open(saved, "wb") as out:
-            while chunk := os.read(sys.stdin.fileno(), 1 << 20):
-                out.write(chunk)
-        try:
-            result = read(saved, fmt)
-        except ImportFailure as exc:
-            raise ImportFailure(str(exc).replace(str(saved), STDIN_LABEL)) from None
-        return result
-
-
-def _progress(total: int) -> Any:
+def _progress(total: int, unit: str = "msg", minimum: int = 500) -> Any:
     """A tqdm bar on stderr when it is a terminal and the import is long; else None."""
-    if total < 500 or not sys.stderr.isatty():
+    if total < minimum or not sys.stderr.isatty():
         return None
     from tqdm import tqdm  # type: ignore[import-untyped]
 
-    return tqdm(total=total, unit="msg", desc="import", file=sys.stderr)
+    return tqdm(total=total, unit=unit, desc="import", file=sys.stderr)

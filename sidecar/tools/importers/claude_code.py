@@ -21,6 +21,9 @@ from sidecar.tools.importers.common import (
     iso_ms,
     read_jsonl,
     text_title,
+    want_int,
+    want_obj,
+    want_str,
 )
 
 SOURCE = "claude-code"
@@ -36,20 +39,20 @@ def looks_like(first: dict[str, Any]) -> bool:
     )
 
 
-def _result_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
+def _result_text(content: Any, where: str, name: str) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
     if isinstance(content, list):
-        return "\n".join(
-            str(b.get("text", ""))
-            for b in content
-            if isinstance(b, dict) and b.get("type") == "text"
-        )
-    return ""
+        out = []
+        for i, b in enumerate(content):
+            if isinstance(b, dict) and b.get("type") == "text":
+                out.append(want_str(b, "text", where, f"{name}[{i}].text"))
+        return "\n".join(out)
+    raise ImportFailure(f"{where}: field {name!r}: expected text or a list")
 
 
-def read(path: Path) -> list[Imported]:
-    records = read_jsonl(str(path), path.read_bytes())
+def read(path: Path, data: bytes) -> list[Imported]:
+    records = read_jsonl(str(path), data)
     d = Draft(str(path), SOURCE)
     calls: dict[str, dict[str, Any]] = {}
     assistant: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
@@ -62,25 +65,29 @@ def read(path: Path) -> list[Imported]:
     subagent = bool(convo) and all(r.get("isSidechain") for r in convo)
     for n, rec in records:
         kind = rec.get("type")
+        where = f"{path}:{n}"
         if kind == "summary" and isinstance(rec.get("summary"), str):
             summary_title = summary_title or rec["summary"]
             continue
+        if "message" in rec and kind not in ("user", "assistant"):
+            # A message under a record type we do not know is never dropped silently.
+            raise ImportFailure(f"{where}: field 'type': {str(kind)[:40]!r} is not a known role")
         if kind not in ("user", "assistant", "system") or (rec.get("isSidechain") and not subagent):
             continue
-        if not d.session_id and isinstance(rec.get("sessionId"), str):
+        if not d.session_id and want_str(rec, "sessionId", where):
             d.session_id = f"ses_{rec['sessionId']}"
             if subagent:
                 d.parent_id = d.session_id
                 d.session_id = f"{d.session_id}_{path.stem}"
         if not d.directory and isinstance(rec.get("cwd"), str):
             d.directory = rec["cwd"]
-        uuid = rec.get("uuid")
-        if not isinstance(uuid, str) or not uuid:
+        uuid = want_str(rec, "uuid", where)
+        if not uuid:
             raise ImportFailure(f"{path}:{n}: field 'uuid': missing")
-        ts = iso_ms(rec.get("timestamp"))
+        ts = d.known(iso_ms(rec.get("timestamp"), where), where)
         if kind == "system":
             if rec.get("subtype") == "compact_boundary":
-                meta = rec.get("compactMetadata") or {}
+                meta = want_obj(rec, "compactMetadata", where)
                 marker = {"id": f"msg_{uuid}", "role": "user", "time": {"created": d.tick(ts)}}
                 parts = d.message(marker, n)
                 d.part(
@@ -92,6 +99,12 @@ def read(path: Path) -> list[Imported]:
         if not isinstance(msg, dict):
             raise ImportFailure(f"{path}:{n}: field 'message': expected an object")
         content = msg.get("content")
+        role = msg.get("role")
+        if role is not None and role != kind:
+            raise ImportFailure(
+                f"{where}: field 'message.role': {str(role)[:40]!r} is not a known role "
+                f"for a {kind!r} record"
+            )
         if kind == "user" and rec.get("isCompactSummary") and marker is not None:
             at = d.tick(ts)
             reply = {
@@ -105,7 +118,8 @@ def read(path: Path) -> list[Imported]:
                 "time": {"created": at, "completed": at},
                 "finish": "stop",
             }
-            d.part(d.message(reply, n), reply, {"type": "text", "text": _result_text(content)})
+            text = _result_text(content, where, "message.content")
+            d.part(d.message(reply, n), reply, {"type": "text", "text": text})
             marker = None
             continue
         if kind == "user":
@@ -114,11 +128,12 @@ def read(path: Path) -> list[Imported]:
                 raise ImportFailure(f"{path}:{n}: field 'message.content': expected text or a list")
             texts: list[str] = []
             images: list[dict[str, Any]] = []
-            for b in blocks:
+            for i, b in enumerate(blocks):
+                at_b = f"message.content[{i}]"
                 if not isinstance(b, dict):
-                    continue
+                    raise ImportFailure(f"{where}: field {at_b!r}: expected an object")
                 if b.get("type") == "tool_result":
-                    call = str(b.get("tool_use_id") or "")
+                    call = want_str(b, "tool_use_id", where, f"{at_b}.tool_use_id")
                     part = calls.get(call)
                     if part is None:
                         raise ImportFailure(
@@ -126,7 +141,7 @@ def read(path: Path) -> list[Imported]:
                             f"no tool_use {call!r} before it"
                         )
                     at = d.tick(ts)
-                    out = _result_text(b.get("content"))
+                    out = _result_text(b.get("content"), where, f"{at_b}.content")
                     state = part["state"]
                     tool_time = {"start": at, "end": at}
                     part["state"] = (
@@ -145,10 +160,14 @@ def read(path: Path) -> list[Imported]:
                             "time": tool_time,
                         }
                     )
-                elif b.get("type") == "text" and b.get("text"):
-                    texts.append(str(b["text"]))
+                elif b.get("type") == "text":
+                    if text := want_str(b, "text", where, f"{at_b}.text"):
+                        texts.append(text)
                 elif b.get("type") == "image" and isinstance(b.get("source"), dict):
-                    images.append(b["source"])
+                    src = b["source"]
+                    for key in ("media_type", "data", "url", "type"):
+                        want_str(src, key, where, f"{at_b}.source.{key}")
+                    images.append(src)
             if texts or images:
                 info = {"id": f"msg_{uuid}", "role": "user", "time": {"created": d.tick(ts)}}
                 parts = d.message(info, n)
@@ -165,8 +184,8 @@ def read(path: Path) -> list[Imported]:
                     d.title = text_title(texts[0])
             continue
         # assistant: merge the lines of one response (same message.id)
-        key = str(msg.get("id") or uuid)
-        usage = msg.get("usage") or {}
+        key = want_str(msg, "id", where, "message.id") or uuid
+        usage = want_obj(msg, "usage", where, "message.usage")
         if key not in assistant:
             created = d.tick(ts)
             info = {
@@ -174,39 +193,51 @@ def read(path: Path) -> list[Imported]:
                 "role": "assistant",
                 "parentID": last_user,
                 "providerID": "anthropic",
-                "modelID": str(msg.get("model") or ""),
+                "modelID": want_str(msg, "model", where, "message.model"),
                 "time": {"created": created, "completed": created},
                 "finish": "stop",
             }
             assistant[key] = (info, d.message(info, n))
         info, parts = assistant[key]
         info["tokens"] = {
-            "input": int(usage.get("input_tokens") or 0),
-            "output": int(usage.get("output_tokens") or 0),
+            "input": want_int(usage, "input_tokens", where, "message.usage.input_tokens"),
+            "output": want_int(usage, "output_tokens", where, "message.usage.output_tokens"),
             "reasoning": 0,
             "cache": {
-                "read": int(usage.get("cache_read_input_tokens") or 0),
-                "write": int(usage.get("cache_creation_input_tokens") or 0),
+                "read": want_int(
+                    usage, "cache_read_input_tokens", where, "message.usage.cache_read_input_tokens"
+                ),
+                "write": want_int(
+                    usage,
+                    "cache_creation_input_tokens",
+                    where,
+                    "message.usage.cache_creation_input_tokens",
+                ),
             },
         }
-        if msg.get("stop_reason"):
-            info["finish"] = _FINISH.get(str(msg["stop_reason"]), str(msg["stop_reason"]))
+        if stop := want_str(msg, "stop_reason", where, "message.stop_reason"):
+            info["finish"] = _FINISH.get(stop, stop)
         info["time"]["completed"] = max(info["time"]["completed"], ts or 0)
         if not isinstance(content, list):
             raise ImportFailure(f"{path}:{n}: field 'message.content': expected a list")
-        for b in content:
+        for i, b in enumerate(content):
+            at_b = f"message.content[{i}]"
             if not isinstance(b, dict):
-                continue
+                raise ImportFailure(f"{where}: field {at_b!r}: expected an object")
             btype = b.get("type")
-            if btype == "text" and b.get("text"):
-                d.part(parts, info, {"type": "text", "text": str(b["text"])})
-            elif btype == "thinking" and b.get("thinking"):
-                d.part(parts, info, {"type": "reasoning", "text": str(b["thinking"])})
+            if btype == "text":
+                if text := want_str(b, "text", where, f"{at_b}.text"):
+                    d.part(parts, info, {"type": "text", "text": text})
+            elif btype == "thinking":
+                if text := want_str(b, "thinking", where, f"{at_b}.thinking"):
+                    d.part(parts, info, {"type": "reasoning", "text": text})
             elif btype == "tool_use":
-                call = str(b.get("id") or "")
+                call = want_str(b, "id", where, f"{at_b}.id")
                 if not call:
-                    raise ImportFailure(f"{path}:{n}: tool_use: field 'id': missing")
-                calls[call] = d.tool_call(parts, info, call, b.get("name"), b.get("input"))
+                    raise ImportFailure(f"{path}:{n}: field '{at_b}.id': missing")
+                name = want_str(b, "name", where, f"{at_b}.name")
+                args = want_obj(b, "input", where, f"{at_b}.input")
+                calls[call] = d.tool_call(parts, info, call, name, args)
     if summary_title:
         d.title = summary_title
     return [d.finish()]

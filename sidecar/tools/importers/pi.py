@@ -21,19 +21,34 @@ from sidecar.tools.importers.common import (
     iso_ms,
     read_jsonl,
     text_title,
+    want_int,
+    want_num,
+    want_obj,
+    want_str,
 )
 
 SOURCE = "pi"
 
 _FINISH = {"toolUse": "tool-calls", "stop": "stop", "length": "length", "error": "error"}
+#: Message roles pi writes; another is an error, never dropped silently.
+_ROLES = frozenset(
+    {"user", "assistant", "toolResult", "bashExecution", "custom", "compactionSummary"}
+    | {"branchSummary", "hookMessage"}
+)
 
 
 def looks_like(first: dict[str, Any]) -> bool:
     return first.get("type") == "session" and ("cwd" in first or "version" in first)
 
 
-def _path(entries: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
+def _path(
+    path: Path, entries: list[tuple[int, dict[str, Any]]]
+) -> list[tuple[int, dict[str, Any]]]:
     """The current branch: from the last entry back along ``parentId`` (v2+), else all."""
+    for n, e in entries:
+        for key in ("id", "parentId"):
+            if e.get(key) is not None and not isinstance(e[key], str):
+                raise ImportFailure(f"{path}:{n}: field {key!r}: expected a string")
     if not any("id" in e and "parentId" in e for _, e in entries):
         return entries
     by_id = {e["id"]: (n, e) for n, e in entries if "id" in e}
@@ -49,14 +64,16 @@ def _path(entries: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str
     return out
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
+def _text(content: Any, where: str, name: str = "message.content") -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
     if isinstance(content, list):
-        return "\n".join(
-            b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"
-        )
-    return ""
+        out = []
+        for i, b in enumerate(content):
+            if isinstance(b, dict) and b.get("type") == "text":
+                out.append(want_str(b, "text", where, f"{name}[{i}].text"))
+        return "\n".join(out)
+    raise ImportFailure(f"{where}: field {name!r}: expected text or a list")
 
 
 def _images(content: Any) -> list[dict[str, Any]]:
@@ -65,8 +82,8 @@ def _images(content: Any) -> list[dict[str, Any]]:
     return [b for b in content if isinstance(b, dict) and b.get("type") == "image"]
 
 
-def read(path: Path) -> list[Imported]:
-    entries = read_jsonl(str(path), path.read_bytes())
+def read(path: Path, data: bytes) -> list[Imported]:
+    entries = read_jsonl(str(path), data)
     n0, header = entries[0]
     if not looks_like(header):
         raise ImportFailure(f"{path}:{n0}: not a pi session header (type 'session' expected)")
@@ -76,28 +93,30 @@ def read(path: Path) -> list[Imported]:
     d = Draft(str(path), SOURCE)
     d.session_id = f"ses_{sid}"
     d.directory = header.get("cwd") if isinstance(header.get("cwd"), str) else None
-    d.created = iso_ms(header.get("timestamp")) or 0
-    provider = str(header.get("provider") or "")
-    model = str(header.get("modelId") or "")
+    d.created = iso_ms(header.get("timestamp"), f"{path}:{n0}") or 0
+    provider = want_str(header, "provider", f"{path}:{n0}")
+    model = want_str(header, "modelId", f"{path}:{n0}")
     last_user = ""
     calls: dict[str, dict[str, Any]] = {}
     msg_of_entry: dict[str, str] = {}
     pending_tail: list[tuple[dict[str, Any], str]] = []
     marker: dict[str, Any]
     info: dict[str, Any]
-    for n, entry in _path(entries[1:]):
+    for n, entry in _path(path, entries[1:]):
+        where = f"{path}:{n}"
         kind = entry.get("type")
         eid = str(entry.get("id") or f"l{n}")
-        ts = iso_ms(entry.get("timestamp"))
+        ts = iso_ms(entry.get("timestamp"), where)
         if kind == "model_change":
-            provider = str(entry.get("provider") or provider)
-            model = str(entry.get("modelId") or model)
+            provider = want_str(entry, "provider", where) or provider
+            model = want_str(entry, "modelId", where) or model
         elif kind == "session_info" and entry.get("name"):
             d.title = str(entry["name"])
         elif kind == "compaction":
             summary = entry.get("summary")
-            if not isinstance(summary, str):
+            if not isinstance(summary, str):  # missing or not text
                 raise ImportFailure(f"{path}:{n}: compaction: field 'summary': missing")
+            d.known(ts, where)
             marker = {"id": f"msg_{eid}", "role": "user", "time": {"created": d.tick(ts)}}
             parts = d.message(marker, n)
             body: dict[str, Any] = {"type": "compaction", "auto": bool(entry.get("auto", True))}
@@ -128,12 +147,18 @@ def read(path: Path) -> list[Imported]:
             if not isinstance(msg, dict):
                 raise ImportFailure(f"{path}:{n}: field 'message': expected an object")
             role = msg.get("role") if kind == "message" else kind
-            created = d.tick(iso_ms(msg.get("timestamp")) or ts)
+            if kind == "message" and role not in _ROLES:
+                raise ImportFailure(
+                    f"{where}: field 'message.role': {str(role)[:40]!r} is not a known role"
+                )
+            when = iso_ms(msg.get("timestamp"), where, "message.timestamp") or ts
+            created = d.tick(d.known(when, where))
             mid = f"msg_{eid}"
             if role == "assistant":
-                provider = str(msg.get("provider") or provider)
-                model = str(msg.get("model") or model)
-                usage = msg.get("usage") or {}
+                provider = want_str(msg, "provider", where, "message.provider") or provider
+                model = want_str(msg, "model", where, "message.model") or model
+                usage = want_obj(msg, "usage", where, "message.usage")
+                cost = want_obj(usage, "cost", where, "message.usage.cost")
                 stop = msg.get("stopReason")
                 info = {
                     "id": mid,
@@ -143,15 +168,17 @@ def read(path: Path) -> list[Imported]:
                     "modelID": model,
                     "time": {"created": created, "completed": created},
                     "tokens": {
-                        "input": int(usage.get("input") or 0),
-                        "output": int(usage.get("output") or 0),
+                        "input": want_int(usage, "input", where, "message.usage.input"),
+                        "output": want_int(usage, "output", where, "message.usage.output"),
                         "reasoning": 0,
                         "cache": {
-                            "read": int(usage.get("cacheRead") or 0),
-                            "write": int(usage.get("cacheWrite") or 0),
+                            "read": want_int(usage, "cacheRead", where, "message.usage.cacheRead"),
+                            "write": want_int(
+                                usage, "cacheWrite", where, "message.usage.cacheWrite"
+                            ),
                         },
                     },
-                    "cost": float((usage.get("cost") or {}).get("total") or 0),
+                    "cost": want_num(cost, "total", where, "message.usage.cost.total"),
                     "finish": _FINISH.get(str(stop), "stop"),
                 }
                 if stop == "aborted":
@@ -165,29 +192,32 @@ def read(path: Path) -> list[Imported]:
                 content = msg.get("content") or []
                 if not isinstance(content, list):
                     raise ImportFailure(f"{path}:{n}: field 'message.content': expected a list")
-                for block in content:
+                for i, block in enumerate(content):
+                    at_b = f"message.content[{i}]"
                     if not isinstance(block, dict):
-                        continue
+                        raise ImportFailure(f"{where}: field {at_b!r}: expected an object")
                     btype = block.get("type")
-                    if btype == "text" and block.get("text"):
-                        d.part(parts, info, {"type": "text", "text": block["text"]})
-                    elif btype == "thinking" and block.get("thinking"):
-                        d.part(parts, info, {"type": "reasoning", "text": block["thinking"]})
+                    if btype == "text":
+                        if text := want_str(block, "text", where, f"{at_b}.text"):
+                            d.part(parts, info, {"type": "text", "text": text})
+                    elif btype == "thinking":
+                        if text := want_str(block, "thinking", where, f"{at_b}.thinking"):
+                            d.part(parts, info, {"type": "reasoning", "text": text})
                     elif btype == "toolCall":
-                        call = str(block.get("id") or "")
+                        call = want_str(block, "id", where, f"{at_b}.id")
                         if not call:
-                            raise ImportFailure(f"{path}:{n}: toolCall: field 'id': missing")
-                        calls[call] = d.tool_call(
-                            parts, info, call, block.get("name"), block.get("arguments")
-                        )
+                            raise ImportFailure(f"{where}: field '{at_b}.id': missing")
+                        name = want_str(block, "name", where, f"{at_b}.name")
+                        args = want_obj(block, "arguments", where, f"{at_b}.arguments")
+                        calls[call] = d.tool_call(parts, info, call, name, args)
             elif role == "toolResult":
-                call = str(msg.get("toolCallId") or "")
+                call = want_str(msg, "toolCallId", where, "message.toolCallId")
                 part = calls.get(call)
                 if part is None:
                     raise ImportFailure(
                         f"{path}:{n}: toolResult: field 'toolCallId': no call {call!r} before it"
                     )
-                output = _text(msg.get("content"))
+                output = _text(msg.get("content"), where)
                 state = part["state"]
                 tool_time = {"start": created, "end": created}
                 if msg.get("isError"):
@@ -212,15 +242,14 @@ def read(path: Path) -> list[Imported]:
                 if role == "bashExecution":
                     if msg.get("excludeFromContext"):
                         continue
-                    text = f"$ {msg.get('command', '')}\n{msg.get('output', '')}"
-                elif role == "branch_summary":
-                    text = str(entry.get("summary") or "")
-                elif role in ("user", "custom_message", "custom"):
-                    text = _text(msg.get("content"))
+                    command = want_str(msg, "command", where, "message.command")
+                    text = f"$ {command}\n{want_str(msg, 'output', where, 'message.output')}"
+                elif role in ("branch_summary", "branchSummary"):
+                    text = want_str(msg, "summary", where, "summary")
                 elif role == "compactionSummary":
-                    text = str(msg.get("summary") or "")
-                else:
-                    continue
+                    text = want_str(msg, "summary", where, "message.summary")
+                else:  # user, custom_message, custom, hookMessage: content as text
+                    text = _text(msg.get("content"), where)
                 info = {"id": mid, "role": "user", "time": {"created": created}}
                 if model:
                     info["model"] = {"providerID": provider, "modelID": model}
@@ -228,8 +257,8 @@ def read(path: Path) -> list[Imported]:
                 if text:
                     d.part(parts, info, {"type": "text", "text": text})
                 for block in _images(msg.get("content")):
-                    mime = str(block.get("mimeType") or "image/png")
-                    url = f"data:{mime};base64,{block.get('data', '')}"
+                    mime = want_str(block, "mimeType", where, "image.mimeType") or "image/png"
+                    url = f"data:{mime};base64,{want_str(block, 'data', where, 'image.data')}"
                     d.part(parts, info, {"type": "file", "mime": mime, "url": url})
                 last_user = mid
                 if role == "user" and not d.title and text.strip():
