@@ -110,10 +110,6 @@ def _without_ledger(m: WithParts) -> WithParts:
     return WithParts(info=m.info, parts=parts)
 
 
-def _summary_text(m: WithParts) -> str:
-    return "\n".join(p.text for p in m.parts if isinstance(p, TextPart) and p.text.strip())
-
-
 SUMMARY_FLOOR = 256  # the smallest max_tokens the engine asks for: a summary needs some room
 
 

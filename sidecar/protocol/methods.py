@@ -203,13 +203,11 @@ NOTIFICATIONS: tuple[NotificationSpec, ...] = (
     _note("window/logMessage", TO_CLIENT, LogMessageParams),
 )
 
-REQUEST: dict[str, RequestSpec] = {r.method: r for r in REQUESTS}
 #: What a client may call on the daemon: requests, then notifications that have a handler.
 SERVED: tuple[RequestSpec | NotificationSpec, ...] = (
     *(r for r in REQUESTS if r.direction == TO_DAEMON),
     *(n for n in NOTIFICATIONS if n.direction == TO_DAEMON and n.handler),
 )
-NOTIFICATION: dict[str, NotificationSpec] = {n.method: n for n in NOTIFICATIONS}
 
 #: The notification each engine event is sent as (an event type is used by one method only).
 NOTIFICATION_OF: dict[type[Any], str] = {

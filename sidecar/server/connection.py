@@ -139,10 +139,6 @@ class Connection:
             set_limits(high=low, low=low)
         self.app.hub.connections.add(self)
 
-    @property
-    def clean_exit(self) -> bool:
-        return self.exit_requested and self.protocol.shutting_down
-
     def notify(self, method: str, params: Any) -> None:
         self.protocol.notify(method, params)
 

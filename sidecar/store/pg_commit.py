@@ -319,19 +319,3 @@ def unavailable(exc: BaseException, *, write: bool = True) -> Unavailable:
     was stored)."""
     text = f"the database cannot be reached ({type(exc).__name__}: {exc})"
     return Unavailable(text + ("; nothing was stored, retry later" if write else ""))
-
-
-def _resolve(op: _Op, exc: BaseException | None) -> None:
-    if op.then is not None:
-        try:
-            op.then(op.rowcounts, exc)
-        except Exception:
-            log.exception("commit callback failed")
-        return
-    fut = op.future
-    if fut is None or fut.done():
-        return
-    if exc is None:
-        fut.set_result(None)
-    else:
-        fut.set_exception(exc)

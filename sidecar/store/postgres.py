@@ -106,7 +106,6 @@ class PostgresBackend:
         # The server's "could another write still join?" probe: SQLite's inline-commit choice;
         # here batches form while one is on the wire, so it is kept but not asked.
         self.may_join: Callable[[], bool] = lambda: True
-        self.events_relayed = 0
         self._closing = False
 
     async def _connect_writer(self) -> asyncpg.Connection:
@@ -237,7 +236,6 @@ class PostgresBackend:
             if now - self._last_cleanup > RELAY_KEEP_MS // 5:
                 self._last_cleanup = now
                 statements.append(("DELETE FROM relay WHERE created < ?", [(now - RELAY_KEEP_MS,)]))
-        self.events_relayed += 1
         self._relay.submit_then(statements, _relayed)
 
     # -- reads ---------------------------------------------------------------------------------

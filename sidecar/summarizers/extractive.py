@@ -93,7 +93,6 @@ TRIMMABLE = tuple(name for name in LISTS if name != FILES_MODIFIED)
 # Per-item and per-list caps (the token bound applies on top).
 OBJECTIVE_CHARS = 400
 DIRECTIVE_CHARS = 300
-STATE_CHARS = 1_500
 STATE_LINE_CHARS = 300
 ITEM_CHARS = 240
 EARLIER_CHARS = 600

@@ -38,7 +38,6 @@ PATH_KEYS = (
 PATH_LIST_KEYS = ("paths", "files", "filePaths", "file_paths")
 COMMAND_KEYS = ("command", "cmd", "script", "commandLine", "args")
 PATCH_KEYS = ("patchText", "patch", "input", "diff")
-CONTENT_KEYS = ("content", "file_text")
 SEARCH_KEYS = ("pattern", "query", "regex", "glob", "q")
 READ_TOOLS = frozenset(
     {

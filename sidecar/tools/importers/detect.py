@@ -20,7 +20,6 @@ from sidecar.tools.importers.common import (
 )
 
 Format = Literal["auto", "opencode", "claude-code", "pi", "transcript"]
-FORMATS: tuple[Format, ...] = ("auto", "opencode", "claude-code", "pi", "transcript")
 _SQLITE = b"SQLite format 3\x00"
 
 
