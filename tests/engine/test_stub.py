@@ -13,7 +13,7 @@ from sidecar.model.config import build
 from sidecar.model.conversation import CLEARED
 from sidecar.model.parts import ToolPart
 from sidecar.store import Store
-from tests.service.harness import Harness
+from tests.engine.service.harness import Harness
 
 from .builders import Session, tool
 
