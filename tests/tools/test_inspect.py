@@ -211,3 +211,42 @@ def test_another_schema_version_is_a_usage_error(
     assert err.count("\n") == 1 and "schema v1 is older than this version's" in err
     assert "compaction-sidecar serve" in err
     assert _digest(old) == before, "not migrated"
+
+
+@pytest.mark.parametrize("at", ["first-summary", "last-summary"])
+def test_sessions_window_of_a_reverted_session_is_the_engines(
+    compacted: tuple[Path, str], tmp_path: Path, at: str
+) -> None:
+    """With a revert point the window ``sessions`` sizes is the one the engine serves: the
+    history up to the revert point, filtered from the newest compaction before it."""
+    from sidecar.engine.filter import filter_compacted
+    from sidecar.engine.tokens import estimate_messages
+    from sidecar.tools.readdb import overview
+
+    db = tmp_path / "reverted.db"
+    with sqlite3.connect(compacted[0]) as src, sqlite3.connect(db) as dst:
+        src.backup(dst)
+    with sqlite3.connect(db) as conn:
+        summaries = [
+            mid
+            for (mid,) in conn.execute(
+                "SELECT id FROM messages WHERE summary_ok = 1 ORDER BY created, id"
+            )
+        ]
+        assert len(summaries) >= 2, "the fixture compacts more than once"
+        target = summaries[0] if at == "first-summary" else summaries[-1]
+        conn.execute(
+            "UPDATE sessions SET data = json_set(data, '$.revert', json_object('messageID', ?))",
+            (target,),
+        )
+    conn2 = open_ro(db)
+    try:
+        session = find_session(conn2, compacted[1])
+        assert session.revert is not None and session.revert.message_id == target
+        history = load_history(conn2, session)
+        o = overview(conn2, session)
+    finally:
+        conn2.close()
+    assert all(m.info.id != target for m in history), "the revert point is cut"
+    assert [m.info.id for m in o.window] == [m.info.id for m in filter_compacted(history)]
+    assert estimate_messages(o.window) == estimate_messages(filter_compacted(history))
