@@ -225,8 +225,8 @@ class SqliteBackend:
 
 class SqliteReader(ReadOnly):
     """A SQLite file opened ``mode=ro`` (``Store.open(readonly=True)``): one connection that
-    SQLite itself keeps from writing, so no migration, no WAL checkpoint, nothing created; WAL
-    lets it read beside a daemon that writes."""
+    SQLite itself keeps from writing, so no migration, no WAL checkpoint, no change to the
+    file; WAL lets it read beside a daemon that writes."""
 
     kind = "sqlite"
 
