@@ -61,7 +61,10 @@ class Connection:
         self.hub: Hub = app.hub
         self.capabilities = ClientCapabilities()
         self.closed = asyncio.Event()
+        # Set once what was written to the peer has left (stdio: stdout flushed and closed).
+        self.flushed = asyncio.Event()
         self.exit_requested = False
+        self._ending: asyncio.Future[None] | None = None
         self._transport: asyncio.BaseTransport | None = None
         self._reader: FrameReader | None = None
         for r in ROUTES.values():
@@ -85,6 +88,8 @@ class Connection:
             on_open=(lambda t: self.attach(t, t)) if duplex else None,
             # The frames of one read form one group commit, made before the loop moves on.
             on_read_end=self.app.store.commit_queued,
+            on_eof=self.end_of_input,
+            duplex=duplex,
         )
         # Backpressure (the peer's own requests) before the stalled-reader cut (everything).
         protocol = self.protocol
@@ -119,9 +124,29 @@ class Connection:
         raw = await asyncio.wait_for(self.protocol.send_request_async(method, params), timeout)
         return msgspec.convert(raw, result)
 
+    def end_of_input(self) -> None:
+        """The client sends nothing more (EOF, a half-closed socket, ``exit``): answer every
+        request it sent before, then close. Its writes are committed before their replies
+        (a reply means committed), so once all are answered nothing acknowledged is pending.
+        """
+        if self._ending is None and not self.closed.is_set():
+            self._ending = asyncio.ensure_future(self._finish())
+
+    async def _finish(self) -> None:
+        # Our own requests to the client (hooks, ``summarizer/complete``) will get no answer
+        # now: fail them at once rather than at their timeouts.
+        self.protocol.fail_outgoing_requests(ConnectionResetError("the client's input ended"))
+        await self.protocol.answered()
+        self.close()
+
     def close(self) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.close()
+        """Close after flushing what is queued for the peer (its transport drains the rest)."""
+        self.protocol.flush_now()
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.close()
+        if transport is None or not hasattr(transport, "get_write_buffer_size"):
+            self.flushed.set()  # nothing buffered beyond what was already written
         self._on_lost()
 
     def _on_stalled(self) -> None:
@@ -134,7 +159,7 @@ class Connection:
 
     def _on_exit(self) -> None:
         self.exit_requested = True
-        self.close()
+        self.end_of_input()
 
     def _on_lost(self) -> None:
         if self.closed.is_set():
@@ -155,3 +180,8 @@ class _WriteSide(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self._conn._reader is not None:
             self._conn._reader.release()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """stdout is flushed and closed, or its reader is gone: nothing more can be sent."""
+        self._conn.flushed.set()
+        self._conn._on_lost()

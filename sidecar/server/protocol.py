@@ -123,6 +123,7 @@ class SidecarProtocol(JsonRPCProtocol):
         self._unacked = 0
         self._acked: asyncio.Future[None] | None = None
         self._initializing = False  # an ``initialize`` was read; what follows waits for it
+        self.ended = False  # ``exit`` was read
 
     # -- inbound ---------------------------------------------------------------------------
 
@@ -140,6 +141,8 @@ class SidecarProtocol(JsonRPCProtocol):
         self.send_error(None, err.code, err.message)
 
     def _handle_frame(self, body: bytes) -> None:
+        if self.ended:
+            return
         limit = self.max_depth()
         if (deep := too_deep(body, limit)) is not None:
             self.send_error(deep.request_id, ErrorCode.INVALID_PARAMS, deep.message(limit))
@@ -189,6 +192,7 @@ class SidecarProtocol(JsonRPCProtocol):
                 )
             return
         if method == "exit":
+            self.ended = True  # what follows ``exit`` is not read
             self.on_exit()
             return
         if method == "shutdown" and is_request:
@@ -348,6 +352,40 @@ class SidecarProtocol(JsonRPCProtocol):
                 self._held.remove(held)
                 self._reply_cancelled(params.id)
                 return
+
+    async def answered(self) -> None:
+        """Wait until every request read so far has been answered (in flight, deferred, or
+        held behind a barrier)."""
+        while True:
+            # Incoming requests run as asyncio tasks; pygls keeps our own requests to the
+            # client (``concurrent.futures``) in the same table.
+            waits: list[asyncio.Future[Any]] = [
+                f  # type: ignore[misc]  # pygls types these as concurrent futures
+                for f in self._request_futures.values()
+                if isinstance(f, asyncio.Future) and not f.done()
+            ]
+            if self._barrier is not None:
+                waits.append(self._barrier)
+            if waits:
+                await asyncio.wait(waits)
+            elif self._unacked:
+                await self._own_writes_acked()
+            elif self._held:  # pragma: no cover - a held request always has a barrier
+                self._release_held()
+            else:
+                return
+
+    def fail_outgoing_requests(self, exc: Exception) -> None:
+        """Our requests to the peer that it can no longer answer fail with ``exc``."""
+        for msg_id, fut in list(self._request_futures.items()):
+            if not isinstance(fut, asyncio.Future) and not fut.done():
+                self._request_futures.pop(msg_id, None)
+                fut.set_exception(exc)
+
+    def flush_now(self) -> None:
+        """Write what is queued now (closing: the loop may not run the scheduled flush)."""
+        if self._out:
+            self._flush()
 
     def drop_held(self) -> None:
         """The connection is gone: what waited behind a barrier will never run."""

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sidecar import sockets
+from sidecar.protocol.framing import FrameReader
 from sidecar.server.app import App
 from sidecar.server.connection import Connection
 
@@ -23,7 +24,10 @@ class ListenError(ValueError):
 
 
 async def run_stdio(app: App) -> int:
-    """Serve the process's stdin/stdout until EOF or ``exit``; returns the exit code.
+    """Serve the process's stdin/stdout until ``exit`` or end of input; returns the exit code.
+
+    Either way every request read before is answered first, and the process ends only once
+    stdout has taken every reply: a batch (``serve < requests > replies``) loses nothing.
 
     Pipes, sockets and terminals go through asyncio's pipe transports. Those refuse regular
     files and cannot poll /dev/null, so such a stdin is read by a thread, and such a stdout
@@ -40,23 +44,17 @@ async def run_stdio(app: App) -> int:
         writer = _FileWriter(out_fd)
         conn.attach(writer, writer)
     reader = conn.reader()
+    r_transport: asyncio.BaseTransport | None = None
     if _pollable(in_fd):
-        await loop.connect_read_pipe(lambda: reader, sys.stdin)
+        r_transport, _ = await loop.connect_read_pipe(lambda: reader, sys.stdin)
     else:
-        end_of_input = asyncio.Event()
         threading.Thread(
-            target=_read_blocking, args=(in_fd, loop, reader, end_of_input), daemon=True
+            target=_read_blocking, args=(in_fd, loop, reader), daemon=True
         ).start()
-        waits = [asyncio.ensure_future(e.wait()) for e in (end_of_input, conn.closed)]
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for w in waits:
-            w.cancel()
-        if not conn.closed.is_set():
-            if stat.S_ISREG(os.fstat(in_fd).st_mode):
-                # A file is a batch of requests, not a peer that went away: answer them all.
-                await _requests_done(conn)
-            reader.connection_lost(None)
     await conn.closed.wait()
+    await conn.flushed.wait()
+    if r_transport is not None and not r_transport.is_closing():
+        r_transport.close()  # ``exit`` with the client's side still open
     # LSP: ``exit`` without a prior ``shutdown`` ends with status 1.
     return 1 if conn.exit_requested and not conn.protocol.shutting_down else 0
 
@@ -67,10 +65,8 @@ def _pollable(fd: int) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or (stat.S_ISCHR(mode) and os.isatty(fd))
 
 
-def _read_blocking(
-    fd: int, loop: asyncio.AbstractEventLoop, reader: asyncio.Protocol, done: asyncio.Event
-) -> None:
-    """Feed ``reader`` from a blocking ``fd`` on this thread; set ``done`` at EOF or error."""
+def _read_blocking(fd: int, loop: asyncio.AbstractEventLoop, reader: FrameReader) -> None:
+    """Feed ``reader`` from a blocking ``fd`` on this thread; tell it where the input ends."""
     try:
         while chunk := os.read(fd, 1 << 16):
             loop.call_soon_threadsafe(reader.data_received, chunk)
@@ -78,13 +74,7 @@ def _read_blocking(
         pass
     finally:
         with contextlib.suppress(RuntimeError):  # the loop is already closed
-            loop.call_soon_threadsafe(done.set)
-
-
-async def _requests_done(conn: Connection) -> None:
-    """Wait until every request read so far has been answered."""
-    while pending := [f for f in conn.protocol._request_futures.values() if not f.done()]:
-        await asyncio.wait([asyncio.wrap_future(f) for f in pending])
+            loop.call_soon_threadsafe(reader.input_ended)
 
 
 class _FileWriter(asyncio.BaseTransport):

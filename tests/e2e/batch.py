@@ -40,7 +40,7 @@ def requests(ending: str, session_id: str = "ses_batch") -> tuple[bytes, set[int
     out.append({"jsonrpc": "2.0", "method": "initialized", "params": {}})
     req("session/create", {"id": session_id, "title": "batch"})
     for i in range(WRITES):
-        mid = f"msg_{i:06d}"
+        mid = f"msg_{session_id[4:]}_{i:06d}"
         message = {
             "id": mid,
             "sessionID": session_id,
@@ -49,7 +49,7 @@ def requests(ending: str, session_id: str = "ses_batch") -> tuple[bytes, set[int
         }
         req("message/update", {"message": message})
         part = {
-            "id": f"prt_{i:06d}",
+            "id": f"prt_{session_id[4:]}_{i:06d}",
             "sessionID": session_id,
             "messageID": mid,
             "type": "text",
