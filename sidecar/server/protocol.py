@@ -111,6 +111,12 @@ class SidecarProtocol(JsonRPCProtocol):
         self._encoder = msgspec.json.Encoder()
         self._out: list[bytes] = []
         self._out_bytes = 0
+        # Large frames (``_LARGE`` bytes or more) in the batch being queued, as (offset in
+        # the batch, length, is a reply), and those handed to the transport and maybe still
+        # unread, as (start, end, is a reply) in ``_sent`` bytes since the connection began.
+        self._large_out: list[tuple[int, int, bool]] = []
+        self._large: deque[tuple[int, int, bool]] = deque()
+        self._sent = 0
         self._hold_at = _NO_LIMIT  # set at each flush (``backlog_over_hold``)
         self._flush_scheduled = False
         # Order (DESIGN §4): a write that could not queue its store op at once (an async
@@ -467,7 +473,7 @@ class SidecarProtocol(JsonRPCProtocol):
                 "cursor; session/context after session/compact)",
             )
             return
-        self._write_bytes(body)
+        self._write_bytes(body, reply=True)
 
     def _send_data(self, data: Any) -> None:
         if isinstance(data, JsonRPCResponseMessage):
@@ -501,11 +507,13 @@ class SidecarProtocol(JsonRPCProtocol):
             return
         self._write_bytes(body)
 
-    def _write_bytes(self, body: bytes) -> None:
+    def _write_bytes(self, body: bytes, *, reply: bool = False) -> None:
         """Queue a frame; everything queued in one loop iteration goes out in one write."""
         if self.writer is None:
             return
         frame = encode_frame(body)
+        if len(frame) >= _LARGE:
+            self._large_out.append((self._out_bytes, len(frame), reply))
         self._out.append(frame)
         self._out_bytes += len(frame)
         if not self._flush_scheduled:
@@ -520,7 +528,12 @@ class SidecarProtocol(JsonRPCProtocol):
         writer, out = self.writer, self._out
         if writer is None or not out:
             return
+        base, size = self._sent, self._out_bytes
+        for offset, length, reply in self._large_out:
+            self._large.append((base + offset, base + offset + length, reply))
+        self._large_out = []
         self._out, self._out_bytes = [], 0
+        self._sent = base + size
         try:
             writer.write(out[0] if len(out) == 1 else b"".join(out))
         except (BrokenPipeError, ConnectionError, RuntimeError):
@@ -528,7 +541,7 @@ class SidecarProtocol(JsonRPCProtocol):
             return
         cap = self.max_outgoing()
         unread = _buffered(writer)
-        if cap is not None and unread > cap:
+        if cap is not None and unread - self._being_read(unread) > cap:
             # What one loop iteration queues is bounded by what the peer sent in it; what
             # piles up unread across iterations is a stalled reader.
             log.warning(
@@ -545,6 +558,24 @@ class SidecarProtocol(JsonRPCProtocol):
         self._hold_at = 2 * low - unread
         if unread <= low:
             self.on_drained()
+
+    def _being_read(self, unread: int) -> int:
+        """The unread bytes the stalled-reader rule does not count: the rest of the frame the
+        peer is reading now, and of every large reply. A reply is at most
+        ``server.maxReplyBytes`` and answers the peer's own request, whose next requests wait
+        unread meanwhile (backpressure); so a client slowly reading a large reply is never
+        taken for one that stopped reading. Notifications it does not read still count."""
+        large = self._large
+        if not large:
+            return 0
+        done = self._sent - unread  # what the peer has read so far
+        while large and large[0][1] <= done:
+            large.popleft()
+        exempt = 0
+        for start, end, reply in large:
+            if reply or start <= done:
+                exempt += end - max(start, done)
+        return exempt
 
     def backlog_over_hold(self) -> bool:
         """Should the peer's next frame wait (backpressure)? Asked before every frame, so the
@@ -564,6 +595,9 @@ class SidecarProtocol(JsonRPCProtocol):
 
 
 _NO_LIMIT = 1 << 62
+# Frames at least this large are tracked for the stalled-reader rule (``_being_read``); a
+# smaller one the peer is in the middle of is within any ``server.maxOutgoingBytes``.
+_LARGE = 4096
 
 
 def _buffered(writer: Any) -> int:

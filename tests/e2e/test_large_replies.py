@@ -20,7 +20,7 @@ from .test_trust import message_with_id, request_frame, unix_daemon_with
 
 LIMITS = {"server": {"maxOutgoingBytes": 64 * 1024, "maxReplyBytes": 1 << 20}}
 BIG = 400_000  # a part's text: its reply is six times maxOutgoingBytes, under maxReplyBytes
-TOO_BIG = 1_200_000  # over maxReplyBytes
+TOO_BIG = 3  # parts of BIG in one message: its page is over maxReplyBytes
 
 
 async def _read_frame(reader: asyncio.StreamReader) -> dict[str, Any]:
@@ -44,7 +44,8 @@ async def test_reply_over_max_outgoing_reaches_a_reading_socket_client(
         await writer_client.update_part(text_part(big, mid, "b" * BIG))
         huge = (await writer_client.create_session()).id
         mid2 = await message_with_id(writer_client, huge)
-        await writer_client.update_part(text_part(huge, mid2, "h" * TOO_BIG))
+        for _ in range(TOO_BIG):
+            await writer_client.update_part(text_part(huge, mid2, "h" * BIG))
         assert (await writer_client.request("session/get", {"sessionID": big}))["id"] == big
 
         path = daemon.address.removeprefix("unix:")
@@ -77,7 +78,8 @@ async def test_reply_over_max_outgoing_reaches_a_stdio_client(
     assert page.messages[0].parts[0]["text"] == "s" * BIG
     huge = (await client.create_session()).id
     mid2 = await message_with_id(client, huge)
-    await client.update_part(text_part(huge, mid2, "h" * TOO_BIG))
+    for _ in range(TOO_BIG):
+        await client.update_part(text_part(huge, mid2, "h" * BIG))
     try:
         await client.messages(huge)
     except RpcError as exc:
