@@ -18,7 +18,7 @@ from pygls.protocol import default_converter
 from pygls.server import JsonRPCServer
 
 from sidecar.model.rpc import ClientCapabilities, Event
-from sidecar.protocol.framing import FrameReader
+from sidecar.protocol.framing import FrameError, FrameReader
 from sidecar.protocol.methods import NOTIFICATION_OF
 from sidecar.server.protocol import MethodSpec, SidecarProtocol
 from sidecar.server.routes import ROUTES, bind
@@ -33,6 +33,10 @@ log = logging.getLogger("sidecar.connection")
 T = TypeVar("T")
 
 _numbers = itertools.count(1)
+
+#: The largest frame a TCP connection may send before it has authenticated (an
+#: ``initialize`` fits with room to spare).
+PRE_AUTH_FRAME_BYTES = 64 * 1024
 
 
 @functools.cache
@@ -65,6 +69,10 @@ class Connection:
         self.flushed = asyncio.Event()
         self.exit_requested = False
         self._ending: asyncio.Future[None] | None = None
+        # A TCP connection must authenticate (``initialize`` with the token) first: until it
+        # has, its frames are small and its time is limited (``require_auth``).
+        self.needs_auth = False
+        self._auth_timer: asyncio.TimerHandle | None = None
         self._transport: asyncio.BaseTransport | None = None
         self._reader: FrameReader | None = None
         for r in ROUTES.values():
@@ -82,9 +90,9 @@ class Connection:
         """
         reader = FrameReader(
             self.protocol.handle_frame,
-            self.protocol.frame_error,
+            self._frame_error,
             self._on_lost,
-            lambda: self.app.config.current.server.max_frame_bytes,
+            self._max_frame_bytes,
             on_open=(lambda t: self.attach(t, t)) if duplex else None,
             # The frames of one read form one group commit, made before the loop moves on.
             on_read_end=self.app.store.commit_queued,
@@ -97,6 +105,37 @@ class Connection:
         protocol.on_drained = reader.release
         self._reader = reader
         return reader
+
+    def require_auth(self, timeout: float) -> None:
+        """Until ``initialize`` succeeds: frames of at most ``PRE_AUTH_FRAME_BYTES``, and
+        closed after ``timeout`` seconds, so a peer that cannot authenticate holds neither
+        memory nor a connection slot for long."""
+        self.needs_auth = True
+        self._auth_timer = asyncio.get_running_loop().call_later(timeout, self._auth_expired)
+
+    def _unauthenticated(self) -> bool:
+        return self.needs_auth and not self.protocol.initialized
+
+    def _auth_expired(self) -> None:
+        self._auth_timer = None
+        if self._unauthenticated() and not self.closed.is_set():
+            timeout = self.app.config.current.server.auth_timeout
+            log.warning(
+                "closing a TCP connection that did not authenticate within %gs "
+                "(config server.authTimeout)",
+                timeout,
+            )
+            self.close()
+
+    def _max_frame_bytes(self) -> int:
+        cap = self.app.config.current.server.max_frame_bytes
+        return min(cap, PRE_AUTH_FRAME_BYTES) if self._unauthenticated() else cap
+
+    def _frame_error(self, err: FrameError) -> None:
+        self.protocol.frame_error(err)
+        if self._unauthenticated():
+            log.warning("closing an unauthenticated TCP connection: %s", err.message)
+            self.close()
 
     def write_side(self) -> asyncio.Protocol:
         """The protocol of a separate write transport (stdio): its drain releases the reader."""
@@ -141,6 +180,7 @@ class Connection:
 
     def close(self) -> None:
         """Close after flushing what is queued for the peer (its transport drains the rest)."""
+        self.protocol.ended = True  # nothing more is read
         self.protocol.flush_now()
         transport = self._transport
         if transport is not None and not transport.is_closing():
@@ -165,6 +205,9 @@ class Connection:
         if self.closed.is_set():
             return
         self.closed.set()
+        if self._auth_timer is not None:
+            self._auth_timer.cancel()
+            self._auth_timer = None
         self.app.hub.drop(self)
         self.protocol.drop_held()
         for fut in list(self.protocol._request_futures.values()):

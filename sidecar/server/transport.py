@@ -9,14 +9,22 @@ import os
 import select
 import stat
 import sys
+import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
+
 from sidecar import sockets
-from sidecar.protocol.framing import FrameReader
+from sidecar.errors import ErrorCode
+from sidecar.protocol.envelopes import JSONRPC, ErrorBody, ErrorResponse
+from sidecar.protocol.framing import FrameReader, encode_frame
 from sidecar.server.app import App
 from sidecar.server.connection import Connection
+
+
+log = logging.getLogger("sidecar.transport")
 
 
 class ListenError(ValueError):
@@ -97,6 +105,43 @@ class _FileWriter(asyncio.BaseTransport):
         self._closing = True
 
 
+class _Refusals:
+    """Connections over ``server.maxConnections``: told why in one error frame, then closed.
+    Logged once a second at most, with the count, so a flood cannot flood the log too."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._logged_at = -1.0
+
+    def refuse(self, limit: int) -> asyncio.Protocol:
+        self._count += 1
+        now = asyncio.get_running_loop().time()
+        if now - self._logged_at >= 1.0:
+            log.warning(
+                "refused %d connection(s): %d already open (config server.maxConnections)",
+                self._count,
+                limit,
+            )
+            self._count, self._logged_at = 0, now
+        return _Refused(limit)
+
+
+class _Refused(asyncio.Protocol):
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        message = (
+            f"too many connections: {self._limit} already open (config server.maxConnections)"
+        )
+        body = msgspec.json.encode(
+            ErrorResponse(JSONRPC, None, ErrorBody(ErrorCode.BUSY, message))
+        )
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(encode_frame(body))
+        transport.close()
+
+
 def parse_listen(spec: str) -> tuple[str, str, int]:
     """``tcp://127.0.0.1:PORT`` or ``unix:PATH`` -> (kind, host-or-path, port)."""
     if spec.startswith("unix:"):
@@ -172,9 +217,17 @@ async def serve_socket(
     """Listen on ``spec``; ``locked``: the caller already holds the unix path's lock."""
     kind, where, port = parse_listen(spec)
     loop = asyncio.get_running_loop()
+    # A TCP listener has a token (any local user can connect): its peers must authenticate.
+    needs_auth = app.control is not None and app.control.token is not None
+    refusals = _Refusals()
 
     def factory() -> asyncio.Protocol:
+        limits = app.config.current.server
+        if len(app.connections) >= limits.max_connections:
+            return refusals.refuse(limits.max_connections)
         conn = Connection(app)
+        if needs_auth:
+            conn.require_auth(limits.auth_timeout)
         if on_connection is not None:
             on_connection(conn)
         return conn.reader(duplex=True)
