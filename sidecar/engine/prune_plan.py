@@ -61,7 +61,7 @@ def plan(newest_first: Iterable[WithParts], cfg: CompactionConfig) -> PrunePlan:
             if part.state.time.compacted:
                 stop = True  # an earlier prune's boundary: everything older is already done
                 break
-            estimate = tokens.estimate(part.state.output)
+            estimate = saved(part)
             total += estimate
             if total > cfg.prune_protect:
                 pruned += estimate
@@ -69,6 +69,12 @@ def plan(newest_first: Iterable[WithParts], cfg: CompactionConfig) -> PrunePlan:
         if stop:
             break
     return PrunePlan([p.id for p in candidates], pruned, pruned > cfg.prune_minimum, candidates)
+
+
+def saved(part: ToolPart) -> int:
+    """The tokens pruning this completed tool part saves (its output's estimate)."""
+    assert isinstance(part.state, ToolCompleted)
+    return tokens.estimate(part.state.output)
 
 
 def apply(part: ToolPart, ts: int) -> ToolPart:

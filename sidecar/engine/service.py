@@ -28,7 +28,7 @@ import msgspec
 from sidecar.engine import context as context_mod
 from sidecar.engine import fork as fork_mod
 from sidecar.engine import overflow as overflow_mod
-from sidecar.engine import prune_run
+from sidecar.engine import prune_plan, prune_run
 from sidecar.engine import revert as revert_mod
 from sidecar.engine.compactor import Compactor, Outcome, Request
 from sidecar.engine.fit import limit_for_window
@@ -40,11 +40,11 @@ from sidecar.model.config import Config
 from sidecar.model.ids import now_ms
 from sidecar.model.messages import AssistantMessage, Message
 from sidecar.model.rpc import (
+    PRUNED_PER_EVENT,
     CompactResult,
     ContextFormat,
     ContextResult,
     OverflowResult,
-    PartUpdatedEvent,
     PrunedEvent,
     PruneResult,
     StatusEvent,
@@ -291,19 +291,27 @@ class Engine:
         only up to that message, and marks with ``ts`` (automatic work: deterministic whatever
         the frontend writes next)."""
         session = await self.store.require_session(session_id)
-        plan, updated = await prune_run.run(
+        ts = ts if ts is not None else now_ms()
+        plan, _updated = await prune_run.run(
             self.store, session, (cfg or self.config()).compaction, cutoff=cutoff, ts=ts
         )
         if not plan.commit:
             return PruneResult(part_ids=[], tokens_saved=0)
-        for raw in updated:
-            self.host.publish(session_id, PartUpdatedEvent(part=msgspec.Raw(raw.encode())))
-        self.host.publish(
-            session_id,
-            PrunedEvent(
-                session_id=session_id, part_ids=plan.part_ids, tokens_saved=plan.tokens_saved
-            ),
-        )
+        # No ``part/updated`` per pruned part: it would carry the very output the prune
+        # cleared (126 MB for a long imported session's first prune, in one burst). The
+        # ``session/pruned`` events name the parts and their ``time.compacted``, a bounded
+        # number of ids each.
+        for start in range(0, len(plan.part_ids), PRUNED_PER_EVENT):
+            chunk = plan.parts[start : start + PRUNED_PER_EVENT]
+            self.host.publish(
+                session_id,
+                PrunedEvent(
+                    session_id=session_id,
+                    part_ids=plan.part_ids[start : start + PRUNED_PER_EVENT],
+                    tokens_saved=sum(prune_plan.saved(p) for p in chunk),
+                    compacted=ts,
+                ),
+            )
         return PruneResult(part_ids=plan.part_ids, tokens_saved=plan.tokens_saved)
 
     def is_compacting(self, session_id: str) -> bool:

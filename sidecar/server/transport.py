@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import select
 import stat
 import sys
-import logging
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +22,6 @@ from sidecar.protocol.envelopes import JSONRPC, ErrorBody, ErrorResponse
 from sidecar.protocol.framing import FrameReader, encode_frame
 from sidecar.server.app import App
 from sidecar.server.connection import Connection
-
 
 log = logging.getLogger("sidecar.transport")
 
@@ -56,9 +55,7 @@ async def run_stdio(app: App) -> int:
     if _pollable(in_fd):
         r_transport, _ = await loop.connect_read_pipe(lambda: reader, sys.stdin)
     else:
-        threading.Thread(
-            target=_read_blocking, args=(in_fd, loop, reader), daemon=True
-        ).start()
+        threading.Thread(target=_read_blocking, args=(in_fd, loop, reader), daemon=True).start()
     await conn.closed.wait()
     await conn.flushed.wait()
     if r_transport is not None and not r_transport.is_closing():
@@ -131,12 +128,8 @@ class _Refused(asyncio.Protocol):
         self._limit = limit
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        message = (
-            f"too many connections: {self._limit} already open (config server.maxConnections)"
-        )
-        body = msgspec.json.encode(
-            ErrorResponse(JSONRPC, None, ErrorBody(ErrorCode.BUSY, message))
-        )
+        message = f"too many connections: {self._limit} already open (config server.maxConnections)"
+        body = msgspec.json.encode(ErrorResponse(JSONRPC, None, ErrorBody(ErrorCode.BUSY, message)))
         assert isinstance(transport, asyncio.WriteTransport)
         transport.write(encode_frame(body))
         transport.close()

@@ -1013,6 +1013,8 @@ export interface ServerConfig {
   maxDepth?: number;
   maxOutgoingBytes?: number;
   maxReplyBytes?: number;
+  authTimeout?: number;
+  maxConnections?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1089,6 +1091,11 @@ export interface CompactedEvent {
   auto: boolean;
 }
 /**
+ * Tool outputs a prune marked (``compacted``: their ``state.time.compacted``). It stands
+ *     for those parts' ``part/updated``: a prune sends no part, so no notification carries an
+ *     output it cleared. A large prune comes as several, each naming at most
+ *     ``PRUNED_PER_EVENT`` parts with their share of ``tokens_saved``.
+ *
  * This interface was referenced by `Protocol`'s JSON-Schema
  * via the `definition` "PrunedEvent".
  */
@@ -1096,6 +1103,7 @@ export interface PrunedEvent {
   sessionID: string;
   partIDs: string[];
   tokensSaved: number;
+  compacted: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
