@@ -23,7 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.e2e import batch  # noqa: E402
+from tests.e2e import batch
+
+
+def _serve(db: Path) -> list[str]:
+    return [sys.executable, "-m", "sidecar", "serve", "--db", str(db)]
 
 
 def _env() -> dict[str, str]:
@@ -72,8 +76,7 @@ def connect_runs(repeat: int) -> tuple[int, int, list[str]]:
         where = Path(tmp)
         sock = where / "s.sock"
         daemon = subprocess.Popen(
-            [sys.executable, "-m", "sidecar", "serve", "--db", str(where / "s.db")]
-            + ["--listen", f"unix:{sock}"],
+            [*_serve(where / "s.db"), "--listen", f"unix:{sock}"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -32,6 +32,13 @@ from tests.e2e import test_first_prune as t  # noqa: E402
 WINDOW = 2000  # requests in flight
 
 
+def _rss_mb(pid: int, key: str = "VmRSS") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 async def main(turns: int, output: int) -> None:
     t.OUTPUT = "o" * output
     where = Path(tempfile.mkdtemp(prefix="fp-"))
@@ -51,6 +58,9 @@ async def main(turns: int, output: int) -> None:
         await call
     wrote = time.perf_counter() - start
     print(f"wrote {2 * turns:,} messages, {turns:,} tool parts in {wrote:.1f} s")
+    proc = client.process
+    assert proc is not None
+    rss_before = _rss_mb(proc.pid)
     before = len(client.all_notifications())
     start = time.perf_counter()
     for method, params in t._messages(sid, turns, "stop"):
@@ -59,8 +69,7 @@ async def main(turns: int, output: int) -> None:
     took = time.perf_counter() - start
     burst = client.all_notifications()[before:]
     size = sum(
-        len(json.dumps({"jsonrpc": "2.0", "method": m, "params": p}, separators=(",", ":")))
-        + 25
+        len(json.dumps({"jsonrpc": "2.0", "method": m, "params": p}, separators=(",", ":"))) + 25
         for m, p in burst
     )
     pruned = [p for m, p in burst if m == "session/pruned"]
@@ -72,6 +81,10 @@ async def main(turns: int, output: int) -> None:
     )
     still = await client.request("session/get", {"sessionID": sid})
     print(f"client still connected and served: {still['id'] == sid}")
+    print(
+        f"daemon RSS {rss_before:.0f} MB before the final turn, {_rss_mb(proc.pid):.0f} MB "
+        f"after; peak {_rss_mb(proc.pid, 'VmHWM'):.0f} MB over the whole run"
+    )
     await client.close()
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "clients" / "python"))
 
-from sidecar_client import connect  # noqa: E402
+from sidecar_client import connect
 
 PART = 10_000_000
 

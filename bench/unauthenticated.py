@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 TOKEN = "bench-unauthenticated-token-0123456789"
+SERVE = [sys.executable, "-m", "sidecar", "serve"]
 
 
 def rss_mb(pid: int, key: str = "VmRSS") -> float:
@@ -61,8 +62,7 @@ def main() -> None:
         port = probe.getsockname()[1]
     env = {**os.environ, "COMPACTION_SIDECAR_TOKEN": TOKEN}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sidecar", "serve", "--db", str(where / "s.db")]
-        + ["--listen", f"tcp://127.0.0.1:{port}"],
+        [*SERVE, "--db", str(where / "s.db"), "--listen", f"tcp://127.0.0.1:{port}"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -72,7 +72,8 @@ def main() -> None:
     while b"listening on" not in proc.stderr.readline():
         pass
     log: list[bytes] = []
-    threading.Thread(target=lambda: log.extend(iter(proc.stderr.readline, b"")), daemon=True).start()
+    stderr = proc.stderr
+    threading.Thread(target=lambda: log.extend(iter(stderr.readline, b"")), daemon=True).start()
     try:
         base = rss_mb(proc.pid)
         results: list[str] = []
