@@ -68,13 +68,15 @@ def requests(ending: str, session_id: str = "ses_batch") -> tuple[bytes, set[int
 
 def frames(data: bytes) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    while data:
-        header, sep, rest = data.partition(b"\r\n\r\n")
-        assert sep, f"incomplete header in {data[:80]!r}"
-        length = int(header.split(b":", 1)[1])
-        assert len(rest) >= length, "the replies end inside a frame"
-        out.append(json.loads(rest[:length]))
-        data = rest[length:]
+    at = 0
+    while at < len(data):
+        end = data.find(b"\r\n\r\n", at)
+        assert end >= 0, f"incomplete header in {data[at : at + 80]!r}"
+        length = int(data[at:end].split(b":", 1)[1])
+        start = end + 4
+        assert len(data) - start >= length, "the replies end inside a frame"
+        out.append(json.loads(data[start : start + length]))
+        at = start + length
     return out
 
 
