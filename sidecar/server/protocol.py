@@ -528,12 +528,13 @@ class SidecarProtocol(JsonRPCProtocol):
         writer, out = self.writer, self._out
         if writer is None or not out:
             return
-        base, size = self._sent, self._out_bytes
-        for offset, length, reply in self._large_out:
-            self._large.append((base + offset, base + offset + length, reply))
-        self._large_out = []
+        base = self._sent
+        if self._large_out:
+            for offset, length, reply in self._large_out:
+                self._large.append((base + offset, base + offset + length, reply))
+            self._large_out = []
+        self._sent = base + self._out_bytes
         self._out, self._out_bytes = [], 0
-        self._sent = base + size
         try:
             writer.write(out[0] if len(out) == 1 else b"".join(out))
         except (BrokenPipeError, ConnectionError, RuntimeError):
@@ -541,7 +542,12 @@ class SidecarProtocol(JsonRPCProtocol):
             return
         cap = self.max_outgoing()
         unread = _buffered(writer)
-        if cap is not None and unread - self._being_read(unread) > cap:
+        large = self._large
+        if large:  # forget the large frames the peer has read
+            done = self._sent - unread
+            while large and large[0][1] <= done:
+                large.popleft()
+        if cap is not None and unread > cap and unread - self._being_read(unread) > cap:
             # What one loop iteration queues is bounded by what the peer sent in it; what
             # piles up unread across iterations is a stalled reader.
             log.warning(
@@ -565,14 +571,11 @@ class SidecarProtocol(JsonRPCProtocol):
         ``server.maxReplyBytes`` and answers the peer's own request, whose next requests wait
         unread meanwhile (backpressure); so a client slowly reading a large reply is never
         taken for one that stopped reading. Notifications it does not read still count."""
-        large = self._large
-        if not large:
-            return 0
         done = self._sent - unread  # what the peer has read so far
-        while large and large[0][1] <= done:
-            large.popleft()
         exempt = 0
-        for start, end, reply in large:
+        for start, end, reply in self._large:
+            if end <= done:
+                continue
             if reply or start <= done:
                 exempt += end - max(start, done)
         return exempt
