@@ -83,3 +83,26 @@ async def test_connect_relays_every_reply_after_stdin_ends(
     messages = await reader.request("session/messages", {"sessionID": session_id})
     assert len(messages["messages"]) == batch.WRITES
     assert all(len(m["parts"]) == 1 for m in messages["messages"])
+
+
+@pytest.mark.parametrize("stdin_kind", ["file", "pipe"])
+def test_input_ending_inside_a_frame_is_reported_once(
+    daemon_env: dict[str, str | None], tmp_path: Path, stdin_kind: str
+) -> None:
+    payload, _, _ = batch.requests("eof")
+    cut = payload.index(b"Content-Length", 200)  # initialize and initialized, then a cut frame
+    code, out, err = batch.run_batch(
+        [sys.executable, "-m", "sidecar", "serve", "--db", str(tmp_path / "s.db")],
+        payload[: cut + 40],
+        stdin_kind=stdin_kind,
+        stdout_kind="pipe",
+        where=tmp_path,
+        env=_env(daemon_env),
+        timeout=GUARD,
+    )
+    assert code == 0, err.decode()
+    replies = batch.frames(out)
+    assert replies[0]["id"] == 1 and "result" in replies[0]
+    errors = [r for r in replies if "error" in r]
+    assert [(e["id"], e["error"]["code"]) for e in errors] == [(None, -32700)]
+    assert "input ended inside" in errors[0]["error"]["message"]
