@@ -35,6 +35,8 @@ class PrunePlan:
     tokens_saved: int
     commit: bool
     parts: list[ToolPart] = field(default_factory=list)
+    #: What pruning each of ``part_ids`` saves (its output's estimate), in the same order.
+    saved: list[int] = field(default_factory=list)
 
 
 class ToolOutput(NamedTuple):
@@ -85,6 +87,7 @@ class Walk:
         self._turns = 0
         self.pruned = 0
         self.part_ids: list[str] = []
+        self.saved: list[int] = []
         self.done = not cfg.prune
 
     def feed(self, step: Step) -> bool:
@@ -108,11 +111,12 @@ class Walk:
             if self._total > self._cfg.prune_protect:
                 self.pruned += estimate
                 self.part_ids.append(part.id)
+                self.saved.append(estimate)
         return True
 
     def plan(self, parts: list[ToolPart] | None = None) -> PrunePlan:
         commit = self._cfg.prune and self.pruned > self._cfg.prune_minimum
-        return PrunePlan(self.part_ids, self.pruned, commit, parts or [])
+        return PrunePlan(self.part_ids, self.pruned, commit, parts or [], self.saved)
 
 
 def plan(newest_first: Iterable[WithParts], cfg: CompactionConfig) -> PrunePlan:

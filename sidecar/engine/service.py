@@ -41,11 +41,11 @@ from sidecar.model.config import Config, SummarizerConfig
 from sidecar.model.ids import now_ms
 from sidecar.model.messages import AssistantMessage, Message
 from sidecar.model.rpc import (
+    PRUNED_PER_EVENT,
     CompactResult,
     ContextFormat,
     ContextResult,
     OverflowResult,
-    PartUpdatedEvent,
     PrunedEvent,
     PruneResult,
     StatusEvent,
@@ -380,19 +380,26 @@ class Engine:
         only up to that message, and marks with ``ts`` (automatic work: deterministic whatever
         the frontend writes next)."""
         session = await self.store.require_session(session_id)
-        plan, updated = await prune_run.run(
+        ts = ts if ts is not None else now_ms()
+        plan, _updated = await prune_run.run(
             self.store, session, (cfg or self.config()).compaction, cutoff=cutoff, ts=ts
         )
         if not plan.commit:
             return PruneResult(part_ids=[], tokens_saved=0)
-        for raw in updated:
-            self.host.publish(session_id, PartUpdatedEvent(part=msgspec.Raw(raw.encode())))
-        self.host.publish(
-            session_id,
-            PrunedEvent(
-                session_id=session_id, part_ids=plan.part_ids, tokens_saved=plan.tokens_saved
-            ),
-        )
+        # No ``part/updated`` per pruned part: it would carry the very output the prune
+        # cleared (126 MB for a long imported session's first prune, in one burst). The
+        # ``session/pruned`` events name the parts and their ``time.compacted``, a bounded
+        # number of ids each.
+        for start in range(0, len(plan.part_ids), PRUNED_PER_EVENT):
+            self.host.publish(
+                session_id,
+                PrunedEvent(
+                    session_id=session_id,
+                    part_ids=plan.part_ids[start : start + PRUNED_PER_EVENT],
+                    tokens_saved=sum(plan.saved[start : start + PRUNED_PER_EVENT]),
+                    compacted=ts,
+                ),
+            )
         return PruneResult(part_ids=plan.part_ids, tokens_saved=plan.tokens_saved)
 
     def is_compacting(self, session_id: str) -> bool:

@@ -87,6 +87,10 @@ class ServerConfig(Strict, kw_only=True):
     max_depth: Annotated[int, msgspec.Meta(ge=8, le=512)] = DEFAULT_MAX_DEPTH
     max_outgoing_bytes: Annotated[int, msgspec.Meta(ge=4096)] = DEFAULT_MAX_OUTGOING_BYTES
     max_reply_bytes: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_MAX_REPLY_BYTES
+    # A TCP connection that has not authenticated (``initialize``) within this is closed.
+    auth_timeout: Seconds = 10.0
+    # Connections a shared daemon serves at once; more are refused (and logged).
+    max_connections: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 256
 
 
 class Config(Strict, kw_only=True):

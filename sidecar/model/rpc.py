@@ -228,9 +228,19 @@ class CompactedEvent(Dense, kw_only=True):
 
 
 class PrunedEvent(Dense, kw_only=True):
+    """Tool outputs a prune marked (``compacted``: their ``state.time.compacted``). It stands
+    for those parts' ``part/updated``: a prune sends no part, so no notification carries an
+    output it cleared. A large prune comes as several, each naming at most
+    ``PRUNED_PER_EVENT`` parts with their share of ``tokens_saved``."""
+
     session_id: Id
     part_ids: list[Id]
     tokens_saved: int
+    compacted: int
+
+
+#: Part ids per ``session/pruned`` notification (about 40 KB of JSON).
+PRUNED_PER_EVENT = 1000
 
 
 class StatusEvent(Base, kw_only=True):

@@ -1039,6 +1039,8 @@ export interface ServerConfig {
   maxDepth?: number;
   maxOutgoingBytes?: number;
   maxReplyBytes?: number;
+  authTimeout?: number;
+  maxConnections?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1117,6 +1119,11 @@ export interface CompactedEvent {
   rejected?: string | null;
 }
 /**
+ * Tool outputs a prune marked (``compacted``: their ``state.time.compacted``). It stands
+ *     for those parts' ``part/updated``: a prune sends no part, so no notification carries an
+ *     output it cleared. A large prune comes as several, each naming at most
+ *     ``PRUNED_PER_EVENT`` parts with their share of ``tokens_saved``.
+ *
  * This interface was referenced by `Protocol`'s JSON-Schema
  * via the `definition` "PrunedEvent".
  */
@@ -1124,6 +1131,7 @@ export interface PrunedEvent {
   sessionID: string;
   partIDs: string[];
   tokensSaved: number;
+  compacted: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
