@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sidecar_client import Client
+from wire import stored
 
 from .conftest import Spawner
 
@@ -128,7 +129,7 @@ async def test_first_prune_of_a_long_session_keeps_its_client_connected(
     ]
     assert marked == []
     # Still connected and served; the outputs are stored, marked compacted.
-    page = await client.messages(sid, limit=2)  # the oldest turn
+    page = await stored(client, sid, limit=2)  # the oldest turn
     (tool,) = [p for m in page.messages for p in m.parts if p["type"] == "tool"]
     assert tool["id"] in ids
     assert tool["state"]["output"] == OUTPUT and tool["state"]["time"]["compacted"]

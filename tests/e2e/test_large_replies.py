@@ -75,7 +75,7 @@ async def test_reply_over_max_outgoing_reaches_a_stdio_client(
     mid = await message_with_id(client, sid)
     await client.update_part(text_part(sid, mid, "s" * BIG))
     page = await client.messages(sid)
-    assert page.messages[0].parts[0]["text"] == "s" * BIG
+    assert page.messages[0].parts[0].text == "s" * BIG  # type: ignore[union-attr]
     huge = (await client.create_session()).id
     mid2 = await message_with_id(client, huge)
     for _ in range(TOO_BIG):
