@@ -31,12 +31,17 @@ class PrunePlan:
     parts: list[ToolPart] = field(default_factory=list)
 
 
-def plan(newest_first: Iterable[WithParts], cfg: CompactionConfig) -> PrunePlan:
+def plan(
+    newest_first: Iterable[WithParts],
+    cfg: CompactionConfig,
+    pinned: frozenset[str] = frozenset(),
+) -> PrunePlan:
     """Walk messages newest to oldest and pick the tool outputs beyond the protected budget.
 
     ``newest_first`` is consumed lazily and abandoned as soon as the walk stops (a summary
     message or an already-compacted output), so a caller paging the store backwards reads
     no further than needed. The output that crosses ``prune_protect`` is itself pruned.
+    A ``pinned`` part (``part/pin``) is skipped like a protected tool: never pruned.
     """
     if not cfg.prune:
         return PrunePlan([], 0, False)
@@ -56,7 +61,7 @@ def plan(newest_first: Iterable[WithParts], cfg: CompactionConfig) -> PrunePlan:
         for part in reversed(msg.parts):
             if not isinstance(part, ToolPart) or not isinstance(part.state, ToolCompleted):
                 continue
-            if part.tool in protected:
+            if part.tool in protected or part.id in pinned:
                 continue
             if part.state.time.compacted:
                 stop = True  # an earlier prune's boundary: everything older is already done

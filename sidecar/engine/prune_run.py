@@ -14,7 +14,7 @@ from sidecar.model.ids import now_ms
 from sidecar.model.messages import AssistantMessage, WithParts
 from sidecar.model.parts import ToolCompleted, ToolPart
 from sidecar.model.session import Session
-from sidecar.store import Key, Store
+from sidecar.store import Key, Store, steer
 
 
 def _ends_walk(msg: WithParts) -> bool:
@@ -51,7 +51,7 @@ async def run(
         newest_first.extend(reversed(visible))
         if any(_ends_walk(m) for m in visible):
             break
-    plan = prune_plan.plan(newest_first, cfg)
+    plan = prune_plan.plan(newest_first, cfg, await steer.pinned_ids(store, session.id))
     if not plan.commit:
         return plan, []
     updated = await store.mark_compacted(plan.part_ids, ts if ts is not None else now_ms())
