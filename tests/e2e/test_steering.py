@@ -580,3 +580,25 @@ async def test_uncompact_is_refused_while_compacting(unix_daemon: SocketDaemon) 
     assert result["status"] == "continue"
     undone = await other.request("session/uncompact", {"sessionID": sid})
     assert undone["removed"] == [result["summaryMessageID"], undone["removed"][1]]
+
+
+# -- the Python client's typed methods -----------------------------------------------------------
+
+
+async def test_the_python_client_steers_compaction(spawner: Spawner) -> None:
+    c = await spawner()
+    sid = (await c.create_session()).id
+    _, first, _ = await turn(c, sid, "one", tool="read", output="file")
+    await turn(c, sid, "two")
+    await c.pin(sid, first["id"])
+    pins = await c.pins(sid)
+    assert [p.message_id for p in pins] == [first["id"], first["id"]]
+    result = await c.compact(sid, up_to=first["id"])
+    assert result.status == "continue"
+    records = await c.compactions(sid)
+    assert [r.message_id for r in records] == [result.summary_message_id]
+    assert records[0].messages_summarized == 2
+    removed = await c.uncompact(sid, restore_pruned=True)
+    assert removed == [records[0].message_id, records[0].marker_id]
+    await c.pin(sid, first["id"], pins[0].part_id, pinned=False)
+    assert [p.part_id for p in await c.pins(sid)] == [pins[1].part_id]

@@ -43,9 +43,11 @@ from sidecar.model.parts import (
     ToolTime,
 )
 from sidecar.model.rpc import (
+    CompactionRecord,
     CompactResult,
     ContextResult,
     OverflowResult,
+    Pin,
     PruneResult,
     SessionList,
 )
@@ -72,6 +74,7 @@ __all__ = [
     "Client",
     "CompactResult",
     "CompactionPart",
+    "CompactionRecord",
     "ConnectionClosed",
     "ContextResult",
     "ErrorCode",
@@ -86,6 +89,7 @@ __all__ = [
     "Part",
     "PartTime",
     "PatchPart",
+    "Pin",
     "PruneResult",
     "ReasoningPart",
     "RetryPart",
