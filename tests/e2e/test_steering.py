@@ -588,7 +588,7 @@ async def test_uncompact_is_refused_while_compacting(unix_daemon: SocketDaemon) 
 async def test_the_python_client_steers_compaction(spawner: Spawner) -> None:
     c = await spawner()
     sid = (await c.create_session()).id
-    _, first, _ = await turn(c, sid, "one", tool="read", output="file")
+    _, first, _ = await turn(c, sid, "one" + BIG, tool="read", output="file")
     await turn(c, sid, "two")
     await c.pin(sid, first["id"])
     pins = await c.pins(sid)
