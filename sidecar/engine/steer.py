@@ -92,8 +92,8 @@ async def kept_block(
     store: Store, session_id: str, keep: KeepConfig, budget: int, cutoff: Key | None = None
 ) -> str:
     """The ``## Kept verbatim`` block, at most ``budget`` tokens: empty when nothing is kept.
-    Over budget, the oldest pins are shortened first (then the todo output, then the first
-    request), each saying so."""
+    Over budget, the oldest pins are shortened first (then the first request, then the todo
+    list: the current state goes last), each saying so."""
     items: list[_Item] = []
     if keep.first_request:
         first = await data.first_user_message(store, session_id)
@@ -118,8 +118,8 @@ async def kept_block(
     items += pins
     for item in items:
         item.total = len(item.text)
-    # Shorten in this order until it fits: oldest pin first, then todo, then first request.
-    order = pins + [i for i in reversed(items) if i not in pins]
+    # Shorten in this order until it fits: oldest pin first, then first request, then todo.
+    order = pins + [i for i in items if i not in pins]
     while items and estimate(_render(items)) > budget:
         victim = next((i for i in order if not i.omitted), None)
         if victim is None:
