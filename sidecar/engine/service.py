@@ -583,46 +583,56 @@ class Engine:
         async with self.lock(session_id):
             if self.is_compacting(session_id):
                 raise Busy(f"session {session_id!r} is compacting")
-            records = await self.compactions(session_id)
-            if not records:
+            # The compaction lease: no other daemon on this database compacts it meanwhile.
+            lease = f"compact:{session_id}"
+            if not await self.store.acquire_lease(lease, self._owner, LEASE_MS):
+                raise Busy(f"session {session_id!r} is being compacted by another daemon")
+            try:
+                return await self._uncompact(session_id, message_id, restore_pruned)
+            finally:
+                await self.store.release_lease(lease, self._owner)
+
+    async def _uncompact(
+        self, session_id: str, message_id: str | None, restore_pruned: bool
+    ) -> list[str]:
+        records = await self.compactions(session_id)
+        if not records:
+            raise InvalidParams(f"invalid params: session {session_id!r} has no compaction to undo")
+        at = len(records) - 1
+        if message_id is not None:
+            found = next(
+                (
+                    i
+                    for i, r in enumerate(records)
+                    if message_id in (r.message_id, r.marker_id, r.continue_id)
+                ),
+                None,
+            )
+            if found is None:
                 raise InvalidParams(
-                    f"invalid params: session {session_id!r} has no compaction to undo"
+                    f"invalid params: `$.messageID` {message_id!r} is not a compaction of "
+                    f"session {session_id!r} (see session/compactions)"
                 )
-            at = len(records) - 1
-            if message_id is not None:
-                found = next(
-                    (
-                        i
-                        for i, r in enumerate(records)
-                        if message_id in (r.message_id, r.marker_id, r.continue_id)
-                    ),
-                    None,
-                )
-                if found is None:
-                    raise InvalidParams(
-                        f"invalid params: `$.messageID` {message_id!r} is not a compaction of "
-                        f"session {session_id!r} (see session/compactions)"
-                    )
-                at = found
-            undone = records[at:]
-            ids = [
-                mid
-                for r in reversed(undone)
-                for mid in (r.continue_id, r.message_id, r.marker_id)
-                if mid is not None
-            ]
-            removed = await steer_data.remove_messages(self.store, session_id, ids)
-            for mid in removed:
-                self.host.publish(
-                    session_id, MessageRemovedEvent(session_id=session_id, message_id=mid)
-                )
-            if restore_pruned:
-                pruned = [pid for r in undone for pid in r.pruned_part_ids]
-                for raw in await steer_data.unmark_compacted(self.store, pruned):
-                    self.host.publish(session_id, PartUpdatedEvent(part=msgspec.Raw(raw.encode())))
-            self._cuts.pop(session_id, None)
-            self._streak.pop(session_id, None)
-            return removed
+            at = found
+        undone = records[at:]
+        ids = [
+            mid
+            for r in reversed(undone)
+            for mid in (r.continue_id, r.message_id, r.marker_id)
+            if mid is not None
+        ]
+        removed = await steer_data.remove_messages(self.store, session_id, ids)
+        for mid in removed:
+            self.host.publish(
+                session_id, MessageRemovedEvent(session_id=session_id, message_id=mid)
+            )
+        if restore_pruned:
+            pruned = [pid for r in undone for pid in r.pruned_part_ids]
+            for raw in await steer_data.unmark_compacted(self.store, pruned):
+                self.host.publish(session_id, PartUpdatedEvent(part=msgspec.Raw(raw.encode())))
+        self._cuts.pop(session_id, None)
+        self._streak.pop(session_id, None)
+        return removed
 
 
 _record = msgspec.json.Decoder(CompactionRecord)

@@ -161,6 +161,16 @@ async def test_a_bad_override_is_refused_naming_it(spawner: Spawner) -> None:
     assert err.value.code == -32602 and "overrides[0].summarizer.apiKeyEnv" in err.value.message
 
 
+async def test_config_get_hides_an_overrides_header_values(spawner: Spawner) -> None:
+    c = await spawner(
+        initialization_options={
+            "compaction": {"overrides": [{"summarizer": {"headers": {"X-Key": "s3cret"}}}]}
+        }
+    )
+    shown = await c.request("config/get", {})
+    assert shown["compaction"]["overrides"][0]["summarizer"]["headers"] == {"X-Key": "<redacted>"}
+
+
 # -- 2. triggerTokens ----------------------------------------------------------------------------
 
 
