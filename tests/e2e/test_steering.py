@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from sidecar_client import Client, RpcError
+from sidecar_client import Client, ConnectionClosed, RpcError
 from wire import put_message, put_part, stored
 
 from tests.summarizers.httpserver import Reply, ScriptedServer
@@ -159,6 +159,9 @@ async def test_a_bad_override_is_refused_naming_it(spawner: Spawner) -> None:
             {"config": {"compaction": {"overrides": [{"summarizer": {"apiKeyEnv": "HOME"}}]}}},
         )
     assert err.value.code == -32602 and "overrides[0].summarizer.apiKeyEnv" in err.value.message
+    with pytest.raises(RpcError) as err:
+        await c.request("config/update", {"config": {"compaction": {"promptFile": "/etc/passwd"}}})
+    assert err.value.code == -32602 and "compaction.promptFile" in err.value.message
 
 
 async def test_config_get_hides_an_overrides_header_values(spawner: Spawner) -> None:
@@ -416,9 +419,10 @@ async def test_an_unreadable_prompt_file_is_named_at_start(
     spawner: Spawner, tmp_path: Path
 ) -> None:
     (tmp_path / "config.json").write_text(json.dumps({"compaction": {"systemFile": "nope.md"}}))
-    with pytest.raises(Exception) as err:
+    with pytest.raises(ConnectionClosed) as err:
         await spawner(extra_args=["--config", str(tmp_path / "config.json")])
-    assert "systemFile" in str(err.value) and "nope.md" in str(err.value)
+    assert "`compaction.systemFile`: cannot read" in str(err.value)
+    assert "nope.md" in str(err.value) and "Traceback" not in str(err.value)
 
 
 # -- 6. upTo -------------------------------------------------------------------------------------
