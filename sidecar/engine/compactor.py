@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,6 +69,7 @@ from sidecar.summarizers.base import (
 )
 
 _encoder = msgspec.json.Encoder()
+log = logging.getLogger("sidecar.engine")
 
 
 @dataclass(frozen=True)
@@ -390,9 +392,12 @@ class Compactor:
             duration_ms=int((time.monotonic() - started) * 1000),
             auto=req.auto,
         )
-        await steer_data.record_compaction(
-            self.store, plan.sid, done.id, done.time.created, _encoder.encode(record)
-        )
+        try:
+            await steer_data.record_compaction(
+                self.store, plan.sid, done.id, done.time.created, _encoder.encode(record)
+            )
+        except Exception:  # the compaction itself is committed: it stands, unrecorded
+            log.exception("could not record the diagnostics of compaction %s", done.id)
         return record
 
     async def _plan(self, req: Request, cfg: Config) -> _Plan:
