@@ -1,10 +1,13 @@
 /**
  * Typed client for the compaction-sidecar daemon, on vscode-jsonrpc.
  *
- * `spawnSidecar()` starts a private daemon on stdio; `connectSidecar()` joins a shared one on a
- * unix socket or loopback TCP. Both resolve once the `initialize`/`initialized` handshake is
- * done. Method names, params and results come from ./protocol.ts, which is generated from the
- * daemon's JSON Schema, so a method the daemon does not have, or wrong params, fail to compile.
+ * `spawnSidecar()` starts a private daemon on stdio; `connectSidecar()` joins the shared one
+ * (through `compaction-sidecar connect`, or on a unix socket or loopback TCP). Both resolve once
+ * the `initialize`/`initialized` handshake is done and the daemon's protocol version matches,
+ * and reject (never hang) when the daemon exits first or does not answer within `startTimeout`:
+ * an editor's `activate()` must settle. Method names, params and results come from
+ * ./protocol.ts, which is generated from the daemon's JSON Schema, so a method the daemon does
+ * not have, or wrong params, fail to compile.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import * as net from "node:net";
@@ -12,6 +15,7 @@ import {
   CancellationToken,
   createMessageConnection,
   Disposable,
+  Emitter,
   ResponseError,
   StreamMessageReader,
   StreamMessageWriter,
@@ -39,6 +43,7 @@ import type {
   SessionList,
   SessionListParams,
 } from "./protocol";
+import { PROTOCOL_VERSION } from "./protocol";
 
 export * from "./protocol";
 export { CancellationToken, CancellationTokenSource, ResponseError } from "vscode-jsonrpc/node";
@@ -68,47 +73,368 @@ export interface ClientOptions {
   /** A partial config (PROTOCOL.md, "Configuration and isolation"), e.g. `{models: {"p/m": {context, output}}}`. */
   initializationOptions?: Record<string, unknown>;
   clientInfo?: ClientInfo;
+  /**
+   * Milliseconds the daemon has to answer `initialize` (default 30000); then the start rejects
+   * with `SidecarTimeoutError` and a spawned program is killed.
+   */
+  startTimeout?: number;
 }
 
-export interface SpawnOptions extends ClientOptions {
+/** Running a program whose stdio speaks the protocol: `serve`, or the `connect` bridge. */
+export interface ProgramOptions {
   /** The program to run (default `compaction-sidecar`). */
   command?: string;
-  /** Its arguments (default `["serve"]`); `--db DB` is appended when `db` is given. */
+  args?: string[];
+  env?: NodeJS.ProcessEnv;
+  cwd?: string;
+  /**
+   * Where the daemon's stderr goes besides `onStderr`: `"inherit"` (default) copies it to this
+   * process's; `"ignore"` (or `"pipe"`: read `client.process.stderr`) does not. Its last lines
+   * are always kept for the error an early exit rejects with.
+   */
+  stderr?: "inherit" | "ignore" | "pipe";
+  /** Each line the program writes to stderr (an editor's output channel). */
+  onStderr?: (line: string) => void;
+  /** Called with each process started (again after a reconnect). */
+  onSpawn?: (child: ChildProcess) => void;
+}
+
+export interface SpawnOptions extends ClientOptions, ProgramOptions {
+  /** Arguments (default `["serve"]`); `--db DB` is appended when `db` is given. */
   args?: string[];
   /** SQLite file (or `postgresql://` URL) for `--db`. */
   db?: string;
-  env?: NodeJS.ProcessEnv;
-  cwd?: string;
-  /** Where the daemon's stderr goes (default `"inherit"`). */
-  stderr?: "inherit" | "ignore" | "pipe";
 }
 
-export type ConnectOptions = ClientOptions &
-  ({ socket: string } | { host: string; port: number; authToken?: string });
+export interface ReconnectOptions {
+  /** Milliseconds to keep trying before giving up and closing (default 60000). */
+  timeout?: number;
+  /** Milliseconds before the first attempt; doubled after each failure up to 2 s (default 250). */
+  delay?: number;
+}
+
+/**
+ * The shared daemon: by default through `compaction-sidecar connect` (which starts it when none
+ * runs; `command`/`args` change the program, e.g. `python -m sidecar connect`), or directly on
+ * a unix socket or loopback TCP.
+ */
+export type ConnectOptions = ClientOptions & {
+  /**
+   * After the daemon goes away (restart, crash, idle exit), connect again, re-`initialize` and
+   * re-subscribe to the sessions this client followed. Requests made meanwhile wait for it;
+   * requests that were in flight reject (the daemon may or may not have applied them).
+   */
+  reconnect?: boolean | ReconnectOptions;
+} & (ProgramOptions | { socket: string } | { host: string; port: number; authToken?: string });
 
 const CLIENT_INFO: ClientInfo = { name: "compaction-sidecar-client", version: "0.1.0" };
+const DEFAULT_START_TIMEOUT = 30_000;
+const STDERR_LINES = 20;
 
-/** An initialized connection to one daemon. */
-export class SidecarClient {
-  /** What the daemon answered to `initialize`. */
-  initializeResult!: InitializeResult;
-  private closed = false;
-  private readonly handlers = new Map<string, Set<(params: unknown) => void>>();
-  private readonly closedPromise: Promise<void>;
+/** Anything this client raises itself (not an error reply: those are `ResponseError`). */
+export class SidecarError extends Error {
+  override name = "SidecarError";
+}
+
+/**
+ * The daemon (or the connection to it) ended: before answering `initialize`, or with requests
+ * pending. `exitCode`/`signal` are the process's (null on a socket), `stderr` its last lines.
+ */
+export class SidecarExitedError extends SidecarError {
+  override name = "SidecarExitedError";
+  constructor(
+    message: string,
+    readonly exitCode: number | null,
+    readonly signal: NodeJS.Signals | null,
+    readonly stderr: string[],
+  ) {
+    super(message);
+  }
+}
+
+/** The daemon did not answer `initialize` within `startTimeout`. */
+export class SidecarTimeoutError extends SidecarError {
+  override name = "SidecarTimeoutError";
+  constructor(
+    message: string,
+    readonly stderr: string[],
+  ) {
+    super(message);
+  }
+}
+
+/** The daemon speaks another major protocol version than this client. */
+export class ProtocolVersionError extends SidecarError {
+  override name = "ProtocolVersionError";
+  constructor(
+    message: string,
+    readonly daemonVersion: string | undefined,
+    readonly clientVersion: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The last lines a program wrote to stderr, for the error its early exit rejects with. */
+class StderrTail {
+  readonly lines: string[] = [];
+  private partial = "";
+  constructor(private readonly onLine?: (line: string) => void) {}
+  write(chunk: string): void {
+    const parts = (this.partial + chunk).split(/\r?\n/);
+    this.partial = parts.pop() ?? "";
+    for (const line of parts) this.push(line);
+  }
+  end(): void {
+    if (this.partial !== "") this.push(this.partial);
+    this.partial = "";
+  }
+  private push(line: string): void {
+    this.lines.push(line);
+    if (this.lines.length > STDERR_LINES) this.lines.shift();
+    this.onLine?.(line);
+  }
+}
+
+interface Ended {
+  exitCode: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+/** One transport to one daemon; a reconnecting client goes through several. */
+class Link {
+  readonly connection: MessageConnection;
+  /** Settles once the transport is gone (the process exited, the socket closed). */
+  readonly ended: Promise<Ended>;
+  private readonly pending = new Set<(err: Error) => void>();
+  private endedError: SidecarExitedError | undefined;
 
   constructor(
-    /** The underlying vscode-jsonrpc connection, for anything this class does not wrap. */
-    readonly connection: MessageConnection,
-    /** The daemon's process when this client spawned it. */
+    readonly what: string,
+    reader: NodeJS.ReadableStream,
+    writer: NodeJS.WritableStream,
+    ended: Promise<Ended>,
+    readonly stderr: StderrTail,
     readonly process?: ChildProcess,
-    private readonly socket?: net.Socket,
+    readonly socket?: net.Socket,
   ) {
-    this.closedPromise = new Promise<void>((resolve) => {
-      connection.onClose(() => {
-        this.closed = true;
-        resolve();
-      });
+    this.connection = createMessageConnection(
+      new StreamMessageReader(reader as never),
+      new StreamMessageWriter(writer as never),
+    );
+    this.ended = ended.then((info) => {
+      this.endedError = this.error(info, "before replying");
+      for (const reject of [...this.pending]) reject(this.endedError);
+      this.pending.clear();
+      this.connection.dispose();
+      return info;
     });
+  }
+
+  error(info: Ended, when: string): SidecarExitedError {
+    const how =
+      this.process === undefined
+        ? "closed the connection"
+        : info.signal !== null
+          ? `was killed by ${info.signal}`
+          : `exited with status ${info.exitCode}`;
+    const tail = this.stderr.lines.filter((l) => l.trim() !== "");
+    const said = tail.length > 0 ? `; its last stderr lines:\n  ${tail.join("\n  ")}` : "";
+    return new SidecarExitedError(
+      `${this.what} ${how} ${when}${said}`,
+      info.exitCode,
+      info.signal,
+      tail,
+    );
+  }
+
+  /** A request that rejects when the daemon ends before replying (vscode-jsonrpc would wait). */
+  send<R>(method: string, params: unknown, token?: CancellationToken): Promise<R> {
+    if (this.endedError !== undefined) return Promise.reject(this.endedError);
+    return new Promise<R>((resolve, reject) => {
+      const fail = (err: Error): void => {
+        if (method === "initialize" && err instanceof SidecarExitedError) {
+          reject(
+            new SidecarExitedError(
+              err.message.replace("before replying", "before answering initialize"),
+              err.exitCode,
+              err.signal,
+              err.stderr,
+            ),
+          );
+        } else {
+          reject(err);
+        }
+      };
+      this.pending.add(fail);
+      const sent: Promise<R> =
+        token === undefined
+          ? this.connection.sendRequest(method, params)
+          : this.connection.sendRequest(method, params, token);
+      sent.then(resolve, reject).finally(() => this.pending.delete(fail));
+    });
+  }
+
+  get isEnded(): boolean {
+    return this.endedError !== undefined;
+  }
+
+  kill(): void {
+    if (
+      this.process !== undefined &&
+      this.process.exitCode === null &&
+      this.process.signalCode === null
+    ) {
+      this.process.kill("SIGKILL");
+    }
+    this.socket?.destroy();
+  }
+}
+
+/** Start `command args` with its stdio as the transport. */
+async function spawnLink(command: string, args: string[], options: ProgramOptions): Promise<Link> {
+  const stderr = new StderrTail(options.onStderr);
+  const child = spawn(command, args, {
+    stdio: ["pipe", "pipe", "pipe"],
+    env: options.env ?? process.env,
+    cwd: options.cwd,
+  });
+  await new Promise<void>((resolve, reject) => {
+    child.once("spawn", () => resolve());
+    child.once("error", (err) =>
+      reject(
+        new SidecarError(`cannot start ${JSON.stringify(command)}: ${err.message}`, { cause: err }),
+      ),
+    );
+  });
+  child.on("error", () => {}); // after "spawn", a failed kill(); the exit is what counts
+  options.onSpawn?.(child);
+  // Writes to a daemon that just died fail with EPIPE; its exit is reported instead.
+  child.stdin.on("error", () => {});
+  child.stderr.setEncoding("utf8");
+  child.stderr.on("data", (chunk: string) => {
+    if ((options.stderr ?? "inherit") === "inherit") process.stderr.write(chunk);
+    stderr.write(chunk);
+  });
+  const ended = new Promise<Ended>((resolve) => {
+    const done = (exitCode: number | null, signal: NodeJS.Signals | null): void => {
+      stderr.end();
+      resolve({ exitCode, signal });
+    };
+    // "close" comes once stderr is read to its end; "exit" alone could miss the last lines.
+    child.once("close", done);
+    // A grandchild holding the pipes open would delay "close" for good.
+    child.once("exit", (exitCode, signal) =>
+      setTimeout(() => done(exitCode, signal), 2000).unref(),
+    );
+  });
+  const what = [command, ...args].map((a) => (/\s/.test(a) ? JSON.stringify(a) : a)).join(" ");
+  const shown = what.length > 120 ? `${what.slice(0, 117)}...` : what;
+  return new Link(shown, child.stdout, child.stdin, ended, stderr, child);
+}
+
+/** Connect to a daemon listening on a unix socket or loopback TCP. */
+async function socketLink(
+  address: { socket: string } | { host: string; port: number },
+): Promise<Link> {
+  const what =
+    "socket" in address
+      ? `the daemon at unix:${address.socket}`
+      : `the daemon at tcp://${address.host}:${address.port}`;
+  const socket = await new Promise<net.Socket>((resolve, reject) => {
+    const s =
+      "socket" in address
+        ? net.connect({ path: address.socket })
+        : net.connect({ host: address.host, port: address.port });
+    s.once("connect", () => {
+      s.off("error", onError);
+      resolve(s);
+    });
+    const onError = (err: Error): void =>
+      reject(
+        new SidecarError(
+          `no daemon answers: cannot connect to ${what.slice("the daemon at ".length)}: ${err.message}`,
+          { cause: err },
+        ),
+      );
+    s.once("error", onError);
+  });
+  socket.on("error", () => {}); // a reset shows as "close", reported with the pending requests
+  const ended = new Promise<Ended>((resolve) =>
+    socket.once("close", () => resolve({ exitCode: null, signal: null })),
+  );
+  return new Link(what, socket, socket, ended, new StderrTail(), undefined, socket);
+}
+
+type State = "connected" | "reconnecting" | "closed";
+
+/** An initialized connection to one daemon (to its successors, with `reconnect`). */
+export class SidecarClient {
+  /** What the daemon answered to `initialize` (the latest one, after a reconnect). */
+  initializeResult!: InitializeResult;
+  private link!: Link;
+  private state: State = "connected";
+  private closedError: Error | undefined;
+  private regained: Promise<void> | undefined;
+  private readonly handlers = new Map<string, Set<(params: unknown) => void>>();
+  private readonly requestHandlers = new Map<
+    string,
+    (params: never, token: CancellationToken) => unknown
+  >();
+  /** The current link's registration of each request handler (to dispose it). */
+  private readonly requestRegistrations = new Map<string, Disposable>();
+  /** Sessions the daemon sends this client notifications for, to subscribe to again. */
+  private readonly subscriptions = new Set<string>();
+  private readonly disconnectEmitter = new Emitter<SidecarExitedError>();
+  private readonly reconnectEmitter = new Emitter<InitializeResult>();
+  private readonly closeEmitter = new Emitter<void>();
+  private readonly closedPromise: Promise<void>;
+
+  /** Use `spawnSidecar`/`connectSidecar`. */
+  private constructor(
+    private readonly open: () => Promise<Link>,
+    private readonly options: ClientOptions,
+    private readonly authToken: string | undefined,
+    private readonly reconnect: Required<ReconnectOptions> | undefined,
+  ) {
+    this.closedPromise = new Promise((resolve) => this.closeEmitter.event(() => resolve()));
+  }
+
+  /** @internal */
+  static async start(
+    open: () => Promise<Link>,
+    options: ClientOptions,
+    authToken?: string,
+    reconnect?: Required<ReconnectOptions>,
+  ): Promise<SidecarClient> {
+    const client = new SidecarClient(open, options, authToken, reconnect);
+    await client.attach(await open());
+    return client;
+  }
+
+  /** The current vscode-jsonrpc connection, for anything this class does not wrap. */
+  get connection(): MessageConnection {
+    return this.link.connection;
+  }
+
+  /** The daemon's (or the `connect` bridge's) process when this client started it. */
+  get process(): ChildProcess | undefined {
+    return this.link.process;
+  }
+
+  /** Fires when the daemon goes away (with `reconnect`, before trying again). */
+  get onDidDisconnect(): (listener: (err: SidecarExitedError) => void) => Disposable {
+    return this.disconnectEmitter.event;
+  }
+
+  /** Fires once a reconnect has re-initialized and re-subscribed. */
+  get onDidReconnect(): (listener: (result: InitializeResult) => void) => Disposable {
+    return this.reconnectEmitter.event;
+  }
+
+  /** Resolves when the client is closed for good (disposed, or the daemon gone for good). */
+  get onClosed(): Promise<void> {
+    return this.closedPromise;
   }
 
   /** Send a request; params and result are typed by the method name. */
@@ -117,9 +443,45 @@ export class SidecarClient {
     params: ParamsOf<M>,
     token?: CancellationToken,
   ): Promise<ResultOf<M>> {
-    return token === undefined
-      ? this.connection.sendRequest(method, params)
-      : this.connection.sendRequest(method, params, token);
+    if (this.state === "closed") {
+      return Promise.reject(this.closedError ?? new SidecarError("the client is disposed"));
+    }
+    if (this.state === "reconnecting" && this.regained !== undefined) {
+      return this.regained.then(() => this.request(method, params, token));
+    }
+    return this.link.send<ResultOf<M>>(method, params, token).then((result) => {
+      this.track(method, params, result);
+      return result;
+    });
+  }
+
+  /** Remember which sessions the daemon subscribed this client to (PROTOCOL.md). */
+  private track(method: string, params: unknown, result: unknown): void {
+    const p = params as {
+      sessionID?: string;
+      message?: { sessionID?: string };
+      part?: { sessionID?: string };
+    };
+    switch (method) {
+      case "session/create":
+      case "session/fork":
+        this.subscriptions.add((result as Session).id);
+        break;
+      case "session/subscribe":
+      case "session/compact":
+        if (p.sessionID !== undefined) this.subscriptions.add(p.sessionID);
+        break;
+      case "message/update":
+        if (p.message?.sessionID !== undefined) this.subscriptions.add(p.message.sessionID);
+        break;
+      case "part/update":
+        if (p.part?.sessionID !== undefined) this.subscriptions.add(p.part.sessionID);
+        break;
+      case "session/unsubscribe":
+      case "session/delete":
+        if (p.sessionID !== undefined) this.subscriptions.delete(p.sessionID);
+        break;
+    }
   }
 
   /** Handle a daemon notification; `$/progress` included. */
@@ -127,25 +489,34 @@ export class SidecarClient {
     method: M,
     handler: (params: NotificationParams<M>) => void,
   ): Disposable {
-    if (method === "$/progress") {
-      // vscode-jsonrpc routes $/progress to registered progress tokens; ours are not registered.
-      return this.connection.onUnhandledProgress((p) =>
-        handler(p as unknown as NotificationParams<M>),
-      );
-    }
     // vscode-jsonrpc keeps one handler per method: fan out to every one registered here.
     let handlers = this.handlers.get(method);
     if (handlers === undefined) {
-      const set = new Set<(params: unknown) => void>();
-      handlers = set;
-      this.handlers.set(method, set);
-      this.connection.onNotification(method, (params: unknown) => {
-        for (const h of [...set]) h(params);
-      });
+      handlers = new Set();
+      this.handlers.set(method, handlers);
+      // While reconnecting, the next link takes it on (attach).
+      if (this.state === "connected") this.listen(this.link.connection, method, handlers);
     }
     const h = handler as (params: unknown) => void;
-    handlers.add(h);
-    return Disposable.create(() => handlers.delete(h));
+    const set = handlers;
+    set.add(h);
+    return Disposable.create(() => set.delete(h));
+  }
+
+  private listen(
+    connection: MessageConnection,
+    method: string,
+    set: Set<(params: unknown) => void>,
+  ): void {
+    const fanOut = (params: unknown): void => {
+      for (const h of [...set]) h(params);
+    };
+    if (method === "$/progress") {
+      // vscode-jsonrpc routes $/progress to registered progress tokens; ours are not registered.
+      connection.onUnhandledProgress(fanOut);
+    } else {
+      connection.onNotification(method, fanOut);
+    }
   }
 
   /** The next notification of `method` whose params satisfy `predicate`. */
@@ -153,6 +524,11 @@ export class SidecarClient {
     method: M,
     predicate: (params: NotificationParams<M>) => boolean = () => true,
   ): Promise<NotificationParams<M>> {
+    if (this.state === "closed") {
+      return Promise.reject(
+        this.closedError ?? new SidecarError(`the client is closed: no ${method} will come`),
+      );
+    }
     return new Promise((resolve, reject) => {
       const sub = this.onNotification(method, (params) => {
         if (predicate(params)) {
@@ -161,9 +537,11 @@ export class SidecarClient {
           resolve(params);
         }
       });
-      const closed = this.connection.onClose(() => {
+      const closed = this.closeEmitter.event(() => {
         sub.dispose();
-        reject(new Error(`connection closed while waiting for ${method}`));
+        reject(
+          this.closedError ?? new SidecarError(`the client closed while waiting for ${method}`),
+        );
       });
     });
   }
@@ -174,18 +552,164 @@ export class SidecarClient {
    */
   onRequest<M extends DaemonRequest>(
     method: M,
-    handler: (
-      params: ParamsOf<M>,
-      token: CancellationToken,
-    ) => ResultOf<M> | Promise<ResultOf<M>>,
+    handler: (params: ParamsOf<M>, token: CancellationToken) => ResultOf<M> | Promise<ResultOf<M>>,
   ): Disposable {
-    return this.connection.onRequest(method, (params: ParamsOf<M>, token) =>
-      handler(params, token),
+    const h = handler as (params: never, token: CancellationToken) => unknown;
+    this.requestHandlers.set(method, h);
+    // While reconnecting, the next link takes it on (attach).
+    if (this.state === "connected") this.registerRequest(this.link.connection, method, h);
+    return Disposable.create(() => {
+      if (this.requestHandlers.get(method) !== h) return; // replaced by a later handler
+      this.requestHandlers.delete(method);
+      this.requestRegistrations.get(method)?.dispose();
+      this.requestRegistrations.delete(method);
+    });
+  }
+
+  private registerRequest(
+    connection: MessageConnection,
+    method: string,
+    h: (params: never, token: CancellationToken) => unknown,
+  ): void {
+    this.requestRegistrations.set(method, connection.onRequest(method, h));
+  }
+
+  /** Take `link` as the transport: handlers, listen, `initialize` (bounded), version check. */
+  private async attach(link: Link): Promise<void> {
+    const connection = link.connection;
+    connection.listen();
+    const ms = this.options.startTimeout ?? DEFAULT_START_TIMEOUT;
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        const tail = link.stderr.lines.filter((l) => l.trim() !== "");
+        const said = tail.length > 0 ? `; its last stderr lines:\n  ${tail.join("\n  ")}` : "";
+        reject(
+          new SidecarTimeoutError(
+            `${link.what} did not answer initialize within ${ms / 1000} s${said}`,
+            tail,
+          ),
+        );
+      }, ms);
+    });
+    try {
+      const result = await Promise.race([this.handshake(link), timedOut]);
+      checkProtocol(result, link.what);
+      // The daemon sends nothing before `initialized`; handlers added meanwhile are included.
+      for (const [method, set] of this.handlers) this.listen(connection, method, set);
+      for (const [method, h] of this.requestHandlers) this.registerRequest(connection, method, h);
+      await connection.sendNotification("initialized", {});
+      this.link = link;
+      this.initializeResult = result;
+    } catch (err) {
+      link.kill();
+      await link.ended;
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
+    void link.ended.then((info) => this.lost(link, info));
+  }
+
+  private handshake(link: Link): Promise<InitializeResult> {
+    const params: InitializeParams & { authToken?: string } = {
+      processId: process.pid,
+      clientInfo: this.options.clientInfo ?? CLIENT_INFO,
+      capabilities: this.options.capabilities ?? {},
+      initializationOptions: this.options.initializationOptions ?? null,
+    };
+    if (this.authToken !== undefined) params.authToken = this.authToken;
+    return link.send<InitializeResult>("initialize", params);
+  }
+
+  /** The link in use ended: reconnect when asked to, else close for good. */
+  private lost(link: Link, info: Ended): void {
+    // A link that dies while the reconnect loop still sets it up is the loop's to retry.
+    if (this.link !== link || this.state !== "connected") return;
+    const gone = link.error(info, "while connected");
+    if (this.reconnect === undefined) {
+      this.close(gone);
+      this.disconnectEmitter.fire(gone);
+      return;
+    }
+    this.state = "reconnecting";
+    this.regained = this.reconnectLoop(this.reconnect, gone);
+    this.regained.catch(() => {}); // settled through close()
+    this.disconnectEmitter.fire(gone);
+  }
+
+  private async reconnectLoop(
+    options: Required<ReconnectOptions>,
+    gone: SidecarExitedError,
+  ): Promise<void> {
+    const deadline = Date.now() + options.timeout;
+    let delay = options.delay;
+    let last: unknown = gone;
+    while (this.state === "reconnecting" && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, delay));
+      if (this.state !== "reconnecting") break;
+      delay = Math.min(delay * 2, 2000);
+      let link: Link;
+      try {
+        link = await this.open();
+      } catch (err) {
+        last = err;
+        continue;
+      }
+      try {
+        await this.attach(link);
+      } catch (err) {
+        if (err instanceof ProtocolVersionError) {
+          this.close(err);
+          throw err;
+        }
+        last = err;
+        continue;
+      }
+      if (this.state !== "reconnecting") {
+        link.kill(); // disposed meanwhile
+        break;
+      }
+      try {
+        for (const sessionID of [...this.subscriptions]) {
+          try {
+            await link.send("session/subscribe", { sessionID });
+          } catch (err) {
+            if (!isRpcError(err)) throw err;
+            this.subscriptions.delete(sessionID); // deleted meanwhile: no longer followed
+          }
+        }
+      } catch (err) {
+        last = err; // the new daemon went too
+        continue;
+      }
+      if (link.isEnded) continue;
+      this.state = "connected";
+      this.regained = undefined;
+      this.reconnectEmitter.fire(this.initializeResult);
+      return;
+    }
+    if (this.state === "closed")
+      throw this.closedError ?? new SidecarError("the client is disposed");
+    const why = last instanceof Error ? last.message : String(last);
+    const err = new SidecarExitedError(
+      `the daemon did not come back within ${options.timeout / 1000} s: ${why}`,
+      gone.exitCode,
+      gone.signal,
+      gone.stderr,
     );
+    this.close(err);
+    throw err;
+  }
+
+  private close(err?: Error): void {
+    if (this.state === "closed") return;
+    this.state = "closed";
+    this.closedError = err;
+    this.closeEmitter.fire();
   }
 
   // -- convenience -----------------------------------------------------------------------------
-
   createSession(params: SessionCreateParams = {}): Promise<Session> {
     return this.request("session/create", params);
   }
@@ -198,7 +722,10 @@ export class SidecarClient {
   deleteSession(sessionID: string): Promise<null> {
     return this.request("session/delete", { sessionID });
   }
-  messages(sessionID: string, page: { limit?: number; cursor?: string } = {}): Promise<MessagesPage> {
+  messages(
+    sessionID: string,
+    page: { limit?: number; cursor?: string } = {},
+  ): Promise<MessagesPage> {
     return this.request("session/messages", { sessionID, ...page });
   }
   /** The filtered context window, ready to send to a model. */
@@ -275,46 +802,56 @@ export class SidecarClient {
     return this.request("config/update", { config });
   }
 
-  /** `shutdown`, `exit`, then close the connection (and wait for a spawned daemon to end). */
+  /** `shutdown`, `exit`, then close the connection (and wait for a spawned program to end). */
   async dispose(): Promise<void> {
-    if (!this.closed) {
+    const live = this.state === "connected";
+    this.close();
+    const link = this.link;
+    if (live) {
       try {
-        await this.request("shutdown", {});
-        await this.connection.sendNotification("exit");
+        await link.send("shutdown", {});
+        await link.connection.sendNotification("exit");
       } catch {
         // The daemon is already gone: nothing left to shut down.
       }
     }
-    const proc = this.process;
+    const proc = link.process;
     if (proc !== undefined && proc.exitCode === null && proc.signalCode === null) {
-      const exited = new Promise<void>((resolve) => proc.once("exit", () => resolve()));
       // `exit` ends a stdio daemon; closing its stdin is the fallback LSP servers honour.
       proc.stdin?.end();
       const timer = setTimeout(() => proc.kill("SIGKILL"), 5000);
-      await exited;
+      await link.ended;
       clearTimeout(timer);
     }
-    this.socket?.end();
-    this.connection.dispose();
+    link.socket?.end();
+    link.connection.dispose();
   }
+}
 
-  /** Resolves when the connection closes (the daemon exited or the socket closed). */
-  get onClosed(): Promise<void> {
-    return this.closedPromise;
-  }
+/**
+ * The daemon must speak this client's major protocol version (minor versions only add);
+ * without this check a mismatch shows up later as puzzling invalid-params errors.
+ */
+function checkProtocol(result: InitializeResult, what: string): void {
+  const theirs = (result as { protocolVersion?: unknown }).protocolVersion;
+  const major = (v: string): string => v.split(".")[0] ?? v;
+  if (typeof theirs === "string" && major(theirs) === major(PROTOCOL_VERSION)) return;
+  const said =
+    typeof theirs === "string" ? `speaks protocol ${theirs}` : "reports no protocol version";
+  throw new ProtocolVersionError(
+    `${what} ${said}; this client speaks ${PROTOCOL_VERSION}: install a compaction-sidecar ` +
+      `and a compaction-sidecar-client of the same protocol major version`,
+    typeof theirs === "string" ? theirs : undefined,
+    PROTOCOL_VERSION,
+  );
+}
 
-  async handshake(options: ClientOptions, authToken?: string): Promise<this> {
-    const params: InitializeParams & { authToken?: string } = {
-      processId: process.pid,
-      clientInfo: options.clientInfo ?? CLIENT_INFO,
-      capabilities: options.capabilities ?? {},
-      initializationOptions: options.initializationOptions ?? null,
-    };
-    if (authToken !== undefined) params.authToken = authToken;
-    this.initializeResult = await this.request("initialize", params);
-    await this.connection.sendNotification("initialized", {});
-    return this;
-  }
+function reconnectOptions(
+  r: boolean | ReconnectOptions | undefined,
+): Required<ReconnectOptions> | undefined {
+  if (r === undefined || r === false) return undefined;
+  const given = r === true ? {} : r;
+  return { timeout: given.timeout ?? 60_000, delay: given.delay ?? 250 };
 }
 
 /** Start a private daemon on stdio (`compaction-sidecar serve [--db DB]`) and initialize it. */
@@ -322,59 +859,32 @@ export async function spawnSidecar(options: SpawnOptions = {}): Promise<SidecarC
   const command = options.command ?? "compaction-sidecar";
   const args = [...(options.args ?? ["serve"])];
   if (options.db !== undefined) args.push("--db", options.db);
-  const child = spawn(command, args, {
-    stdio: ["pipe", "pipe", options.stderr ?? "inherit"],
-    env: options.env ?? process.env,
-    cwd: options.cwd,
-  });
-  const started = new Promise<void>((resolve, reject) => {
-    child.once("spawn", () => resolve());
-    child.once("error", reject);
-  });
-  await started;
-  const connection = createMessageConnection(
-    new StreamMessageReader(child.stdout!),
-    new StreamMessageWriter(child.stdin!),
-  );
-  const client = new SidecarClient(connection, child);
-  connection.listen();
-  return handshakeOrClose(client, options);
+  return SidecarClient.start(() => spawnLink(command, args, options), options);
 }
 
-/** Join a shared daemon (`serve --listen unix:PATH` or `tcp://127.0.0.1:PORT`). */
-export async function connectSidecar(options: ConnectOptions): Promise<SidecarClient> {
-  const socket = await new Promise<net.Socket>((resolve, reject) => {
-    const s =
-      "socket" in options
-        ? net.connect({ path: options.socket })
-        : net.connect({ host: options.host, port: options.port });
-    s.once("connect", () => {
-      s.off("error", reject);
-      resolve(s);
-    });
-    s.once("error", reject);
-  });
-  const connection = createMessageConnection(
-    new StreamMessageReader(socket),
-    new StreamMessageWriter(socket),
-  );
-  const client = new SidecarClient(connection, undefined, socket);
-  connection.listen();
-  return handshakeOrClose(client, options, "authToken" in options ? options.authToken : undefined);
-}
-
-async function handshakeOrClose(
-  client: SidecarClient,
-  options: ClientOptions,
-  authToken?: string,
-): Promise<SidecarClient> {
-  try {
-    return await client.handshake(options, authToken);
-  } catch (err) {
-    client.process?.kill();
-    client.connection.dispose();
-    throw err;
+/**
+ * Join the shared daemon: by default run `compaction-sidecar connect` (which starts the daemon
+ * when none runs) and speak over its stdio; or connect to `{socket}` / `{host, port}` directly.
+ */
+export async function connectSidecar(options: ConnectOptions = {}): Promise<SidecarClient> {
+  const reconnect = reconnectOptions(options.reconnect);
+  if ("socket" in options) {
+    const socket = options.socket;
+    return SidecarClient.start(() => socketLink({ socket }), options, undefined, reconnect);
   }
+  if ("host" in options) {
+    const { host, port, authToken } = options;
+    return SidecarClient.start(() => socketLink({ host, port }), options, authToken, reconnect);
+  }
+  const program = options as ProgramOptions & ClientOptions;
+  const command = program.command ?? "compaction-sidecar";
+  const args = [...(program.args ?? ["connect"])];
+  return SidecarClient.start(
+    () => spawnLink(command, args, program),
+    program,
+    undefined,
+    reconnect,
+  );
 }
 
 /** True when `err` is an error reply with `code` (see `ErrorCodes`). */

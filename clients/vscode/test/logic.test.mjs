@@ -1,0 +1,240 @@
+// The sample extension's logic (src/logic.ts, no `vscode` import) against a real shared daemon
+// that it starts through `compaction-sidecar connect`, with an agent writing turns beside it.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { test } from "node:test";
+import { connectSidecar } from "compaction-sidecar-client";
+import logic from "../dist/logic.js";
+
+const { SidecarController, formatStatus, formatEntry, commandCandidates } = logic;
+const PYTHON = process.env.SIDECAR_PYTHON || "python3";
+const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const MODEL = { providerID: "test", modelID: "tiny" };
+const tokens = (input) => ({ input, output: 200, reasoning: 0, cache: { read: 0, write: 0 } });
+
+/** A temp dir, a config with a small model window, and `connect` arguments isolated to them. */
+async function setup(t) {
+  const dir = await mkdtemp(join(tmpdir(), "sidecar-vscode-"));
+  const socket = join(dir, "daemon.sock");
+  const env = {
+    ...process.env,
+    XDG_CONFIG_HOME: join(dir, "cfg"),
+    XDG_STATE_HOME: join(dir, "state"),
+  };
+  delete env.OPENCODE_DISABLE_AUTOCOMPACT;
+  delete env.OPENCODE_DISABLE_PRUNE;
+  const config = join(dir, "config.json");
+  await writeFile(
+    config,
+    JSON.stringify({ models: { "test/tiny": { context: 8000, output: 1000 } } }),
+  );
+  const connectArgs = ["--socket", socket, "--db", join(dir, "s.db"), "--config", config];
+  // A daemon left behind by a failed run exits by itself.
+  connectArgs.push("--log-file", join(dir, "daemon.log"), "--idle-exit", "30");
+  t.after(async () => {
+    await new Promise((done) =>
+      spawn(PYTHON, ["-m", "sidecar", "stop", "--socket", socket], {
+        cwd: REPO,
+        env,
+        stdio: "ignore",
+      }).once("exit", done),
+    );
+    await rm(dir, { recursive: true, force: true });
+  });
+  return { dir, socket, env, connectArgs };
+}
+
+/** A sink that records, and resolves `next(predicate)` on the first status that satisfies it. */
+function recorder() {
+  const lines = [];
+  const waiters = [];
+  const sink = {
+    log: (line) => lines.push(line),
+    status: (use) => {
+      for (const w of [...waiters]) {
+        if (w.predicate(use)) {
+          waiters.splice(waiters.indexOf(w), 1);
+          w.resolve(use);
+        }
+      }
+    },
+  };
+  const next = (predicate) => new Promise((resolve) => waiters.push({ predicate, resolve }));
+  return { sink, lines, next };
+}
+
+async function start(t, env, settings) {
+  const rec = recorder();
+  const controller = await SidecarController.start(settings, rec.sink, { env, cwd: REPO });
+  t.after(() => controller.dispose());
+  return { controller, ...rec };
+}
+
+/** One user turn and the assistant's finished reply, as the agent writes them. */
+async function turn(agent, sessionID, model, text, t) {
+  const user = await agent.updateMessage({ role: "user", sessionID, model });
+  await agent.updatePart({ type: "text", sessionID, messageID: user.id, text });
+  const a = await agent.updateMessage({
+    role: "assistant",
+    sessionID,
+    parentID: user.id,
+    ...model,
+  });
+  await agent.updatePart({
+    type: "text",
+    sessionID,
+    messageID: a.id,
+    text: `Done: ${text}. ` + "Work. ".repeat(300),
+  });
+  return agent.updateMessage({ ...a, finish: "stop", tokens: t });
+}
+
+test("the client bundled is the one in ../typescript, installed from its packed tarball", async () => {
+  // package-lock.json carries no integrity for the tarball: with one, npm ci may install a
+  // stale copy from its cache instead of the tarball just packed.
+  const lock = JSON.parse(
+    await readFile(join(REPO, "clients", "vscode", "package-lock.json"), "utf8"),
+  );
+  const entry = lock.packages["node_modules/compaction-sidecar-client"];
+  assert.equal(entry.resolved, "file:../typescript/compaction-sidecar-client-0.1.0.tgz");
+  assert.equal(entry.integrity, undefined);
+  const installed = join(
+    REPO,
+    "clients",
+    "vscode",
+    "node_modules",
+    "compaction-sidecar-client",
+    "dist",
+    "index.js",
+  );
+  const built = join(REPO, "clients", "typescript", "dist", "index.js");
+  assert.equal(
+    await readFile(installed, "utf8"),
+    await readFile(built, "utf8"),
+    "repack: (cd ../typescript && npm pack) && npm ci",
+  );
+});
+
+test("the path setting runs `connect`; a program that cannot run falls back to `python -m sidecar`", async (t) => {
+  const { env, connectArgs, dir } = await setup(t);
+  const missing = join(dir, "no-such-compaction-sidecar");
+  assert.deepEqual(commandCandidates({ path: missing, python: PYTHON, connectArgs: [] }), [
+    { command: missing, args: ["connect"] },
+    { command: PYTHON, args: ["-m", "sidecar", "connect"] },
+  ]);
+  const viaFallback = await start(t, env, { path: missing, python: PYTHON, connectArgs });
+  assert.ok(
+    viaFallback.lines.some((l) => l.startsWith(`cannot start "${missing}"`)),
+    viaFallback.lines.join("\n"),
+  );
+  assert.ok(
+    viaFallback.lines.includes(
+      `connected through: ${PYTHON} -m sidecar connect ${connectArgs.join(" ")}`,
+    ),
+  );
+  const binary = join(dirname(PYTHON), "compaction-sidecar");
+  const viaPath = await start(t, env, {
+    path: binary,
+    python: join(dir, "no-python"),
+    connectArgs,
+  });
+  assert.ok(
+    viaPath.lines.includes(`connected through: ${binary} connect ${connectArgs.join(" ")}`),
+  );
+});
+
+test("a broken setup rejects with the status and reaches the log through the daemon's stderr", async (t) => {
+  const { env, dir, socket } = await setup(t);
+  const { sink, lines } = recorder();
+  const connectArgs = ["--socket", socket, "--config", join(dir, "missing.json")];
+  const settings = { path: join(dir, "none"), python: PYTHON, connectArgs };
+  await assert.rejects(SidecarController.start(settings, sink, { env, cwd: REPO }), (err) => {
+    assert.match(err.message, /exited with status 2 before answering initialize/);
+    assert.match(err.message, /missing\.json/);
+    return true;
+  });
+  assert.ok(
+    lines.some((l) => l.startsWith("[daemon] ") && l.includes("missing.json")),
+    lines.join("\n"),
+  );
+});
+
+test("the status bar follows the active session's window from notifications; Compact now; history", async (t) => {
+  const { env, connectArgs, socket } = await setup(t);
+  const { controller, next, lines } = await start(t, env, {
+    path: "compaction-sidecar-not-here",
+    python: PYTHON,
+    connectArgs,
+  });
+  assert.deepEqual(formatStatus(undefined).text, "$(archive) sidecar");
+  const agent = await connectSidecar({ socket });
+  t.after(() => agent.dispose());
+  const { id: sessionID } = await agent.createSession({ title: "agent" });
+
+  const measured = next((u) => u.sessionID === sessionID && u.used > 0);
+  await turn(agent, sessionID, MODEL, "Refactor src/app.py", tokens(3000));
+  const use = await measured;
+  assert.deepEqual(use, { sessionID, used: 3200, usable: 7000, status: "idle", estimated: false });
+  assert.equal(controller.active, sessionID);
+  assert.equal(formatStatus(use).text, "$(dashboard) 3.2k / 7.0k (46%)");
+  assert.match(formatStatus(use).tooltip, /3200 tokens on the model's last call, of 7000 usable/);
+
+  const compacted = next((u) => u.sessionID === sessionID && u.estimated);
+  const result = await controller.compactNow();
+  assert.equal(result.status, "continue");
+  const after = await compacted;
+  assert.ok(after.used > 0 && after.used < 3200, JSON.stringify(after));
+  assert.ok(
+    lines.some((l) => l.startsWith(`session ${sessionID} compacted (manual)`)),
+    lines.join("\n"),
+  );
+
+  const [entry, ...rest] = await controller.history();
+  assert.deepEqual(rest, []);
+  assert.equal(entry.auto, false);
+  assert.equal(entry.summaryID, result.summaryMessageID);
+  assert.equal(entry.before, 3200);
+  assert.ok(entry.after > 0);
+  assert.match(entry.summary, /src\/app\.py/);
+  const shown = formatEntry(entry);
+  assert.equal(shown.description, `before 3200 → after ${entry.after} tokens`);
+  assert.match(shown.label, /^manual compaction \d{4}-/);
+  assert.ok(shown.tooltip.endsWith(entry.summary));
+});
+
+test("window/logMessage reaches the log, and dispose shuts down cleanly", async (t) => {
+  const { env, connectArgs, socket } = await setup(t);
+  const { controller, lines } = await start(t, env, {
+    path: join(REPO, "missing"),
+    python: PYTHON,
+    connectArgs,
+  });
+  const agent = await connectSidecar({ socket });
+  t.after(() => agent.dispose());
+  const { id: sessionID } = await agent.createSession();
+  const logged = controller.client.waitFor("window/logMessage", (p) =>
+    p.message.includes("test/unknown-model"),
+  );
+  await turn(
+    agent,
+    sessionID,
+    { providerID: "test", modelID: "unknown-model" },
+    "Hello",
+    tokens(10),
+  );
+  await logged;
+  assert.ok(
+    lines.some((l) => l.includes("no context limits known for model 'test/unknown-model'")),
+    lines.join("\n"),
+  );
+
+  const bridge = controller.client.process;
+  await controller.dispose();
+  assert.equal(bridge.exitCode, 0);
+  // The shared daemon keeps serving the other clients.
+  assert.equal((await agent.getSession(sessionID)).id, sessionID);
+});
