@@ -28,7 +28,13 @@ from sidecar.engine.window import load_window
 from sidecar.errors import InvalidParams
 from sidecar.model.catalog import lookup
 from sidecar.model.config import Config
-from sidecar.model.conversation import CONTINUE_TEXT, is_marker, is_summary, latest_model_turn
+from sidecar.model.conversation import (
+    CONTINUE_TEXT,
+    is_marker,
+    is_summary,
+    latest_model_turn,
+    writer_name,
+)
 from sidecar.model.ids import new_id, now_ms
 from sidecar.model.messages import (
     AssistantMessage,
@@ -66,6 +72,7 @@ from sidecar.summarizers.base import (
     DEFAULT_PROMPT,
     Summarizer,
     SummaryError,
+    SummaryResult,
 )
 
 _encoder = msgspec.json.Encoder()
@@ -137,6 +144,14 @@ def _summary_budget(window: Sequence[WithParts], cfg: Config) -> int:
         if usable > 0 and share > 0:
             budget = min(budget, max(SUMMARY_FLOOR, usable // share))
     return budget
+
+
+def _fallback_writer() -> Summarizer:
+    """``summarizer.fallback`` ``"extractive"``: offline, so it cannot fail the way the
+    configured writer did (no network, no quota, no time limit to miss)."""
+    from sidecar.summarizers.extractive import ExtractiveSummarizer
+
+    return ExtractiveSummarizer()
 
 
 def _last_user(window: Sequence[WithParts]) -> UserMessage | None:
@@ -371,11 +386,7 @@ class Compactor:
             and p.state.time.compacted is not None
         ]
         text = "\n".join(p.text for p in parts if isinstance(p, TextPart))
-        writer = (
-            "extractive"
-            if done.provider_id == "extractive"
-            else f"{done.provider_id}/{done.model_id}"
-        )
+        writer = writer_name(done.provider_id, done.model_id)
         record = CompactionRecord(
             message_id=done.id,
             time=done.time.created,
@@ -548,21 +559,46 @@ class Compactor:
                 value["percentage"] = pct
             self.host.progress(sid, token, value)
 
+        prior = ledger.latest(plan.previous or await self._previous_summaries(sid, 1))
+
+        async def write(by: Summarizer, limit: int | None) -> SummaryResult:
+            return await bounded.summarize(
+                by,
+                system=cfg.compaction.system or COMPACTION_SYSTEM,
+                structured=cfg.compaction.system is None,
+                kept=kept,
+                prompt=prompt,
+                history=plan.history,
+                reference=plan.reference,
+                previous=plan.previous,
+                max_tokens=_summary_budget(plan.window, cfg),
+                max_input_tokens=limit,
+                progress=report,
+                prior=prior,
+            )
+
         limit = cfg.summarizer.max_input_tokens or writer.input_limit()
-        result = await bounded.summarize(
-            writer,
-            system=cfg.compaction.system or COMPACTION_SYSTEM,
-            structured=cfg.compaction.system is None,
-            kept=kept,
-            prompt=prompt,
-            history=plan.history,
-            reference=plan.reference,
-            previous=plan.previous,
-            max_tokens=_summary_budget(plan.window, cfg),
-            max_input_tokens=limit,
-            progress=report,
-            prior=ledger.latest(plan.previous or await self._previous_summaries(sid, 1)),
-        )
+        fallback = cfg.summarizer.fallback if writer.provider_id != "extractive" else None
+        budget = asyncio.timeout(cfg.compaction.time_budget)
+        try:
+            async with budget:
+                result = await write(writer, limit)
+        except (SummaryError, TimeoutError) as exc:
+            if isinstance(exc, TimeoutError) and not budget.expired():
+                raise
+            failure = str(exc) if isinstance(exc, SummaryError) else ""
+            if isinstance(exc, TimeoutError):
+                failure = (
+                    f"{writer_name(writer.provider_id, writer.model_id)}: no summary within "
+                    f"compaction.timeBudget ({cfg.compaction.time_budget:g}s)"
+                )
+            if fallback is None:
+                if isinstance(exc, SummaryError):
+                    raise
+                raise SummaryError(failure) from None
+            self.host.log(f"summary writer failed: {failure}; written by the {fallback} fallback")
+            report(f"writer failed; {fallback} fallback", None)
+            result = await write(_fallback_writer(), None)
         # OpenCode's summary parts: step-start, the text, step-finish (with the usage).
         step_start = StepStartPart(id=new_id("prt"), session_id=sid, message_id=summary.id)
         text_part = TextPart(

@@ -35,7 +35,7 @@ from sidecar.engine.fit import limit_for_window
 from sidecar.engine.host import Host
 from sidecar.engine.window import load_window
 from sidecar.errors import Busy, ErrorCode, InvalidParams, SidecarError
-from sidecar.model.catalog import lookup
+from sidecar.model.catalog import lookup, lookup_with_source
 from sidecar.model.config import Config, SummarizerConfig
 from sidecar.model.ids import now_ms
 from sidecar.model.messages import AssistantMessage, Message
@@ -51,7 +51,7 @@ from sidecar.model.rpc import (
     PruneResult,
     StatusEvent,
 )
-from sidecar.model.session import Session
+from sidecar.model.session import Session, SessionLimits
 from sidecar.model.tokens import ModelLimit, Tokens
 from sidecar.store import Key, Store
 from sidecar.store import steer as steer_data
@@ -450,6 +450,7 @@ class Engine:
             else:  # triggerTokens holds whatever the model's window, known or not
                 count = info.tokens.input + info.tokens.cache.read + info.tokens.output
                 overflowed = ccfg.auto and overflow_mod.reaches_trigger_tokens(count, ccfg)
+        await self._remember_limits(session, info, cfg)
         if overflowed:
             if not ccfg.auto:
                 if info.error is not None:
@@ -481,6 +482,23 @@ class Engine:
         self._streak.pop(sid, None)
         if info.finish not in (None, "tool-calls", "unknown"):
             await self._prune(sid, cfg, cutoff=cutoff, ts=info.time.completed or info.time.created)
+
+    async def _remember_limits(self, session: Session, info: AssistantMessage, cfg: Config) -> None:
+        """Store the limits this turn's decision used with the session (when they changed),
+        so ``inspect``/``report`` show the window the session ran under."""
+        limit, source = lookup_with_source(info.provider_id, info.model_id, cfg.models)
+        if limit is None or not info.model_id:
+            return
+        seen = SessionLimits(
+            model=f"{info.provider_id}/{info.model_id}",
+            source=source,
+            context=limit.context,
+            output=limit.output,
+            input=limit.input,
+            usable=overflow_mod.usable(limit, cfg.compaction),
+        )
+        if session.limits != seen:
+            await self.store.put_session(msgspec.structs.replace(session, limits=seen))
 
     async def _auto_compact(
         self,

@@ -59,3 +59,9 @@ def latest_model_turn(window: Sequence[WithParts]) -> AssistantMessage | None:
         if isinstance(info, AssistantMessage) and not info.summary and info.model_id:
             return info
     return None
+
+
+def writer_name(provider_id: str, model_id: str) -> str:
+    """Who wrote a summary, as ``session/compacted``'s ``writer`` and ``inspect`` show it:
+    ``provider/model``, or ``extractive`` for the offline writer."""
+    return "extractive" if provider_id == "extractive" else f"{provider_id}/{model_id}"

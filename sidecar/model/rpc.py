@@ -216,7 +216,9 @@ class Diagnostics(Dense, kw_only=True):
     summary_tokens: int = 0
     messages_summarized: int = 0
     parts_pruned: int = 0  # pruned tool outputs among what the summary replaced
-    writer: str = ""  # "provider/model" or "extractive"
+    # Who wrote the summary: "provider/model" (e.g. "openai/gpt-4o-mini"), "extractive" for the
+    # offline writer, which is also what a failed writer's fallback shows.
+    writer: str = ""
     duration_ms: int = 0
     auto: bool = False
 

@@ -14,6 +14,7 @@ import os
 import secrets
 import signal
 import sqlite3
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from sidecar.server.context import Control
 from sidecar.server.transport import Listener, ListenError, run_stdio, serve_socket
 from sidecar.shared_daemon import paths, sockets
 from sidecar.store import Store
-from sidecar.store.url import CannotOpen, UnsupportedDatabase, redact
+from sidecar.store.url import CannotOpen, UnsupportedDatabase, redact, unreachable
 
 log = logging.getLogger("sidecar.daemon")
 
@@ -78,7 +79,9 @@ async def open_store(opts: Options) -> Store:
     except UnsupportedDatabase as exc:
         raise StartError(str(exc)) from None
     except (OSError, sqlite3.Error, TimeoutError, CannotOpen) as exc:
-        raise StartError(f"cannot open the database {shown}: {exc or type(exc).__name__}") from None
+        raise StartError(
+            f"cannot open the database {shown}: {unreachable(str(opts.db), exc)}"
+        ) from None
 
 
 async def _serve_shared(app: App, opts: Options) -> int:
@@ -108,7 +111,10 @@ async def _serve_shared(app: App, opts: Options) -> int:
             token_file = opts.token_file or paths.default_token_path(listener.port)
             _write_secret(token_file, token, private=opts.token_file is None)
             note = f"; token in {token_file}"
-        log.warning("compaction-sidecar listening on %s%s", listener.address, note)
+        # A status line for whoever started it (and the log file connect gives a daemon it
+        # starts), not a warning: the log has it at INFO.
+        print(f"compaction-sidecar listening on {listener.address}{note}", file=sys.stderr)
+        log.info("serving %s%s", listener.address, note)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):

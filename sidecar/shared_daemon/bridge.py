@@ -30,7 +30,12 @@ CHUNK = 1 << 16
 
 
 class BridgeError(Exception):
-    """The daemon could not be reached or started; the message says why."""
+    """The daemon could not be reached or started; the message says why. ``status`` is
+    connect's exit status: the daemon's own 2 (usage or config error) passes through."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -120,7 +125,8 @@ def start(target: Target) -> None:
         ) from None
     raise BridgeError(
         f"the daemon exited with status {code} before listening:\n"
-        f"{_tail(log_file, offset)}(log: {log_file})"
+        f"{_tail(log_file, offset)}(log: {log_file})",
+        status=2 if code == 2 else 1,
     )
 
 
@@ -185,5 +191,5 @@ def main(target: Target, *, default_socket: bool) -> int:
         conn = attach(target)
     except (BridgeError, paths.UnsafeDirectory, OSError) as exc:
         print(f"compaction-sidecar connect: {exc}", file=sys.stderr)
-        return 1
+        return exc.status if isinstance(exc, BridgeError) else 1
     return bridge(conn)

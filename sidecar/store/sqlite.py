@@ -55,6 +55,9 @@ class SqliteBackend:
         path = str(path)
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+            # Opened once here first: when aiosqlite's connect fails (a directory, no
+            # permission) its worker thread outlives the event loop and prints a traceback.
+            sqlite3.connect(path).close()
         # Not autocommit: the writer's transactions begin implicitly at their first write.
         # Shared across threads: ``GroupCommit`` commits modest batches on the loop's thread and
         # large ones on aiosqlite's, never both at once. Auto-checkpoint is off: the writer

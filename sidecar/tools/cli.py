@@ -39,13 +39,21 @@ def add_commands(sub: Any) -> None:
     p.add_argument("session", help="session id, a unique prefix of it, or its title")
     p.add_argument("--db", help=db_help)
     p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
-    p.add_argument("--context", type=_positive, help="model window to draw (default: catalog)")
+    p.add_argument(
+        "--context",
+        type=_positive,
+        help="model window to draw (default: the one stored with the session, else the catalog)",
+    )
 
     p = sub.add_parser("report", help="a self-contained HTML report of a session")
     p.add_argument("session", help="session id, a unique prefix of it, or its title")
     p.add_argument("--db", help=db_help)
     p.add_argument("-o", "--output", type=Path, required=True, help="the HTML file to write")
-    p.add_argument("--context", type=_positive, help="model window to draw (default: catalog)")
+    p.add_argument(
+        "--context",
+        type=_positive,
+        help="model window to draw (default: the one stored with the session, else the catalog)",
+    )
 
     p = sub.add_parser("import", help="import OpenCode, Claude Code, pi or transcript sessions")
     p.add_argument(
@@ -81,10 +89,11 @@ def _db(args: argparse.Namespace) -> str | Path:
 
 
 def dispatch(args: argparse.Namespace) -> int:
-    """Run the tools command in ``args``; 1 with a one-line message on a user error."""
+    """Run the tools command in ``args``. A one-line message and exit status 2 when the
+    command line names nothing usable (a database or file), 1 when the command failed."""
     from sidecar.errors import Conflict
     from sidecar.tools.importers.common import ImportFailure
-    from sidecar.tools.readdb import DatabaseError
+    from sidecar.tools.readdb import CannotOpenDatabase, DatabaseError
 
     try:
         if args.command == "sessions":
@@ -92,6 +101,9 @@ def dispatch(args: argparse.Namespace) -> int:
         if args.command in ("inspect", "report"):
             return _inspect(args)
         return asyncio.run(_import(args))
+    except (CannotOpenDatabase, _NoInput) as exc:
+        print(f"compaction-sidecar {args.command}: {exc}", file=sys.stderr)
+        return 2
     except (DatabaseError, ImportFailure, Conflict) as exc:
         print(f"compaction-sidecar {args.command}: {exc}", file=sys.stderr)
         return 1
@@ -136,10 +148,11 @@ def _sessions(args: argparse.Namespace) -> int:
     if not rows:
         print("no sessions")
         return 0
-    print(f"{'id':<34} {'messages':>8} {'tokens':>9} {'compact':>7}  {'last activity':<16}  title")
+    w = max(34, *(len(s.id) for s in rows))  # ids are any length (imports keep theirs)
+    print(f"{'id':<{w}} {'messages':>8} {'tokens':>9} {'compact':>7}  {'last activity':<16}  title")
     for s in rows:
         print(
-            f"{s.id:<34} {s.messages:>8,} {s.estimated_tokens:>9,} {s.compactions:>7}  "
+            f"{s.id:<{w}} {s.messages:>8,} {s.estimated_tokens:>9,} {s.compactions:>7}  "
             f"{_when(s.last_activity):<16}  {s.title}"
         )
     return 0
@@ -175,13 +188,24 @@ def _print_inspection(ins: Any) -> None:
     window = f"{ins.window:,}" if ins.window else "unknown"
     print(f"{s.id}  {s.title}")
     usable = f"{ins.usable:,}" if ins.usable else "-"
-    print(f"model {ins.model or 'unknown'}, window {window}, usable {usable}")
+    where = {
+        "session": " (stored with the session)",
+        "catalog": " (from the model catalog)",
+        "--context": " (--context)",
+    }.get(ins.limits_from or "", "")
+    print(f"model {ins.model or 'unknown'}, window {window}, usable {usable}{where}")
     print(f"{s.messages} messages, current context {s.estimated_tokens:,} estimated tokens")
+    print(
+        "(context: the engine's estimate of the window a frontend sends before each model call; "
+        "a compaction's before/after: that estimate of the window just before it and right "
+        "after its summary)"
+    )
     events: dict[int, list[str]] = {}
     for i, c in enumerate(ins.compactions, 1):
         kind = "auto" if c.auto else "manual"
+        by = f", written by {c.writer}" if c.writer else ""
         events.setdefault(c.turn, []).append(
-            f"   -- compaction C{i} ({kind}): {c.before:,} -> {c.after:,} tokens, "
+            f"   -- compaction C{i} ({kind}): {c.before:,} -> {c.after:,} tokens{by}, "
             f"replaced {len(c.replaced_ids)} messages"
         )
         d = c.diagnostics
@@ -217,7 +241,7 @@ async def _import(args: argparse.Namespace) -> int:
 
     batches: list[tuple[Path, list[Imported]]] = []
     for path in args.files:
-        batches.append((path, read(Path(path), args.format)))
+        batches.append((path, _read(Path(path), args.format, read)))
     total = sum(len(i.messages) for _, imps in batches for i in imps)
     store = await Store.open(_db(args))
     done: list[dict[str, Any]] = []
@@ -225,7 +249,7 @@ async def _import(args: argparse.Namespace) -> int:
     try:
         for path, imps in batches:
             for imp in imps:
-                await _check_ids(store, imp, path)
+                await _check_ids(store, imp, path, bar)
                 await store.put_session_with(imp.session, imp.messages, imp.parts)
                 done.append(
                     {
@@ -234,8 +258,6 @@ async def _import(args: argparse.Namespace) -> int:
                         "messages": len(imp.messages),
                     }
                 )
-                if bar is not None:
-                    bar.update(len(imp.messages))
     finally:
         if bar is not None:
             bar.close()
@@ -248,9 +270,10 @@ async def _import(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _check_ids(store: Store, imp: Imported, path: Path) -> None:
+async def _check_ids(store: Store, imp: Imported, path: Path, bar: Any = None) -> None:
     """The store refuses an id that belongs to another session or message; checking first
-    gives an error that names the file and the id."""
+    gives an error that names the file and the id. The check looks up every message, so it
+    is what moves the progress bar, one message at a time."""
     from sidecar.tools.importers.common import ImportFailure
 
     for msg, _ in imp.messages:
@@ -259,12 +282,48 @@ async def _check_ids(store: Store, imp: Imported, path: Path) -> None:
             raise ImportFailure(
                 f"{path}: message {msg.id!r} is already stored in session {hit[0].session_id!r}"
             )
+        if bar is not None:
+            bar.update(1)
     for part, _ in imp.parts:
         found = await store.get_part(part.id)
         if found is not None and found[0].message_id != part.message_id:
             raise ImportFailure(
                 f"{path}: part {part.id!r} is already stored in message {found[0].message_id!r}"
             )
+
+
+class _NoInput(Exception):
+    """An import ``FILE`` that does not exist: a usage error (exit status 2)."""
+
+
+STDIN_NAMES = ("-", "/dev/stdin")
+STDIN_LABEL = "<stdin>"
+
+
+def _read(path: Path, fmt: Any, read: Any) -> list[Imported]:
+    """``read`` for one ``FILE``; ``-`` or ``/dev/stdin`` is standard input, saved to a private
+    temporary file first (format detection and the SQLite reader need a file they can reopen),
+    and named ``<stdin>`` in errors."""
+    import os
+    import tempfile
+
+    from sidecar.tools.importers.common import ImportFailure
+
+    if str(path) not in STDIN_NAMES:
+        if not path.exists():
+            raise _NoInput(f"{path}: no such file or folder")
+        result: list[Imported] = read(path, fmt)
+        return result
+    with tempfile.TemporaryDirectory(prefix="sidecar-import-") as tmp:
+        saved = Path(tmp) / "stdin"
+        with open(saved, "wb") as out:
+            while chunk := os.read(sys.stdin.fileno(), 1 << 20):
+                out.write(chunk)
+        try:
+            result = read(saved, fmt)
+        except ImportFailure as exc:
+            raise ImportFailure(str(exc).replace(str(saved), STDIN_LABEL)) from None
+        return result
 
 
 def _progress(total: int) -> Any:

@@ -18,7 +18,7 @@ from sidecar.engine.overflow import check
 from sidecar.engine.tokens import MESSAGE_OVERHEAD, estimate_messages, estimate_part
 from sidecar.model.catalog import lookup
 from sidecar.model.config import CompactionConfig
-from sidecar.model.conversation import is_finished_summary, latest_model_turn
+from sidecar.model.conversation import is_finished_summary, latest_model_turn, writer_name
 from sidecar.model.inspect import (
     CompactionEvent,
     Inspection,
@@ -102,8 +102,8 @@ def inspect(
 ) -> Inspection:
     """Per-turn context sizes, compactions (before -> after), prunes and the latest summary.
 
-    ``context`` overrides the model window (sessions replayed against a small window); else
-    the window comes from the model catalog for the session's model, when it is known.
+    ``context`` overrides the model window; else the limits stored with the session (those
+    the daemon's decisions used); else the model catalog for the session's model.
     ``diagnostics``: what the daemon stored per compaction, by summary message id.
     """
     costs = _Costs()
@@ -136,6 +136,7 @@ def inspect(
                     after=costs.window(filter_compacted(history[: i + 1]), done),
                     time=done,
                     summary=summary_text(m),
+                    writer=writer_name(info.provider_id, info.model_id),
                     replaced_ids=[r.info.id for r in replaced],
                     diagnostics=_plain((diagnostics or {}).get(info.id)),
                 )
@@ -157,11 +158,18 @@ def inspect(
     window: int | None = context
     usable: int | None = None
     limit: ModelLimit | None = None
+    source: str | None = None
     if context is not None:
         limit = ModelLimit(context=context, output=0)
+        source = "--context"
+    elif session.limits is not None:
+        # What the daemon's decisions used: the window the session really ran under.
+        stored = session.limits
+        window, usable, source = stored.context, stored.usable or None, "session"
     elif model is not None:
         limit = lookup(*model)
         window = limit.context if limit else None
+        source = "catalog" if limit else None
     if limit is not None and limit.context and (context is None or limit.output):
         # With only ``--context`` the output reserve is unknown, so no usable line is drawn.
         usable = check(Tokens(), limit, cfg).usable
@@ -170,6 +178,7 @@ def inspect(
         model="/".join(model) if model else None,
         window=window,
         usable=usable,
+        limits_from=source,
         turns=turns,
         compactions=compactions,
         prunes=prunes,

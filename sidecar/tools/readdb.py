@@ -24,13 +24,18 @@ from sidecar.model.rpc import CompactionRecord
 from sidecar.model.session import Session
 from sidecar.store import Key
 from sidecar.store.store import decode_message, decode_part
-from sidecar.store.url import UnsupportedDatabase, is_postgres, redact, sqlite_path
+from sidecar.store.url import UnsupportedDatabase, is_postgres, redact, sqlite_path, unreachable
 
 _session_decoder = msgspec.json.Decoder(Session)
 
 
 class DatabaseError(Exception):
-    """The database is missing or not one of ours; the message says which file."""
+    """A failure reading the database (no such session...); the message says what."""
+
+
+class CannotOpenDatabase(DatabaseError):
+    """``--db`` names no usable database (missing, a directory, not ours, unreachable): a
+    usage error, exit status 2, as ``serve`` gives for the same ``--db``."""
 
 
 class Result(Iterable[Any], Protocol):
@@ -52,7 +57,7 @@ def open_ro(db: str | Path) -> ReadConn:
     try:
         path = Path(sqlite_path(db))
     except UnsupportedDatabase as exc:
-        raise DatabaseError(str(exc)) from None
+        raise CannotOpenDatabase(str(exc)) from None
     return _open_sqlite(path)
 
 
@@ -62,25 +67,34 @@ def _open_pg(url: str) -> ReadConn:
     try:
         conn = PgReader(url)
     except Exception as exc:  # refused, unknown database, authentication...
-        raise DatabaseError(f"{redact(url)}: cannot connect ({exc})") from None
+        raise CannotOpenDatabase(
+            f"{redact(url)}: cannot connect ({unreachable(url, exc)})"
+        ) from None
     try:
         conn.execute("SELECT 1 FROM sessions LIMIT 1")
     except Exception as exc:
         conn.close()
-        raise DatabaseError(f"{redact(url)}: not a compaction-sidecar database ({exc})") from None
+        raise CannotOpenDatabase(
+            f"{redact(url)}: not a compaction-sidecar database ({exc})"
+        ) from None
     return conn
 
 
 def _open_sqlite(path: Path) -> ReadConn:
     if not path.exists():
-        raise DatabaseError(f"{path}: no such database")
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        raise CannotOpenDatabase(f"{path}: no such database")
+    if not path.is_file():
+        raise CannotOpenDatabase(f"{path}: not a database file")
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise CannotOpenDatabase(f"{path}: cannot open ({exc})") from None
     try:
         conn.execute("PRAGMA busy_timeout=5000")
         conn.execute("SELECT 1 FROM sessions LIMIT 1").fetchall()
     except sqlite3.DatabaseError as exc:
         conn.close()
-        raise DatabaseError(f"{path}: not a compaction-sidecar database ({exc})") from None
+        raise CannotOpenDatabase(f"{path}: not a compaction-sidecar database ({exc})") from None
     return conn
 
 

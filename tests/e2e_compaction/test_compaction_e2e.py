@@ -104,9 +104,15 @@ async def test_manual_compact_with_work_done_token(start: Spawn) -> None:
     )
     assert result["status"] == "continue" and result["summaryMessageID"]
     event = await c.wait_for("session/compacted")
-    # OpenCode's fields; the diagnostics beside them are issue 24's (tests/e2e/test_steering.py).
-    opencode = {k: event[k] for k in ("sessionID", "messageID", "auto")}
-    assert opencode == {"sessionID": sid, "messageID": result["summaryMessageID"], "auto": False}
+    # OpenCode's fields and the writer; the diagnostics beside them are issue 24's
+    # (tests/e2e/test_steering.py).
+    fields = {k: event[k] for k in ("sessionID", "messageID", "auto", "writer")}
+    assert fields == {
+        "sessionID": sid,
+        "messageID": result["summaryMessageID"],
+        "auto": False,
+        "writer": "extractive",
+    }
     tokens = {p["token"] for p in c.notifications("$/progress")}
     assert tokens == {"tok-1"}
     ctx = await c.context(sid, "anthropic")

@@ -116,7 +116,7 @@ async def test_overflow_compaction_cannot_help_says_so(store: Store) -> None:
 async def test_loop_guard_blames_an_unreachable_summarizer_not_model_limits(
     store: Store,
 ) -> None:
-    h = Harness(store)
+    h = Harness(store, {"summarizer": {"fallback": None}})
     _use(h, _Writer(fail=SummaryError("connection refused by 127.0.0.1:9")))
     s = await h.session()
     for i in range(3):

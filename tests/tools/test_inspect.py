@@ -146,11 +146,13 @@ def test_database_opened_read_only(compacted: tuple[Path, str]) -> None:
 
 def test_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nope.db"
-    assert main(["sessions", "--db", str(missing)]) == 1
+    assert (
+        main(["sessions", "--db", str(missing)]) == 2
+    )  # an unusable --db is a usage error, as for serve (issue 20)
     assert f"{missing}: no such database" in capsys.readouterr().err
     junk = tmp_path / "junk.db"
     junk.write_text("not sqlite")
-    assert main(["inspect", "x", "--db", str(junk)]) == 1
+    assert main(["inspect", "x", "--db", str(junk)]) == 2
     assert "not a compaction-sidecar database" in capsys.readouterr().err
 
 

@@ -430,6 +430,7 @@ export interface Session {
   directory?: string | null;
   time?: SessionTime;
   revert?: RevertInfo | null;
+  limits?: SessionLimits | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -448,6 +449,23 @@ export interface SessionTime {
 export interface RevertInfo {
   messageID: string;
   partID?: string | null;
+}
+/**
+ * The model limits the daemon's last decision for this session used (overflow check,
+ *     compaction), so ``inspect`` and ``report`` draw the window the session really ran under.
+ *     ``source``: ``config``, ``refreshed``, ``models-dev`` or ``default`` (config
+ *     ``models["*"]``); ``usable``: the input budget overflow compared against.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "SessionLimits".
+ */
+export interface SessionLimits {
+  model: string;
+  source: string;
+  context: number;
+  output?: number;
+  input?: number | null;
+  usable?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1085,6 +1103,7 @@ export interface CompactionConfig {
   pruneMinimum?: number;
   protectedTools?: string[];
   outputTokenMax?: number;
+  timeBudget?: number;
   triggerTokens?: number | null;
   keep?: KeepConfig;
   prompt?: string | null;
@@ -1148,6 +1167,7 @@ export interface SummarizerConfig {
   timeout?: number;
   deadline?: number;
   maxRetries?: number;
+  fallback?: "extractive" | null;
 }
 /**
  * Daemon limits: set only in the daemon's own config files, never over the wire.
