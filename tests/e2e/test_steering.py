@@ -421,7 +421,7 @@ async def test_an_unreadable_prompt_file_is_named_at_start(
     (tmp_path / "config.json").write_text(json.dumps({"compaction": {"systemFile": "nope.md"}}))
     with pytest.raises(ConnectionClosed) as err:
         await spawner(extra_args=["--config", str(tmp_path / "config.json")])
-    assert "`compaction.systemFile`: cannot read" in str(err.value)
+    assert "compaction.systemFile: cannot read" in str(err.value)
     assert "nope.md" in str(err.value) and "Traceback" not in str(err.value)
 
 
