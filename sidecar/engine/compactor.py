@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from sidecar.engine import bounded, ledger, overflow, revert, verify
+from sidecar.engine import bounded, ledger, overflow, revert, steer, verify
 from sidecar.engine.collapse import split
 from sidecar.engine.filter import filter_compacted
 from sidecar.engine.host import Host
-from sidecar.engine.tokens import estimate_messages
+from sidecar.engine.tokens import estimate, estimate_messages
 from sidecar.engine.window import load_window
+from sidecar.errors import InvalidParams
 from sidecar.model.catalog import lookup
 from sidecar.model.config import Config
 from sidecar.model.conversation import (
@@ -47,10 +50,14 @@ from sidecar.model.parts import (
     StepFinishPart,
     StepStartPart,
     TextPart,
+    ToolCompleted,
+    ToolPart,
 )
 from sidecar.model.rpc import (
     CompactedEvent,
+    CompactionRecord,
     CompactResult,
+    Diagnostics,
     MessageRemovedEvent,
     MessageUpdatedEvent,
     PartUpdatedEvent,
@@ -58,8 +65,8 @@ from sidecar.model.rpc import (
     StatusEvent,
 )
 from sidecar.model.session import Session
-from sidecar.model.tokens import estimate
 from sidecar.store import Key, Store
+from sidecar.store import steer as steer_data
 from sidecar.summarizers.base import (
     COMPACTION_SYSTEM,
     DEFAULT_PROMPT,
@@ -70,6 +77,7 @@ from sidecar.summarizers.base import (
 from sidecar.summarizers.extractive import ExtractiveSummarizer
 
 _encoder = msgspec.json.Encoder()
+log = logging.getLogger("sidecar.engine")
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,8 @@ class Request:
     # says that compaction cannot help, rather than only that it did not.
     reported_tokens: int = 0
     usable: int = 0
+    # ``session/compact {upTo}``: summarize up to and including this message, keep the rest.
+    up_to: str | None = None
 
 
 @dataclass
@@ -98,13 +108,16 @@ class Outcome:
     cut: Key | None = None  # the newest message the compaction saw
     marker: Key | None = None  # its marker
     end: Key | None = None  # the newest message it added
+    record: CompactionRecord | None = None  # its diagnostics (a finished compaction)
 
 
 def _without_ledger(m: WithParts) -> WithParts:
     """An earlier summary as the writer sees it inline: its prose without the ledger block
     (the daemon rolls the ledger itself; a model must neither copy nor edit it)."""
     parts: list[Part] = [
-        msgspec.structs.replace(p, text=ledger.drop_block(p.text)) if isinstance(p, TextPart) else p
+        msgspec.structs.replace(p, text=steer.drop_block(ledger.drop_block(p.text)))
+        if isinstance(p, TextPart)
+        else p
         for p in m.parts
     ]
     return WithParts(info=m.info, parts=parts)
@@ -238,6 +251,37 @@ def _check_smaller(req: Request, before: int, after: int) -> None:
     )
 
 
+def _diagnostics(record: CompactionRecord) -> dict[str, Any]:
+    return {f: getattr(record, f) for f in Diagnostics.__struct_fields__}
+
+
+def _split_at(window: list[WithParts], up_to: str) -> tuple[list[WithParts], list[WithParts]]:
+    """``session/compact {upTo}``: the window up to and including ``up_to``, and the rest."""
+    at = next((i for i, m in enumerate(window) if m.info.id == up_to), None)
+    if at is None or is_marker(window[at]) or is_summary(window[at]):
+        raise InvalidParams(
+            f"invalid params: `$.upTo` {up_to!r} is not a message of the session's context "
+            "window (a compaction's marker or summary cannot be the cut)"
+        )
+    return window[: at + 1], window[at + 1 :]
+
+
+def _check_kept_fits(tail: list[WithParts], window: list[WithParts], cfg: Config) -> None:
+    """What ``upTo`` keeps must fit the model on its own, or the summary cannot help."""
+    info = latest_model_turn(window)
+    limit = lookup(info.provider_id, info.model_id, cfg.models) if info is not None else None
+    if info is None or limit is None or limit.context == 0:
+        return
+    room = overflow.usable(limit, cfg.compaction)
+    kept = estimate_messages(tail)
+    if kept > room:
+        raise InvalidParams(
+            f"invalid params: `$.upTo` keeps about {kept} tokens after the summary, which does "
+            f"not fit the model {info.provider_id}/{info.model_id} (usable {room}): over by "
+            f"{kept - room}; pick a later message"
+        )
+
+
 class Compactor:
     def __init__(self, store: Store, host: Host) -> None:
         self.store = store
@@ -258,15 +302,17 @@ class Compactor:
     async def run(self, req: Request, cfg: Config, writer: Summarizer) -> Outcome:
         """marker → hook → summary → (auto) continue. The marker cuts history only once its
         summary finished without error; a failure keeps the history and says why."""
+        started = time.monotonic()
         plan = await self._plan(req, cfg)
+        kept = await self._kept(req, cfg, plan)
         marker = await self._append_marker(req, plan)
         token = self._begin(req, plan, marker)
         summary: AssistantMessage | None = None
         try:
-            prompt = await self._prompt(req)
+            prompt = await self._prompt(req, cfg)
             summary = await self._open_summary(plan, marker, writer)
             done, parts, after = await self._write_summary(
-                req, cfg, plan, writer, prompt, marker, summary, token
+                req, cfg, plan, writer, prompt, marker, summary, token, kept
             )
             await self._put([done], parts)
         except asyncio.CancelledError:
@@ -277,13 +323,15 @@ class Compactor:
         except Exception as exc:
             return await self._fail(plan, summary, token, exc)
         end = Key(done.time.created, done.id)
+        continue_id = None
         if req.auto:
             end = await self._append_continue(plan)
+            continue_id = end.id
+        record = await self._diagnose(req, plan, marker, done, parts, end, continue_id, started)
         event = CompactedEvent(
             session_id=plan.sid,
             message_id=done.id,
-            auto=req.auto,
-            writer=writer_name(done.provider_id, done.model_id),
+            **_diagnostics(record),
         )
         verified = next((p.metadata for p in parts if isinstance(p, TextPart) and p.metadata), None)
         if verified is not None:  # compaction.verifySummary: why the first summary was rejected
@@ -300,7 +348,71 @@ class Compactor:
             cut=plan.cut,
             marker=Key(marker.info.time.created, marker.info.id),
             end=end,
+            record=record,
         )
+
+    async def _kept(self, req: Request, cfg: Config, plan: _Plan) -> str:
+        """The ``## Kept verbatim`` block (``compaction.keep``), bounded by ``maxTokens`` and
+        by the ledger's share of the summary budget: empty unless something is kept."""
+        keep = cfg.compaction.keep
+        if not (keep.first_request or keep.todo_tools or keep.pinned) or keep.max_tokens <= 0:
+            return ""
+        share = int(_summary_budget(plan.window, cfg) * bounded.LEDGER_SHARE)
+        budget = min(keep.max_tokens, share)
+        return await steer.kept_block(self.store, plan.sid, keep, budget, req.cutoff)
+
+    async def _diagnose(
+        self,
+        req: Request,
+        plan: _Plan,
+        marker: WithParts,
+        done: AssistantMessage,
+        parts: list[Part],
+        end: Key,
+        continue_id: str | None,
+        started: float,
+    ) -> CompactionRecord:
+        """Measure what the compaction did and store it beside the session."""
+        window = [
+            m
+            for m in await load_window(self.store, plan.session)
+            if Key(m.info.time.created, m.info.id) <= end
+        ]
+        kept_ids = {m.info.id for m in plan.tail}
+        replaced = [m for m in plan.window if m.info.id not in kept_ids]
+        pruned = [
+            p.id
+            for m in replaced
+            for p in m.parts
+            if isinstance(p, ToolPart)
+            and isinstance(p.state, ToolCompleted)
+            and p.state.time.compacted is not None
+        ]
+        text = "\n".join(p.text for p in parts if isinstance(p, TextPart))
+        writer = writer_name(done.provider_id, done.model_id)
+        record = CompactionRecord(
+            message_id=done.id,
+            time=done.time.created,
+            marker_id=marker.info.id,
+            continue_id=continue_id,
+            replaced_ids=[m.info.id for m in replaced],
+            pruned_part_ids=pruned,
+            tokens_before=req.reported_tokens if req.auto and req.reported_tokens else plan.before,
+            tokens_after=estimate_messages(window),
+            summary_tokens=estimate(text),
+            messages_summarized=len(replaced),
+            parts_pruned=len(pruned),
+            writer=writer,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            auto=req.auto,
+        )
+        try:
+            await steer_data.record_compaction(
+                self.store, plan.sid, done.id, done.time.created, _encoder.encode(record)
+            )
+        except Exception:  # the compaction itself is committed: it stands, unrecorded
+            log.exception("could not record the diagnostics of compaction %s", done.id)
+        return record
 
     async def _plan(self, req: Request, cfg: Config) -> _Plan:
         """What to summarize, what to keep verbatim (collapse), and how it is sent."""
@@ -329,7 +441,12 @@ class Compactor:
             # Collapse (seed 003): earlier summaries go to the writer as summaries to merge.
             previous = await self._previous_summaries(sid, ccfg.previous_summaries)
             history = [m for m in to_summarize if not is_marker(m) and not is_summary(m)]
-        if tail and estimate_messages(history) < ccfg.extract_ratio / 2 * before:
+        if req.up_to is not None:
+            to_summarize, tail = _split_at(window, req.up_to)
+            _check_kept_fits(tail, window, cfg)
+            reference, previous = [], []
+            history = [_without_ledger(m) if is_summary(m) else m for m in to_summarize]
+        elif tail and estimate_messages(history) < ccfg.extract_ratio / 2 * before:
             # The window is dominated by its newest messages (one huge tool output, say):
             # summarizing the little before them cannot free room, so summarize everything.
             to_summarize, tail, reference = list(window), [], []
@@ -390,11 +507,12 @@ class Compactor:
         )
         return token
 
-    async def _prompt(self, req: Request) -> str:
-        """Seed 000's prompt, or a hook's replacement, plus the hooks' context and the
-        request's instructions."""
+    async def _prompt(self, req: Request, cfg: Config) -> str:
+        """Seed 000's prompt (or ``compaction.prompt``), or a hook's replacement, plus the
+        hooks' context and the request's instructions."""
         hooks = await self.host.compacting_hook(req.session_id)
-        prompt = next((h.prompt for h in hooks if h.prompt), None) or DEFAULT_PROMPT
+        default = cfg.compaction.prompt or DEFAULT_PROMPT
+        prompt = next((h.prompt for h in hooks if h.prompt), None) or default
         extra = [c for h in hooks for c in h.context if c]
         if req.instructions:
             extra.append(req.instructions)
@@ -432,6 +550,7 @@ class Compactor:
         marker: WithParts,
         summary: AssistantMessage,
         token: str | int,
+        kept: str = "",
     ) -> tuple[AssistantMessage, list[Part], int]:
         """Run the writer; the finished summary, its parts, and the window's size after it.
         Raises ``SummaryError`` when the result would not make the context smaller."""
@@ -450,7 +569,9 @@ class Compactor:
             limit = cfg.summarizer.max_input_tokens or by.input_limit()
             return await bounded.summarize(
                 by,
-                system=COMPACTION_SYSTEM,
+                system=cfg.compaction.system or COMPACTION_SYSTEM,
+                structured=cfg.compaction.system is None,
+                kept=kept,
                 prompt=prompt + note,
                 history=plan.history,
                 reference=plan.reference,

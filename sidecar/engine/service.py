@@ -29,23 +29,26 @@ import msgspec
 from sidecar.engine import context as context_mod
 from sidecar.engine import fork as fork_mod
 from sidecar.engine import overflow as overflow_mod
-from sidecar.engine import prune_run
+from sidecar.engine import prune_run, steer
 from sidecar.engine import revert as revert_mod
 from sidecar.engine.compactor import Compactor, Outcome, Request
 from sidecar.engine.fit import limit_for_window
 from sidecar.engine.host import Host
 from sidecar.engine.window import load_window
-from sidecar.errors import Busy, ErrorCode, SidecarError
+from sidecar.errors import Busy, ErrorCode, InvalidParams, SidecarError
 from sidecar.model.catalog import lookup, lookup_with_source
 from sidecar.model.config import Config, SummarizerConfig
 from sidecar.model.ids import now_ms
 from sidecar.model.messages import AssistantMessage, Message
 from sidecar.model.rpc import (
     PRUNED_PER_EVENT,
+    CompactionRecord,
     CompactResult,
     ContextFormat,
     ContextResult,
+    MessageRemovedEvent,
     OverflowResult,
+    PartUpdatedEvent,
     PrunedEvent,
     PruneResult,
     StatusEvent,
@@ -53,6 +56,7 @@ from sidecar.model.rpc import (
 from sidecar.model.session import Session, SessionLimits
 from sidecar.model.tokens import ModelLimit, Tokens
 from sidecar.store import Key, Store, holder
+from sidecar.store import steer as steer_data
 from sidecar.summarizers.base import Summarizer
 from sidecar.summarizers.factory import build_summarizer
 
@@ -280,6 +284,7 @@ class Engine:
         result, window = await context_mod.build_with_window(self.store, session, fmt, stub)
         if not fit:
             return result
+        cfg = steer.for_window(cfg, window)
         limit = limit_for_window(window, cfg.models)
         if limit is None:
             return result
@@ -342,6 +347,7 @@ class Engine:
         )
         if last is None:
             return OverflowResult(overflow=False, count=0, usable=0)
+        cfg = steer.for_window(cfg or self.config(), window)
         limit = self.limits(last.provider_id, last.model_id, cfg)
         if limit is None:
             count = last.tokens.input + last.tokens.cache.read + last.tokens.output
@@ -351,6 +357,8 @@ class Engine:
     async def prune(self, session_id: str, cfg: Config | None = None) -> PruneResult:
         """A requested prune: after the session's running automatic work, under its lock."""
         async with self.lock(session_id):
+            session = await self.store.require_session(session_id)
+            cfg = steer.for_window(cfg or self.config(), await load_window(self.store, session))
             return await self._prune(session_id, cfg)
 
     async def fork(self, session_id: str, message_id: str | None) -> Session:
@@ -437,8 +445,9 @@ class Engine:
         async with self.lock(req.session_id):
             if self.is_compacting(req.session_id):
                 raise Busy(f"session {req.session_id!r} is already compacting")
-            await self.store.require_session(req.session_id)
-            outcome = await self._run(req, cfg or self.config())
+            session = await self.store.require_session(req.session_id)
+            window = await load_window(self.store, session)
+            outcome = await self._run(req, steer.for_window(cfg or self.config(), window))
             assert outcome is not None  # only automatic work is ever skipped
             await self._record(req.session_id, outcome)
             return outcome.result
@@ -528,11 +537,17 @@ class Engine:
         boundary = await self.store.boundary(sid)
         if boundary is not None and boundary.marker > Key(info.time.created, info.id):
             return  # this turn was already compacted away
+        # The settings of this turn: ``compaction.overrides`` matching its model and agent.
+        cfg = cfg.for_turn(*steer.turn_of_assistant(info))
         ccfg = cfg.compaction
         cutoff = Key(info.time.created, info.id)
         if not overflowed:
             limit = self.limits(info.provider_id, info.model_id, cfg)
-            overflowed = limit is not None and overflow_mod.check(info.tokens, limit, ccfg).overflow
+            if limit is not None:
+                overflowed = overflow_mod.check(info.tokens, limit, ccfg).overflow
+            else:  # triggerTokens holds whatever the model's window, known or not
+                count = info.tokens.input + info.tokens.cache.read + info.tokens.output
+                overflowed = ccfg.auto and overflow_mod.reaches_trigger_tokens(count, ccfg)
         await self._remember_limits(session, info, cfg)
         if overflowed:
             if not ccfg.auto:
@@ -660,4 +675,80 @@ class Engine:
 
     @staticmethod
     def _threshold(limit: ModelLimit, cfg: Config) -> int:
-        return int(cfg.compaction.effective_trigger() * overflow_mod.usable(limit, cfg.compaction))
+        threshold = int(
+            cfg.compaction.effective_trigger() * overflow_mod.usable(limit, cfg.compaction)
+        )
+        if cfg.compaction.trigger_tokens is not None:
+            threshold = min(threshold, cfg.compaction.trigger_tokens)
+        return threshold
+
+    # -- steering: pins, diagnostics, undo ----------------------------------------------------
+
+    async def compactions(self, session_id: str) -> list[CompactionRecord]:
+        await self.store.require_session(session_id)
+        return [_record.decode(d) for d in await steer_data.compactions(self.store, session_id)]
+
+    async def uncompact(
+        self, session_id: str, message_id: str | None, restore_pruned: bool
+    ) -> list[str]:
+        """Remove the newest compaction (or ``message_id``'s and every later one): marker,
+        summary and continue message, so the window is what it was before it; with
+        ``restore_pruned``, the outputs pruned among what it replaced come back too."""
+        if self.is_compacting(session_id):
+            raise Busy(f"session {session_id!r} is compacting")
+        async with self.lock(session_id):
+            if self.is_compacting(session_id):
+                raise Busy(f"session {session_id!r} is compacting")
+            # The compaction lease: no other daemon on this database compacts it meanwhile.
+            lease = f"compact:{session_id}"
+            if not await self.store.acquire_lease(lease, self._owner, LEASE_MS):
+                raise Busy(f"session {session_id!r} is being compacted by another daemon")
+            try:
+                return await self._uncompact(session_id, message_id, restore_pruned)
+            finally:
+                await self.store.release_lease(lease, self._owner)
+
+    async def _uncompact(
+        self, session_id: str, message_id: str | None, restore_pruned: bool
+    ) -> list[str]:
+        records = await self.compactions(session_id)
+        if not records:
+            raise InvalidParams(f"invalid params: session {session_id!r} has no compaction to undo")
+        at = len(records) - 1
+        if message_id is not None:
+            found = next(
+                (
+                    i
+                    for i, r in enumerate(records)
+                    if message_id in (r.message_id, r.marker_id, r.continue_id)
+                ),
+                None,
+            )
+            if found is None:
+                raise InvalidParams(
+                    f"invalid params: `$.messageID` {message_id!r} is not a compaction of "
+                    f"session {session_id!r} (see session/compactions)"
+                )
+            at = found
+        undone = records[at:]
+        ids = [
+            mid
+            for r in reversed(undone)
+            for mid in (r.continue_id, r.message_id, r.marker_id)
+            if mid is not None
+        ]
+        removed = await steer_data.remove_messages(self.store, session_id, ids)
+        for mid in removed:
+            self.host.publish(
+                session_id, MessageRemovedEvent(session_id=session_id, message_id=mid)
+            )
+        if restore_pruned:
+            pruned = [pid for r in undone for pid in r.pruned_part_ids]
+            for raw in await steer_data.unmark_compacted(self.store, pruned):
+                self.host.publish(session_id, PartUpdatedEvent(part=msgspec.Raw(raw.encode())))
+        self._cuts.pop(session_id, None)
+        self._streak.pop(session_id, None)
+        return removed
+
+
+_record = msgspec.json.Decoder(CompactionRecord)

@@ -20,6 +20,7 @@ from sidecar.engine.filter import filter_compacted
 from sidecar.engine.window import cut_reverted
 from sidecar.model.messages import WithParts
 from sidecar.model.parts import Part
+from sidecar.model.rpc import CompactionRecord
 from sidecar.model.session import Session
 from sidecar.store import Key
 from sidecar.store.store import decode_message, decode_part
@@ -169,6 +170,22 @@ def load_history(conn: ReadConn, session: Session, start: Key | None = None) -> 
             None,
         )
     return cut_reverted(history, session, rkey)
+
+
+def load_diagnostics(conn: ReadConn, session: Session) -> dict[str, CompactionRecord]:
+    """Each compaction's stored diagnostics by summary message id (none in a database from
+    before they were recorded)."""
+    try:
+        rows = conn.execute(
+            "SELECT data FROM compactions WHERE session_id = ?", [session.id]
+        ).fetchall()
+    except Exception:  # a database older than schema v3: no table
+        return {}
+    records = [_record_decoder.decode(r[0]) for r in rows]
+    return {r.message_id: r for r in records}
+
+
+_record_decoder = msgspec.json.Decoder(CompactionRecord)
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,10 @@ async def test_manual_compact_with_work_done_token(start: Spawn) -> None:
     )
     assert result["status"] == "continue" and result["summaryMessageID"]
     event = await c.wait_for("session/compacted")
-    assert event == {
+    # OpenCode's fields and the writer; the diagnostics beside them are issue 24's
+    # (tests/e2e/test_steering.py).
+    fields = {k: event[k] for k in ("sessionID", "messageID", "auto", "writer")}
+    assert fields == {
         "sessionID": sid,
         "messageID": result["summaryMessageID"],
         "auto": False,
@@ -182,8 +185,8 @@ async def test_turn_end_prunes_and_disable_prune_env(start: Spawn) -> None:
         if p["part"].get("state", {}).get("time", {}).get("compacted")
     ]
     assert marked == []
-    stored = [p for m in (await c.messages(sid)).messages for p in m.parts if p["id"] in ids]
-    assert [p["state"]["time"]["compacted"] for p in stored] == [e["compacted"] for e in pruned]
+    marks = [p for m in (await stored(c, sid)).messages for p in m.parts if p["id"] in ids]
+    assert [p["state"]["time"]["compacted"] for p in marks] == [e["compacted"] for e in pruned]
     ctx = await c.context(sid, "openai")
     cleared = [m for m in ctx.messages if m.get("content") == "[Old tool result content cleared]"]
     assert len(cleared) == 2

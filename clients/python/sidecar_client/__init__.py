@@ -43,9 +43,11 @@ from sidecar.model.parts import (
     ToolTime,
 )
 from sidecar.model.rpc import (
+    CompactionRecord,
     CompactResult,
     ContextResult,
     OverflowResult,
+    Pin,
     PruneResult,
     SessionList,
 )
@@ -73,6 +75,7 @@ __all__ = [
     "Client",
     "CompactResult",
     "CompactionPart",
+    "CompactionRecord",
     "ConnectionClosed",
     "ContextResult",
     "ContextWindow",
@@ -88,6 +91,7 @@ __all__ = [
     "Part",
     "PartTime",
     "PatchPart",
+    "Pin",
     "PruneResult",
     "ReasoningPart",
     "RetryPart",
