@@ -58,6 +58,9 @@ class CompactionConfig(Strict, kw_only=True):
     pruned_stub: Literal["opencode", "informative"] = "opencode"
     # Also reject a summary that is too long or drops the task; retry once, then go offline.
     verify_summary: bool = False
+    # Zero-wait compaction: at a turn end with tokens >= prepare x usable, write the summary in
+    # the background and commit it at the overflow (None: off, OpenCode's behaviour).
+    prepare: Fraction | None = None
 
     def effective_trigger(self) -> float:
         if self.trigger is not None:
