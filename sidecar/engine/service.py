@@ -462,6 +462,16 @@ class Engine:
 
     # -- compaction.prepare --------------------------------------------------------------------
 
+    async def prepared(self, session_id: str) -> Prepared | None:
+        """The session's prepared summary, once written (None: none, or it failed). For tests
+        and ``inspect``-style tools: nothing in the daemon waits on it except a compaction."""
+        entry = self._prepared.get(session_id)
+        if entry is None:
+            return None
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            return await asyncio.shield(entry.task)
+        return None
+
     def invalidate_prepared(self, session_id: str) -> None:
         """Forget the session's prepared summary (cancelling it if still being written) and
         count what it cost. What anything that changes the session's history up to the
