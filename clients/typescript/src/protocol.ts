@@ -1005,6 +1005,7 @@ export interface CompactionConfig {
   timeBudget?: number;
   prunedStub?: "informative" | "opencode";
   verifySummary?: boolean;
+  prepare?: number | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1061,6 +1062,8 @@ export interface DaemonStatus {
   sessions: number;
   uptime: number;
   idleExit: number | null;
+  summaryTokens?: number;
+  preparedDiscardedTokens?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1111,6 +1114,8 @@ export interface CompactedEvent {
   auto: boolean;
   writer: string;
   rejected?: string | null;
+  prepared?: boolean;
+  waitedMs?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
