@@ -134,7 +134,11 @@ async def drive(tmp: Path, *, prepare: float | None, overflows: int = 3, delay: 
             run.overflows.append(Overflow(wait, before, at_reply, ctx["estimatedTokens"], event))
             if ctx["estimatedTokens"] > USABLE:
                 run.windows_fit = False
-        run.status = await c.request("daemon/status", {})
+        status = await c.daemon_status()  # the Python client's typed helper
+        run.status = {
+            "summaryTokens": status.summary_tokens,
+            "preparedDiscardedTokens": status.prepared_discarded_tokens,
+        }
     finally:
         await c.close()
         await server.stop()

@@ -11,6 +11,7 @@ Python code uses their snake_case attributes, and the wire's camelCase names app
 wire.
 """
 
+from sidecar.model.daemon import DaemonStatus
 from sidecar.model.messages import (
     AssistantMessage,
     Message,
@@ -43,6 +44,7 @@ from sidecar.model.parts import (
     ToolTime,
 )
 from sidecar.model.rpc import (
+    CompactedEvent,
     CompactResult,
     ContextResult,
     OverflowResult,
@@ -71,9 +73,11 @@ __all__ = [
     "Call",
     "Client",
     "CompactResult",
+    "CompactedEvent",
     "CompactionPart",
     "ConnectionClosed",
     "ContextResult",
+    "DaemonStatus",
     "ErrorCode",
     "FilePart",
     "Message",
