@@ -519,7 +519,13 @@ class Engine:
         if entry is not None:
             if entry.settings == settings and not entry.task.done():
                 return  # being written: the overflow waits for this one
-            if entry.settings == settings and entry.task.result() is not None:
+            written = (
+                entry.task.done()
+                and not entry.task.cancelled()
+                and entry.task.exception() is None
+                and entry.task.result() is not None
+            )
+            if entry.settings == settings and written:
                 return  # written; its validity is checked when it would be committed
             self.invalidate_prepared(sid)
         req = Request(
