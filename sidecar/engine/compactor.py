@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -98,6 +99,9 @@ class Request:
     usable: int = 0
     # ``session/compact {upTo}``: summarize up to and including this message, keep the rest.
     up_to: str | None = None
+    # When the compaction began holding the session (loop time): ``waitedMs`` is measured
+    # from it (compaction.prepare).
+    started: float | None = None
 
 
 @dataclass
@@ -109,6 +113,50 @@ class Outcome:
     marker: Key | None = None  # its marker
     end: Key | None = None  # the newest message it added
     record: CompactionRecord | None = None  # its diagnostics (a finished compaction)
+    prepared: bool = False  # a summary prepared in the background was committed
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A summary written ahead of the overflow (``compaction.prepare``), kept in memory only:
+    nothing of it is stored, published or visible until a compaction commits it."""
+
+    session_id: str
+    cut: Key  # the newest message it covers
+    fingerprint: bytes  # of the window up to ``cut``: any change there invalidates it
+    prompt: str
+    summary: AssistantMessage  # finished, not stored
+    parts: list[Part]  # its parts (step-start, text, step-finish)
+
+    @property
+    def tokens(self) -> int:
+        """The summary tokens it cost (the writer's count, else an estimate of its text)."""
+        text = "".join(p.text for p in self.parts if isinstance(p, TextPart))
+        return self.summary.tokens.output or estimate(text)
+
+
+def _unpruned(part: Part) -> Part:
+    """A part without its prune mark: pruning (the daemon's own, as usual) is not a change to
+    what a prepared summary covers (its writer saw the fuller output)."""
+    if isinstance(part, ToolPart) and isinstance(part.state, ToolCompleted):
+        if part.state.time.compacted is not None:
+            time = msgspec.structs.replace(part.state.time, compacted=None)
+            return msgspec.structs.replace(
+                part, state=msgspec.structs.replace(part.state, time=time)
+            )
+    return part
+
+
+def fingerprint(window: Sequence[WithParts], cut: Key) -> bytes:
+    """A digest of the window up to ``cut`` (messages and parts as stored, prune marks aside)."""
+    digest = hashlib.sha256()
+    for m in window:
+        if Key(m.info.time.created, m.info.id) > cut:
+            continue
+        digest.update(_encoder.encode(m.info))
+        for p in m.parts:
+            digest.update(_encoder.encode(_unpruned(p)))
+    return digest.digest()
 
 
 def _without_ledger(m: WithParts) -> WithParts:
@@ -333,6 +381,7 @@ class Compactor:
             message_id=done.id,
             **_diagnostics(record),
         )
+        self._mark_prepared(event, req, cfg, prepared=False)
         verified = next((p.metadata for p in parts if isinstance(p, TextPart) and p.metadata), None)
         if verified is not None:  # compaction.verifySummary: why the first summary was rejected
             rejected = verified.get("rejected")
@@ -371,14 +420,17 @@ class Compactor:
         end: Key,
         continue_id: str | None,
         started: float,
+        kept: Sequence[WithParts] | None = None,
     ) -> CompactionRecord:
-        """Measure what the compaction did and store it beside the session."""
+        """Measure what the compaction did and store it beside the session; ``kept``: the
+        messages it left as they are (default: the plan's tail; a prepared summary's: those
+        after its cut)."""
         window = [
             m
             for m in await load_window(self.store, plan.session)
             if Key(m.info.time.created, m.info.id) <= end
         ]
-        kept_ids = {m.info.id for m in plan.tail}
+        kept_ids = {m.info.id for m in (plan.tail if kept is None else kept)}
         replaced = [m for m in plan.window if m.info.id not in kept_ids]
         pruned = [
             p.id
@@ -413,6 +465,173 @@ class Compactor:
         except Exception:  # the compaction itself is committed: it stands, unrecorded
             log.exception("could not record the diagnostics of compaction %s", done.id)
         return record
+
+    @staticmethod
+    def _mark_prepared(event: CompactedEvent, req: Request, cfg: Config, *, prepared: bool) -> None:
+        """``prepared``/``waitedMs`` on the event, with compaction.prepare only (the default
+        event keeps OpenCode's shape)."""
+        if cfg.compaction.prepare is None:
+            return
+        event.prepared = prepared
+        if req.started is not None:
+            waited = asyncio.get_running_loop().time() - req.started
+            event.waited_ms = max(0, round(waited * 1000))
+        else:
+            event.waited_ms = 0
+
+    async def prepare(self, req: Request, cfg: Config, writer: Summarizer) -> Prepared | None:
+        """Write, without storing anything, the summary a compaction of the session as it is
+        now (up to ``req.cutoff``) would write: same plan, hook, writers and ledger. Its
+        progress is marked as background; its failure is only logged (the overflow then
+        compacts as usual). None when there is nothing to prepare."""
+        session = await self.store.require_session(req.session_id)
+        if session.revert is not None:
+            return None  # a compaction would first clean the revert up: not in the background
+        plan = await self._plan(req, cfg)
+        if plan.cut is None:
+            return None
+        fp = fingerprint(plan.window, plan.cut)
+        marker = plan.user_message()
+        marker_part = CompactionPart(
+            id=new_id("prt"), session_id=plan.sid, message_id=marker.id, auto=True, overflow=True
+        )
+        appended = WithParts(info=marker, parts=[marker_part])
+        if plan.standard:
+            plan.history.append(appended)
+        token = f"prepare-{marker.id}"
+        self.host.progress(
+            plan.sid,
+            token,
+            {
+                "kind": "begin",
+                "title": "Compacting (background)",
+                "cancellable": False,
+                "message": f"{len(plan.history)} messages",
+                "percentage": 0,
+            },
+        )
+        try:
+            prompt = await self._prompt(req, cfg)
+            kept = await self._kept(req, cfg, plan)
+            summary = AssistantMessage(
+                id=new_id("msg"),
+                session_id=plan.sid,
+                parent_id=marker.id,
+                time=MessageTime(created=plan.clock()),
+                provider_id=writer.provider_id,
+                model_id=writer.model_id,
+                mode="compaction",
+                agent="compaction",
+                path={"cwd": plan.session.directory or "", "root": plan.session.directory or ""},
+                summary=True,
+            )
+            done, parts, after = await self._write_summary(
+                req, cfg, plan, writer, prompt, appended, summary, token, kept
+            )
+        except asyncio.CancelledError:
+            self.host.progress(plan.sid, token, {"kind": "end", "message": "cancelled"})
+            raise
+        except Exception as exc:
+            message = str(exc) if isinstance(exc, SummaryError) else f"{type(exc).__name__}: {exc}"
+            self.host.log(f"preparing a summary for session {plan.sid} failed: {message}")
+            self.host.progress(plan.sid, token, {"kind": "end", "message": f"failed: {message}"})
+            return None
+        self.host.progress(
+            plan.sid, token, {"kind": "end", "message": f"prepared: {plan.before} -> {after}"}
+        )
+        return Prepared(plan.sid, plan.cut, fp, prompt, done, parts)
+
+    async def commit_prepared(
+        self, req: Request, cfg: Config, prepared: Prepared, budget: int
+    ) -> Outcome | None:
+        """Commit ``prepared`` as this compaction: marker (pointing back at the first message
+        after the cut), the summary, the messages after the cut as they are, then (automatic)
+        the continue message. None, storing nothing, when it is no longer valid (anything up to
+        its cut changed) or what follows the cut does not fit in ``budget`` (0: no budget)."""
+        started = time.monotonic()
+        plan = await self._plan(req, cfg)
+        if plan.cut is None or prepared.cut > plan.cut:
+            return None
+        if fingerprint(plan.window, prepared.cut) != prepared.fingerprint:
+            return None
+        if not any(Key(m.info.time.created, m.info.id) == prepared.cut for m in plan.window):
+            return None
+        after_cut = [m for m in plan.window if Key(m.info.time.created, m.info.id) > prepared.cut]
+        marker = plan.user_message()
+        marker_part = CompactionPart(
+            id=new_id("prt"),
+            session_id=plan.sid,
+            message_id=marker.id,
+            auto=req.auto,
+            overflow=True if req.overflow else None,
+            tail_start_id=after_cut[0].info.id if after_cut else None,
+        )
+        created = plan.clock()
+        done = msgspec.structs.replace(
+            prepared.summary,
+            parent_id=marker.id,
+            time=MessageTime(created=created, completed=plan.clock()),
+        )
+        text = [p for p in prepared.parts if isinstance(p, TextPart)]
+        heads = [
+            WithParts(info=marker, parts=[marker_part]),
+            WithParts(info=done, parts=list(text)),
+        ]
+        window_after = filter_compacted([*after_cut, *heads])
+        after = estimate_messages(window_after)
+        if after >= plan.before or (budget > 0 and after > budget):
+            return None
+        token = req.progress_token if req.progress_token is not None else f"compact-{marker.id}"
+        self._status(plan.sid, "compacting")
+        self.host.progress(
+            plan.sid,
+            token,
+            {"kind": "begin", "title": "Compacting", "cancellable": False, "percentage": 0},
+        )
+        messages: list[Any] = [marker, done]
+        parts: list[Part] = [marker_part, *prepared.parts]
+        end = Key(done.time.created, done.id)
+        continue_id = None
+        if req.auto:
+            cont = plan.user_message()
+            continue_id = cont.id
+            messages.append(cont)
+            parts.append(
+                TextPart(
+                    id=new_id("prt"),
+                    session_id=plan.sid,
+                    message_id=cont.id,
+                    text=CONTINUE_TEXT,
+                    synthetic=True,
+                )
+            )
+            end = Key(cont.time.created, cont.id)
+        await self._put(messages, parts)  # one transaction: all of it or nothing
+        heads[1] = WithParts(info=done, parts=list(prepared.parts))
+        record = await self._diagnose(
+            req, plan, heads[0], done, list(prepared.parts), end, continue_id, started, after_cut
+        )
+        event = CompactedEvent(session_id=plan.sid, message_id=done.id, **_diagnostics(record))
+        self._mark_prepared(event, req, cfg, prepared=True)
+        verified = next((p.metadata for p in text if p.metadata), None)
+        if verified is not None:
+            rejected = verified.get("rejected")
+            event.rejected = rejected if isinstance(rejected, str) else None
+        self.host.publish(plan.sid, event)
+        self.host.progress(
+            plan.sid, token, {"kind": "end", "message": f"{plan.before} -> {after} tokens"}
+        )
+        self._status(plan.sid, "idle")
+        return Outcome(
+            CompactResult(status="continue", summary_message_id=done.id),
+            plan.before,
+            after,
+            cut=plan.cut,
+            marker=Key(marker.time.created, marker.id),
+            end=end,
+            record=record,
+            prepared=True,
+        )
 
     async def _plan(self, req: Request, cfg: Config) -> _Plan:
         """What to summarize, what to keep verbatim (collapse), and how it is sent."""

@@ -92,6 +92,9 @@ class CompactionConfig(Strict, kw_only=True):
     prompt: str | None = None  # replaces seed 000's final instruction to the writer
     system: str | None = None  # replaces the writer's system text
     overrides: list[Override] = msgspec.field(default_factory=list)
+    # Zero-wait compaction: at a turn end with tokens >= prepare x usable, write the summary in
+    # the background and commit it at the overflow (None: off, OpenCode's behaviour).
+    prepare: Fraction | None = None
 
     def effective_trigger(self) -> float:
         if self.trigger is not None:

@@ -251,6 +251,10 @@ class CompactedEvent(Diagnostics, kw_only=True):
     # With compaction.verifySummary (absent otherwise): why the configured writer's first
     # summary was rejected (null: it was not).
     rejected: str | msgspec.UnsetType | None = msgspec.UNSET
+    # With compaction.prepare (absent otherwise): whether a summary prepared in the background
+    # was committed, and how long the compaction held reads of the session (ms).
+    prepared: bool | msgspec.UnsetType = msgspec.UNSET
+    waited_ms: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class PartPinParams(Base, kw_only=True):

@@ -11,6 +11,7 @@ Python code uses their snake_case attributes, and the wire's camelCase names app
 wire.
 """
 
+from sidecar.model.daemon import DaemonStatus
 from sidecar.model.messages import (
     AssistantMessage,
     Message,
@@ -43,6 +44,7 @@ from sidecar.model.parts import (
     ToolTime,
 )
 from sidecar.model.rpc import (
+    CompactedEvent,
     CompactionRecord,
     CompactResult,
     ContextResult,
@@ -74,11 +76,13 @@ __all__ = [
     "Call",
     "Client",
     "CompactResult",
+    "CompactedEvent",
     "CompactionPart",
     "CompactionRecord",
     "ConnectionClosed",
     "ContextResult",
     "ContextWindow",
+    "DaemonStatus",
     "ErrorCode",
     "FilePart",
     "Message",

@@ -25,6 +25,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from sidecar.model.config import Config
+from sidecar.model.daemon import DaemonStatus
 from sidecar.model.messages import Message
 from sidecar.model.parts import Part
 from sidecar.model.rpc import (
@@ -755,6 +756,11 @@ class Client:
     async def update_config(self, patch: Mapping[str, Any]) -> Config:
         """Deep-merge ``patch`` (wire names, e.g. ``{"compaction": {"auto": False}}``)."""
         return await self.request("config/update", {"config": patch}, Config)
+
+    async def daemon_status(self) -> DaemonStatus:
+        """``daemon/status``: with ``compaction.prepare``, ``summary_tokens`` and
+        ``prepared_discarded_tokens`` say what background summaries cost."""
+        return await self.request("daemon/status", {}, DaemonStatus)
 
     # -- typed helpers: compaction -------------------------------------------------------------
 

@@ -1115,6 +1115,7 @@ export interface CompactionConfig {
   prompt?: string | null;
   system?: string | null;
   overrides?: Override[];
+  prepare?: number | null;
 }
 /**
  * ``compaction.keep``: what every summary carries verbatim in its ``## Kept verbatim``
@@ -1214,6 +1215,8 @@ export interface DaemonStatus {
   sessions: number;
   uptime: number;
   idleExit: number | null;
+  summaryTokens?: number;
+  preparedDiscardedTokens?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1270,6 +1273,8 @@ export interface CompactedEvent {
   sessionID: string;
   messageID: string;
   rejected?: string | null;
+  prepared?: boolean;
+  waitedMs?: number;
 }
 /**
  * Tool outputs a prune marked (``compacted``: their ``state.time.compacted``). It stands
