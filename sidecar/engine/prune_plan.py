@@ -35,6 +35,8 @@ class PrunePlan:
     tokens_saved: int
     commit: bool
     parts: list[ToolPart] = field(default_factory=list)
+    #: What pruning each of ``part_ids`` saves (its output's estimate), in the same order.
+    saved: list[int] = field(default_factory=list, compare=False)
 
 
 class ToolOutput(NamedTuple):
@@ -78,13 +80,17 @@ class Walk:
     crosses ``prune_protect`` is itself pruned.
     """
 
-    def __init__(self, cfg: CompactionConfig) -> None:
+    def __init__(
+        self, cfg: CompactionConfig, pinned: frozenset[str] | set[str] = frozenset()
+    ) -> None:
         self._cfg = cfg
         self._protected = set(cfg.protected_tools)
+        self._pinned = pinned
         self._total = 0
         self._turns = 0
         self.pruned = 0
         self.part_ids: list[str] = []
+        self.saved: list[int] = []
         self.done = not cfg.prune
 
     def feed(self, step: Step) -> bool:
@@ -98,7 +104,7 @@ class Walk:
             self.done = True
             return False
         for part in reversed(step.tools):
-            if part.tool in self._protected:
+            if part.tool in self._protected or part.id in self._pinned:
                 continue
             if part.compacted:
                 self.done = True  # an earlier prune's boundary: everything older is done
@@ -108,22 +114,28 @@ class Walk:
             if self._total > self._cfg.prune_protect:
                 self.pruned += estimate
                 self.part_ids.append(part.id)
+                self.saved.append(estimate)
         return True
 
     def plan(self, parts: list[ToolPart] | None = None) -> PrunePlan:
         commit = self._cfg.prune and self.pruned > self._cfg.prune_minimum
-        return PrunePlan(self.part_ids, self.pruned, commit, parts or [])
+        return PrunePlan(self.part_ids, self.pruned, commit, parts or [], self.saved)
 
 
-def plan(newest_first: Iterable[WithParts], cfg: CompactionConfig) -> PrunePlan:
+def plan(
+    newest_first: Iterable[WithParts],
+    cfg: CompactionConfig,
+    pinned: frozenset[str] = frozenset(),
+) -> PrunePlan:
     """Walk messages newest to oldest and pick the tool outputs beyond the protected budget.
 
     ``newest_first`` is consumed lazily and abandoned as soon as the walk stops (a summary
-    message or an already-compacted output past the protected turns).
+    message or an already-compacted output past the protected turns). A ``pinned`` part
+    (``part/pin``) is skipped like a protected tool: never pruned.
     """
     if not cfg.prune:
         return PrunePlan([], 0, False)
-    walk = Walk(cfg)
+    walk = Walk(cfg, pinned)
     by_id: dict[str, ToolPart] = {}
     for msg in newest_first:
         by_id.update((p.id, p) for p in msg.parts if isinstance(p, ToolPart))

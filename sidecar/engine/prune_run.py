@@ -15,7 +15,7 @@ from sidecar.engine.window import cut_reverted, revert_key
 from sidecar.model.config import CompactionConfig
 from sidecar.model.ids import now_ms
 from sidecar.model.session import Session
-from sidecar.store import Key, Store
+from sidecar.store import Key, Store, steer
 from sidecar.store.store import PAGE, LightMessage
 
 
@@ -48,13 +48,15 @@ async def walk(
     cfg: CompactionConfig,
     cutoff: Key | None = None,
     page: int = PAGE,
+    pinned: frozenset[str] | set[str] = frozenset(),
 ) -> prune_plan.PrunePlan:
     """The prune plan (the candidates' ``parts`` are left empty: only ids are read);
-    ``page``: messages per query behind the cached window."""
+    ``page``: messages per query behind the cached window; ``pinned`` parts are never
+    pruned."""
     if not cfg.prune:
         return prune_plan.PrunePlan(part_ids=[], tokens_saved=0, commit=False)
     rkey = await revert_key(store, session)
-    plan = prune_plan.Walk(cfg)
+    plan = prune_plan.Walk(cfg, pinned)
     end: Key | None = None
     await store.fresh()
     cached = store.cached_newest_first(session.id)
@@ -91,7 +93,7 @@ async def run(
 
     ``cutoff``: walk only messages up to it (what a turn-end prune saw when its turn ended,
     whatever the frontend has written since); ``ts``: the ``time.compacted`` to set."""
-    plan = await walk(store, session, cfg, cutoff)
+    plan = await walk(store, session, cfg, cutoff, pinned=await steer.pinned_ids(store, session.id))
     if not plan.commit:
         return plan, []
     updated = await store.mark_compacted(plan.part_ids, ts if ts is not None else now_ms())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from sidecar.model.base import Dense
+from sidecar.model.rpc import Diagnostics
 
 
 class SessionSummary(Dense, kw_only=True):
@@ -47,6 +48,10 @@ class CompactionEvent(Dense, kw_only=True):
     time: int
     summary: str
     writer: str = ""
+    # What the summary replaced: the window's messages before the marker.
+    replaced_ids: list[str] = msgspec.field(default_factory=list)
+    # What the daemon measured and stored then (``session/compactions``), when it did.
+    diagnostics: Diagnostics | None = None
 
 
 class PruneEvent(Dense, kw_only=True):

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+
 from sidecar.model.config import user_config_path
 from sidecar.server.app import App, ConfigManager
 from sidecar.server.connection import Connection
@@ -53,7 +55,11 @@ async def run(opts: Options) -> int:
     files = [user_config_path()]
     if opts.config_file is not None:
         files.append(opts.config_file)
-    config = ConfigManager(files)
+    try:
+        config = ConfigManager(files)
+    except (ValueError, msgspec.ValidationError, msgspec.DecodeError) as exc:
+        # ValidationError and DecodeError are ValueErrors; the message names file or key.
+        raise StartError(f"config: {exc}") from None
     store = await open_store(opts)
     app = App(store, config)
     try:

@@ -111,6 +111,12 @@ class SidecarProtocol(JsonRPCProtocol):
         self._encoder = msgspec.json.Encoder()
         self._out: list[bytes] = []
         self._out_bytes = 0
+        # Large frames (``_LARGE`` bytes or more) in the batch being queued, as (offset in
+        # the batch, length, is a reply), and those handed to the transport and maybe still
+        # unread, as (start, end, is a reply) in ``_sent`` bytes since the connection began.
+        self._large_out: list[tuple[int, int, bool]] = []
+        self._large: deque[tuple[int, int, bool]] = deque()
+        self._sent = 0
         self._hold_at = _NO_LIMIT  # set at each flush (``backlog_over_hold``)
         self._flush_scheduled = False
         # Order (PROTOCOL.md, "Order"): a write that could not queue its store op at once (an async
@@ -123,6 +129,7 @@ class SidecarProtocol(JsonRPCProtocol):
         self._unacked = 0
         self._acked: asyncio.Future[None] | None = None
         self._initializing = False  # an ``initialize`` was read; what follows waits for it
+        self.ended = False  # ``exit`` was read
 
     # -- inbound ---------------------------------------------------------------------------
 
@@ -140,6 +147,8 @@ class SidecarProtocol(JsonRPCProtocol):
         self.send_error(None, err.code, err.message)
 
     def _handle_frame(self, body: bytes) -> None:
+        if self.ended:
+            return
         limit = self.max_depth()
         if (deep := too_deep(body, limit)) is not None:
             self.send_error(deep.request_id, ErrorCode.INVALID_PARAMS, deep.message(limit))
@@ -189,6 +198,7 @@ class SidecarProtocol(JsonRPCProtocol):
                 )
             return
         if method == "exit":
+            self.ended = True  # what follows ``exit`` is not read
             self.on_exit()
             return
         if method == "shutdown" and is_request:
@@ -349,6 +359,40 @@ class SidecarProtocol(JsonRPCProtocol):
                 self._reply_cancelled(params.id)
                 return
 
+    async def answered(self) -> None:
+        """Wait until every request read so far has been answered (in flight, deferred, or
+        held behind a barrier)."""
+        while True:
+            # Incoming requests run as asyncio tasks; pygls keeps our own requests to the
+            # client (``concurrent.futures``) in the same table.
+            waits: list[asyncio.Future[Any]] = [
+                f  # type: ignore[misc]  # pygls types these as concurrent futures
+                for f in self._request_futures.values()
+                if isinstance(f, asyncio.Future) and not f.done()
+            ]
+            if self._barrier is not None:
+                waits.append(self._barrier)
+            if waits:
+                await asyncio.wait(waits)
+            elif self._unacked:
+                await self._own_writes_acked()
+            elif self._held:  # pragma: no cover - a held request always has a barrier
+                self._release_held()
+            else:
+                return
+
+    def fail_outgoing_requests(self, exc: Exception) -> None:
+        """Our requests to the peer that it can no longer answer fail with ``exc``."""
+        for msg_id, fut in list(self._request_futures.items()):
+            if not isinstance(fut, asyncio.Future) and not fut.done():
+                self._request_futures.pop(msg_id, None)
+                fut.set_exception(exc)
+
+    def flush_now(self) -> None:
+        """Write what is queued now (closing: the loop may not run the scheduled flush)."""
+        if self._out:
+            self._flush()
+
     def drop_held(self) -> None:
         """The connection is gone: what waited behind a barrier will never run."""
         self._held.clear()
@@ -429,7 +473,7 @@ class SidecarProtocol(JsonRPCProtocol):
                 "cursor; session/context after session/compact)",
             )
             return
-        self._write_bytes(body)
+        self._write_bytes(body, reply=True)
 
     def _send_data(self, data: Any) -> None:
         if isinstance(data, JsonRPCResponseMessage):
@@ -463,11 +507,13 @@ class SidecarProtocol(JsonRPCProtocol):
             return
         self._write_bytes(body)
 
-    def _write_bytes(self, body: bytes) -> None:
+    def _write_bytes(self, body: bytes, *, reply: bool = False) -> None:
         """Queue a frame; everything queued in one loop iteration goes out in one write."""
         if self.writer is None:
             return
         frame = encode_frame(body)
+        if len(frame) >= _LARGE:
+            self._large_out.append((self._out_bytes, len(frame), reply))
         self._out.append(frame)
         self._out_bytes += len(frame)
         if not self._flush_scheduled:
@@ -482,6 +528,12 @@ class SidecarProtocol(JsonRPCProtocol):
         writer, out = self.writer, self._out
         if writer is None or not out:
             return
+        base = self._sent
+        if self._large_out:
+            for offset, length, reply in self._large_out:
+                self._large.append((base + offset, base + offset + length, reply))
+            self._large_out = []
+        self._sent = base + self._out_bytes
         self._out, self._out_bytes = [], 0
         try:
             writer.write(out[0] if len(out) == 1 else b"".join(out))
@@ -490,7 +542,12 @@ class SidecarProtocol(JsonRPCProtocol):
             return
         cap = self.max_outgoing()
         unread = _buffered(writer)
-        if cap is not None and unread > cap:
+        large = self._large
+        if large:  # forget the large frames the peer has read
+            done = self._sent - unread
+            while large and large[0][1] <= done:
+                large.popleft()
+        if cap is not None and unread > cap and unread - self._being_read(unread) > cap:
             # What one loop iteration queues is bounded by what the peer sent in it; what
             # piles up unread across iterations is a stalled reader.
             log.warning(
@@ -507,6 +564,21 @@ class SidecarProtocol(JsonRPCProtocol):
         self._hold_at = 2 * low - unread
         if unread <= low:
             self.on_drained()
+
+    def _being_read(self, unread: int) -> int:
+        """The unread bytes the stalled-reader rule does not count: the rest of the frame the
+        peer is reading now, and of every large reply. A reply is at most
+        ``server.maxReplyBytes`` and answers the peer's own request, whose next requests wait
+        unread meanwhile (backpressure); so a client slowly reading a large reply is never
+        taken for one that stopped reading. Notifications it does not read still count."""
+        done = self._sent - unread  # what the peer has read so far
+        exempt = 0
+        for start, end, reply in self._large:
+            if end <= done:
+                continue
+            if reply or start <= done:
+                exempt += end - max(start, done)
+        return exempt
 
     def backlog_over_hold(self) -> bool:
         """Should the peer's next frame wait (backpressure)? Asked before every frame, so the
@@ -526,6 +598,9 @@ class SidecarProtocol(JsonRPCProtocol):
 
 
 _NO_LIMIT = 1 << 62
+# Frames at least this large are tracked for the stalled-reader rule (``_being_read``); a
+# smaller one the peer is in the middle of is within any ``server.maxOutgoingBytes``.
+_LARGE = 4096
 
 
 def _buffered(writer: Any) -> int:

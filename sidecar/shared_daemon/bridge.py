@@ -156,8 +156,9 @@ def _tail(path: Path, offset: int) -> str:
 def bridge(conn: socket.socket, in_fd: int = 0, out_fd: int = 1) -> int:
     """Copy ``in_fd`` -> socket and socket -> ``out_fd`` until the daemon closes the socket.
 
-    EOF on our stdin is passed on as a half-close, so the daemon sees its client leave and
-    closes its side, which ends the copy back.
+    EOF on our stdin is passed on as a half-close (``SHUT_WR``): the daemon answers every
+    request it had read, then closes its side, which ends the copy back, so
+    ``cat requests | compaction-sidecar connect`` relays every reply before it exits.
     """
 
     def upstream() -> None:

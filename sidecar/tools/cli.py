@@ -183,15 +183,16 @@ def _sessions(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     from sidecar.tools.inspect import inspect
-    from sidecar.tools.readdb import find_session, load_history, open_ro
+    from sidecar.tools.readdb import find_session, load_diagnostics, load_history, open_ro
 
     conn = open_ro(_db(args))
     try:
         session = find_session(conn, args.session)
         history = load_history(conn, session)
+        diagnostics = load_diagnostics(conn, session)
     finally:
         conn.close()
-    result = inspect(session, history, context=args.context)
+    result = inspect(session, history, context=args.context, diagnostics=diagnostics)
     if args.command == "report":
         from sidecar.tools.report import render
 
@@ -230,8 +231,16 @@ def _print_inspection(ins: Any) -> None:
         kind = "auto" if c.auto else "manual"
         by = f", written by {c.writer}" if c.writer else ""
         events.setdefault(c.turn, []).append(
-            f"   -- compaction C{i} ({kind}): {c.before:,} -> {c.after:,} tokens{by}"
+            f"   -- compaction C{i} ({kind}): {c.before:,} -> {c.after:,} tokens{by}, "
+            f"replaced {len(c.replaced_ids)} messages"
         )
+        d = c.diagnostics
+        if d is not None:
+            events[c.turn].append(
+                f"      recorded: {d.tokens_before:,} -> {d.tokens_after:,} tokens, summary "
+                f"{d.summary_tokens:,} tokens by {d.writer}, {d.messages_summarized} messages "
+                f"summarized, {d.parts_pruned} pruned outputs, {d.duration_ms:,} ms"
+            )
     for p in ins.prunes:
         events.setdefault(p.turn, []).append(
             f"   -- prune: {len(p.part_ids)} tool outputs cleared, {p.tokens_saved:,} tokens saved"

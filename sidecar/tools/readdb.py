@@ -16,10 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
+
 from sidecar.engine import window
 from sidecar.model.messages import WithParts
+from sidecar.model.rpc import CompactionRecord
 from sidecar.model.session import Session
-from sidecar.store import Store
+from sidecar.store import Store, steer
 from sidecar.store.url import CannotOpen, UnsupportedDatabase
 
 T = TypeVar("T")
@@ -111,6 +114,18 @@ async def _find_session(store: Store, ref: str) -> Session:
 def load_history(conn: Reader, session: Session) -> list[WithParts]:
     """Every visible message of ``session``, chronological, revert applied (as the engine)."""
     return conn.run(window.load_history(conn.store, session))
+
+
+def load_diagnostics(conn: Reader, session: Session) -> dict[str, CompactionRecord]:
+    """Each compaction's stored diagnostics by summary message id (``session/compactions``'
+    rows; a database from before they were recorded is at an older schema, refused on open)."""
+    records = [
+        _record_decoder.decode(r) for r in conn.run(steer.compactions(conn.store, session.id))
+    ]
+    return {r.message_id: r for r in records}
+
+
+_record_decoder = msgspec.json.Decoder(CompactionRecord)
 
 
 @dataclass(frozen=True)

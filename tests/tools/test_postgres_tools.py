@@ -28,6 +28,8 @@ async def _copy(sqlite_db: Path, url: str) -> None:
             "sessions": "id, parent_id, created, updated, data",
             "messages": "id, session_id, created, role, parent_id, summary_ok, data",
             "parts": "id, message_id, session_id, type, data",
+            "pins": "part_id, message_id, session_id, created",
+            "compactions": "message_id, session_id, created, data",
         }
         rows = {t: src.execute(f"SELECT {cols} FROM {t}").fetchall() for t, cols in tables.items()}
     conn = await asyncpg.connect(url)

@@ -11,6 +11,7 @@ Python code uses their snake_case attributes, and the wire's camelCase names app
 wire.
 """
 
+from sidecar.model.daemon import DaemonStatus
 from sidecar.model.messages import (
     AssistantMessage,
     Message,
@@ -43,9 +44,12 @@ from sidecar.model.parts import (
     ToolTime,
 )
 from sidecar.model.rpc import (
+    CompactedEvent,
+    CompactionRecord,
     CompactResult,
     ContextResult,
     OverflowResult,
+    Pin,
     PruneResult,
     SessionList,
 )
@@ -72,10 +76,13 @@ __all__ = [
     "Call",
     "Client",
     "CompactResult",
+    "CompactedEvent",
     "CompactionPart",
+    "CompactionRecord",
     "ConnectionClosed",
     "ContextResult",
     "ContextWindow",
+    "DaemonStatus",
     "ErrorCode",
     "FilePart",
     "Message",
@@ -88,6 +95,7 @@ __all__ = [
     "Part",
     "PartTime",
     "PatchPart",
+    "Pin",
     "PruneResult",
     "ReasoningPart",
     "RetryPart",

@@ -25,14 +25,20 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from sidecar.model.config import Config
+from sidecar.model.daemon import DaemonStatus
 from sidecar.model.messages import Message
 from sidecar.model.parts import Part
 from sidecar.model.rpc import (
+    CompactionRecord,
+    CompactionsResult,
     CompactResult,
     ContextResult,
     OverflowResult,
+    Pin,
+    PinsResult,
     PruneResult,
     SessionList,
+    UncompactResult,
 )
 from sidecar.model.session import Session
 from sidecar.protocol.codes import ErrorCode
@@ -751,6 +757,11 @@ class Client:
         """Deep-merge ``patch`` (wire names, e.g. ``{"compaction": {"auto": False}}``)."""
         return await self.request("config/update", {"config": patch}, Config)
 
+    async def daemon_status(self) -> DaemonStatus:
+        """``daemon/status``: with ``compaction.prepare``, ``summary_tokens`` and
+        ``prepared_discarded_tokens`` say what background summaries cost."""
+        return await self.request("daemon/status", {}, DaemonStatus)
+
     # -- typed helpers: compaction -------------------------------------------------------------
 
     async def context(
@@ -806,17 +817,53 @@ class Client:
         *,
         model: Mapping[str, Any] | None = None,
         instructions: str | None = None,
+        up_to: str | None = None,
         timeout: float | UnsetType | None = UNSET,
     ) -> CompactResult:
+        """``session/compact``; ``up_to``: summarize only up to and including that message,
+        keeping every later one as it is."""
         params = _clean(
             {
                 "sessionID": session_id,
                 "auto": auto,
                 "model": model,
                 "instructions": instructions,
+                "upTo": up_to,
             }
         )
         return await self.request("session/compact", params, CompactResult, timeout=timeout)
+
+    async def pin(
+        self, session_id: str, message_id: str, part_id: str | None = None, pinned: bool = True
+    ) -> None:
+        """``part/pin``: pin (or unpin) a part, or every part of the message without
+        ``part_id``. A pinned part is never pruned and is kept verbatim in every summary."""
+        params = _clean(
+            {"sessionID": session_id, "messageID": message_id, "partID": part_id, "pinned": pinned}
+        )
+        await self.request("part/pin", params)
+
+    async def pins(self, session_id: str) -> list[Pin]:
+        """``session/pins``: the session's pinned parts, oldest message first."""
+        result = await self.request("session/pins", {"sessionID": session_id}, PinsResult)
+        return result.pins
+
+    async def compactions(self, session_id: str) -> list[CompactionRecord]:
+        """``session/compactions``: each compaction's diagnostics, oldest first."""
+        params = {"sessionID": session_id}
+        result = await self.request("session/compactions", params, CompactionsResult)
+        return result.compactions
+
+    async def uncompact(
+        self, session_id: str, message_id: str | None = None, *, restore_pruned: bool = False
+    ) -> list[str]:
+        """``session/uncompact``: undo the newest compaction (or ``message_id``'s and every
+        later one); returns the ids of the messages removed."""
+        params = _clean(
+            {"sessionID": session_id, "messageID": message_id, "restorePruned": restore_pruned}
+        )
+        result = await self.request("session/uncompact", params, UncompactResult)
+        return result.removed
 
     async def fork(self, session_id: str, message_id: str | None = None) -> Session:
         params = _clean({"sessionID": session_id, "messageID": message_id})

@@ -131,6 +131,35 @@ export interface Protocol {
       result: Session;
     };
     /**
+     * each compaction's diagnostics, oldest first
+     */
+    "session/compactions": {
+      direction: "client->daemon";
+      params: SessionRef;
+      result: CompactionsResult;
+    };
+    /**
+     * undo the newest (or the named and every later) compaction
+     */
+    "session/uncompact": {
+      direction: "client->daemon";
+      params: SessionUncompactParams;
+      result: UncompactResult;
+    };
+    /**
+     * pin or unpin a part (or every part of a message)
+     */
+    "part/pin": {
+      direction: "client->daemon";
+      params: PartPinParams;
+      result: null;
+    };
+    "session/pins": {
+      direction: "client->daemon";
+      params: SessionRef;
+      result: PinsResult;
+    };
+    /**
      * upsert; echoes the stored message
      */
     "message/update": {
@@ -917,6 +946,7 @@ export interface SessionCompactParams {
   auto?: boolean;
   instructions?: string | null;
   workDoneToken?: string | number | null;
+  upTo?: string | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -943,6 +973,77 @@ export interface SessionRevertParams {
   sessionID: string;
   messageID: string;
   partID?: string | null;
+}
+/**
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "CompactionsResult".
+ */
+export interface CompactionsResult {
+  compactions: CompactionRecord[];
+}
+/**
+ * One ``session/compactions`` entry, stored by the daemon beside the session: the
+ *     diagnostics, the messages the compaction added and what its summary replaced.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "CompactionRecord".
+ */
+export interface CompactionRecord {
+  tokensBefore?: number;
+  tokensAfter?: number;
+  summaryTokens?: number;
+  messagesSummarized?: number;
+  partsPruned?: number;
+  writer?: string;
+  durationMs?: number;
+  auto?: boolean;
+  messageID: string;
+  time: number;
+  markerID: string;
+  continueID?: string | null;
+  replacedIDs?: string[];
+  prunedPartIDs?: string[];
+}
+/**
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "SessionUncompactParams".
+ */
+export interface SessionUncompactParams {
+  sessionID: string;
+  messageID?: string | null;
+  restorePruned?: boolean;
+}
+/**
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "UncompactResult".
+ */
+export interface UncompactResult {
+  removed: string[];
+}
+/**
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "PartPinParams".
+ */
+export interface PartPinParams {
+  sessionID: string;
+  messageID: string;
+  partID?: string | null;
+  pinned?: boolean;
+}
+/**
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "PinsResult".
+ */
+export interface PinsResult {
+  pins: Pin[];
+}
+/**
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "Pin".
+ */
+export interface Pin {
+  messageID: string;
+  partID: string;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1009,6 +1110,53 @@ export interface CompactionConfig {
   timeBudget?: number;
   prunedStub?: "informative" | "opencode";
   verifySummary?: boolean;
+  triggerTokens?: number | null;
+  keep?: KeepConfig;
+  prompt?: string | null;
+  system?: string | null;
+  overrides?: Override[];
+  prepare?: number | null;
+}
+/**
+ * ``compaction.keep``: what every summary carries verbatim in its ``## Kept verbatim``
+ *     block, rebuilt from the stored data at each compaction (never copied from the previous
+ *     summary, so nothing drifts). The defaults add nothing unless a part is pinned.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "KeepConfig".
+ */
+export interface KeepConfig {
+  pinned?: boolean;
+  firstRequest?: boolean;
+  todoTools?: string[];
+  maxTokens?: number;
+}
+/**
+ * One ``compaction.overrides`` entry: partial ``compaction`` and ``summarizer`` objects
+ *     deep-merged over the base config when ``match`` holds (checked when the config is built).
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "Override".
+ */
+export interface Override {
+  match?: OverrideMatch;
+  compaction?: {
+    [k: string]: unknown | undefined;
+  };
+  summarizer?: {
+    [k: string]: unknown | undefined;
+  };
+}
+/**
+ * Which turns an override applies to; a missing key matches anything. ``model`` is
+ *     ``provider/model`` and may use ``*`` globs (``anthropic/*``).
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "OverrideMatch".
+ */
+export interface OverrideMatch {
+  model?: string | null;
+  agent?: string | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1039,6 +1187,8 @@ export interface ServerConfig {
   maxDepth?: number;
   maxOutgoingBytes?: number;
   maxReplyBytes?: number;
+  authTimeout?: number;
+  maxConnections?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1065,6 +1215,8 @@ export interface DaemonStatus {
   sessions: number;
   uptime: number;
   idleExit: number | null;
+  summaryTokens?: number;
+  preparedDiscardedTokens?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1110,13 +1262,26 @@ export interface CancelParams {
  * via the `definition` "CompactedEvent".
  */
 export interface CompactedEvent {
+  tokensBefore?: number;
+  tokensAfter?: number;
+  summaryTokens?: number;
+  messagesSummarized?: number;
+  partsPruned?: number;
+  writer?: string;
+  durationMs?: number;
+  auto: boolean;
   sessionID: string;
   messageID: string;
-  auto: boolean;
-  writer: string;
   rejected?: string | null;
+  prepared?: boolean;
+  waitedMs?: number;
 }
 /**
+ * Tool outputs a prune marked (``compacted``: their ``state.time.compacted``). It stands
+ *     for those parts' ``part/updated``: a prune sends no part, so no notification carries an
+ *     output it cleared. A large prune comes as several, each naming at most
+ *     ``PRUNED_PER_EVENT`` parts with their share of ``tokens_saved``.
+ *
  * This interface was referenced by `Protocol`'s JSON-Schema
  * via the `definition` "PrunedEvent".
  */
@@ -1124,6 +1289,7 @@ export interface PrunedEvent {
   sessionID: string;
   partIDs: string[];
   tokensSaved: number;
+  compacted: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema

@@ -62,6 +62,7 @@ async def compact(ctx: Context, p: SessionCompactParams) -> CompactResult:
             model=p.model,
             instructions=p.instructions,
             progress_token=p.work_done_token,
+            up_to=p.up_to,
         ),
         ctx.config.current,
     )
