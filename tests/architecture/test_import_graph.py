@@ -118,3 +118,14 @@ def test_lower_layers_never_import_the_server() -> None:
         if m.startswith(lower)
     }
     assert {m: d for m, d in bad.items() if d} == {}
+
+
+def test_the_model_layer_imports_only_itself() -> None:
+    """``sidecar/model`` is the bottom layer: msgspec Structs, config and the catalog."""
+    graph = import_graph()
+    bad = {
+        m: sorted(d for d in deps if not d.startswith("sidecar.model"))
+        for m, deps in graph.items()
+        if m.startswith("sidecar.model")
+    }
+    assert {m: d for m, d in bad.items() if d} == {}
