@@ -60,6 +60,8 @@ _envelope_decoder = msgspec.json.Decoder(Incoming)
 _any_decoder = msgspec.json.Decoder()
 _cancel_decoder = msgspec.json.Decoder(CancelParams)
 _EMPTY = b"{}"
+# ``_decode_params``: the frame has been answered (params may be anything, None included).
+_REFUSED: Any = object()
 # Payload types msgspec encodes as they are (the common case: skip the attrs check).
 _MSGSPEC_NATIVE = (msgspec.Struct, msgspec.Raw, dict, list, str, int, float, type(None))
 
@@ -147,47 +149,78 @@ class SidecarProtocol(JsonRPCProtocol):
         self.send_error(None, err.code, err.message)
 
     def _handle_frame(self, body: bytes) -> None:
+        """Parse the envelope, then route it: a reply, or a request or notification that the
+        connection's lifecycle admits, with its params decoded."""
         if self.ended:
             return
-        limit = self.max_depth()
-        if (deep := too_deep(body, limit)) is not None:
-            self.send_error(deep.request_id, ErrorCode.INVALID_PARAMS, deep.message(limit))
-            return
-        if first_bad_utf8(body) is not None:
-            self.send_error(
-                _recover_id(body), ErrorCode.PARSE_ERROR, f"invalid UTF-8 in {bad_utf8_field(body)}"
-            )
-            return
-        try:
-            env = _envelope_decoder.decode(body)
-        except msgspec.ValidationError as exc:
-            self.send_error(None, ErrorCode.INVALID_REQUEST, f"invalid JSON-RPC message: {exc}")
-            return
-        except msgspec.DecodeError as exc:
-            self.send_error(None, ErrorCode.PARSE_ERROR, f"invalid JSON: {exc}")
-            return
-        msg_id = None if env.id is UNSET else env.id
-        if env.jsonrpc != JSONRPC:
-            self.send_error(
-                msg_id, ErrorCode.INVALID_REQUEST, 'invalid request: "jsonrpc" must be "2.0"'
-            )
+        env = self._parse_envelope(body)
+        if env is None:
             return
         if env.method is UNSET:
             self._handle_reply(env)
             return
-        method = env.method
+        msg_id = None if env.id is UNSET else env.id
         is_request = env.id is not UNSET
         if is_request and msg_id is None:
             self.send_error(
                 None, ErrorCode.INVALID_REQUEST, 'invalid request: "id" must not be null'
             )
             return
+        if not self._admit(env.method, msg_id, is_request):
+            return
+        if env.method == "$/cancelRequest":
+            self._cancel(env.params)
+            return
+        params = self._decode_params(env.method, env.params, msg_id, is_request)
+        if params is _REFUSED:
+            return
+        # Straight to the request/notification paths: pygls' ``handle_message`` would first
+        # test the message against runtime-checkable Protocols (~20 us each).
+        if msg_id is not None:
+            if self._barrier is not None or self._held:
+                self._held.append((msg_id, env.method, params))
+            else:
+                self._start_request(msg_id, env.method, params)
+        else:
+            contextvars.copy_context().run(self._handle_notification, env.method, params)
+
+    def _parse_envelope(self, body: bytes) -> Incoming | None:
+        """The frame's envelope, or None once the frame has been answered with its error
+        (too deep, not UTF-8, not JSON, not JSON-RPC 2.0)."""
+        limit = self.max_depth()
+        if (deep := too_deep(body, limit)) is not None:
+            self.send_error(deep.request_id, ErrorCode.INVALID_PARAMS, deep.message(limit))
+            return None
+        if first_bad_utf8(body) is not None:
+            self.send_error(
+                _recover_id(body), ErrorCode.PARSE_ERROR, f"invalid UTF-8 in {bad_utf8_field(body)}"
+            )
+            return None
+        try:
+            env = _envelope_decoder.decode(body)
+        except msgspec.ValidationError as exc:
+            self.send_error(None, ErrorCode.INVALID_REQUEST, f"invalid JSON-RPC message: {exc}")
+            return None
+        except msgspec.DecodeError as exc:
+            self.send_error(None, ErrorCode.PARSE_ERROR, f"invalid JSON: {exc}")
+            return None
+        if env.jsonrpc != JSONRPC:
+            msg_id = None if env.id is UNSET else env.id
+            self.send_error(
+                msg_id, ErrorCode.INVALID_REQUEST, 'invalid request: "jsonrpc" must be "2.0"'
+            )
+            return None
+        return env
+
+    def _admit(self, method: str, msg_id: int | str | None, is_request: bool) -> bool:
+        """The lifecycle's say on a request or notification: not before ``initialize``, not
+        after ``shutdown``; ``exit`` ends reading. False once it has been dealt with."""
         if not self.initialized and not self._initializing and method not in _PRE_INIT:
             if is_request:
                 self.send_error(
                     msg_id, ErrorCode.SERVER_NOT_INITIALIZED, f"{method}: server not initialized"
                 )
-            return
+            return False
         if method == "initialize" and is_request:
             # Requests pipelined behind it wait for it (it is a barrier), then are checked.
             self._initializing = True
@@ -196,29 +229,33 @@ class SidecarProtocol(JsonRPCProtocol):
                 self.send_error(
                     msg_id, ErrorCode.INVALID_REQUEST, f"{method}: server is shutting down"
                 )
-            return
+            return False
         if method == "exit":
             self.ended = True  # what follows ``exit`` is not read
             self.on_exit()
-            return
+            return False
         if method == "shutdown" and is_request:
             # Set now, not in the handler task, so an ``exit`` right behind it sees it.
             self.shutting_down = True
-        if method == "$/cancelRequest":
-            self._cancel(env.params)
-            return
+        return True
+
+    def _decode_params(
+        self, method: str, raw: msgspec.Raw, msg_id: int | str | None, is_request: bool
+    ) -> Any:
+        """The method's params Struct, decoded in place; ``_REFUSED`` once an unknown method
+        or invalid params has been answered (a notification's only logged)."""
         spec = self.specs.get(method)
         if spec is None:
             if is_request:
                 self.send_error(msg_id, ErrorCode.METHOD_NOT_FOUND, f"unknown method: {method}")
             else:
                 log.info("ignoring notification for unknown method %r", method)
-            return
-        raw: bytes | msgspec.Raw = env.params  # decoded in place, not copied
+            return _REFUSED
+        data: bytes | msgspec.Raw = raw
         if not len(raw) or (len(raw) == 4 and bytes(raw) == b"null"):
-            raw = _EMPTY
+            data = _EMPTY
         try:
-            params = spec.decoder.decode(raw)
+            return spec.decoder.decode(data)
         except msgspec.ValidationError as exc:
             if is_request:
                 self.send_error(
@@ -226,17 +263,7 @@ class SidecarProtocol(JsonRPCProtocol):
                 )
             else:
                 log.warning("invalid params for notification %s: %s", method, exc)
-            return
-        # Straight to the request/notification paths: pygls' ``handle_message`` would first
-        # test the message against runtime-checkable Protocols (~20 us each).
-        if is_request:
-            assert msg_id is not None
-            if self._barrier is not None or self._held:
-                self._held.append((msg_id, method, params))
-            else:
-                self._start_request(msg_id, method, params)
-        else:
-            contextvars.copy_context().run(self._handle_notification, method, params)
+            return _REFUSED
 
     def _release_held(self, _done: object = None) -> None:
         """The barrier answered: start what waited behind it, in order, up to the next one."""
