@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams
 
 from sidecar.errors import SidecarError
 from sidecar.protocol.methods import SERVED, NotificationSpec, RequestSpec
 from sidecar.server.context import Context
+from sidecar.server.protocol import RpcError, internal_error, invalid_params
 
 log = logging.getLogger("sidecar.handlers")
 
@@ -72,16 +72,16 @@ def routes() -> dict[str, Route]:
     return {s.method: Route(s, resolve(s.handler), msgspec.json.Decoder(s.params)) for s in SERVED}
 
 
-def rpc_error(method: str, exc: BaseException) -> JsonRpcException:
+def rpc_error(method: str, exc: BaseException) -> RpcError:
     """The JSON-RPC error a client sees for an exception raised while serving ``method``."""
-    if isinstance(exc, JsonRpcException):
+    if isinstance(exc, RpcError):
         return exc
     if isinstance(exc, SidecarError):
-        return JsonRpcException(str(exc), exc.code)
+        return RpcError(str(exc), exc.code)
     if isinstance(exc, msgspec.ValidationError):
-        return JsonRpcInvalidParams(f"invalid params for {method}: {exc}")
+        return invalid_params(f"invalid params for {method}: {exc}")
     log.error("%s failed", method, exc_info=exc)
-    return JsonRpcInternalError(f"internal error in {method}: {type(exc).__name__}")
+    return internal_error(f"internal error in {method}: {type(exc).__name__}")
 
 
 def bind(ctx: Context, r: Route) -> Callable[..., Any]:

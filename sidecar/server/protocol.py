@@ -1,4 +1,4 @@
-"""pygls' JSON-RPC dispatcher with a msgspec byte path.
+"""pygls' JSON-RPC dispatcher with a msgspec byte path, and the one module that knows pygls.
 
 pygls keeps what it does well — handler dispatch, one task per request, ``$/cancelRequest``,
 response futures for daemon→client requests, exception→error mapping. This subclass replaces
@@ -7,6 +7,20 @@ replies are encoded with msgspec. It also closes stock pygls' silent gaps, so ev
 gets exactly one reply: a request without ``params``, params that fail validation (-32602 with
 the field's path), an unserialisable result (-32603), requests before ``initialize`` (-32002)
 and after ``shutdown`` (-32600).
+
+The pygls fence: no other module of ``sidecar/`` imports pygls; they use what this one
+exposes (``new_protocol``, ``SidecarProtocol.register``/``cancel_requests``/``in_flight``,
+``RpcError``, ``invalid_params``, ``internal_error``). What it relies on beyond pygls' public
+API (``tests/server/test_pygls_fence.py`` checks each against the installed pygls):
+
+- overrides three private methods of ``JsonRPCProtocol``: ``_execute_handler`` (our
+  coroutines skip pygls' introspection), ``_send_response`` and ``_send_data`` (replies and
+  requests encoded with msgspec);
+- calls four: ``_get_handler``, ``_handle_request`` and ``_handle_notification``
+  (dispatch without ``handle_message``'s Protocol checks) and ``_handle_cancel_notification``;
+- uses three attributes its ``__init__`` sets: ``_request_futures`` (in-flight requests,
+  both ways), ``_result_types`` (dropped once a reply is sent) and ``_converter`` (lsprotocol
+  payloads).
 """
 
 from __future__ import annotations
@@ -18,19 +32,20 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import msgspec
 from lsprotocol.types import ResponseError, ResponseErrorMessage
 from msgspec import UNSET
-from pygls.exceptions import JsonRpcException
-from pygls.protocol import JsonRPCProtocol
+from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams
+from pygls.protocol import JsonRPCProtocol, default_converter
 from pygls.protocol.json_rpc import (
     JsonRPCNotification,
     JsonRPCRequestMessage,
     JsonRPCResponseMessage,
 )
+from pygls.server import JsonRPCServer
 
 from sidecar.errors import ErrorCode
 from sidecar.model.config import DEFAULT_MAX_DEPTH
@@ -47,8 +62,17 @@ from sidecar.protocol.envelopes import (
 )
 from sidecar.protocol.framing import FrameError, encode_frame
 
-if TYPE_CHECKING:
-    from pygls.server import JsonRPCServer
+#: The error a handler's failure becomes (its code and message are the reply's).
+RpcError = JsonRpcException
+
+
+def invalid_params(message: str) -> RpcError:
+    return JsonRpcInvalidParams(message)
+
+
+def internal_error(message: str) -> RpcError:
+    return JsonRpcInternalError(message)
+
 
 log = logging.getLogger("sidecar.rpc")
 
@@ -132,6 +156,21 @@ class SidecarProtocol(JsonRPCProtocol):
         self._acked: asyncio.Future[None] | None = None
         self._initializing = False  # an ``initialize`` was read; what follows waits for it
         self.ended = False  # ``exit`` was read
+
+    # -- the fence's public face ------------------------------------------------------------
+
+    def register(self, method: str, handler: Callable[..., Any]) -> None:
+        """Serve ``method`` with ``handler`` (as ``dispatch.bind`` made it)."""
+        self.fm.feature(method)(handler)
+
+    def in_flight(self) -> int:
+        """Requests with a task or a pending reply, in both directions."""
+        return len(self._request_futures)
+
+    def cancel_requests(self) -> None:
+        """The connection is gone: cancel every request task and every request to the peer."""
+        for fut in list(self._request_futures.values()):
+            fut.cancel()
 
     # -- inbound ---------------------------------------------------------------------------
 
@@ -646,3 +685,15 @@ def _recover_id(body: bytes) -> int | str | None:
         return None
     # An id that itself held the bad bytes is not the client's id any more.
     return None if isinstance(env.id, str) and "\ufffd" in env.id else env.id
+
+
+@functools.cache
+def _converter() -> Any:
+    return default_converter()  # type: ignore[no-untyped-call]
+
+
+def new_protocol() -> SidecarProtocol:
+    """A connection's protocol, on its own pygls server object (one per connection)."""
+    server = JsonRPCServer(protocol_cls=SidecarProtocol, converter_factory=_converter)
+    protocol: SidecarProtocol = server.protocol  # type: ignore[assignment]
+    return protocol
