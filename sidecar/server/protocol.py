@@ -367,11 +367,11 @@ class SidecarProtocol(JsonRPCProtocol):
         if writes:
             self._set_barrier(task)
 
-    def _reply_deferred(
-        self, msg_id: int | str, result: Any, error: JsonRpcException | None
-    ) -> None:
+    def _reply_deferred(self, msg_id: int | str, result: Any, exc: BaseException | None) -> None:
+        """A deferred handler's reply: a ``Done`` (``sidecar.store.backend``) bound to
+        ``msg_id``, the last step of the ingest path's one completion shape."""
         self._write_acked()
-        self._reply(msg_id, result, error)
+        self._reply(msg_id, result, exc)
 
     async def _run_request(
         self, msg_id: int | str, handler: Any, params: Any, writes: bool = False
@@ -391,12 +391,16 @@ class SidecarProtocol(JsonRPCProtocol):
             self._request_futures.pop(msg_id, None)
         self._reply(msg_id, result, None)
 
-    def _reply(self, msg_id: int | str, result: Any, error: JsonRpcException | None) -> None:
-        """The one reply of a request of ours (a deferred handler's ``done`` lands here)."""
-        if error is not None:
-            self._send_response(msg_id, error=error.to_response_error())
-        else:
+    def _reply(self, msg_id: int | str, result: Any, exc: BaseException | None) -> None:
+        """The one reply of a request of ours (a deferred handler's ``done`` lands here).
+        ``dispatch`` maps every handler error to an ``RpcError``; anything else is a bug."""
+        if exc is None:
             self._send_result(msg_id, result)
+            return
+        if not isinstance(exc, RpcError):
+            log.error("request %s failed", msg_id, exc_info=exc)
+            exc = internal_error(f"internal error: {type(exc).__name__}")
+        self._send_response(msg_id, error=exc.to_response_error())
 
     def _request_done(self, msg_id: int | str, task: asyncio.Future[None]) -> None:
         # Only a task cancelled before its first step ends here without having replied.

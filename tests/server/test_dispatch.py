@@ -193,3 +193,21 @@ async def test_deferred_handler_that_raises_is_answered_once() -> None:
     (reply,) = await out.wait_replies(1)
     assert reply["id"] == 9 and reply["error"]["code"] == -32602
     assert "$.part.text" in reply["error"]["message"]
+
+
+async def test_a_raw_exception_given_to_the_deferred_reply_is_an_internal_error() -> None:
+    """The protocol's deferred reply takes the ingest path's one ``Done`` shape, any
+    exception included: one not mapped by dispatch is a bug, answered -32603 by type only."""
+    proto, out = _protocol({})
+
+    def handler(p: Params, reply: Any) -> None:
+        reply(None, RuntimeError("secret detail"))
+
+    handler.sidecar_deferred = True  # type: ignore[attr-defined]
+    proto.specs["t/raw"] = MethodSpec(msgspec.json.Decoder(Params))
+    proto.register("t/raw", handler)
+    proto.handle_frame(_request(3, "t/raw"))
+    (reply,) = await out.wait_replies(1)
+    assert reply["id"] == 3 and reply["error"]["code"] == -32603
+    assert "RuntimeError" in reply["error"]["message"]
+    assert "secret" not in reply["error"]["message"]
