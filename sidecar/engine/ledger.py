@@ -11,6 +11,12 @@ It rolls across compactions: each summary ends with a fenced ``ledger`` block, w
 compaction parses back (``parse``) and extends with the newly summarized history (``update``).
 Growth is bounded (``bound``): the oldest entries go first, and each kind counts what it dropped.
 
+Why the earlier cycles' ledger lives in the summary text rather than being recomputed from the
+stored parts: the history before a compaction is exactly what the window no longer loads (a
+full-history read per compaction would break the store's "a read touches only its window"),
+imported sessions may carry summaries whose parts were never here, and what is parsed back is
+what the next model and the user saw. The cost: a hand-edited summary edits the ledger.
+
 Pure: no I/O, no clock; the same inputs give the same bytes.
 """
 

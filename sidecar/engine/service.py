@@ -58,6 +58,7 @@ from sidecar.model.session import Session, SessionLimits
 from sidecar.model.tokens import ModelLimit, Tokens
 from sidecar.store import Key, Store, holder
 from sidecar.store import steer as steer_data
+from sidecar.store.backend import Done
 from sidecar.summarizers.base import Summarizer
 from sidecar.summarizers.factory import build_summarizer
 
@@ -641,13 +642,14 @@ class Engine:
         """``info`` was stored: run the automatic work it causes (see ``will_store``)."""
         committed = self.will_store(info, cfg)
         if committed is not None:
-            committed(True)
+            committed(None, None)
 
-    def will_store(self, info: Message, cfg: Config | None = None) -> Callable[[bool], None] | None:
+    def will_store(self, info: Message, cfg: Config | None = None) -> Done[Any] | None:
         """Called just before ``info`` is submitted for storage, with the config of the
         connection that writes it (another client's settings never apply). Registers the
         automatic work it causes at once, so a read dispatched behind the write waits for it;
-        returns the callback to call with whether the write committed (None: no work follows)."""
+        returns the write's completion (``Done``: the work runs only if it committed, with no
+        error), or None when no work follows."""
         self._behind_boundary(info)
         if not isinstance(info, AssistantMessage):
             self.end_turn(info.session_id)  # the session's next user message
@@ -664,9 +666,9 @@ class Engine:
         work = self._after_turn(info, overflowed, cfg or self.config(), committed, prev, turn)
         self._spawn(info.session_id, work)
 
-        def done(ok: bool) -> None:
+        def done(_result: Any, exc: BaseException | None) -> None:
             if not committed.done():
-                committed.set_result(ok)
+                committed.set_result(exc is None)
 
         return done
 

@@ -83,9 +83,11 @@ def parse_api(data: bytes, source: str) -> dict[str, ModelLimit]:
 
 
 def refreshed_path() -> Path:
-    from sidecar.shared_daemon.paths import data_dir
+    """``models.json`` in the user data dir (``shared_daemon.paths.data_dir``, computed here
+    so that the model layer imports nothing above it; a test checks they agree)."""
+    import platformdirs
 
-    return data_dir() / REFRESHED_NAME
+    return Path(platformdirs.user_data_dir("compaction-sidecar", appauthor=False)) / REFRESHED_NAME
 
 
 def refresh(source: Path, target: Path | None = None) -> tuple[Path, int]:

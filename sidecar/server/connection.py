@@ -1,4 +1,4 @@
-"""One client connection: a pygls server/protocol pair bound to the daemon's shared parts.
+"""One client connection: its protocol bound to the daemon's shared parts.
 
 Each connection (the stdio peer, or each socket client of a shared daemon) has its own
 protocol state — initialization, capabilities, in-flight requests — while the store, the
@@ -9,14 +9,11 @@ the ``Shared`` parts). A ``Connection`` is the ``Context`` its handlers get.
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 from typing import Any, Protocol, TypeVar
 
 import msgspec
-from pygls.protocol import default_converter
-from pygls.server import JsonRPCServer
 
 from sidecar.engine.service import Engine
 from sidecar.model.rpc import ClientCapabilities, Event
@@ -25,7 +22,7 @@ from sidecar.protocol.methods import NOTIFICATION_OF
 from sidecar.server.context import Control
 from sidecar.server.dispatch import bind, routes
 from sidecar.server.hub import Hub
-from sidecar.server.protocol import MethodSpec, SidecarProtocol, Starting
+from sidecar.server.protocol import MethodSpec, SidecarProtocol, Starting, new_protocol
 from sidecar.server.settings import ConfigManager
 from sidecar.store import Store
 
@@ -37,11 +34,6 @@ _numbers = itertools.count(1)
 #: The largest frame a TCP connection may send before it has authenticated (an
 #: ``initialize`` fits with room to spare).
 PRE_AUTH_FRAME_BYTES = 64 * 1024
-
-
-@functools.cache
-def _converter() -> Any:
-    return default_converter()  # type: ignore[no-untyped-call]
 
 
 class Shared(Protocol):
@@ -59,8 +51,7 @@ class Connection:
     def __init__(self, app: Shared) -> None:
         self.app = app
         self.number = next(_numbers)
-        self.server = JsonRPCServer(protocol_cls=SidecarProtocol, converter_factory=_converter)
-        self.protocol: SidecarProtocol = self.server.protocol  # type: ignore[assignment]
+        self.protocol: SidecarProtocol = new_protocol()
         self.protocol.on_exit = self._on_exit
         self.protocol.starting = app.starting
         daemon = app.config  # the limits are the daemon's, never a client's
@@ -88,7 +79,7 @@ class Connection:
         self._reader: FrameReader | None = None
         for r in routes().values():
             self.protocol.specs[r.method] = MethodSpec(r.decoder, r.writes)
-            self.protocol.fm.feature(r.method)(bind(self, r))
+            self.protocol.register(r.method, bind(self, r))
 
     # -- the handlers' Context --------------------------------------------------------------
 
@@ -238,8 +229,7 @@ class Connection:
             self._auth_timer = None
         self.app.hub.drop(self)
         self.protocol.drop_held()
-        for fut in list(self.protocol._request_futures.values()):
-            fut.cancel()
+        self.protocol.cancel_requests()
 
 
 class _WriteSide(asyncio.Protocol):

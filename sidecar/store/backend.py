@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sidecar.model.ids import now_ms
 
@@ -21,8 +21,15 @@ if TYPE_CHECKING:
 Statement = tuple[str, Sequence[Sequence[Any]]]
 # Maps an integrity violation of one op (a foreign key, a trigger) to its caller's error.
 OnIntegrity = Callable[[Exception], Exception]
+T = TypeVar("T")
+#: The one completion callback of the ingest path, from the commit to the reply:
+#: ``done(result, None)`` on success, ``done(None, exc)`` on failure, called exactly once.
+#: The backend's commit (``Then``), ``Store.put_message_then``/``put_part_then``
+#: (``Done[None]``), the engine's ``will_store``, an ingest handler's ``done`` and the
+#: protocol's deferred reply all have this shape, so each step wraps the next as it is.
+Done = Callable[[T, BaseException | None], None]
 # Told the op's row counts (``-1``: unknown), or the error, right after its commit.
-Then = Callable[[list[int], BaseException | None], None]
+Then = Done[list[int]]
 Row = Sequence[Any]
 #: Told ``(session id, method, params JSON)`` of each event another daemon published.
 EventSink = Callable[[str, str, bytes], None]

@@ -24,7 +24,7 @@ from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithP
 from sidecar.model.parts import Part, ToolCompleted, ToolPart
 from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
-from sidecar.store.backend import Backend, Statement
+from sidecar.store.backend import Backend, Done, Statement
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
 from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
 
@@ -325,20 +325,18 @@ class Store:
         )
         self._message_written(info, row, counts)
 
-    def put_message_then(
-        self, info: Message, raw: bytes | str, then: Callable[[BaseException | None], None]
-    ) -> None:
+    def put_message_then(self, info: Message, raw: bytes | str, then: Done[None]) -> None:
         """``put_message`` for callers without a task (see ``put_part_then``)."""
         try:
             row = message_row(info, raw)
         except InvalidParams as exc:
-            then(exc)
+            then(None, exc)
             return
 
         def committed(counts: list[int], exc: BaseException | None) -> None:
             if exc is None:
                 self._message_written(info, row, counts)
-            then(exc)
+            then(None, exc)
 
         self._db.submit_then(self._message_statements(info, row), committed, message_error(info))
 
@@ -353,21 +351,20 @@ class Store:
         counts = await self._db.submit([(UPSERT_PART, [row])], on_integrity=part_error(part))
         self._part_written(part, row, counts)
 
-    def put_part_then(
-        self, part: Part, raw: bytes | str, then: Callable[[BaseException | None], None]
-    ) -> None:
-        """``put_part`` for callers without a task: ``then(None)`` once the part is committed,
-        ``then(exc)`` if it could not be. Called from the writer, right after the commit."""
+    def put_part_then(self, part: Part, raw: bytes | str, then: Done[None]) -> None:
+        """``put_part`` for callers without a task: ``then(None, None)`` once the part is
+        committed, ``then(None, exc)`` if it could not be (``backend.Done``). Called from the
+        writer, right after the commit."""
         try:
             row = part_row(part, raw)
         except InvalidParams as exc:
-            then(exc)
+            then(None, exc)
             return
 
         def committed(counts: list[int], exc: BaseException | None) -> None:
             if exc is None:
                 self._part_written(part, row, counts)
-            then(exc)
+            then(None, exc)
 
         self._db.submit_then([(UPSERT_PART, [row])], committed, part_error(part))
 

@@ -252,6 +252,28 @@ def _intent(text: str) -> str:
     return found
 
 
+def _shell_outcome(
+    output: str, status: int | None, errored: bool, failed: bool, tests: bool
+) -> str:
+    """A shell call's outcome word: error, exit N, failed, passed, ok or ran."""
+    if errored:
+        return "error"
+    if status is not None and status != 0:
+        return f"exit {status}"
+    if failed:
+        return "failed"
+    if tests:
+        return "passed" if status == 0 or _PASSED.search(output) else "ran"
+    return "ok" if status == 0 else "ran"
+
+
+def _whole_suite(tests: list[shell.Command]) -> bool:
+    """Test commands naming no file, path or test id: the whole suite ran."""
+    return bool(tests) and all(
+        not any(("/" in w or "." in w or "::" in w) for w in c.argv[1:]) for c in tests
+    )
+
+
 class _Extractor:
     def __init__(self, sections: Sections) -> None:
         self.s = sections
@@ -360,29 +382,16 @@ class _Extractor:
         if not errored and code == 1 and kind in ("viewer", "search") and not sigs:
             failed = False  # grep found nothing: no problem
         error = outputs.first_error_line(output) if failed else ""
-        if errored:
-            outcome = "error"
-        elif status is not None and status != 0:
-            outcome = f"exit {status}"
-        elif failed:
-            outcome = "failed"
-        elif tests:
-            outcome = "passed" if status == 0 or _PASSED.search(output) else "ran"
-        else:
-            outcome = "ok" if status == 0 else "ran"
         first = cmd.split("\n", 1)[0]
-        full = bool(tests) and all(
-            not any(("/" in w or "." in w or "::" in w) for w in c.argv[1:]) for c in tests
-        )
         self.runs.append(
             _Run(
                 what=f"`{trim(first, COMMAND_CHARS)}`",
-                outcome=outcome,
+                outcome=_shell_outcome(output, status, errored, failed, bool(tests)),
                 error=error,
                 failed=failed,
                 test=bool(tests),
                 key=f"`{trim(first, COMMAND_CHARS)}`",
-                full=full,
+                full=_whole_suite(tests),
             )
         )
         if not (errored or (code is not None and code != 0)):
@@ -698,16 +707,9 @@ def _history_chars(history: Sequence[WithParts]) -> int:
     return total
 
 
-def summarize_extractive(req: SummaryRequest) -> str:
-    """The summary text of ``req`` (pure function)."""
-    sections = Sections()
-    ex = _Extractor(sections)
-    ex.run(req.history)
-    # Earlier summaries: merge requests first (collapse), then those met inline (standard).
-    earlier = [parse_summary(p) for p in [*req.previous_summaries, *ex.earlier] if p.strip()]
-    objective = next((e.objective for e in earlier if e.objective), "")
-    latest = next((e.latest for e in reversed(earlier) if e.latest), "")
-    state = next((e.state for e in reversed(earlier) if e.state), "")
+def _carry(sections: Sections, earlier: list[Sections]) -> dict[str, list[str]]:
+    """Each list's entries from earlier summaries, put before this history's own in
+    ``sections``; returns what was carried, per list."""
     carried: dict[str, list[str]] = {}
     for name in LISTS:
         old: dict[str, None] = {}
@@ -721,6 +723,20 @@ def summarize_extractive(req: SummaryRequest) -> str:
         # older entries first; one met again in this history moves to the newest position
         new = sections.lists[name]
         sections.lists[name] = {i: None for i in carried[name] if i not in new} | new
+    return carried
+
+
+def summarize_extractive(req: SummaryRequest) -> str:
+    """The summary text of ``req`` (pure function)."""
+    sections = Sections()
+    ex = _Extractor(sections)
+    ex.run(req.history)
+    # Earlier summaries: merge requests first (collapse), then those met inline (standard).
+    earlier = [parse_summary(p) for p in [*req.previous_summaries, *ex.earlier] if p.strip()]
+    objective = next((e.objective for e in earlier if e.objective), "")
+    latest = next((e.latest for e in reversed(earlier) if e.latest), "")
+    state = next((e.state for e in reversed(earlier) if e.state), "")
+    carried = _carry(sections, earlier)
     extra = _extra_context(req.prompt)
     if extra:
         sections.add(CONTEXT, trim(extra, 600))

@@ -439,14 +439,6 @@ def _runs_tests(argv: list[str]) -> bool:
     return bool(_TEST_SCRIPT.search(argv[0]))
 
 
-def _is_in_place(cmd: shell.Command) -> bool:
-    prog = cmd.program
-    return prog in ("sed", "perl") and any(
-        w.startswith("-i") or w == "--in-place" or (prog == "perl" and re.match(r"^-\w*i", w))
-        for w in cmd.argv[1:]
-    )
-
-
 def classify(cmd: shell.Command) -> CommandKind:
     """What one simple command does: only shows text, looks for text, writes files, runs a
     program, or runs tests. Unknown programs are runners (their output may hold errors)."""
@@ -454,12 +446,8 @@ def classify(cmd: shell.Command) -> CommandKind:
         return "test"
     argv = cmd.argv
     prog = cmd.program
-    if prog in _PASS_THROUGH:  # "xargs wc -l", "timeout 60 make": what they start counts
-        rest = [w for w in argv[1:] if not w.startswith("-")]
-        if prog == "timeout" and rest:
-            rest = rest[1:]
-        if rest:
-            return classify(shell.Command(words=rest, redirects=cmd.redirects, cwd=cmd.cwd))
+    if prog in _PASS_THROUGH and (started := _started(cmd)) is not None:
+        return classify(started)
     if not argv:  # a bare redirection ("> f"): truncates a file
         return "writer" if any(r.op in _FILE_REDIRECTS for r in cmd.redirects) else "viewer"
     writes = any(
@@ -467,24 +455,36 @@ def classify(cmd: shell.Command) -> CommandKind:
         for r in cmd.redirects
     )
     if prog == "git":
-        words = [w for w in argv[1:] if not w.startswith("-")]
-        sub = words[0] if words else ""
-        if sub == "grep":
-            return "search"
-        if sub in _QUIET_GIT or not sub:
-            return "writer" if writes else "viewer"
-        return "writer" if sub in _GIT_WRITES else "runner"
+        return _git_kind(argv, writes)
     if prog in SEARCHERS:
         if prog == "find" and any(w in ("-exec", "-execdir", "-delete") for w in argv):
             return "runner"
         return "writer" if writes else "search"
     if prog in VIEWERS:
-        if prog == "sed" and _is_in_place(cmd):
+        if prog == "sed" and shell.in_place(cmd):
             return "writer"
         return "writer" if writes else "viewer"
-    if prog in WRITERS or _is_in_place(cmd):
+    if prog in WRITERS or shell.in_place(cmd):
         return "writer"
     return "runner"
+
+
+def _started(cmd: shell.Command) -> shell.Command | None:
+    """The command a pass-through program starts ("xargs wc -l", "timeout 60 make")."""
+    rest = [w for w in cmd.argv[1:] if not w.startswith("-")]
+    if cmd.program == "timeout" and rest:
+        rest = rest[1:]
+    return shell.Command(words=rest, redirects=cmd.redirects, cwd=cmd.cwd) if rest else None
+
+
+def _git_kind(argv: list[str], writes: bool) -> CommandKind:
+    words = [w for w in argv[1:] if not w.startswith("-")]
+    sub = words[0] if words else ""
+    if sub == "grep":
+        return "search"
+    if sub in _QUIET_GIT or not sub:
+        return "writer" if writes else "viewer"
+    return "writer" if sub in _GIT_WRITES else "runner"
 
 
 def strongest(kinds: list[CommandKind]) -> CommandKind:

@@ -104,3 +104,12 @@ def test_inspect_and_report_draw_the_window_the_session_ran_under(tmp_path: Path
     assert rep.returncode == 0, rep.stderr
     page = html.read_text()
     assert "<b>window</b> 8,000" in page
+
+
+def test_the_refreshed_catalog_lives_in_the_user_data_dir() -> None:
+    """The model layer computes the data dir itself (it imports nothing above it): the same
+    directory the daemon's paths give."""
+    from sidecar.model.catalog import REFRESHED_NAME, refreshed_path
+    from sidecar.shared_daemon.paths import data_dir
+
+    assert refreshed_path() == data_dir() / REFRESHED_NAME

@@ -197,7 +197,7 @@ async def test_put_part_then_calls_back_after_the_commit(tmp_path: Path) -> None
         await _seed(store)
         seen: list[tuple[int, BaseException | None]] = []
 
-        def then(exc: BaseException | None) -> None:
+        def then(_: None, exc: BaseException | None) -> None:
             seen.append((_count_parts(tmp_path / "s.db"), exc))
 
         for i in range(3):

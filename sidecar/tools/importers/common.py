@@ -218,6 +218,60 @@ class Draft:
         return out
 
 
+def fold_result(part: dict[str, Any], output: str, at: int, is_error: Any) -> None:
+    """A tool result, read lines after its call, completes the call's pending part."""
+    tool_time = {"start": at, "end": at}
+    state = part["state"]
+    if is_error:
+        part["state"] = {
+            "status": "error",
+            "input": state["input"],
+            "error": output,
+            "time": tool_time,
+        }
+    else:
+        part["state"] = {
+            "status": "completed",
+            "input": state["input"],
+            "output": output,
+            "title": part["tool"],
+            "time": tool_time,
+        }
+
+
+def assistant_blocks(
+    d: Draft,
+    parts: list[dict[str, Any]],
+    info: dict[str, Any],
+    content: list[Any],
+    where: str,
+    calls: dict[str, dict[str, Any]],
+    *,
+    tool: str,
+    args: str,
+) -> None:
+    """An assistant's content blocks as parts: ``text``, ``thinking`` and a tool call (block
+    type ``tool``, its arguments under ``args``), which ``calls`` keeps for its result."""
+    for i, block in enumerate(content):
+        at_b = f"message.content[{i}]"
+        if not isinstance(block, dict):
+            raise ImportFailure(f"{where}: field {at_b!r}: expected an object")
+        btype = block.get("type")
+        if btype == "text":
+            if text := want_str(block, "text", where, f"{at_b}.text"):
+                d.part(parts, info, {"type": "text", "text": text})
+        elif btype == "thinking":
+            if text := want_str(block, "thinking", where, f"{at_b}.thinking"):
+                d.part(parts, info, {"type": "reasoning", "text": text})
+        elif btype == tool:
+            call = want_str(block, "id", where, f"{at_b}.id")
+            if not call:
+                raise ImportFailure(f"{where}: field '{at_b}.id': missing")
+            name = want_str(block, "name", where, f"{at_b}.name")
+            arguments = want_obj(block, args, where, f"{at_b}.{args}")
+            calls[call] = d.tool_call(parts, info, call, name, arguments)
+
+
 def _kind(value: Any) -> str:
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}.get(
         type(value), "a number" if isinstance(value, int | float) else "null"
