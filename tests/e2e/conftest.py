@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
 import signal
 import socket
@@ -23,9 +22,11 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from daemon_env import isolated_env
 from pgcluster import fresh_database
 from pytest_asyncio import is_async_test
 from sidecar_client import Client, connect, spawn
+from sidecar_client._transport import merged_env
 
 E2E_DIR = Path(__file__).parent
 
@@ -43,15 +44,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def daemon_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str | None]:
     """Overrides applied to the daemon's environment (``None`` removes a variable)."""
-    home = tmp_path_factory.mktemp("xdg")
-    return {
-        "XDG_CONFIG_HOME": str(home / "config"),
-        "XDG_DATA_HOME": str(home / "data"),
-        "OPENCODE_DISABLE_AUTOCOMPACT": None,
-        "OPENCODE_DISABLE_PRUNE": None,
-        "OPENCODE_EXPERIMENTAL_OUTPUT_TOKEN_MAX": None,
-        "SIDECAR_LOG": None,
-    }
+    return isolated_env(tmp_path_factory.mktemp("xdg"))
 
 
 # -- stdio daemons -----------------------------------------------------------------------------
@@ -156,12 +149,6 @@ class SocketDaemon:
         timeout: float = 20.0,
         extra_args: Sequence[str] = (),
     ) -> SocketDaemon:
-        full_env = dict(os.environ)
-        for key, value in env.items():
-            if value is None:
-                full_env.pop(key, None)
-            else:
-                full_env[key] = value
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -175,7 +162,7 @@ class SocketDaemon:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
-            env=full_env,
+            env=merged_env(env),
         )
         daemon = cls(address, proc)
         assert proc.stderr is not None

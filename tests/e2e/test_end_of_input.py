@@ -8,26 +8,16 @@ every acknowledged write is stored. ``bench/end_of_input.py`` runs the same matr
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
+from sidecar_client._transport import merged_env
 
 from . import batch
 from .conftest import SocketDaemon
 
 GUARD = 120.0  # seconds: a hung daemon fails the test instead of blocking the suite
-
-
-def _env(overrides: dict[str, str | None]) -> dict[str, str]:
-    env = dict(os.environ)
-    for key, value in overrides.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    return env
 
 
 @pytest.mark.parametrize("stdout_kind", ["file", "pipe"])
@@ -48,7 +38,7 @@ def test_serve_answers_every_request_read_before_end_of_input(
         stdin_kind=stdin_kind,
         stdout_kind=stdout_kind,
         where=tmp_path,
-        env=_env(daemon_env),
+        env=merged_env(daemon_env),
         timeout=GUARD,
     )
     assert code == 0, err.decode()
@@ -73,7 +63,7 @@ async def test_connect_relays_every_reply_after_stdin_ends(
         stdin_kind="pipe",
         stdout_kind="pipe",
         where=tmp_path,
-        env=_env(daemon_env),
+        env=merged_env(daemon_env),
         timeout=GUARD,
     )
     assert code == 0, err.decode()
@@ -97,7 +87,7 @@ def test_input_ending_inside_a_frame_is_reported_once(
         stdin_kind=stdin_kind,
         stdout_kind="pipe",
         where=tmp_path,
-        env=_env(daemon_env),
+        env=merged_env(daemon_env),
         timeout=GUARD,
     )
     assert code == 0, err.decode()

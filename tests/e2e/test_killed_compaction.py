@@ -46,12 +46,8 @@ class HangingProvider(ScriptedServer):
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def hanging() -> AsyncIterator[HangingProvider]:
-    server = HangingProvider()
-    await server.start()
-    try:
+    async with HangingProvider() as server:
         yield server
-    finally:
-        await server.stop()
 
 
 def hanging_summarizer(server: HangingProvider) -> dict[str, Any]:

@@ -17,19 +17,11 @@ import tty
 from pathlib import Path
 from typing import Any
 
+from sidecar_client._transport import merged_env
+
 from .builders import rpc_frame
 
 GUARD = 60  # seconds: a hung daemon fails the test instead of blocking the suite
-
-
-def _env(overrides: dict[str, str | None]) -> dict[str, str]:
-    env = dict(os.environ)
-    for key, value in overrides.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    return env
 
 
 def _serve(db: Path) -> list[str]:
@@ -59,7 +51,7 @@ def test_serve_with_stdin_from_dev_null_exits_at_eof(
         _serve(tmp_path / "s.db"),
         stdin=subprocess.DEVNULL,
         capture_output=True,
-        env=_env(daemon_env),
+        env=merged_env(daemon_env),
         timeout=GUARD,
     )
     assert proc.returncode == 0, proc.stderr.decode()
@@ -79,7 +71,7 @@ def test_serve_reads_a_regular_file_and_writes_a_regular_file(
             stdin=stdin,
             stdout=stdout,
             stderr=subprocess.PIPE,
-            env=_env(daemon_env),
+            env=merged_env(daemon_env),
             timeout=GUARD,
         )
     assert proc.returncode == 0, proc.stderr.decode()
@@ -99,7 +91,7 @@ def test_serve_writes_replies_to_a_regular_file_from_a_pipe(
             input=payload,
             stdout=stdout,
             stderr=subprocess.PIPE,
-            env=_env(daemon_env),
+            env=merged_env(daemon_env),
             timeout=GUARD,
         )
     assert proc.returncode == 0, proc.stderr.decode()
@@ -133,7 +125,7 @@ def test_serve_on_a_terminal(daemon_env: dict[str, str | None], tmp_path: Path) 
             stdin=slave,
             stdout=slave,
             stderr=subprocess.PIPE,
-            env=_env(daemon_env),
+            env=merged_env(daemon_env),
         )
         os.close(slave)
         slave = -1

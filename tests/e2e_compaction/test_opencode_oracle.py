@@ -94,12 +94,8 @@ def _stream(text: str) -> Reply:
 
 @pytest.fixture
 async def provider() -> AsyncIterator[ScriptedServer]:
-    srv = ScriptedServer()
-    await srv.start()
-    try:
+    async with ScriptedServer() as srv:
         yield srv
-    finally:
-        await srv.stop()
 
 
 def _compactions(stored: list[dict[str, Any]]) -> list[tuple[int, bool]]:

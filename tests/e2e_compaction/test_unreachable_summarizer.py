@@ -117,9 +117,7 @@ async def test_without_fallback_the_error_names_the_endpoint(start: Spawn) -> No
 
 
 async def test_a_writer_that_answers_is_named(start: Spawn) -> None:
-    server = ScriptedServer()
-    await server.start()
-    try:
+    async with ScriptedServer() as server:
         server.script(
             Reply(
                 events=[
@@ -136,8 +134,6 @@ async def test_a_writer_that_answers_is_named(start: Spawn) -> None:
         assert result["status"] == "continue", result
         event = await c.wait_for("session/compacted")
         assert event["writer"] == "openai/gpt-x"
-    finally:
-        await server.stop()
 
 
 def test_replay_with_an_unreachable_writer_keeps_every_window_fitting(tmp_path: Path) -> None:
