@@ -51,7 +51,7 @@ PROVIDER = {"provider": "anthropic", "model": "claude-test", "api_key_env": "ANT
 
 
 def cfg(server: ScriptedServer, **kw: Any) -> SummarizerConfig:
-    return writer_config(PROVIDER, base_url=server.url, **kw)
+    return writer_config({**PROVIDER, "base_url": server.url}, **kw)
 
 
 def req(**kw: Any) -> SummaryRequest:

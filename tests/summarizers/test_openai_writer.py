@@ -50,7 +50,7 @@ PROVIDER = {"provider": "openai", "model": "gpt-test", "api_key_env": "SUMMARY_K
 
 
 def cfg(server: ScriptedServer, **kw: Any) -> SummarizerConfig:
-    return writer_config(PROVIDER, base_url=server.url + "/v1", **kw)
+    return writer_config({**PROVIDER, "base_url": server.url + "/v1"}, **kw)
 
 
 def req(**kw: Any) -> SummaryRequest:
