@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import shutil
 import signal
 import socket
@@ -75,6 +76,12 @@ class Spawner:
         )
         self.clients.append(client)
         return client
+
+    async def configured(self, config: Mapping[str, Any]) -> Client:
+        """A daemon started with ``--config`` naming a file that holds ``config``."""
+        path = self._tmp / f"config-{len(self.clients)}.json"
+        path.write_text(json.dumps(config))
+        return await self(extra_args=["--config", str(path)])
 
     async def cleanup(self) -> None:
         for client in self.clients:
