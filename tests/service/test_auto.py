@@ -328,10 +328,17 @@ async def test_second_compact_while_busy_is_refused(store: Store) -> None:
         await first
 
 
-async def test_standard_sends_an_earlier_compaction_inline_as_opencode_does(
-    store: Store,
-) -> None:
-    h = Harness(store)
+async def _first_compaction(h: Harness, **reply: Any) -> SummaryRequest:
+    """What the writer is sent to compact a session of one turn."""
+    s, _ = await h.first_turn(**reply)
+    w = _Writer()
+    await _manual(h, s.id, w)
+    return w.requests[0]
+
+
+async def _second_compaction(h: Harness) -> SummaryRequest:
+    """What the writer is sent for a session's second compaction (the first wrote
+    "first summary")."""
     s, _ = await h.first_turn(text="x" * 4000)
     await _manual(h, s.id, _Writer(text="first summary"))
     u2 = await h.user(s.id, "next")
@@ -339,6 +346,14 @@ async def test_standard_sends_an_earlier_compaction_inline_as_opencode_does(
     w = _Writer(text="second summary")
     await _manual(h, s.id, w)
     req = w.requests[0]
+    return req
+
+
+async def test_standard_sends_an_earlier_compaction_inline_as_opencode_does(
+    store: Store,
+) -> None:
+    h = Harness(store)
+    req = await _second_compaction(h)
     assert req.previous_summaries == []  # no merge block in standard mode
     first, second, last = req.history[0], req.history[1], req.history[-1]
     assert any(isinstance(p, CompactionPart) for p in first.parts)  # the earlier marker
@@ -352,13 +367,7 @@ async def test_standard_sends_an_earlier_compaction_inline_as_opencode_does(
 
 async def test_collapse_still_merges_previous_summaries(store: Store) -> None:
     h = Harness(store, {"compaction": {"method": "collapse"}})
-    s, _ = await h.first_turn(text="x" * 4000)
-    await _manual(h, s.id, _Writer(text="first summary"))
-    u2 = await h.user(s.id, "next")
-    await h.assistant(s.id, u2.id, text="w" * 4000)
-    w = _Writer(text="second summary")
-    await _manual(h, s.id, w)
-    req = w.requests[0]
+    req = await _second_compaction(h)
     assert req.previous_summaries == ["first summary"]
     assert all(not (isinstance(m.info, AssistantMessage) and m.info.summary) for m in req.history)
 
@@ -366,37 +375,20 @@ async def test_collapse_still_merges_previous_summaries(store: Store) -> None:
 async def test_summary_budget_is_capped_by_the_model_window(store: Store) -> None:
     # 16k context, 4k output: usable 12k, so a summary may take 3,000 tokens, not 10,000.
     h = Harness(store, {"models": {"acme/small": {"context": 16_000, "output": 4_000}}})
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    small = ModelRef(provider_id="acme", model_id="small")
-    await h.assistant(s.id, u.id, model=small)
-    w = _Writer()
-    await _manual(h, s.id, w)
+    req = await _first_compaction(h, model=ModelRef(provider_id="acme", model_id="small"))
     # The writer gets the budget less what the artifact ledger appended after it takes.
-    ledger_tokens = estimate(w.requests[0].ledger)
+    ledger_tokens = estimate(req.ledger)
     assert ledger_tokens > 0
-    assert w.requests[0].max_tokens == 3_000 - ledger_tokens - 1
+    assert req.max_tokens == 3_000 - ledger_tokens - 1
     big = Harness(store)  # claude-sonnet-4-5: usable 168k, so summaryMaxTokens (10k) rules
-    s2 = await big.session()
-    u2 = await big.user(s2.id, "go")
-    await big.assistant(s2.id, u2.id)
-    w2 = _Writer()
-    await _manual(big, s2.id, w2)
-    assert w2.requests[0].max_tokens == 10_000 - estimate(w2.requests[0].ledger) - 1
+    req = await _first_compaction(big)
+    assert req.max_tokens == 10_000 - estimate(req.ledger) - 1
     # OpenCode's figure, min(limit.output, 32000): summaryMaxTokens 32000, no share cap.
     oc = Harness(store, {"compaction": {"summaryMaxTokens": 32_000, "summaryShare": 0}})
-    s3 = await oc.session()
-    u3 = await oc.user(s3.id, "go")
-    await oc.assistant(s3.id, u3.id)
-    w3 = _Writer()
-    await _manual(oc, s3.id, w3)
+    req = await _first_compaction(oc)
     # claude-sonnet-4-5's output limit is 64k
-    assert w3.requests[0].max_tokens == 32_000 - estimate(w3.requests[0].ledger) - 1
+    assert req.max_tokens == 32_000 - estimate(req.ledger) - 1
     tiny = Harness(store, {"models": {"acme/tiny": {"context": 16_000, "output": 2_000}}})
-    s4 = await tiny.session()
-    u4 = await tiny.user(s4.id, "go")
-    await tiny.assistant(s4.id, u4.id, model=ModelRef(provider_id="acme", model_id="tiny"))
-    w4 = _Writer()
-    await _manual(tiny, s4.id, w4)
+    req = await _first_compaction(tiny, model=ModelRef(provider_id="acme", model_id="tiny"))
     # never above the model's output limit
-    assert w4.requests[0].max_tokens == 2_000 - estimate(w4.requests[0].ledger) - 1
+    assert req.max_tokens == 2_000 - estimate(req.ledger) - 1
