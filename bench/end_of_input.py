@@ -26,10 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.e2e import batch
 
 
-def _serve(db: Path) -> list[str]:
-    return [sys.executable, "-m", "sidecar", "serve", "--db", str(db)]
-
-
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     for key in ("OPENCODE_DISABLE_AUTOCOMPACT", "OPENCODE_DISABLE_PRUNE", "SIDECAR_LOG"):
@@ -44,17 +40,15 @@ def serve_runs(repeat: int) -> tuple[int, int, list[str]]:
     for ending, stdin_kind, stdout_kind, n in cases:
         with tempfile.TemporaryDirectory(prefix="eoi-") as tmp:
             where = Path(tmp)
-            payload, ids, refused = batch.requests(ending)
             db = where / "s.db"
-            code, out, err = batch.run_batch(
-                [sys.executable, "-m", "sidecar", "serve", "--db", str(db)],
-                payload,
+            code, err, problems = batch.run_requests(
+                batch.serve_command(db),
+                ending,
                 stdin_kind=stdin_kind,
                 stdout_kind=stdout_kind,
                 where=where,
                 env=_env(),
             )
-            problems = batch.check(out, ids, refused)
             if code != 0:
                 problems.append(f"exit status {code}")
             if b"Traceback" in err:
@@ -76,7 +70,7 @@ def connect_runs(repeat: int) -> tuple[int, int, list[str]]:
         where = Path(tmp)
         sock = where / "s.sock"
         daemon = subprocess.Popen(
-            [*_serve(where / "s.db"), "--listen", f"unix:{sock}"],
+            [*batch.serve_command(where / "s.db"), "--listen", f"unix:{sock}"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -89,16 +83,9 @@ def connect_runs(repeat: int) -> tuple[int, int, list[str]]:
                     raise SystemExit("the daemon did not start")
             for ending, n in itertools.product(batch.ENDINGS, range(repeat)):
                 sid = f"ses_{ending}_{n}"
-                payload, ids, refused = batch.requests(ending, sid)
-                code, out, err = batch.run_batch(
-                    [sys.executable, "-m", "sidecar", "connect", "--socket", str(sock)],
-                    payload,
-                    stdin_kind="pipe",
-                    stdout_kind="pipe",
-                    where=where,
-                    env=_env(),
+                code, err, problems = batch.run_requests(
+                    batch.connect_command(sock), ending, sid, where=where, env=_env()
                 )
-                problems = batch.check(out, ids, refused)
                 if code != 0:
                     problems.append(f"exit status {code}: {err[-300:]!r}")
                 total += 1

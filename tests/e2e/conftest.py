@@ -14,7 +14,6 @@ import json
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from daemon_env import isolated_env
 from pgcluster import fresh_database
 from pytest_asyncio import is_async_test
 from sidecar_client import Client, connect, spawn
-from sidecar_client._transport import merged_env
+from sidecar_client._transport import daemon_command, merged_env
 
 E2E_DIR = Path(__file__).parent
 
@@ -157,15 +156,7 @@ class SocketDaemon:
         extra_args: Sequence[str] = (),
     ) -> SocketDaemon:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "sidecar",
-            "serve",
-            "--db",
-            str(db),
-            "--listen",
-            address,
-            *extra_args,
+            *daemon_command(db, ["--listen", address, *extra_args]),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
