@@ -384,15 +384,22 @@ async def test_f3_message_id_of_another_session_is_a_conflict(shared: Client) ->
     assert await stored_ids(shared, second.id) == []
 
 
+async def _steal_a_part(shared: Client, owner: tuple[str, str], other: tuple[str, str]) -> str:
+    """Writes a part to ``owner`` (session, message), then the same part id to ``other``:
+    checks that the second write is a conflict naming the id, and returns the id."""
+    part_id = new_id("prt")
+    await put_part(shared, text_part(*owner, "original", id=part_id))
+    with pytest.raises(RpcError) as err:
+        await put_part(shared, text_part(*other, "stolen", id=part_id))
+    assert err.value.code == CONFLICT and part_id in err.value.message
+    return part_id
+
+
 async def test_f3_part_id_of_another_message_is_a_conflict(shared: Client) -> None:
     session = await shared.create_session()
     owner = await message_with_id(shared, session.id)
     other = await message_with_id(shared, session.id)
-    part_id = new_id("prt")
-    await put_part(shared, text_part(session.id, owner, "original", id=part_id))
-    with pytest.raises(RpcError) as err:
-        await put_part(shared, text_part(session.id, other, "stolen", id=part_id))
-    assert err.value.code == CONFLICT and part_id in err.value.message
+    await _steal_a_part(shared, (session.id, owner), (session.id, other))
     await shared.request("session/list", {"limit": 1})
     assert [
         n for n in shared.notifications("part/updated") if n["part"].get("text") == "stolen"
@@ -408,11 +415,7 @@ async def test_f3_part_id_of_another_sessions_message_is_a_conflict(shared: Clie
     first, second = await shared.create_session(), await shared.create_session()
     owner = await message_with_id(shared, first.id)
     other = await message_with_id(shared, second.id)
-    part_id = new_id("prt")
-    await put_part(shared, text_part(first.id, owner, "original", id=part_id))
-    with pytest.raises(RpcError) as err:
-        await put_part(shared, text_part(second.id, other, "stolen", id=part_id))
-    assert err.value.code == CONFLICT and part_id in err.value.message
+    part_id = await _steal_a_part(shared, (first.id, owner), (second.id, other))
     assert await assert_views_agree(shared, first.id) == [(owner, [part_id])]
     assert await assert_views_agree(shared, second.id) == [(other, [])]
 
