@@ -544,31 +544,32 @@ async def main() -> None:
     commits: dict[str, list[tuple[int, int]]] = {"pipe": [], "seq": []}
     pg_commits: dict[str, list[tuple[int, int]]] = {"pipe": [], "seq": []}
     notes = 0
+
+    async def sweep(
+        loads: dict[str, list[Load]],
+        kind: str | None,
+        n: int,
+        inflight: int,
+        warmup: int,
+        mixed: bool = False,
+    ) -> None:
+        """One run of every target; a daemon's commit count is kept under ``kind``."""
+        nonlocal notes
+        for target in targets:
+            load, nn, c = await target.measure(tmp, n, inflight, warmup, mixed=mixed)
+            loads[target.name].append(load)
+            if target.daemon:
+                notes += nn
+                if c is not None and kind is not None:
+                    into = commits if target is daemon else pg_commits
+                    into[kind].append((n + warmup + 2, c))
+
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmpdir:
         tmp = Path(tmpdir)
         for _ in range(args.runs):
-            for target in targets:
-                load, nn, c = await target.measure(tmp, args.n, args.inflight, WARMUP_PIPELINED)
-                pipe[target.name].append(load)
-                if target.daemon:
-                    notes += nn
-                    if c is not None:
-                        into = commits if target is daemon else pg_commits
-                        into["pipe"].append((args.n + WARMUP_PIPELINED + 2, c))
-            for target in targets:
-                load, nn, _ = await target.measure(
-                    tmp, args.n, args.inflight, WARMUP_PIPELINED, mixed=True
-                )
-                mixed[target.name].append(load)
-                notes += nn if target.daemon else 0
-            for target in targets:
-                load, nn, c = await target.measure(tmp, args.seq, 1, WARMUP_SEQ)
-                seqs[target.name].append(load)
-                if target.daemon:
-                    notes += nn
-                    if c is not None:
-                        into = commits if target is daemon else pg_commits
-                        into["seq"].append((args.seq + WARMUP_SEQ + 2, c))
+            await sweep(pipe, "pipe", args.n, args.inflight, WARMUP_PIPELINED)
+            await sweep(mixed, None, args.n, args.inflight, WARMUP_PIPELINED, mixed=True)
+            await sweep(seqs, "seq", args.seq, 1, WARMUP_SEQ)
         st = await startup(tmp, args.spawns, None)
         st_cached = None
         if args.pycache_prefix:
