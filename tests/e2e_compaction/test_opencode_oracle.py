@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_env import isolated_env
 from sidecar_client import Client, spawn
 from wire import put_message, put_part
 
@@ -132,11 +133,7 @@ async def test_replayed_opencode_run_makes_the_same_decisions(
     c: Client = await spawn(
         tmp_path / "db.sqlite",
         extra_args=["--config", str(cfg_path)],
-        env={
-            "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
-            "OPENCODE_DISABLE_AUTOCOMPACT": None,
-            "OPENCODE_DISABLE_PRUNE": None,
-        },
+        env=isolated_env(tmp_path),
     )
     try:
         sid = (await c.create_session()).id
