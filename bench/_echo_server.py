@@ -11,9 +11,9 @@ An ``asyncio`` pipe transport on stdin/stdout, ``Content-Length`` frames parsed 
 from __future__ import annotations
 
 import asyncio
-import sys
 
 import msgspec
+from _framed import FramedProtocol, serve_stdio
 
 
 class _Envelope(msgspec.Struct):
@@ -30,47 +30,17 @@ _envelope = msgspec.json.Decoder(_Envelope)
 _params = msgspec.json.Decoder(_Params)
 
 
-class EchoProtocol(asyncio.Protocol):
-    def __init__(self, out: asyncio.WriteTransport, done: asyncio.Future[None]) -> None:
-        self._out = out
-        self._done = done
-        self._buf = bytearray()
-        self._need = -1
-
-    def data_received(self, data: bytes) -> None:
-        buf = self._buf
-        buf += data
-        replies: list[bytes] = []
-        while True:
-            if self._need < 0:
-                end = buf.find(b"\r\n\r\n")
-                if end < 0:
-                    break
-                length = -1
-                for line in bytes(buf[:end]).split(b"\r\n"):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                del buf[: end + 4]
-                if length < 0:
-                    continue
-                self._need = length
-            if len(buf) < self._need:
-                break
-            body = bytes(buf[: self._need])
-            del buf[: self._need]
-            self._need = -1
-            reply = self._handle(body)
-            if reply is not None:
-                replies.append(b"Content-Length: %d\r\n\r\n%b" % (len(reply), reply))
-        if replies:
-            self._out.write(b"".join(replies))
+class EchoProtocol(FramedProtocol):
+    def on_frame(self, body: bytes) -> bytes:
+        reply = self._handle(body)
+        if reply is None:
+            return b""
+        return b"Content-Length: %d\r\n\r\n%b" % (len(reply), reply)
 
     def _handle(self, body: bytes) -> bytes | None:
         env = _envelope.decode(body)
         if env.method == "exit":
-            if not self._done.done():
-                self._done.set_result(None)
+            self.finish()
             return None
         if env.id is None:
             return None  # a notification
@@ -82,18 +52,6 @@ class EchoProtocol(asyncio.Protocol):
         rid = msgspec.json.encode(env.id)
         return b'{"jsonrpc":"2.0","id":%b,"result":%b}' % (rid, result)
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self._done.done():
-            self._done.set_result(None)
-
-
-async def main() -> None:
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
-    out, _ = await loop.connect_write_pipe(asyncio.Protocol, sys.stdout.buffer)
-    await loop.connect_read_pipe(lambda: EchoProtocol(out, done), sys.stdin.buffer)  # type: ignore[arg-type]
-    await done
-
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(serve_stdio(EchoProtocol))

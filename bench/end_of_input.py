@@ -26,10 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.e2e import batch
 
 
-def _serve(db: Path) -> list[str]:
-    return [sys.executable, "-m", "sidecar", "serve", "--db", str(db)]
-
-
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     for key in ("OPENCODE_DISABLE_AUTOCOMPACT", "OPENCODE_DISABLE_PRUNE", "SIDECAR_LOG"):
@@ -37,46 +33,53 @@ def _env() -> dict[str, str]:
     return env
 
 
+class Tally:
+    """What went wrong in each run, by the run's label: a run is good when nothing did."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, list[str]] = {}
+
+    def add(self, label: str, problems: list[str]) -> None:
+        self.runs.setdefault(label, []).extend(problems)
+
+    def summary(self) -> tuple[int, int, list[str]]:
+        """(good runs, runs, a note for each run that was not good)."""
+        notes = [f"{label}: {problems}" for label, problems in self.runs.items() if problems]
+        return len(self.runs) - len(notes), len(self.runs), notes
+
+
 def serve_runs(repeat: int) -> tuple[int, int, list[str]]:
-    good = total = 0
-    notes: list[str] = []
+    tally = Tally()
     cases = itertools.product(batch.ENDINGS, ("file", "pipe"), ("file", "pipe"), range(repeat))
     for ending, stdin_kind, stdout_kind, n in cases:
         with tempfile.TemporaryDirectory(prefix="eoi-") as tmp:
             where = Path(tmp)
-            payload, ids, refused = batch.requests(ending)
             db = where / "s.db"
-            code, out, err = batch.run_batch(
-                [sys.executable, "-m", "sidecar", "serve", "--db", str(db)],
-                payload,
+            code, err, problems = batch.run_requests(
+                batch.serve_command(db),
+                ending,
                 stdin_kind=stdin_kind,
                 stdout_kind=stdout_kind,
                 where=where,
                 env=_env(),
             )
-            problems = batch.check(out, ids, refused)
             if code != 0:
                 problems.append(f"exit status {code}")
             if b"Traceback" in err:
                 problems.append("a traceback")
             if batch.stored(db) != (batch.WRITES, batch.WRITES):
                 problems.append(f"stored {batch.stored(db)}")
-        total += 1
-        if problems:
-            notes.append(f"serve {ending} stdin={stdin_kind} stdout={stdout_kind} #{n}: {problems}")
-        else:
-            good += 1
-    return good, total, notes
+        tally.add(f"serve {ending} stdin={stdin_kind} stdout={stdout_kind} #{n}", problems)
+    return tally.summary()
 
 
 def connect_runs(repeat: int) -> tuple[int, int, list[str]]:
-    good = total = 0
-    notes: list[str] = []
+    tally = Tally()
     with tempfile.TemporaryDirectory(prefix="eoi-") as tmp:
         where = Path(tmp)
         sock = where / "s.sock"
         daemon = subprocess.Popen(
-            [*_serve(where / "s.db"), "--listen", f"unix:{sock}"],
+            [*batch.serve_command(where / "s.db"), "--listen", f"unix:{sock}"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -89,31 +92,19 @@ def connect_runs(repeat: int) -> tuple[int, int, list[str]]:
                     raise SystemExit("the daemon did not start")
             for ending, n in itertools.product(batch.ENDINGS, range(repeat)):
                 sid = f"ses_{ending}_{n}"
-                payload, ids, refused = batch.requests(ending, sid)
-                code, out, err = batch.run_batch(
-                    [sys.executable, "-m", "sidecar", "connect", "--socket", str(sock)],
-                    payload,
-                    stdin_kind="pipe",
-                    stdout_kind="pipe",
-                    where=where,
-                    env=_env(),
+                code, err, problems = batch.run_requests(
+                    batch.connect_command(sock), ending, sid, where=where, env=_env()
                 )
-                problems = batch.check(out, ids, refused)
                 if code != 0:
                     problems.append(f"exit status {code}: {err[-300:]!r}")
-                total += 1
-                if problems:
-                    notes.append(f"connect {ending} #{n}: {problems}")
-                else:
-                    good += 1
+                tally.add(f"connect {ending} #{n}", problems)
         finally:
             daemon.terminate()
             daemon.wait()
         for ending, n in itertools.product(batch.ENDINGS, range(repeat)):
             if batch.stored(where / "s.db", f"ses_{ending}_{n}") != (batch.WRITES, batch.WRITES):
-                notes.append(f"connect {ending} #{n}: not all writes stored")
-                good -= 1
-    return good, total, notes
+                tally.add(f"connect {ending} #{n}", ["not all writes stored"])
+    return tally.summary()
 
 
 def main() -> None:

@@ -461,6 +461,18 @@ def pair_ratios(daemon: list[Load], echo: list[Load], figure: int) -> list[float
     ]
 
 
+def per_pair(
+    loads: dict[str, list[Load]], figure: int, spec: str, with_pg: bool, unit: str = ""
+) -> None:
+    """Each adjacent daemon/echo run's ratio (``spec`` formats it), then PostgreSQL's lines."""
+    paired = pair_ratios(loads["daemon"], loads["echo"], figure)
+    print(
+        f"    [per adjacent daemon/echo pair: {', '.join(format(r, spec) + unit for r in paired)}]"
+    )
+    if with_pg:
+        compare_pg(loads, figure)
+
+
 def compare_pg(loads: dict[str, list[Load]], figure: int) -> None:
     """The PostgreSQL daemon's line, and its figure beside SQLite's and the echo's."""
     rate, p50 = line("daemon-pg", loads["daemon-pg"])
@@ -532,31 +544,32 @@ async def main() -> None:
     commits: dict[str, list[tuple[int, int]]] = {"pipe": [], "seq": []}
     pg_commits: dict[str, list[tuple[int, int]]] = {"pipe": [], "seq": []}
     notes = 0
+
+    async def sweep(
+        loads: dict[str, list[Load]],
+        kind: str | None,
+        n: int,
+        inflight: int,
+        warmup: int,
+        mixed: bool = False,
+    ) -> None:
+        """One run of every target; a daemon's commit count is kept under ``kind``."""
+        nonlocal notes
+        for target in targets:
+            load, nn, c = await target.measure(tmp, n, inflight, warmup, mixed=mixed)
+            loads[target.name].append(load)
+            if target.daemon:
+                notes += nn
+                if c is not None and kind is not None:
+                    into = commits if target is daemon else pg_commits
+                    into[kind].append((n + warmup + 2, c))
+
     with tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmpdir:
         tmp = Path(tmpdir)
         for _ in range(args.runs):
-            for target in targets:
-                load, nn, c = await target.measure(tmp, args.n, args.inflight, WARMUP_PIPELINED)
-                pipe[target.name].append(load)
-                if target.daemon:
-                    notes += nn
-                    if c is not None:
-                        into = commits if target is daemon else pg_commits
-                        into["pipe"].append((args.n + WARMUP_PIPELINED + 2, c))
-            for target in targets:
-                load, nn, _ = await target.measure(
-                    tmp, args.n, args.inflight, WARMUP_PIPELINED, mixed=True
-                )
-                mixed[target.name].append(load)
-                notes += nn if target.daemon else 0
-            for target in targets:
-                load, nn, c = await target.measure(tmp, args.seq, 1, WARMUP_SEQ)
-                seqs[target.name].append(load)
-                if target.daemon:
-                    notes += nn
-                    if c is not None:
-                        into = commits if target is daemon else pg_commits
-                        into["seq"].append((args.seq + WARMUP_SEQ + 2, c))
+            await sweep(pipe, "pipe", args.n, args.inflight, WARMUP_PIPELINED)
+            await sweep(mixed, None, args.n, args.inflight, WARMUP_PIPELINED, mixed=True)
+            await sweep(seqs, "seq", args.seq, 1, WARMUP_SEQ)
         st = await startup(tmp, args.spawns, None)
         st_cached = None
         if args.pycache_prefix:
@@ -577,10 +590,7 @@ async def main() -> None:
     e_rate, _ = line("raw echo", pipe["echo"])
     ratio = d_rate / e_rate
     print(f"  ratio daemon/echo rate: {ratio:.1%} (target >= 25%)  {verdict(ratio >= 0.25)}")
-    paired = pair_ratios(pipe["daemon"], pipe["echo"], 0)
-    print(f"    [per adjacent daemon/echo pair: {', '.join(f'{r:.1%}' for r in paired)}]")
-    if pg is not None:
-        compare_pg(pipe, 0)
+    per_pair(pipe, 0, ".1%", pg is not None)
     print(
         f"pipelined message+part: N={args.n:,} alternating message/update and the part/update "
         f"of that message right behind it, {args.inflight} in flight"
@@ -588,19 +598,13 @@ async def main() -> None:
     d_rate, _ = line("daemon", mixed["daemon"])
     e_rate, _ = line("raw echo", mixed["echo"])
     print(f"  ratio daemon/echo rate: {d_rate / e_rate:.1%} (no target; for comparison)")
-    paired = pair_ratios(mixed["daemon"], mixed["echo"], 0)
-    print(f"    [per adjacent daemon/echo pair: {', '.join(f'{r:.1%}' for r in paired)}]")
-    if pg is not None:
-        compare_pg(mixed, 0)
+    per_pair(mixed, 0, ".1%", pg is not None)
     print(f"sequential: {args.seq:,} round trips (+{WARMUP_SEQ} warm-up)")
     _, d_p50 = line("daemon", seqs["daemon"])
     _, e_p50 = line("raw echo", seqs["echo"])
     ratio = d_p50 / e_p50
     print(f"  ratio daemon/echo p50: {ratio:.2f}x (target <= 3x)  {verdict(ratio <= 3)}")
-    paired = pair_ratios(seqs["daemon"], seqs["echo"], 1)
-    print(f"    [per adjacent daemon/echo pair: {', '.join(f'{r:.2f}x' for r in paired)}]")
-    if pg is not None:
-        compare_pg(seqs, 1)
+    per_pair(seqs, 1, ".2f", pg is not None, "x")
     for label, samples in (("", st), (" [bytecode cached]", st_cached)):
         if samples is None:
             continue

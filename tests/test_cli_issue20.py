@@ -18,20 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_env import cli_env
 
 GUARD = 120
 EXPORT = Path(__file__).parent / "fixtures" / "opencode-1.1.53" / "export.json"
-
-
-def _env(tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["XDG_CONFIG_HOME"] = str(tmp_path / "cfg")
-    env["XDG_DATA_HOME"] = str(tmp_path / "data")
-    env["XDG_STATE_HOME"] = str(tmp_path / "state")
-    env["XDG_RUNTIME_DIR"] = str(tmp_path / "run")
-    (tmp_path / "run").mkdir(mode=0o700, exist_ok=True)
-    env.pop("SIDECAR_LOG", None)
-    return env
 
 
 def _run(
@@ -39,7 +29,7 @@ def _run(
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "sidecar", *args],
-        env=_env(tmp_path),
+        env=cli_env(tmp_path),
         stdin=stdin,
         capture_output=True,
         text=True,
@@ -120,7 +110,7 @@ def test_import_reads_standard_input(tmp_path: Path, name: str) -> None:
     with EXPORT.open("rb") as f:
         done = subprocess.run(
             [sys.executable, "-m", "sidecar", "import", name, "--db", str(db), "--json"],
-            env=_env(tmp_path),
+            env=cli_env(tmp_path),
             stdin=f,
             capture_output=True,
             timeout=GUARD,
@@ -131,7 +121,7 @@ def test_import_reads_standard_input(tmp_path: Path, name: str) -> None:
     # A broken input names standard input, not a temporary file.
     bad = subprocess.run(
         [sys.executable, "-m", "sidecar", "import", "-", "--db", str(db)],
-        env=_env(tmp_path),
+        env=cli_env(tmp_path),
         input=b"not json at all\n",
         capture_output=True,
         timeout=GUARD,
@@ -177,7 +167,7 @@ def test_serve_on_a_terminal_says_it_waits_for_json_rpc(tmp_path: Path) -> None:
     master, slave = pty.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", "sidecar", "serve", "--db", str(tmp_path / "x.db")],
-        env=_env(tmp_path),
+        env=cli_env(tmp_path),
         stdin=slave,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -211,7 +201,7 @@ def test_listening_is_said_once_and_not_as_a_warning(tmp_path: Path) -> None:
             "--listen",
             f"unix:{sock}",
         ],
-        env=_env(tmp_path),
+        env=cli_env(tmp_path),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

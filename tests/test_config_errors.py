@@ -6,28 +6,18 @@ redacted."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from daemon_env import cli_env
 
 GUARD = 60
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg-config")
-    env["XDG_DATA_HOME"] = str(tmp_path / "xdg-data")
-    env["XDG_RUNTIME_DIR"] = str(tmp_path / "xdg-run")
-    env["XDG_STATE_HOME"] = str(tmp_path / "xdg-state")
-    (tmp_path / "xdg-run").mkdir(mode=0o700, exist_ok=True)
-    return env
-
-
 def _user_config(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "xdg-config" / "compaction-sidecar" / "config.json"
+    path = tmp_path / "config" / "compaction-sidecar" / "config.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
@@ -36,7 +26,7 @@ def _user_config(tmp_path: Path, text: str) -> Path:
 def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "sidecar", *args],
-        env=_env(tmp_path),
+        env=cli_env(tmp_path),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -81,7 +71,7 @@ def test_connect_reports_the_config_error_with_status_2(tmp_path: Path) -> None:
     bad = tmp_path / "workspace.json"
     bad.write_text('{"summarizer": {"timeout": -1}}')
     done = _run(
-        ["connect", "--socket", str(tmp_path / "xdg-run" / "d.sock"), "--config", str(bad)],
+        ["connect", "--socket", str(tmp_path / "run" / "d.sock"), "--config", str(bad)],
         tmp_path,
     )
     assert done.returncode == 2, done.stderr

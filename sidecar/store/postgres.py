@@ -256,10 +256,7 @@ class PostgresBackend:
                         dropped = _drop_if_left(exc, conn)
                         raise
             except Exception as exc:
-                if not dropped and (outage(exc) or driver_state(exc)):
-                    raise unavailable(exc, write=False) from None
-                if not dropped or attempt == 2:
-                    raise
+                _raise_unless_retried(exc, dropped, last=attempt == 2)
         raise AssertionError("unreachable")
 
     async def query_point(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
@@ -282,10 +279,7 @@ class PostgresBackend:
                         dropped = _drop_if_left(exc, conn)
                         raise
             except Exception as exc:
-                if not dropped and (outage(exc) or driver_state(exc)):
-                    raise unavailable(exc, write=False) from None
-                if not dropped or yielded or attempt == 2:
-                    raise
+                _raise_unless_retried(exc, dropped, last=yielded or attempt == 2)
 
     async def fresh(self, cache: WindowCache) -> None:
         """Hear every change committed before now, then serve (see the module's docstring)."""
@@ -441,6 +435,15 @@ def _as_writes(statements: list[Statement]) -> list[Statement]:
         convert = _AS_WRITE.get(sql)
         out.append((WRITE, [convert(r) for r in rows]) if convert else (sql, rows))
     return out
+
+
+def _raise_unless_retried(exc: Exception, dropped: bool, *, last: bool) -> None:
+    """A failed read: an outage is -32048 (nothing was read), and only a read whose connection
+    the server dropped is tried again, once, on a fresh one (returns); else ``exc`` goes on."""
+    if not dropped and (outage(exc) or driver_state(exc)):
+        raise unavailable(exc, write=False) from None
+    if not dropped or last:
+        raise exc
 
 
 def _drop_if_left(exc: BaseException, conn: Any) -> bool:

@@ -19,11 +19,8 @@ from sidecar.model.ids import now_ms
 from sidecar.store.backend import (
     Chunks,
     EventSink,
-    OnIntegrity,
     ReadOnly,
     Row,
-    Statement,
-    Then,
 )
 from sidecar.store.cache import WindowCache
 from sidecar.store.commit import TRUNCATE_WAIT_MS, WAL_SIZE_LIMIT, GroupCommit
@@ -49,6 +46,9 @@ class SqliteBackend:
         self.path = self.display = path
         self._reader = reader
         self._commit = commit
+        # Writes are the group commit's, as they are: no wrapper to keep in step with it.
+        self.submit = commit.submit
+        self.submit_then = commit.submit_then
         self._writer_db = writer
         self._checkpoint_db = checkpointer
         self._data_version: int | None = None
@@ -145,19 +145,6 @@ class SqliteBackend:
     @may_join.setter
     def may_join(self, probe: Callable[[], bool]) -> None:
         self._commit.may_join = probe
-
-    async def submit(
-        self,
-        statements: list[Statement],
-        on_integrity: OnIntegrity | None = None,
-        needs_counts: bool = False,
-    ) -> list[int]:
-        return await self._commit.submit(statements, on_integrity, needs_counts)
-
-    def submit_then(
-        self, statements: list[Statement], then: Then, on_integrity: OnIntegrity | None = None
-    ) -> None:
-        self._commit.submit_then(statements, then, on_integrity)
 
     def commit_queued(self) -> None:
         self._commit.commit_queued()

@@ -104,10 +104,11 @@ def _read_word(s: str, i: int) -> tuple[str, int]:
                 out.append(s[i + 1])
             i += 2
             continue
-        if c == "'":
-            j = s.find("'", i + 1)
+        if c == "'" or s.startswith("$'", i):  # '...' and $'...' (ANSI-C): the text inside
+            start = i + 1 if c == "'" else i + 2
+            j = s.find("'", start)
             j = n if j < 0 else j
-            out.append(s[i + 1 : j])
+            out.append(s[start:j])
             i = j + 1
             continue
         if c == '"':
@@ -130,12 +131,6 @@ def _read_word(s: str, i: int) -> tuple[str, int]:
             j = _skip_parens(s, i + 1)
             out.append(s[i:j])
             i = j
-            continue
-        if c == "$" and s.startswith("$'", i):
-            j = s.find("'", i + 2)
-            j = n if j < 0 else j
-            out.append(s[i + 2 : j])
-            i = j + 1
             continue
         if c == "`":
             j = s.find("`", i + 1)

@@ -8,6 +8,7 @@ import json
 import os
 import sqlite3
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -155,6 +156,40 @@ def run_batch(
     if stdout_kind == "file":
         out = out_file.read_bytes()
     return proc.returncode, out, err
+
+
+def serve_command(db: Path) -> list[str]:
+    return [sys.executable, "-m", "sidecar", "serve", "--db", str(db)]
+
+
+def connect_command(socket: str | Path) -> list[str]:
+    return [sys.executable, "-m", "sidecar", "connect", "--socket", str(socket)]
+
+
+def run_requests(
+    cmd: list[str],
+    ending: str,
+    session_id: str = "ses_batch",
+    *,
+    stdin_kind: str = "pipe",
+    stdout_kind: str = "pipe",
+    where: Path,
+    env: dict[str, str],
+    timeout: float = 120.0,
+) -> tuple[int, bytes, list[str]]:
+    """``run_batch`` with the request file of ``ending``: (exit status, stderr, what ``check``
+    found wrong with the replies)."""
+    payload, ids, refused = requests(ending, session_id)
+    code, out, err = run_batch(
+        cmd,
+        payload,
+        stdin_kind=stdin_kind,
+        stdout_kind=stdout_kind,
+        where=where,
+        env=env,
+        timeout=timeout,
+    )
+    return code, err, check(out, ids, refused)
 
 
 def _feed(pipe: BinaryIO, payload: bytes) -> None:

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+import json
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,9 +22,11 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from daemon_env import isolated_env
 from pgcluster import fresh_database
 from pytest_asyncio import is_async_test
 from sidecar_client import Client, connect, spawn
+from sidecar_client._transport import daemon_command, merged_env
 
 E2E_DIR = Path(__file__).parent
 
@@ -43,15 +44,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def daemon_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str | None]:
     """Overrides applied to the daemon's environment (``None`` removes a variable)."""
-    home = tmp_path_factory.mktemp("xdg")
-    return {
-        "XDG_CONFIG_HOME": str(home / "config"),
-        "XDG_DATA_HOME": str(home / "data"),
-        "OPENCODE_DISABLE_AUTOCOMPACT": None,
-        "OPENCODE_DISABLE_PRUNE": None,
-        "OPENCODE_EXPERIMENTAL_OUTPUT_TOKEN_MAX": None,
-        "SIDECAR_LOG": None,
-    }
+    return isolated_env(tmp_path_factory.mktemp("xdg"))
 
 
 # -- stdio daemons -----------------------------------------------------------------------------
@@ -82,6 +75,12 @@ class Spawner:
         )
         self.clients.append(client)
         return client
+
+    async def configured(self, config: Mapping[str, Any]) -> Client:
+        """A daemon started with ``--config`` naming a file that holds ``config``."""
+        path = self._tmp / f"config-{len(self.clients)}.json"
+        path.write_text(json.dumps(config))
+        return await self(extra_args=["--config", str(path)])
 
     async def cleanup(self) -> None:
         for client in self.clients:
@@ -156,26 +155,12 @@ class SocketDaemon:
         timeout: float = 20.0,
         extra_args: Sequence[str] = (),
     ) -> SocketDaemon:
-        full_env = dict(os.environ)
-        for key, value in env.items():
-            if value is None:
-                full_env.pop(key, None)
-            else:
-                full_env[key] = value
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "sidecar",
-            "serve",
-            "--db",
-            str(db),
-            "--listen",
-            address,
-            *extra_args,
+            *daemon_command(db, ["--listen", address, *extra_args]),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
-            env=full_env,
+            env=merged_env(env),
         )
         daemon = cls(address, proc)
         assert proc.stderr is not None

@@ -7,7 +7,6 @@ Errors the daemon cannot attribute to a request (framing, unparsable JSON) come 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from sidecar_client import Client, RpcError
@@ -212,11 +211,9 @@ async def test_frames_split_and_coalesced_are_parsed(shared: Client) -> None:
 
 
 async def test_frame_over_the_size_cap_is_rejected_and_serving_continues(
-    spawner: Spawner, tmp_path: Path
+    spawner: Spawner,
 ) -> None:
-    config = tmp_path / "workspace.json"
-    config.write_text(json.dumps({"server": {"maxFrameBytes": 4096}}))
-    client = await spawner(extra_args=["--config", str(config)])
+    client = await spawner.configured({"server": {"maxFrameBytes": 4096}})
     assert (await client.get_config()).server.max_frame_bytes == 4096
 
     session = await client.create_session()

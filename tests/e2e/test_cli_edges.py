@@ -348,12 +348,7 @@ def nobody_daemon(as_nobody: list[str], shared_tmp: Path) -> Iterator[Path]:
     proc = subprocess.Popen(
         cmd, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env, cwd=str(theirs)
     )
-    assert proc.stderr is not None
-    seen = b""
-    while b"listening on" not in seen:
-        line = proc.stderr.readline()
-        assert line, seen.decode()
-        seen += line
+    _wait_until_listening(proc)
     try:
         yield sock
     finally:
@@ -405,12 +400,7 @@ def test_status_and_stop_by_another_user_are_one_line(
         stdin=subprocess.DEVNULL,
         env=env,
     )
-    assert proc.stderr is not None
-    seen = b""
-    while b"listening on" not in seen:
-        line = proc.stderr.readline()
-        assert line, seen.decode()
-        seen += line
+    _wait_until_listening(proc)
     try:
         for parent in (ours, ours.parent):
             parent.chmod(0o755)  # let nobody reach the socket file itself, not only the dir
@@ -429,3 +419,13 @@ def test_status_and_stop_by_another_user_are_one_line(
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=GUARD)
+
+
+def _wait_until_listening(proc: subprocess.Popen[bytes]) -> None:
+    """Reads the daemon's stderr up to its ``listening on`` line (failing if it ends first)."""
+    assert proc.stderr is not None
+    seen = b""
+    while b"listening on" not in seen:
+        line = proc.stderr.readline()
+        assert line, seen.decode()
+        seen += line

@@ -47,12 +47,8 @@ def summary_reply() -> Reply:
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def provider() -> AsyncIterator[ScriptedServer]:
-    server = ScriptedServer()
-    await server.start()
-    try:
+    async with ScriptedServer() as server:
         yield server
-    finally:
-        await server.stop()
 
 
 def final_text(turn: int) -> str:

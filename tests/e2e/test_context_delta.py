@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from sidecar_client import Client
+from sidecar_client import Client, ContextWindow
 from wire import put_message, put_part
 
 from .builders import assistant_message, text_part, user_message
@@ -54,6 +54,13 @@ async def full(client: Client, sid: str, fmt: str) -> list[Any]:
     return list(result.messages)
 
 
+async def refreshed(client: Client, window: ContextWindow) -> object:
+    """Refreshes ``window``, checks it equals a full read, and says whether it came as a delta."""
+    result = await window.refresh()
+    assert encoded(window.messages) == encoded(await full(client, window.session_id, window.format))
+    return result.delta
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 async def test_appends_come_as_a_delta_that_assembles_the_window(shared: Client, fmt: str) -> None:
     sid = (await shared.create_session()).id
@@ -68,16 +75,12 @@ async def test_appends_come_as_a_delta_that_assembles_the_window(shared: Client,
         raw = await shared.context(sid, fmt, since=before)
         assert raw.delta is True and isinstance(raw.start, int) and raw.start > 0
         assert len(encoded(raw.messages)) < len(encoded(await full(shared, sid, fmt)))
-        result = await window.refresh()
-        assert result.delta is True
-        assert encoded(window.messages) == encoded(await full(shared, sid, fmt))
+        assert await refreshed(shared, window) is True
     # A part added to the newest message: changed at the end, still a delta.
     _, last_reply = await turn(shared, sid, "last")
     await window.refresh()
     await put_part(shared, text_part(sid, last_reply, "one more"))
-    result = await window.refresh()
-    assert result.delta is True
-    assert encoded(window.messages) == encoded(await full(shared, sid, fmt))
+    assert await refreshed(shared, window) is True
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -89,14 +92,10 @@ async def test_an_edit_before_the_end_gets_the_full_window(shared: Client, fmt: 
     window = shared.window(sid, fmt)
     await window.refresh()
     await put_part(shared, text_part(sid, first_user, "an edit of the first prompt"))
-    result = await window.refresh()
-    assert result.delta is False
-    assert encoded(window.messages) == encoded(await full(shared, sid, fmt))
+    assert await refreshed(shared, window) is False
     # Removal before the end: full too.
     await shared.remove_message(sid, first_user)
-    result = await window.refresh()
-    assert result.delta is False
-    assert encoded(window.messages) == encoded(await full(shared, sid, fmt))
+    assert await refreshed(shared, window) is False
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -125,9 +124,7 @@ async def test_a_compaction_gets_the_full_window(shared: Client, fmt: str) -> No
     window = shared.window(sid, fmt)
     await window.refresh()
     await shared.compact(sid)
-    result = await window.refresh()
-    assert result.delta is False
-    assert encoded(window.messages) == encoded(await full(shared, sid, fmt))
+    assert await refreshed(shared, window) is False
 
 
 async def test_an_unknown_revision_or_another_format_gets_the_full_window(shared: Client) -> None:

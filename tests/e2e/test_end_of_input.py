@@ -8,26 +8,15 @@ every acknowledged write is stored. ``bench/end_of_input.py`` runs the same matr
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
+from sidecar_client._transport import merged_env
 
 from . import batch
 from .conftest import SocketDaemon
 
 GUARD = 120.0  # seconds: a hung daemon fails the test instead of blocking the suite
-
-
-def _env(overrides: dict[str, str | None]) -> dict[str, str]:
-    env = dict(os.environ)
-    for key, value in overrides.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    return env
 
 
 @pytest.mark.parametrize("stdout_kind", ["file", "pipe"])
@@ -40,20 +29,19 @@ def test_serve_answers_every_request_read_before_end_of_input(
     stdin_kind: str,
     stdout_kind: str,
 ) -> None:
-    payload, ids, refused = batch.requests(ending)
     db = tmp_path / "s.db"
-    code, out, err = batch.run_batch(
-        [sys.executable, "-m", "sidecar", "serve", "--db", str(db)],
-        payload,
+    code, err, problems = batch.run_requests(
+        batch.serve_command(db),
+        ending,
         stdin_kind=stdin_kind,
         stdout_kind=stdout_kind,
         where=tmp_path,
-        env=_env(daemon_env),
+        env=merged_env(daemon_env),
         timeout=GUARD,
     )
     assert code == 0, err.decode()
     assert b"Traceback" not in err, err.decode()
-    assert batch.check(out, ids, refused) == []
+    assert problems == []
     assert batch.stored(db) == (batch.WRITES, batch.WRITES)
 
 
@@ -65,19 +53,16 @@ async def test_connect_relays_every_reply_after_stdin_ends(
     ending: str,
 ) -> None:
     session_id = f"ses_connect_{ending}"
-    payload, ids, refused = batch.requests(ending, session_id)
-    socket_path = unix_daemon.address.removeprefix("unix:")
-    code, out, err = batch.run_batch(
-        [sys.executable, "-m", "sidecar", "connect", "--socket", socket_path],
-        payload,
-        stdin_kind="pipe",
-        stdout_kind="pipe",
+    code, err, problems = batch.run_requests(
+        batch.connect_command(unix_daemon.address.removeprefix("unix:")),
+        ending,
+        session_id,
         where=tmp_path,
-        env=_env(daemon_env),
+        env=merged_env(daemon_env),
         timeout=GUARD,
     )
     assert code == 0, err.decode()
-    assert batch.check(out, ids, refused) == []
+    assert problems == []
     # The shared daemon keeps serving: another client reads what the batch stored.
     reader = await unix_daemon.connect()
     messages = await reader.request("session/messages", {"sessionID": session_id})
@@ -92,12 +77,12 @@ def test_input_ending_inside_a_frame_is_reported_once(
     payload, _, _ = batch.requests("eof")
     cut = payload.index(b"Content-Length", 200)  # initialize and initialized, then a cut frame
     code, out, err = batch.run_batch(
-        [sys.executable, "-m", "sidecar", "serve", "--db", str(tmp_path / "s.db")],
+        batch.serve_command(tmp_path / "s.db"),
         payload[: cut + 40],
         stdin_kind=stdin_kind,
         stdout_kind="pipe",
         where=tmp_path,
-        env=_env(daemon_env),
+        env=merged_env(daemon_env),
         timeout=GUARD,
     )
     assert code == 0, err.decode()

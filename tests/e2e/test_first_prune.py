@@ -9,8 +9,6 @@ pruned outputs total 2 MB. ``bench/first_prune.py`` runs a 100k-message session.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from sidecar_client import Client
@@ -102,12 +100,8 @@ async def _write_history(client: Client, sid: str) -> None:
             await call
 
 
-async def test_first_prune_of_a_long_session_keeps_its_client_connected(
-    spawner: Spawner, tmp_path: Path
-) -> None:
-    config = tmp_path / "limits.json"
-    config.write_text(json.dumps(LIMITS))
-    client = await spawner(extra_args=["--config", str(config)])
+async def test_first_prune_of_a_long_session_keeps_its_client_connected(spawner: Spawner) -> None:
+    client = await spawner.configured(LIMITS)
     sid = (await client.create_session()).id
     await _write_history(client, sid)
     # The next turn finishes: its prune marks nearly the whole history at once.

@@ -30,12 +30,8 @@ HEADER_SECRET = "owner-header-secret"
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def attacker() -> AsyncIterator[ScriptedServer]:
-    server = ScriptedServer()
-    await server.start()
-    try:
+    async with ScriptedServer() as server:
         yield server
-    finally:
-        await server.stop()
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -46,12 +46,8 @@ class HangingProvider(ScriptedServer):
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def hanging() -> AsyncIterator[HangingProvider]:
-    server = HangingProvider()
-    await server.start()
-    try:
+    async with HangingProvider() as server:
         yield server
-    finally:
-        await server.stop()
 
 
 def hanging_summarizer(server: HangingProvider) -> dict[str, Any]:
@@ -92,12 +88,19 @@ async def compaction_started(
     return task
 
 
+async def hung_compaction(
+    spawner: Spawner, hanging: HangingProvider
+) -> tuple[Client, str, asyncio.Task[Any]]:
+    """A daemon whose compaction of a new session waits on the hanging writer."""
+    client = await spawner(initialization_options=hanging_summarizer(hanging))
+    sid = await a_session(client)
+    return client, sid, await compaction_started(client, hanging, sid)
+
+
 async def test_a_killed_compaction_is_taken_over_at_once_after_restart(
     spawner: Spawner, hanging: HangingProvider
 ) -> None:
-    first = await spawner(initialization_options=hanging_summarizer(hanging))
-    sid = await a_session(first)
-    running = await compaction_started(first, hanging, sid)
+    first, sid, running = await hung_compaction(spawner, hanging)
 
     assert await first.kill() == -signal.SIGKILL
     running.cancel()
@@ -118,9 +121,7 @@ async def test_a_killed_compaction_is_taken_over_at_once_after_restart(
 async def test_a_live_daemons_compaction_still_blocks_another(
     spawner: Spawner, hanging: HangingProvider
 ) -> None:
-    holder = await spawner(initialization_options=hanging_summarizer(hanging))
-    sid = await a_session(holder)
-    running = await compaction_started(holder, hanging, sid)
+    holder, sid, running = await hung_compaction(spawner, hanging)
 
     other = await spawner(initialization_options=EXTRACTIVE)
     with pytest.raises(RpcError) as err:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 from typing import Any
 
 from sidecar_client import RpcError
@@ -65,12 +64,8 @@ async def test_reply_over_max_outgoing_reaches_a_reading_socket_client(
         writer.close()
 
 
-async def test_reply_over_max_outgoing_reaches_a_stdio_client(
-    spawner: Spawner, tmp_path: Path
-) -> None:
-    config = tmp_path / "limits.json"
-    config.write_text(json.dumps(LIMITS))
-    client = await spawner(extra_args=["--config", str(config)])
+async def test_reply_over_max_outgoing_reaches_a_stdio_client(spawner: Spawner) -> None:
+    client = await spawner.configured(LIMITS)
     sid = (await client.create_session()).id
     mid = await message_with_id(client, sid)
     await client.update_part(text_part(sid, mid, "s" * BIG))

@@ -23,7 +23,7 @@ from wire import put_message, put_part, stored
 
 from sidecar.model.ids import new_id
 
-from .builders import text_part, user_message
+from .builders import assistant_message, text_part, user_message
 from .conftest import SocketDaemon
 
 MESSAGES = 12  # per writer and session
@@ -113,16 +113,7 @@ async def test_an_overflow_seen_by_three_daemons_is_compacted_once(
     user = await put_message(writers[0], user_message(sid, model=MODEL))
     # About 15k tokens of history: enough for a summary to bring the context under the limit.
     await put_part(writers[0], text_part(sid, user["id"], "Refactor src/app.py " * 3000))
-    reply = await put_message(
-        writers[1],
-        {
-            "role": "assistant",
-            "sessionID": sid,
-            "parentID": user["id"],
-            "providerID": MODEL["providerID"],
-            "modelID": MODEL["modelID"],
-        },
-    )
+    reply = await put_message(writers[1], assistant_message(sid, user["id"], **MODEL))
     await put_part(writers[1], text_part(sid, reply["id"], "Done. " * 300))
     for client in writers:  # a cache on every daemon
         await client.context(sid)
@@ -190,16 +181,7 @@ async def test_prepared_summaries_of_two_daemons_commit_once(
     await watcher.subscribe(sid)
     user = await put_message(writers[0], user_message(sid, model=MODEL))
     await put_part(writers[0], text_part(sid, user["id"], "Refactor src/app.py " * 3000))
-    reply = await put_message(
-        writers[0],
-        {
-            "role": "assistant",
-            "sessionID": sid,
-            "parentID": user["id"],
-            "providerID": MODEL["providerID"],
-            "modelID": MODEL["modelID"],
-        },
-    )
+    reply = await put_message(writers[0], assistant_message(sid, user["id"], **MODEL))
     await put_part(writers[0], text_part(sid, reply["id"], "Done. " * 300))
     near = reply | {"finish": "stop", "tokens": NEAR}
     # Both daemons store the finished turn (two frontends echoing it): both prepare.

@@ -17,19 +17,11 @@ import tty
 from pathlib import Path
 from typing import Any
 
+from sidecar_client._transport import merged_env
+
 from .builders import rpc_frame
 
 GUARD = 60  # seconds: a hung daemon fails the test instead of blocking the suite
-
-
-def _env(overrides: dict[str, str | None]) -> dict[str, str]:
-    env = dict(os.environ)
-    for key, value in overrides.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    return env
 
 
 def _serve(db: Path) -> list[str]:
@@ -52,6 +44,24 @@ def _frames(data: bytes) -> list[dict[str, Any]]:
     return out
 
 
+def _serve_into_a_file(
+    daemon_env: dict[str, str | None], tmp_path: Path, **stdin: Any
+) -> list[dict[str, Any]]:
+    """``serve`` with stdout a regular file: it ends cleanly, and the frames it wrote."""
+    replies = tmp_path / "replies.bin"
+    with replies.open("wb") as stdout:
+        proc = subprocess.run(
+            _serve(tmp_path / "s.db"),
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            env=merged_env(daemon_env),
+            timeout=GUARD,
+            **stdin,
+        )
+    assert proc.returncode == 0, proc.stderr.decode()
+    return _frames(replies.read_bytes())
+
+
 def test_serve_with_stdin_from_dev_null_exits_at_eof(
     daemon_env: dict[str, str | None], tmp_path: Path
 ) -> None:
@@ -59,7 +69,7 @@ def test_serve_with_stdin_from_dev_null_exits_at_eof(
         _serve(tmp_path / "s.db"),
         stdin=subprocess.DEVNULL,
         capture_output=True,
-        env=_env(daemon_env),
+        env=merged_env(daemon_env),
         timeout=GUARD,
     )
     assert proc.returncode == 0, proc.stderr.decode()
@@ -72,18 +82,8 @@ def test_serve_reads_a_regular_file_and_writes_a_regular_file(
 ) -> None:
     requests = tmp_path / "requests.bin"
     requests.write_bytes(_request(1, "initialize", {"capabilities": {}}))
-    replies = tmp_path / "replies.bin"
-    with requests.open("rb") as stdin, replies.open("wb") as stdout:
-        proc = subprocess.run(
-            _serve(tmp_path / "s.db"),
-            stdin=stdin,
-            stdout=stdout,
-            stderr=subprocess.PIPE,
-            env=_env(daemon_env),
-            timeout=GUARD,
-        )
-    assert proc.returncode == 0, proc.stderr.decode()
-    (reply,) = _frames(replies.read_bytes())
+    with requests.open("rb") as stdin:
+        (reply,) = _serve_into_a_file(daemon_env, tmp_path, stdin=stdin)
     assert reply["id"] == 1
     assert reply["result"]["serverInfo"]["name"] == "compaction-sidecar"
 
@@ -91,19 +91,8 @@ def test_serve_reads_a_regular_file_and_writes_a_regular_file(
 def test_serve_writes_replies_to_a_regular_file_from_a_pipe(
     daemon_env: dict[str, str | None], tmp_path: Path
 ) -> None:
-    replies = tmp_path / "replies.bin"
     payload = _request(1, "initialize", {}) + rpc_frame(b"{not json")
-    with replies.open("wb") as stdout:
-        proc = subprocess.run(
-            _serve(tmp_path / "s.db"),
-            input=payload,
-            stdout=stdout,
-            stderr=subprocess.PIPE,
-            env=_env(daemon_env),
-            timeout=GUARD,
-        )
-    assert proc.returncode == 0, proc.stderr.decode()
-    frames = _frames(replies.read_bytes())
+    frames = _serve_into_a_file(daemon_env, tmp_path, input=payload)
     assert {f["id"] for f in frames} == {1, None}
     assert [f["error"]["code"] for f in frames if "error" in f] == [-32700]
 
@@ -133,7 +122,7 @@ def test_serve_on_a_terminal(daemon_env: dict[str, str | None], tmp_path: Path) 
             stdin=slave,
             stdout=slave,
             stderr=subprocess.PIPE,
-            env=_env(daemon_env),
+            env=merged_env(daemon_env),
         )
         os.close(slave)
         slave = -1

@@ -327,12 +327,8 @@ async def test_default_config_adds_no_kept_block(spawner: Spawner) -> None:
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def provider() -> AsyncIterator[ScriptedServer]:
-    server = ScriptedServer()
-    await server.start()
-    try:
+    async with ScriptedServer() as server:
         yield server
-    finally:
-        await server.stop()
 
 
 def _openai_reply(text: str) -> Reply:

@@ -10,11 +10,11 @@ import socket
 import stat
 import sys
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 from sidecar_client import RpcError
+from sidecar_client._transport import merged_env
 from wire import put_message, stored
 
 from .builders import user_message
@@ -66,16 +66,6 @@ def _serve_cmd(address: str, db: Path) -> list[str]:
     return [sys.executable, "-m", "sidecar", "serve", "--db", str(db), "--listen", address]
 
 
-def _env(overrides: Mapping[str, str | None]) -> dict[str, str]:
-    env = dict(os.environ)
-    for key, value in overrides.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    return env
-
-
 async def test_a_live_socket_is_refused_with_a_clear_error(
     unix_daemon: SocketDaemon, tmp_path: Path
 ) -> None:
@@ -86,7 +76,7 @@ async def test_a_live_socket_is_refused_with_a_clear_error(
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
-        env=_env({"SIDECAR_LOG": None}),
+        env=merged_env({"SIDECAR_LOG": None}),
     )
     _, err = await asyncio.wait_for(proc.communicate(), GUARD)
     assert proc.returncode == 2
@@ -129,7 +119,7 @@ async def test_a_path_that_is_not_a_socket_is_refused(
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
-        env=_env(daemon_env),
+        env=merged_env(daemon_env),
     )
     _, err = await asyncio.wait_for(proc.communicate(), GUARD)
     assert proc.returncode == 2

@@ -297,17 +297,29 @@ BAD_CREATED = [2**63, 2**63 + 1, 2**64, 10**30, -1, 1.5, 1e300]
 async def test_f2_out_of_range_created_is_32602_and_batch_mates_succeed(
     shared: Client, created: object
 ) -> None:
+    # One read: valid parts, the bad message in the middle, more valid parts.
+    results = await _one_bad_message_among_parts(shared, 20, 10, created)
+    assert not any(isinstance(r, RpcError) for r in results), [
+        r for r in results if isinstance(r, RpcError)
+    ]
+
+
+async def _one_bad_message_among_parts(
+    shared: Client, count: int, bad_index: int, created: object
+) -> list[Any]:
+    """Sends ``count`` writes in one read, all parts but a message with time.created ``created``
+    at ``bad_index``; checks that the bad one alone is -32602 and that both views hold exactly
+    the good parts. Returns the other writes' outcomes."""
     session = await shared.create_session()
     anchor = await message_with_id(shared, session.id)
-    # One read: valid parts, the bad message in the middle, more valid parts.
     calls: list[Call[Any]] = []
     frames: list[bytes] = []
-    bad_index = 10
-    for i in range(20):
+    bad_id = new_id("msg")
+    for i in range(count):
         call: Call[Any] = shared.reserve_call()
         calls.append(call)
         if i == bad_index:
-            bad = user_message(session.id, id=new_id("msg"), time={"created": created})
+            bad = user_message(session.id, id=bad_id, time={"created": created})
             frames.append(request_frame(call.id, "message/update", {"message": bad}))
         else:
             part = text_part(session.id, anchor, f"p{i}", id=new_id("prt"))
@@ -317,40 +329,18 @@ async def test_f2_out_of_range_created_is_32602_and_batch_mates_succeed(
     err = results.pop(bad_index)
     assert isinstance(err, RpcError) and err.code == INVALID_PARAMS, err
     assert "$.message.time.created" in err.message
-    assert not any(isinstance(r, RpcError) for r in results), [
-        r for r in results if isinstance(r, RpcError)
-    ]
+    good = [r for r in results if not isinstance(r, RpcError)]
     stored = await assert_views_agree(shared, session.id)
-    assert stored == [(anchor, sorted(r["id"] for r in results))]
+    assert stored == [(anchor, sorted(r["id"] for r in good))]
+    assert bad_id not in {m for m, _ in stored}
+    return results
 
 
 async def test_f2_bad_write_in_a_large_off_loop_batch_fails_alone(shared: Client) -> None:
     """More than 256 rows in one read takes the off-loop commit path."""
-    session = await shared.create_session()
-    anchor = await message_with_id(shared, session.id)
-    calls: list[Call[Any]] = []
-    frames: list[bytes] = []
-    bad_index = 300
-    bad_id = new_id("msg")
-    for i in range(600):
-        call: Call[Any] = shared.reserve_call()
-        calls.append(call)
-        if i == bad_index:
-            bad = user_message(session.id, id=bad_id, time={"created": 2**63})
-            frames.append(request_frame(call.id, "message/update", {"message": bad}))
-        else:
-            part = text_part(session.id, anchor, f"p{i}", id=new_id("prt"))
-            frames.append(request_frame(call.id, "part/update", {"part": part}))
-    shared.send_raw(b"".join(frames))
-    results = [await outcome(c) for c in calls]
-    err = results.pop(bad_index)
-    assert isinstance(err, RpcError) and err.code == INVALID_PARAMS, err
-    assert "$.message.time.created" in err.message
+    results = await _one_bad_message_among_parts(shared, 600, 300, 2**63)
     failed = [r for r in results if isinstance(r, RpcError)]
     assert failed == [], f"{len(failed)} good writes failed, e.g. {failed[:1]}"
-    stored = await assert_views_agree(shared, session.id)
-    assert stored == [(anchor, sorted(r["id"] for r in results))]
-    assert bad_id not in {m for m, _ in stored}
 
 
 async def test_f2_bad_write_does_not_fail_another_connections_writes(
@@ -394,15 +384,22 @@ async def test_f3_message_id_of_another_session_is_a_conflict(shared: Client) ->
     assert await stored_ids(shared, second.id) == []
 
 
+async def _steal_a_part(shared: Client, owner: tuple[str, str], other: tuple[str, str]) -> str:
+    """Writes a part to ``owner`` (session, message), then the same part id to ``other``:
+    checks that the second write is a conflict naming the id, and returns the id."""
+    part_id = new_id("prt")
+    await put_part(shared, text_part(*owner, "original", id=part_id))
+    with pytest.raises(RpcError) as err:
+        await put_part(shared, text_part(*other, "stolen", id=part_id))
+    assert err.value.code == CONFLICT and part_id in err.value.message
+    return part_id
+
+
 async def test_f3_part_id_of_another_message_is_a_conflict(shared: Client) -> None:
     session = await shared.create_session()
     owner = await message_with_id(shared, session.id)
     other = await message_with_id(shared, session.id)
-    part_id = new_id("prt")
-    await put_part(shared, text_part(session.id, owner, "original", id=part_id))
-    with pytest.raises(RpcError) as err:
-        await put_part(shared, text_part(session.id, other, "stolen", id=part_id))
-    assert err.value.code == CONFLICT and part_id in err.value.message
+    await _steal_a_part(shared, (session.id, owner), (session.id, other))
     await shared.request("session/list", {"limit": 1})
     assert [
         n for n in shared.notifications("part/updated") if n["part"].get("text") == "stolen"
@@ -418,11 +415,7 @@ async def test_f3_part_id_of_another_sessions_message_is_a_conflict(shared: Clie
     first, second = await shared.create_session(), await shared.create_session()
     owner = await message_with_id(shared, first.id)
     other = await message_with_id(shared, second.id)
-    part_id = new_id("prt")
-    await put_part(shared, text_part(first.id, owner, "original", id=part_id))
-    with pytest.raises(RpcError) as err:
-        await put_part(shared, text_part(second.id, other, "stolen", id=part_id))
-    assert err.value.code == CONFLICT and part_id in err.value.message
+    part_id = await _steal_a_part(shared, (first.id, owner), (second.id, other))
     assert await assert_views_agree(shared, first.id) == [(owner, [part_id])]
     assert await assert_views_agree(shared, second.id) == [(other, [])]
 

@@ -3,40 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
-from sidecar_client import Client, RpcError, spawn
+from sidecar_client import Client, RpcError
 from wire import put_message, put_part, stored
+
+from .conftest import Spawn
 
 MODEL = {"providerID": "anthropic", "modelID": "claude-sonnet-4-5"}  # 200k, usable 168k
 OVER = {"input": 180_000, "output": 500, "reasoning": 0, "cache": {"read": 0, "write": 0}}
 SMALL = {"input": 5_000, "output": 500, "reasoning": 0, "cache": {"read": 0, "write": 0}}
-
-Spawn = Callable[..., Any]
-
-
-@pytest.fixture
-async def start(tmp_path: Path) -> AsyncIterator[Spawn]:
-    clients: list[Client] = []
-
-    async def go(env: Mapping[str, str | None] | None = None, **kw: Any) -> Client:
-        base: dict[str, str | None] = {
-            "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
-            "OPENCODE_DISABLE_AUTOCOMPACT": None,
-            "OPENCODE_DISABLE_PRUNE": None,
-        }
-        client = await spawn(
-            tmp_path / f"db{len(clients)}.sqlite", env={**base, **(env or {})}, **kw
-        )
-        clients.append(client)
-        return client
-
-    yield go
-    for c in clients:
-        await c.close()
 
 
 async def _turn(

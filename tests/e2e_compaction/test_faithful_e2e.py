@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from sidecar_client import Client, spawn
+from sidecar_client import Client
 from wire import put_message, put_part
+
+from .conftest import Spawn
 
 MODEL = {"providerID": "anthropic", "modelID": "claude-sonnet-4-5"}  # 200k, usable 168k
 SMALL_MODEL = {"providerID": "local", "modelID": "tiny"}
@@ -23,30 +24,9 @@ SMALL_LIMIT = {"context": 24_000, "output": 4_000}  # usable 20,000
 NO_USAGE = {"input": 0, "output": 0, "reasoning": 0, "cache": {"read": 0, "write": 0}}
 T2023 = 1_672_531_200_000  # 2023-01-01T00:00:00Z
 
-Spawn = Callable[..., Any]
-
 
 def usage(n: int) -> dict[str, Any]:
     return {"input": n, "output": 200, "reasoning": 0, "cache": {"read": 0, "write": 0}}
-
-
-@pytest.fixture
-async def start(tmp_path: Path) -> AsyncIterator[Spawn]:
-    clients: list[Client] = []
-
-    async def go(**kw: Any) -> Client:
-        env: dict[str, str | None] = {
-            "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
-            "OPENCODE_DISABLE_AUTOCOMPACT": None,
-            "OPENCODE_DISABLE_PRUNE": None,
-        }
-        client = await spawn(tmp_path / f"db{len(clients)}.sqlite", env=env, **kw)
-        clients.append(client)
-        return client
-
-    yield go
-    for c in clients:
-        await c.close()
 
 
 class Writer:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_env import isolated_env
 from sidecar_client import Client, spawn
 from wire import put_message, put_part
 
@@ -94,12 +95,8 @@ def _stream(text: str) -> Reply:
 
 @pytest.fixture
 async def provider() -> AsyncIterator[ScriptedServer]:
-    srv = ScriptedServer()
-    await srv.start()
-    try:
+    async with ScriptedServer() as srv:
         yield srv
-    finally:
-        await srv.stop()
 
 
 def _compactions(stored: list[dict[str, Any]]) -> list[tuple[int, bool]]:
@@ -136,11 +133,7 @@ async def test_replayed_opencode_run_makes_the_same_decisions(
     c: Client = await spawn(
         tmp_path / "db.sqlite",
         extra_args=["--config", str(cfg_path)],
-        env={
-            "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
-            "OPENCODE_DISABLE_AUTOCOMPACT": None,
-            "OPENCODE_DISABLE_PRUNE": None,
-        },
+        env=isolated_env(tmp_path),
     )
     try:
         sid = (await c.create_session()).id

@@ -12,22 +12,21 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sidecar_client import Client, spawn
+from sidecar_client import Client
 
 from tests.summarizers.httpserver import Reply, ScriptedServer
 from tests.wire import put_message, put_part
+
+from .conftest import Spawn
 
 MODEL = {"providerID": "anthropic", "modelID": "claude-sonnet-4-5"}  # 200k, usable 168k
 OVER = {"input": 180_000, "output": 500, "reasoning": 0, "cache": {"read": 0, "write": 0}}
 SMALL = {"input": 5_000, "output": 500, "reasoning": 0, "cache": {"read": 0, "write": 0}}
 KEY = "sk-unreachable-SECRET-0123456789"
-
-Spawn = Callable[..., Any]
 
 
 def refused_port() -> int:
@@ -39,32 +38,17 @@ def refused_port() -> int:
 
 
 @pytest.fixture
-async def start(tmp_path: Path) -> AsyncIterator[Spawn]:
-    clients: list[Client] = []
+def start(start: Spawn) -> Spawn:
+    """A daemon whose writer is ``summarizer``; the key is the daemon's own (a client may not
+    name an env var), from its config file and environment."""
 
     async def go(summarizer: dict[str, Any]) -> Client:
-        # The key is the daemon's own (a client may not name an env var): a config file.
-        config = tmp_path / f"config{len(clients)}.json"
-        import json
-
-        config.write_text(json.dumps({"summarizer": {**summarizer, "apiKeyEnv": "SUMMARY_KEY"}}))
-        client = await spawn(
-            tmp_path / f"db{len(clients)}.sqlite",
-            extra_args=["--config", str(config)],
-            env={
-                "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
-                "OPENCODE_DISABLE_AUTOCOMPACT": None,
-                "OPENCODE_DISABLE_PRUNE": None,
-                "SUMMARY_KEY": KEY,
-                "NO_PROXY": "*",
-            },
+        return await start(
+            env={"SUMMARY_KEY": KEY, "NO_PROXY": "*"},
+            config={"summarizer": {**summarizer, "apiKeyEnv": "SUMMARY_KEY"}},
         )
-        clients.append(client)
-        return client
 
-    yield go
-    for c in clients:
-        await c.close()
+    return go
 
 
 async def _turn(c: Client, sid: str, text: str, tokens: dict[str, Any]) -> None:
@@ -117,9 +101,7 @@ async def test_without_fallback_the_error_names_the_endpoint(start: Spawn) -> No
 
 
 async def test_a_writer_that_answers_is_named(start: Spawn) -> None:
-    server = ScriptedServer()
-    await server.start()
-    try:
+    async with ScriptedServer() as server:
         server.script(
             Reply(
                 events=[
@@ -136,8 +118,6 @@ async def test_a_writer_that_answers_is_named(start: Spawn) -> None:
         assert result["status"] == "continue", result
         event = await c.wait_for("session/compacted")
         assert event["writer"] == "openai/gpt-x"
-    finally:
-        await server.stop()
 
 
 def test_replay_with_an_unreachable_writer_keeps_every_window_fitting(tmp_path: Path) -> None:

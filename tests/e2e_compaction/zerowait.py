@@ -20,6 +20,7 @@ from typing import Any
 
 from sidecar_client import Client, spawn
 
+from tests.daemon_env import isolated_env
 from tests.summarizers.httpserver import Reply, ScriptedServer
 from tests.wire import put_message, put_part
 
@@ -100,13 +101,7 @@ async def drive(tmp: Path, *, prepare: float | None, overflows: int = 3, delay: 
     c = await spawn(
         tmp / f"zerowait-{prepare}.sqlite",
         extra_args=["--config", str(config)],
-        env={
-            "XDG_CONFIG_HOME": str(tmp / "cfg"),
-            "OPENCODE_DISABLE_AUTOCOMPACT": None,
-            "OPENCODE_DISABLE_PRUNE": None,
-            "SUMMARY_KEY": "sk-zerowait",
-            "NO_PROXY": "*",
-        },
+        env={**isolated_env(tmp), "SUMMARY_KEY": "sk-zerowait", "NO_PROXY": "*"},
     )
     run = Run()
     try:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.engine import bounded, ledger
+from sidecar.engine import ledger
 from sidecar.engine.ledger import Failure, Ledger, SuiteRun
 from sidecar.engine.tokens import estimate
-from sidecar.summarizers.base import COMPACTION_SYSTEM, DEFAULT_PROMPT
 from sidecar.summarizers.extractive import ExtractiveSummarizer
 from sidecar.toolcalls import shell
 from sidecar.toolcalls import vocabulary as tools
-from tests.summarizers.helpers import assistant, patch, text, tool, user
+from tests.summarizers.helpers import assistant, patch, summarize_bounded, text, tool, user
 
 TRACEBACK = """<returncode>1</returncode>
 <output>
@@ -210,13 +209,10 @@ async def test_every_summary_ends_with_the_rolling_ledger() -> None:
     writer = ExtractiveSummarizer()
 
     async def compact(history: list, previous: list[str]) -> str:  # type: ignore[type-arg]
-        result = await bounded.summarize(
+        result = await summarize_bounded(
             writer,
-            system=COMPACTION_SYSTEM,
-            prompt=DEFAULT_PROMPT,
-            history=history,
-            reference=[],
-            previous=previous,
+            history,
+            previous,
             max_tokens=2_000,
             max_input_tokens=None,
         )

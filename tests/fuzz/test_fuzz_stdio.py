@@ -34,6 +34,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from daemon_env import isolated_env
 from pgcluster import fresh_database, run_async
 from sidecar_client import Call, Client, RpcError
 from sidecar_client._transport import spawn_stdio
@@ -365,15 +366,7 @@ def describe_body(body: bytes) -> dict[str, Any] | None:
 
 
 async def run(tmp: Path, db: str | Path) -> str:
-    env: dict[str, str | None] = {
-        "XDG_CONFIG_HOME": str(tmp / "config"),
-        "XDG_DATA_HOME": str(tmp / "data"),
-        "OPENCODE_DISABLE_AUTOCOMPACT": None,
-        "OPENCODE_DISABLE_PRUNE": None,
-        "OPENCODE_EXPERIMENTAL_OUTPUT_TOKEN_MAX": None,
-        "SIDECAR_LOG": None,
-    }
-    transport = await spawn_stdio(db, (), env)
+    transport = await spawn_stdio(db, (), isolated_env(tmp))
     client = CountingClient(transport, default_timeout=REPLY_TIMEOUT)
     try:
         await client.initialize()

@@ -13,12 +13,8 @@ from .httpserver import ScriptedServer
 
 @pytest.fixture
 async def server() -> AsyncIterator[ScriptedServer]:
-    srv = ScriptedServer()
-    await srv.start()
-    try:
+    async with ScriptedServer() as srv:
         yield srv
-    finally:
-        await srv.stop()
 
 
 @pytest.fixture

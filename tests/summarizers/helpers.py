@@ -6,6 +6,8 @@ import asyncio
 import itertools
 from typing import Any
 
+from sidecar.engine import bounded
+from sidecar.model.config import SummarizerConfig
 from sidecar.model.messages import AssistantMessage, MessageError, UserMessage, WithParts
 from sidecar.model.parts import (
     Part,
@@ -18,6 +20,12 @@ from sidecar.model.parts import (
     ToolTime,
 )
 from sidecar.model.tokens import Tokens
+from sidecar.summarizers.base import (
+    COMPACTION_SYSTEM,
+    DEFAULT_PROMPT,
+    SummaryRequest,
+    SummaryResult,
+)
 
 SID = "ses_test"
 _ids = itertools.count(1)
@@ -102,3 +110,30 @@ class SleepRecorder:
     async def __call__(self, delay: float) -> None:
         self.delays.append(delay)
         await asyncio.sleep(0)
+
+
+def writer_config(provider: dict[str, Any], **fields: Any) -> SummarizerConfig:
+    """A provider writer's config with the tests' short timeouts and three retries."""
+    limits = {"timeout": 5.0, "deadline": 30.0, "max_retries": 3}
+    return SummarizerConfig(**{**limits, **provider, **fields})
+
+
+def summary_request(defaults: dict[str, Any], **fields: Any) -> SummaryRequest:
+    """A request with OpenCode's compaction system prompt and default prompt."""
+    prompts = {"system": COMPACTION_SYSTEM, "prompt": DEFAULT_PROMPT}
+    return SummaryRequest(**{**prompts, **defaults, **fields})
+
+
+async def summarize_bounded(
+    writer: Any, history: list[WithParts], previous: list[str], **limits: Any
+) -> SummaryResult:
+    """``bounded.summarize`` with OpenCode's compaction prompts and no reference files."""
+    return await bounded.summarize(
+        writer,
+        system=COMPACTION_SYSTEM,
+        prompt=DEFAULT_PROMPT,
+        history=history,
+        reference=[],
+        previous=previous,
+        **limits,
+    )

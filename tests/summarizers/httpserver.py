@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 SSEItem = str | dict[str, Any] | tuple[str, dict[str, Any]] | float
 
@@ -90,6 +90,13 @@ class ScriptedServer:
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._on_client, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
 
     async def stop(self) -> None:
         if self._server is not None:

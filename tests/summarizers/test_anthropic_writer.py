@@ -12,7 +12,6 @@ import pytest
 from sidecar.model.config import SummarizerConfig
 from sidecar.summarizers.anthropic import PLACEHOLDER_USER, AnthropicSummarizer
 from sidecar.summarizers.base import (
-    COMPACTION_SYSTEM,
     DEFAULT_PROMPT,
     MERGE_INSTRUCTION,
     NO_TOOLS,
@@ -23,7 +22,7 @@ from sidecar.summarizers.base import (
 )
 from sidecar.summarizers.factory import build_summarizer
 
-from .helpers import SleepRecorder, assistant, user
+from .helpers import SleepRecorder, assistant, summary_request, user, writer_config
 from .httpserver import Reply, ScriptedServer
 
 KEY = "sk-ant-api03-SECRET-abcdefghijklmnop"
@@ -48,30 +47,18 @@ RENDERED_ENDS_USER = [
 ]
 
 
+PROVIDER = {"provider": "anthropic", "model": "claude-test", "api_key_env": "ANTHROPIC_KEY"}
+
+
 def cfg(server: ScriptedServer, **kw: Any) -> SummarizerConfig:
-    base: dict[str, Any] = {
-        "provider": "anthropic",
-        "model": "claude-test",
-        "base_url": server.url,
-        "api_key_env": "ANTHROPIC_KEY",
-        "timeout": 5.0,
-        "deadline": 30.0,
-        "max_retries": 3,
-    }
-    base.update(kw)
-    return SummarizerConfig(**base)
+    return writer_config({**PROVIDER, "base_url": server.url}, **kw)
 
 
 def req(**kw: Any) -> SummaryRequest:
-    base: dict[str, Any] = {
-        "system": COMPACTION_SYSTEM,
-        "prompt": DEFAULT_PROMPT,
-        "history": [user("Refactor the lexer"), assistant("Done")],
-        "rendered": RENDERED_ENDS_ASSISTANT,
-        "max_tokens": 4096,
-    }
-    base.update(kw)
-    return SummaryRequest(**base)
+    history = [user("Refactor the lexer"), assistant("Done")]
+    return summary_request(
+        {"history": history, "rendered": RENDERED_ENDS_ASSISTANT, "max_tokens": 4096}, **kw
+    )
 
 
 def writer(

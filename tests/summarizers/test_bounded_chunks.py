@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import httpx
 
-from sidecar.engine import bounded
 from sidecar.engine.tokens import estimate, estimate_messages
 from sidecar.model.config import SummarizerConfig
-from sidecar.summarizers.base import COMPACTION_SYSTEM, DEFAULT_PROMPT
 from sidecar.summarizers.openai import OpenAISummarizer
 
-from .helpers import SleepRecorder, assistant, tool, user
+from .helpers import SleepRecorder, assistant, summarize_bounded, tool, user
 from .httpserver import ScriptedServer
 from .test_openai_writer import stream
 
@@ -42,13 +40,10 @@ async def test_history_five_times_the_window_is_chunked(
     )
     writer = OpenAISummarizer(cfg, http=http, env={}, sleep=SleepRecorder())
     steps: list[str] = []
-    result = await bounded.summarize(
+    result = await summarize_bounded(
         writer,
-        system=COMPACTION_SYSTEM,
-        prompt=DEFAULT_PROMPT,
-        history=history,
-        reference=[],
-        previous=["summary of an earlier compaction"],
+        history,
+        ["summary of an earlier compaction"],
         max_tokens=500,
         max_input_tokens=LIMIT,
         progress=lambda msg, pct: steps.append(msg),
@@ -90,13 +85,10 @@ async def test_a_single_huge_output_is_truncated_with_a_marker(
         provider="openai", model="m", base_url=server.url + "/v1", timeout=5.0, deadline=30.0
     )
     writer = OpenAISummarizer(cfg, http=http, env={}, sleep=SleepRecorder())
-    await bounded.summarize(
+    await summarize_bounded(
         writer,
-        system=COMPACTION_SYSTEM,
-        prompt=DEFAULT_PROMPT,
-        history=huge,
-        reference=[],
-        previous=[],
+        huge,
+        [],
         max_tokens=500,
         max_input_tokens=LIMIT,
     )
@@ -115,13 +107,10 @@ async def test_streaming_progress_is_reported_while_a_summary_is_written(
     )
     writer = OpenAISummarizer(cfg, http=http, env={}, sleep=SleepRecorder())
     steps: list[str] = []
-    await bounded.summarize(
+    await summarize_bounded(
         writer,
-        system=COMPACTION_SYSTEM,
-        prompt=DEFAULT_PROMPT,
-        history=_history()[:2],
-        reference=[],
-        previous=[],
+        _history()[:2],
+        [],
         max_tokens=2000,
         max_input_tokens=None,
         progress=lambda msg, pct: steps.append(msg),
@@ -152,13 +141,10 @@ async def test_a_model_cannot_drop_or_forge_the_ledger(
         user("and now the new one"),
         assistant(tool("bash", {"command": "cd src && echo x > new.py"}, "")),
     ]
-    result = await bounded.summarize(
+    result = await summarize_bounded(
         writer,
-        system=COMPACTION_SYSTEM,
-        prompt=DEFAULT_PROMPT,
-        history=history,
-        reference=[],
-        previous=[previous],
+        history,
+        [previous],
         max_tokens=1_000,
         max_input_tokens=None,
     )

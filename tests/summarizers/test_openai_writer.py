@@ -11,7 +11,6 @@ import pytest
 
 from sidecar.model.config import SummarizerConfig
 from sidecar.summarizers.base import (
-    COMPACTION_SYSTEM,
     DEFAULT_PROMPT,
     MERGE_INSTRUCTION,
     NO_TOOLS,
@@ -23,7 +22,7 @@ from sidecar.summarizers.base import (
 from sidecar.summarizers.factory import build_summarizer
 from sidecar.summarizers.openai import OpenAISummarizer
 
-from .helpers import SleepRecorder, assistant, user
+from .helpers import SleepRecorder, assistant, summary_request, user, writer_config
 from .httpserver import Reply, ScriptedServer
 
 KEY = "sk-test-SECRET-0123456789abcdef"
@@ -47,30 +46,16 @@ RENDERED = [
 ]
 
 
+PROVIDER = {"provider": "openai", "model": "gpt-test", "api_key_env": "SUMMARY_KEY"}
+
+
 def cfg(server: ScriptedServer, **kw: Any) -> SummarizerConfig:
-    base: dict[str, Any] = {
-        "provider": "openai",
-        "model": "gpt-test",
-        "base_url": server.url + "/v1",
-        "api_key_env": "SUMMARY_KEY",
-        "timeout": 5.0,
-        "deadline": 30.0,
-        "max_retries": 3,
-    }
-    base.update(kw)
-    return SummarizerConfig(**base)
+    return writer_config({**PROVIDER, "base_url": server.url + "/v1"}, **kw)
 
 
 def req(**kw: Any) -> SummaryRequest:
-    base: dict[str, Any] = {
-        "system": COMPACTION_SYSTEM,
-        "prompt": DEFAULT_PROMPT,
-        "history": [user("Fix the parser bug"), assistant("Found it")],
-        "rendered": RENDERED,
-        "max_tokens": 1234,
-    }
-    base.update(kw)
-    return SummaryRequest(**base)
+    history = [user("Fix the parser bug"), assistant("Found it")]
+    return summary_request({"history": history, "rendered": RENDERED, "max_tokens": 1234}, **kw)
 
 
 def writer(

@@ -8,22 +8,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from daemon_env import isolated_env
 from sidecar_client import Client, spawn
 
 from sidecar.replay.transcript import load
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
-
-
-def isolated_env(home: Path) -> dict[str, str | None]:
-    return {
-        "XDG_CONFIG_HOME": str(home / "config"),
-        "XDG_DATA_HOME": str(home / "data"),
-        "OPENCODE_DISABLE_AUTOCOMPACT": None,
-        "OPENCODE_DISABLE_PRUNE": None,
-        "OPENCODE_EXPERIMENTAL_OUTPUT_TOKEN_MAX": None,
-        "SIDECAR_LOG": None,
-    }
 
 
 async def daemon(db: Path, home: Path) -> Client:

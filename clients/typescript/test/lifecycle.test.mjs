@@ -41,6 +41,20 @@ function next(client, kind) {
   });
 }
 
+/** Options to start `python ARGS` from the repo in the test's isolated environment. */
+function python(dir, args) {
+  return { command: PYTHON, args, env: daemonEnv(dir), cwd: REPO, stderr: "ignore" };
+}
+
+/** Asserts that `starting` rejects with a SidecarExitedError; `check` asserts the rest. */
+function rejectsExited(starting, check) {
+  return assert.rejects(starting, (err) => {
+    assert.ok(err instanceof SidecarExitedError, String(err));
+    check(err);
+    return true;
+  });
+}
+
 function exited(proc) {
   return proc.exitCode !== null || proc.signalCode !== null
     ? Promise.resolve()
@@ -49,48 +63,28 @@ function exited(proc) {
 
 test("spawnSidecar rejects when the daemon exits on bad arguments, with its status and stderr", async (t) => {
   const dir = await tempDir(t);
-  await assert.rejects(
-    spawnSidecar({
-      command: PYTHON,
-      args: ["-m", "sidecar", "serve", "--no-such-flag"],
-      env: daemonEnv(dir),
-      cwd: REPO,
-      stderr: "ignore",
-    }),
-    (err) => {
-      assert.ok(err instanceof SidecarExitedError, String(err));
-      assert.equal(err.exitCode, 2);
-      assert.ok(
-        err.stderr.some((line) => line.includes("--no-such-flag")),
-        err.stderr.join("\n"),
-      );
-      assert.match(err.message, /exited with status 2 before answering initialize/);
-      assert.match(err.message, /--no-such-flag/);
-      return true;
-    },
-  );
+  const args = ["-m", "sidecar", "serve", "--no-such-flag"];
+  await rejectsExited(spawnSidecar(python(dir, args)), (err) => {
+    assert.equal(err.exitCode, 2);
+    assert.ok(
+      err.stderr.some((line) => line.includes("--no-such-flag")),
+      err.stderr.join("\n"),
+    );
+    assert.match(err.message, /exited with status 2 before answering initialize/);
+    assert.match(err.message, /--no-such-flag/);
+  });
 });
 
 test("spawnSidecar rejects when the daemon's config file is broken", async (t) => {
   const dir = await tempDir(t);
   const config = join(dir, "broken.json");
   await writeFile(config, "{ not json");
-  await assert.rejects(
-    spawnSidecar({
-      command: PYTHON,
-      args: ["-m", "sidecar", "serve", "--config", config, "--db", join(dir, "s.db")],
-      env: daemonEnv(dir),
-      cwd: REPO,
-      stderr: "ignore",
-    }),
-    (err) => {
-      assert.ok(err instanceof SidecarExitedError, String(err));
-      assert.notEqual(err.exitCode, 0);
-      assert.ok(err.stderr.length > 0);
-      assert.ok(err.message.includes(err.stderr.at(-1)), err.message);
-      return true;
-    },
-  );
+  const args = ["-m", "sidecar", "serve", "--config", config, "--db", join(dir, "s.db")];
+  await rejectsExited(spawnSidecar(python(dir, args)), (err) => {
+    assert.notEqual(err.exitCode, 0);
+    assert.ok(err.stderr.length > 0);
+    assert.ok(err.message.includes(err.stderr.at(-1)), err.message);
+  });
 });
 
 test("spawnSidecar rejects with a clear error for a wrong interpreter", async (t) => {
@@ -103,19 +97,11 @@ test("spawnSidecar rejects with a clear error for a wrong interpreter", async (t
     },
   );
   // An interpreter without the package (-S: no site-packages, and not run from the repo).
-  await assert.rejects(
-    spawnSidecar({
-      command: PYTHON,
-      args: ["-S", "-m", "sidecar", "serve"],
-      cwd: dir,
-      env: daemonEnv(dir),
-      stderr: "ignore",
-    }),
+  await rejectsExited(
+    spawnSidecar({ ...python(dir, ["-S", "-m", "sidecar", "serve"]), cwd: dir }),
     (err) => {
-      assert.ok(err instanceof SidecarExitedError, String(err));
       assert.equal(err.exitCode, 1);
       assert.match(err.message, /No module named sidecar/);
-      return true;
     },
   );
 });
@@ -145,29 +131,12 @@ test("spawnSidecar rejects after startTimeout when the program never answers, an
 
 test("connectSidecar rejects when `connect` exits early, with its status and stderr", async (t) => {
   const dir = await tempDir(t);
-  await assert.rejects(
-    connectSidecar({
-      command: PYTHON,
-      args: [
-        "-m",
-        "sidecar",
-        "connect",
-        "--socket",
-        join(dir, "d.sock"),
-        "--config",
-        join(dir, "missing.json"),
-      ],
-      env: daemonEnv(dir),
-      cwd: REPO,
-      stderr: "ignore",
-    }),
-    (err) => {
-      assert.ok(err instanceof SidecarExitedError, String(err));
-      assert.equal(err.exitCode, 2);
-      assert.match(err.message, /missing\.json/);
-      return true;
-    },
-  );
+  const args = ["-m", "sidecar", "connect", "--socket", join(dir, "d.sock")];
+  args.push("--config", join(dir, "missing.json"));
+  await rejectsExited(connectSidecar(python(dir, args)), (err) => {
+    assert.equal(err.exitCode, 2);
+    assert.match(err.message, /missing\.json/);
+  });
 });
 
 test("connectSidecar rejects when no daemon listens on the socket", async (t) => {

@@ -2,18 +2,16 @@
 // module (VS Code itself cannot run here): activate() against a real daemon started through
 // `connect`, the status bar from notifications, both commands, the history tree, deactivate().
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import Module, { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { test } from "node:test";
 import { connectSidecar } from "compaction-sidecar-client";
+import { PYTHON, setup } from "./daemon.mjs";
 
-const PYTHON = process.env.SIDECAR_PYTHON || "python3";
 const HERE = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const REPO = resolve(HERE, "..", "..");
 const MODEL = { providerID: "test", modelID: "tiny" };
 
 /** Just the parts of the `vscode` API the extension uses, recording what it shows. */
@@ -115,29 +113,12 @@ function loadExtension(api) {
 }
 
 test("activate, the status bar, Compact now, the history view and deactivate", async (t) => {
-  const dir = await mkdtemp(join(tmpdir(), "sidecar-ext-"));
-  const socket = join(dir, "daemon.sock");
-  const env = { XDG_CONFIG_HOME: join(dir, "cfg"), XDG_STATE_HOME: join(dir, "state") };
-  const config = join(dir, "config.json");
-  await writeFile(
-    config,
-    JSON.stringify({ models: { "test/tiny": { context: 8000, output: 1000 } } }),
-  );
-  const connectArgs = ["--socket", socket, "--db", join(dir, "s.db"), "--config", config];
-  connectArgs.push("--log-file", join(dir, "daemon.log"), "--idle-exit", "30");
+  const { dir, socket, env, connectArgs } = await setup(t, "sidecar-ext-");
   // The extension passes no env: the daemon inherits this process's.
-  const saved = { ...process.env };
-  Object.assign(process.env, env);
-  delete process.env.OPENCODE_DISABLE_AUTOCOMPACT;
-  t.after(async () => {
+  const saved = process.env;
+  process.env = env;
+  t.after(() => {
     process.env = saved;
-    await new Promise((done) =>
-      spawn(PYTHON, ["-m", "sidecar", "stop", "--socket", socket], {
-        cwd: REPO,
-        stdio: "ignore",
-      }).once("exit", done),
-    );
-    await rm(dir, { recursive: true, force: true });
   });
 
   const vscode = fakeVscode({ path: join(dir, "not-installed"), python: PYTHON, connectArgs });

@@ -1,52 +1,16 @@
 // The sample extension's logic (src/logic.ts, no `vscode` import) against a real shared daemon
 // that it starts through `compaction-sidecar connect`, with an agent writing turns beside it.
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { readFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { connectSidecar } from "compaction-sidecar-client";
 import logic from "../dist/logic.js";
+import { PYTHON, REPO, setup } from "./daemon.mjs";
 
 const { SidecarController, formatStatus, formatEntry, commandCandidates } = logic;
-const PYTHON = process.env.SIDECAR_PYTHON || "python3";
-const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const MODEL = { providerID: "test", modelID: "tiny" };
 const tokens = (input) => ({ input, output: 200, reasoning: 0, cache: { read: 0, write: 0 } });
-
-/** A temp dir, a config with a small model window, and `connect` arguments isolated to them. */
-async function setup(t) {
-  const dir = await mkdtemp(join(tmpdir(), "sidecar-vscode-"));
-  const socket = join(dir, "daemon.sock");
-  const env = {
-    ...process.env,
-    XDG_CONFIG_HOME: join(dir, "cfg"),
-    XDG_STATE_HOME: join(dir, "state"),
-  };
-  delete env.OPENCODE_DISABLE_AUTOCOMPACT;
-  delete env.OPENCODE_DISABLE_PRUNE;
-  const config = join(dir, "config.json");
-  await writeFile(
-    config,
-    JSON.stringify({ models: { "test/tiny": { context: 8000, output: 1000 } } }),
-  );
-  const connectArgs = ["--socket", socket, "--db", join(dir, "s.db"), "--config", config];
-  // A daemon left behind by a failed run exits by itself.
-  connectArgs.push("--log-file", join(dir, "daemon.log"), "--idle-exit", "30");
-  t.after(async () => {
-    await new Promise((done) =>
-      spawn(PYTHON, ["-m", "sidecar", "stop", "--socket", socket], {
-        cwd: REPO,
-        env,
-        stdio: "ignore",
-      }).once("exit", done),
-    );
-    await rm(dir, { recursive: true, force: true });
-  });
-  return { dir, socket, env, connectArgs };
-}
 
 /** A sink that records, and resolves `next(predicate)` on the first status that satisfies it. */
 function recorder() {

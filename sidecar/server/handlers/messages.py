@@ -44,20 +44,22 @@ def reroot(exc: msgspec.ValidationError, field: str) -> msgspec.ValidationError:
     return msgspec.ValidationError(f"{text} - at `$.{field}`")
 
 
-def decode_message(raw: msgspec.Raw) -> Message:
+def _decode(decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw, field: str) -> Any:
+    """``raw`` decoded; a validation error names its path below the params' ``field``."""
     try:
-        message: Message = _message_decoder.decode(raw)
-        return message
+        return decoder.decode(raw)
     except msgspec.ValidationError as exc:
-        raise reroot(exc, "message") from None
+        raise reroot(exc, field) from None
+
+
+def decode_message(raw: msgspec.Raw) -> Message:
+    message: Message = _decode(_message_decoder, raw, "message")
+    return message
 
 
 def decode_part(raw: msgspec.Raw) -> Part:
-    try:
-        part: Part = _part_decoder.decode(raw)
-        return part
-    except msgspec.ValidationError as exc:
-        raise reroot(exc, "part") from None
+    part: Part = _decode(_part_decoder, raw, "part")
+    return part
 
 
 def message_update(ctx: Context, p: MessageUpdateParams, done: Done[Any]) -> Future[None] | None:
@@ -114,14 +116,28 @@ def _store_message(ctx: Context, info: Message, raw: bytes, done: Done[Any]) -> 
     def committed(_: None, exc: BaseException | None) -> None:
         if work is not None:
             work(None, exc)
-        if exc is not None:
-            done(None, exc)
-            return
-        ctx.subscribe(info.session_id)
-        ctx.publish(info.session_id, MessageUpdatedEvent(message=stored))
-        done(stored, None)
+        _answer(ctx, info.session_id, stored, MessageUpdatedEvent(message=stored), done, exc)
 
     ctx.store.put_message_then(info, raw, committed)
+
+
+def _answer(
+    ctx: Context,
+    session_id: str,
+    stored: msgspec.Raw,
+    event: MessageUpdatedEvent | PartUpdatedEvent,
+    done: Done[Any],
+    exc: BaseException | None,
+) -> None:
+    """A write's reply once its commit is known: on success the writer is subscribed to the
+    session and everyone subscribed hears ``event`` before the reply (``stored``); else only
+    the error reply."""
+    if exc is not None:
+        done(None, exc)
+        return
+    ctx.subscribe(session_id)
+    ctx.publish(session_id, event)
+    done(stored, None)
 
 
 def part_update(ctx: Context, p: PartUpdateParams, done: Done[Any]) -> None:
@@ -137,12 +153,7 @@ def part_update(ctx: Context, p: PartUpdateParams, done: Done[Any]) -> None:
     ctx.engine.touched(part.session_id)  # the turn is still being written
 
     def committed(_: None, exc: BaseException | None) -> None:
-        if exc is not None:
-            done(None, exc)
-            return
-        ctx.subscribe(part.session_id)
-        ctx.publish(part.session_id, PartUpdatedEvent(part=stored))
-        done(stored, None)
+        _answer(ctx, part.session_id, stored, PartUpdatedEvent(part=stored), done, exc)
 
     ctx.store.put_part_then(part, raw, committed)
 

@@ -11,11 +11,12 @@ import contextlib
 import itertools
 import tempfile
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
+from tests.service.harness import RecordingHost
 
 from sidecar.engine import render
 from sidecar.engine.compactor import Compactor, Outcome, Request
@@ -46,15 +47,8 @@ from sidecar.model.parts import (
     ToolRunning,
     ToolTime,
 )
-from sidecar.model.rpc import (
-    CompactingHookResult,
-    Event,
-    SummarizerCompleteParams,
-    SummarizerCompleteResult,
-)
 from sidecar.model.session import Session, SessionTime
 from sidecar.model.tokens import CacheTokens, Tokens
-from sidecar.protocol.methods import notification_method
 from sidecar.store import Store
 from sidecar.summarizers.base import Progress, SummaryRequest, SummaryResult
 from sidecar.summarizers.extractive import ExtractiveSummarizer
@@ -65,30 +59,6 @@ WRITE_TOOLS = ("edit", "write")
 
 
 # -- host and writer ---------------------------------------------------------------------------
-
-
-@dataclass
-class RecordingHost:
-    events: list[tuple[str, str, Any]] = field(default_factory=list)
-    logs: list[str] = field(default_factory=list)
-
-    def publish(self, session_id: str, event: Event) -> None:
-        self.events.append((session_id, notification_method(event), event))
-
-    def log(self, text: str) -> None:
-        self.logs.append(text)
-
-    async def compacting_hook(self, session_id: str) -> list[CompactingHookResult]:
-        return []
-
-    def progress(self, session_id: str, token: str | int, value: dict[str, Any]) -> None:
-        self.events.append((session_id, "$/progress", {"token": token, "value": value}))
-
-    async def client_complete(self, params: SummarizerCompleteParams) -> SummarizerCompleteResult:
-        raise AssertionError("no client summarizer in these tests")
-
-    def methods(self, name: str) -> list[Any]:
-        return [p for _, m, p in self.events if m == name]
 
 
 class RecordingWriter(ExtractiveSummarizer):

@@ -7,7 +7,8 @@ loop, so examples cannot leak into each other.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import msgspec
@@ -51,6 +52,16 @@ def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
+@contextlib.asynccontextmanager
+async def written(first: list[TurnSpec]) -> AsyncIterator[tuple[Writer, str]]:
+    """A store of its own holding one session with the turns ``first``: each example's start."""
+    async with fresh_store() as store:
+        w = Writer(store)
+        s = await w.session()
+        await w.turns(s.id, first)
+        yield w, s.id
+
+
 def ids(window: Sequence[WithParts]) -> list[str]:
     return [m.info.id for m in window]
 
@@ -88,13 +99,10 @@ def test_a_rendered_context_pairs_calls_and_results(
     first: list[TurnSpec], ops: list[tuple[Any, ...]]
 ) -> None:
     async def body() -> None:
-        async with fresh_store() as store:
-            w = Writer(store)
-            s = await w.session()
-            await w.turns(s.id, first)
-            check_rendered(await w.window(s.id))
-            await w.compact(s.id, config("collapse"))
-            await apply_ops(w, s.id, ops)
+        async with written(first) as (w, sid):
+            check_rendered(await w.window(sid))
+            await w.compact(sid, config("collapse"))
+            await apply_ops(w, sid, ops)
 
     run(body())
 
@@ -121,29 +129,26 @@ def test_b_repeated_collapse_shrinks_what_it_measures(
     """
 
     async def body() -> None:
-        async with fresh_store() as store:
-            w = Writer(store)
-            s = await w.session()
-            await w.turns(s.id, first)
+        async with written(first) as (w, sid):
             cfg = config("collapse", extractRatio=extract, recentRatio=recent)
-            before = await w.window(s.id)
-            first_outcome = await w.compact(s.id, cfg)
-            after = await w.window(s.id)
+            before = await w.window(sid)
+            first_outcome = await w.compact(sid, cfg)
+            after = await w.window(sid)
             assert first_outcome.before_tokens == size(before)
             if first_outcome.result.status == "continue":
                 assert size(after) == first_outcome.after_tokens < size(before)
                 assert sum(is_summary(m) for m in after) == 1
             for _ in range(5):
-                before = await w.window(s.id)
-                outcome = await w.compact(s.id, cfg)
-                after = await w.window(s.id)
+                before = await w.window(sid)
+                outcome = await w.compact(sid, cfg)
+                after = await w.window(sid)
                 assert outcome.before_tokens == size(before)
                 if outcome.result.status == "continue":
                     assert outcome.after_tokens < outcome.before_tokens
                 else:
                     assert outcome.result.error
                 check_rendered(after)
-                check_boundaries(after, set(await w.stored(s.id)))
+                check_boundaries(after, set(await w.stored(sid)))
 
     run(body())
 
@@ -160,30 +165,27 @@ def test_c_rolling_summary_names_files_modified_in_cycle_1(
     first: list[TurnSpec], later: list[list[TurnSpec]]
 ) -> None:
     async def body() -> None:
-        async with fresh_store() as store:
-            w = Writer(store)
-            s = await w.session()
-            await w.turns(s.id, first)
+        async with written(first) as (w, sid):
             cfg = config("collapse")
-            before = set(ids(await w.window(s.id)))
-            outcome = await w.compact(s.id, cfg)
+            before = set(ids(await w.window(sid)))
+            outcome = await w.compact(sid, cfg)
             assume(outcome.result.status == "continue")
-            summarized = before - set(ids(await w.window(s.id)))
+            summarized = before - set(ids(await w.window(sid)))
             cycle1 = {f for mid in summarized for f in w.modified.get(mid, ())}
-            assert cycle1 <= modified_in(await store.summary_texts(s.id, 1))
+            assert cycle1 <= modified_in(await w.store.summary_texts(sid, 1))
             event(f"files modified in cycle 1: {'some' if cycle1 else 'none'}")
             everything = set(before)
             done = 1
             for batch in later:  # cycles 2..N (N = 2..5), new turns before each
-                everything |= set(await w.turns(s.id, batch))
-                outcome = await w.compact(s.id, cfg, auto=True)
+                everything |= set(await w.turns(sid, batch))
+                outcome = await w.compact(sid, cfg, auto=True)
                 done += outcome.result.status == "continue"
             event(f"successful collapse cycles: {done}")
-            latest = modified_in(await store.summary_texts(s.id, 1))
+            latest = modified_in(await w.store.summary_texts(sid, 1))
             missing = sorted(f for f in cycle1 if f not in latest)
             assert not missing, f"cycle-1 files lost from the rolling summary: {missing}"
             # More generally: a file written by any message that has left the window is named.
-            gone = everything - set(ids(await w.window(s.id)))
+            gone = everything - set(ids(await w.window(sid)))
             lost = sorted({f for mid in gone for f in w.modified.get(mid, ())} - latest)
             assert not lost, f"files of summarized messages missing from the summary: {lost}"
 
@@ -199,35 +201,32 @@ def test_d_fork_keeps_the_context(
     first: list[TurnSpec], ops: list[tuple[Any, ...]], again: bool, pick: float
 ) -> None:
     async def body() -> None:
-        async with fresh_store() as store:
-            w = Writer(store)
-            s = await w.session()
-            await w.turns(s.id, first)
-            await w.compact(s.id, config("collapse"))
-            await apply_ops(w, s.id, ops, check=False)
+        async with written(first) as (w, sid):
+            await w.compact(sid, config("collapse"))
+            await apply_ops(w, sid, ops, check=False)
             if again:
-                await w.compact(s.id, config("collapse"))
-            parent_window = await w.window(s.id)
+                await w.compact(sid, config("collapse"))
+            parent_window = await w.window(sid)
 
             tails = [
                 p.tail_start_id
-                for m in await store.window(s.id)
+                for m in await w.store.window(sid)
                 for p in m.parts
                 if isinstance(p, CompactionPart) and p.tail_start_id
             ]
             event(f"collapse markers with a tail: {min(len(tails), 3)}")
-            whole = await fork(store, await store.require_session(s.id), None)
-            fork_window = await load_window(store, whole)
+            whole = await fork(w.store, await w.store.require_session(sid), None)
+            fork_window = await load_window(w.store, whole)
             assert render.to_openai(fork_window) == render.to_openai(parent_window)
             assert render.to_anthropic(fork_window) == render.to_anthropic(parent_window)
             await _check_fork_references(w, whole.id)
 
-            history = await store.window(s.id)
+            history = await w.store.window(sid)
             at = history[int(pick * len(history))]
-            part = await fork(store, await store.require_session(s.id), at.info.id)
-            prefix = await store.window(s.id, end=Key(at.info.time.created, at.info.id))
+            part = await fork(w.store, await w.store.require_session(sid), at.info.id)
+            prefix = await w.store.window(sid, end=Key(at.info.time.created, at.info.id))
             expected = filter_compacted(prefix)
-            got = await load_window(store, part)
+            got = await load_window(w.store, part)
             assert len(got) == len(expected)
             assert render.to_openai(got) == render.to_openai(expected)
             await _check_fork_references(w, part.id)
@@ -271,12 +270,9 @@ def test_e_revert_then_compact_never_resurrects(
     method: str,
 ) -> None:
     async def body() -> None:
-        async with fresh_store() as store:
-            w = Writer(store)
-            s = await w.session()
-            await w.turns(s.id, first)
-            await apply_ops(w, s.id, ops, check=False)
-            history = await store.window(s.id)
+        async with written(first) as (w, sid):
+            await apply_ops(w, sid, ops, check=False)
+            history = await w.store.window(sid)
             at = history[int(pick * len(history))]
             part_id = None
             if by_part and at.parts:
@@ -292,14 +288,14 @@ def test_e_revert_then_compact_never_resurrects(
             gone_tags = _tags(w, history, gone_msgs, gone_parts)
 
             event("revert at a part" if part_id else "revert at a message")
-            event(f"compacted before the revert: {await store.boundary(s.id) is not None}")
-            session = await revert(store, await store.require_session(s.id), at.info.id, part_id)
+            event(f"compacted before the revert: {await w.store.boundary(sid) is not None}")
+            session = await revert(w.store, await w.store.require_session(sid), at.info.id, part_id)
             writer = RecordingWriter()
-            await w.compact(s.id, config(method), auto=True, writer=writer)
+            await w.compact(sid, config(method), auto=True, writer=writer)
 
-            stored = await w.stored(s.id)
+            stored = await w.stored(sid)
             assert not (gone_msgs | gone_parts) & set(stored), "cleanup left reverted data"
-            window = await w.window(s.id)
+            window = await w.window(sid)
             in_window = set(ids(window)) | {p.id for m in window for p in m.parts}
             assert not (gone_msgs | gone_parts) & in_window
             rendered = msgspec.json.encode(render.to_openai(window)).decode()
@@ -310,15 +306,15 @@ def test_e_revert_then_compact_never_resurrects(
                 assert not (gone_msgs | gone_parts) & sent_ids
                 text = msgspec.json.encode([sent, req.previous_summaries]).decode()
                 assert not [t for t in gone_tags if t in text], "reverted text sent to summarize"
-            summaries = await store.summary_texts(s.id, 10)
+            summaries = await w.store.summary_texts(sid, 10)
             assert not [t for t in gone_tags for x in summaries if t in x]
 
-            session = await store.require_session(s.id)
+            session = await w.store.require_session(sid)
             assert session.revert is None
-            count = await store.count_messages(s.id)
-            session = await unrevert(store, session)
-            assert ids(await w.window(s.id)) == ids(window)
-            assert await store.count_messages(s.id) == count
+            count = await w.store.count_messages(sid)
+            session = await unrevert(w.store, session)
+            assert ids(await w.window(sid)) == ids(window)
+            assert await w.store.count_messages(sid) == count
 
     run(body())
 
@@ -362,18 +358,15 @@ def test_f_retained_tail_is_byte_identical(
     first: list[TurnSpec], ops: list[tuple[Any, ...]], auto: bool
 ) -> None:
     async def body() -> None:
-        async with fresh_store() as store:
-            w = Writer(store)
-            s = await w.session()
-            await w.turns(s.id, first)
-            await apply_ops(w, s.id, [op for op in ops if op[0] != "prune"], check=False)
-            stored_before = await w.stored(s.id)
-            outcome = await w.compact(s.id, config("collapse"), auto=auto)
+        async with written(first) as (w, sid):
+            await apply_ops(w, sid, [op for op in ops if op[0] != "prune"], check=False)
+            stored_before = await w.stored(sid)
+            outcome = await w.compact(sid, config("collapse"), auto=auto)
             assume(outcome.result.status == "continue")
-            stored_after = await w.stored(s.id)
+            stored_after = await w.stored(sid)
             # append-only: everything stored before is still stored, byte for byte
             assert {k: stored_after[k] for k in stored_before} == stored_before
-            window = await w.window(s.id)
+            window = await w.window(sid)
             marker = window[0]
             tail_id = next(p for p in marker.parts if isinstance(p, CompactionPart)).tail_start_id
             if tail_id is None:
@@ -406,16 +399,13 @@ def test_collapse_marker_points_back_into_its_window(
     first: list[TurnSpec], ops: list[tuple[Any, ...]]
 ) -> None:
     async def body() -> None:
-        async with fresh_store() as store:
-            w = Writer(store)
-            s = await w.session()
-            await w.turns(s.id, first)
-            await apply_ops(w, s.id, ops, check=False)
-            before = await w.window(s.id)
-            outcome = await w.compact(s.id, config("collapse"))
+        async with written(first) as (w, sid):
+            await apply_ops(w, sid, ops, check=False)
+            before = await w.window(sid)
+            outcome = await w.compact(sid, config("collapse"))
             if outcome.result.status != "continue":
                 return
-            window = await w.window(s.id)
+            window = await w.window(sid)
             assert is_marker(window[0]) and is_summary(window[1])
             tail_id = next(
                 p for p in window[0].parts if isinstance(p, CompactionPart)

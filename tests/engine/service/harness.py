@@ -83,6 +83,19 @@ class Harness:
         await self.put(m, TextPart(id=new_id("prt"), session_id=sid, message_id=m.id, text=text))
         return m
 
+    async def first_turn(self, **reply: Any) -> tuple[Session, AssistantMessage]:
+        """A new session with one user turn ("go") and the assistant's reply to it."""
+        s = await self.session()
+        u = await self.user(s.id, "go")
+        return s, await self.assistant(s.id, u.id, **reply)
+
+    async def ended_turn(self, **reply: Any) -> Session:
+        """``first_turn``, its end reported as the frontend does, and the work it started done."""
+        s, a = await self.first_turn(**reply)
+        self.engine.message_stored(a)
+        await self.settle()
+        return s
+
     async def assistant(
         self,
         sid: str,

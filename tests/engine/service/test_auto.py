@@ -21,6 +21,7 @@ from sidecar.summarizers.base import DEFAULT_PROMPT, SummaryError, SummaryReques
 from .harness import Harness
 
 OVER = 180_000  # > 200k - min(64k, 32k) = 168k usable for claude-sonnet-4-5
+ODD = ModelRef(provider_id="acme", model_id="mystery-1")  # in no catalog
 
 
 async def _compactions(h: Harness) -> int:
@@ -54,9 +55,7 @@ async def test_overflowing_turn_compacts_once_with_continue_message(store: Store
 
 async def test_later_update_of_a_compacted_turn_does_not_compact_again(store: Store) -> None:
     h = Harness(store)
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    a = await h.assistant(s.id, u.id, input_tokens=OVER)
+    _, a = await h.first_turn(input_tokens=OVER)
     h.engine.message_stored(a)
     await h.settle()
     h.engine.message_stored(a)
@@ -66,22 +65,14 @@ async def test_later_update_of_a_compacted_turn_does_not_compact_again(store: St
 
 async def test_exactly_usable_is_not_overflow(store: Store) -> None:
     h = Harness(store)
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    a = await h.assistant(s.id, u.id, input_tokens=168_000 - 100)  # + 100 output = usable
-    h.engine.message_stored(a)
-    await h.settle()
+    await h.ended_turn(input_tokens=168_000 - 100)  # + 100 output = usable
     assert await _compactions(h) == 0
 
 
 @pytest.mark.parametrize("overrides", [{"compaction": {"auto": False}}])
 async def test_auto_false_never_compacts(store: Store, overrides: dict[str, Any]) -> None:
     h = Harness(store, overrides)
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    a = await h.assistant(s.id, u.id, input_tokens=OVER)
-    h.engine.message_stored(a)
-    await h.settle()
+    await h.ended_turn(input_tokens=OVER)
     assert await _compactions(h) == 0
 
 
@@ -111,10 +102,9 @@ async def test_context_overflow_error_with_auto_off_reports_error(store: Store) 
 async def test_unknown_model_is_reported_once_and_not_compacted(store: Store) -> None:
     h = Harness(store)
     s = await h.session()
-    odd = ModelRef(provider_id="acme", model_id="mystery-1")
     for _ in range(2):
         u = await h.user(s.id, "go")
-        a = await h.assistant(s.id, u.id, input_tokens=10_000_000, model=odd)
+        a = await h.assistant(s.id, u.id, input_tokens=10_000_000, model=ODD)
         h.engine.message_stored(a)
         await h.settle()
     assert await _compactions(h) == 0
@@ -123,24 +113,14 @@ async def test_unknown_model_is_reported_once_and_not_compacted(store: Store) ->
 
 async def test_configured_model_limits_enable_compaction(store: Store) -> None:
     h = Harness(store, {"models": {"acme/mystery-1": {"context": 10_000, "output": 1_000}}})
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    odd = ModelRef(provider_id="acme", model_id="mystery-1")
-    a = await h.assistant(s.id, u.id, input_tokens=9_500, model=odd)
-    h.engine.message_stored(a)
-    await h.settle()
+    await h.ended_turn(input_tokens=9_500, model=ODD)
     assert await _compactions(h) == 1
 
 
 async def test_default_window_covers_unknown_models(store: Store) -> None:
     """Issue 20 item 4: config ``models["*"]`` is the window of any model nobody knows."""
     h = Harness(store, {"models": {"*": {"context": 10_000, "output": 1_000}}})
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    odd = ModelRef(provider_id="acme", model_id="mystery-1")
-    a = await h.assistant(s.id, u.id, input_tokens=9_500, model=odd)
-    h.engine.message_stored(a)
-    await h.settle()
+    await h.ended_turn(input_tokens=9_500, model=ODD)
     assert await _compactions(h) == 1
     assert h.host.logs == []
 
@@ -148,12 +128,7 @@ async def test_default_window_covers_unknown_models(store: Store) -> None:
 async def test_the_limits_used_are_stored_with_the_session(store: Store) -> None:
     """Issue 20 item 4: the limits a decision used, stored on the session for inspect/report."""
     h = Harness(store, {"models": {"acme/mystery-1": {"context": 10_000, "output": 1_000}}})
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    odd = ModelRef(provider_id="acme", model_id="mystery-1")
-    a = await h.assistant(s.id, u.id, input_tokens=500, model=odd)
-    h.engine.message_stored(a)
-    await h.settle()
+    s = await h.ended_turn(input_tokens=500, model=ODD)
     stored = await store.require_session(s.id)
     assert stored.limits is not None
     assert stored.limits.model == "acme/mystery-1"
@@ -244,9 +219,7 @@ NO_FALLBACK = {"summarizer": {"fallback": None}}
 
 async def test_failed_summary_keeps_history_and_reports(store: Store) -> None:
     h = Harness(store, NO_FALLBACK)
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    await h.assistant(s.id, u.id, text="x" * 4000)
+    s, _ = await h.first_turn(text="x" * 4000)
     before = await load_window(store, s)
     result = await _manual(h, s.id, _Writer(fail=SummaryError("provider said 500")))
     assert result.status == "stop" and "500" in (result.error or "")
@@ -267,9 +240,7 @@ async def test_empty_summary_is_a_failure(store: Store) -> None:
     from sidecar.summarizers.base import EmptySummaryError
 
     h = Harness(store, NO_FALLBACK)
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    await h.assistant(s.id, u.id, text="x" * 4000)
+    s, _ = await h.first_turn(text="x" * 4000)
     result = await _manual(h, s.id, _Writer(fail=EmptySummaryError()))
     assert result.status == "stop"
     assert await store.boundary(s.id) is None
@@ -279,9 +250,7 @@ async def test_failed_writer_falls_back_to_extractive(store: Store) -> None:
     """Issue 20 item 5: by default a writer's failure is logged and the summary is written
     offline, so the compaction still frees the window; the event says who wrote it."""
     h = Harness(store)
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    await h.assistant(s.id, u.id, text="x" * 4000)
+    s, _ = await h.first_turn(text="x" * 4000)
     result = await _manual(h, s.id, _Writer(fail=SummaryError("openai (http://h/v1): down")))
     assert result.status == "continue"
     [event] = h.host.methods("session/compacted")
@@ -296,9 +265,7 @@ async def test_failed_writer_falls_back_to_extractive(store: Store) -> None:
 
 async def test_time_budget_hands_over_to_the_fallback(store: Store) -> None:
     h = Harness(store, {"compaction": {"timeBudget": 0.05}})
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    await h.assistant(s.id, u.id, text="x" * 4000)
+    s, _ = await h.first_turn(text="x" * 4000)
     stuck = _Writer()
     stuck.gate = asyncio.Event()  # never set: the writer never answers
     result = await _manual(h, s.id, stuck)
@@ -309,9 +276,7 @@ async def test_time_budget_hands_over_to_the_fallback(store: Store) -> None:
 
 async def test_summary_that_does_not_shrink_the_context_is_rejected(store: Store) -> None:
     h = Harness(store)
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    await h.assistant(s.id, u.id, text="short")
+    s, _ = await h.first_turn(text="short")
     result = await _manual(h, s.id, _Writer(text="y" * 40_000))
     assert result.status == "stop" and "smaller" in (result.error or "")
     assert await store.boundary(s.id) is None
@@ -319,9 +284,7 @@ async def test_summary_that_does_not_shrink_the_context_is_rejected(store: Store
 
 async def test_hook_context_is_appended_and_prompt_can_be_replaced(store: Store) -> None:
     h = Harness(store)
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    await h.assistant(s.id, u.id, text="x" * 4000)
+    s, _ = await h.first_turn(text="x" * 4000)
     h.host.hook_results = [CompactingHookResult(context=["Remember: tabs, not spaces"])]
     w = _Writer()
     await _manual(h, s.id, w)
@@ -337,9 +300,7 @@ async def test_hook_context_is_appended_and_prompt_can_be_replaced(store: Store)
 
 async def test_cancelled_compaction_leaves_nothing_behind(store: Store) -> None:
     h = Harness(store)
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    await h.assistant(s.id, u.id, text="x" * 4000)
+    s, _ = await h.first_turn(text="x" * 4000)
     before = [m.info.id for m in await load_window(store, s)]
     w = _Writer()
     w.gate = asyncio.Event()
@@ -354,9 +315,7 @@ async def test_cancelled_compaction_leaves_nothing_behind(store: Store) -> None:
 
 async def test_second_compact_while_busy_is_refused(store: Store) -> None:
     h = Harness(store)
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    await h.assistant(s.id, u.id, text="x" * 4000)
+    s, _ = await h.first_turn(text="x" * 4000)
     w = _Writer()
     w.gate = asyncio.Event()
     h.engine.use_writer(h.cfg.summarizer, w)  # type: ignore[arg-type]
@@ -369,19 +328,32 @@ async def test_second_compact_while_busy_is_refused(store: Store) -> None:
         await first
 
 
-async def test_standard_sends_an_earlier_compaction_inline_as_opencode_does(
-    store: Store,
-) -> None:
-    h = Harness(store)
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    await h.assistant(s.id, u.id, text="x" * 4000)
+async def _first_compaction(h: Harness, **reply: Any) -> SummaryRequest:
+    """What the writer is sent to compact a session of one turn."""
+    s, _ = await h.first_turn(**reply)
+    w = _Writer()
+    await _manual(h, s.id, w)
+    return w.requests[0]
+
+
+async def _second_compaction(h: Harness) -> SummaryRequest:
+    """What the writer is sent for a session's second compaction (the first wrote
+    "first summary")."""
+    s, _ = await h.first_turn(text="x" * 4000)
     await _manual(h, s.id, _Writer(text="first summary"))
     u2 = await h.user(s.id, "next")
     await h.assistant(s.id, u2.id, text="w" * 4000)
     w = _Writer(text="second summary")
     await _manual(h, s.id, w)
     req = w.requests[0]
+    return req
+
+
+async def test_standard_sends_an_earlier_compaction_inline_as_opencode_does(
+    store: Store,
+) -> None:
+    h = Harness(store)
+    req = await _second_compaction(h)
     assert req.previous_summaries == []  # no merge block in standard mode
     first, second, last = req.history[0], req.history[1], req.history[-1]
     assert any(isinstance(p, CompactionPart) for p in first.parts)  # the earlier marker
@@ -395,15 +367,7 @@ async def test_standard_sends_an_earlier_compaction_inline_as_opencode_does(
 
 async def test_collapse_still_merges_previous_summaries(store: Store) -> None:
     h = Harness(store, {"compaction": {"method": "collapse"}})
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    await h.assistant(s.id, u.id, text="x" * 4000)
-    await _manual(h, s.id, _Writer(text="first summary"))
-    u2 = await h.user(s.id, "next")
-    await h.assistant(s.id, u2.id, text="w" * 4000)
-    w = _Writer(text="second summary")
-    await _manual(h, s.id, w)
-    req = w.requests[0]
+    req = await _second_compaction(h)
     assert req.previous_summaries == ["first summary"]
     assert all(not (isinstance(m.info, AssistantMessage) and m.info.summary) for m in req.history)
 
@@ -411,37 +375,20 @@ async def test_collapse_still_merges_previous_summaries(store: Store) -> None:
 async def test_summary_budget_is_capped_by_the_model_window(store: Store) -> None:
     # 16k context, 4k output: usable 12k, so a summary may take 3,000 tokens, not 10,000.
     h = Harness(store, {"models": {"acme/small": {"context": 16_000, "output": 4_000}}})
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    small = ModelRef(provider_id="acme", model_id="small")
-    await h.assistant(s.id, u.id, model=small)
-    w = _Writer()
-    await _manual(h, s.id, w)
+    req = await _first_compaction(h, model=ModelRef(provider_id="acme", model_id="small"))
     # The writer gets the budget less what the artifact ledger appended after it takes.
-    ledger_tokens = estimate(w.requests[0].ledger)
+    ledger_tokens = estimate(req.ledger)
     assert ledger_tokens > 0
-    assert w.requests[0].max_tokens == 3_000 - ledger_tokens - 1
+    assert req.max_tokens == 3_000 - ledger_tokens - 1
     big = Harness(store)  # claude-sonnet-4-5: usable 168k, so summaryMaxTokens (10k) rules
-    s2 = await big.session()
-    u2 = await big.user(s2.id, "go")
-    await big.assistant(s2.id, u2.id)
-    w2 = _Writer()
-    await _manual(big, s2.id, w2)
-    assert w2.requests[0].max_tokens == 10_000 - estimate(w2.requests[0].ledger) - 1
+    req = await _first_compaction(big)
+    assert req.max_tokens == 10_000 - estimate(req.ledger) - 1
     # OpenCode's figure, min(limit.output, 32000): summaryMaxTokens 32000, no share cap.
     oc = Harness(store, {"compaction": {"summaryMaxTokens": 32_000, "summaryShare": 0}})
-    s3 = await oc.session()
-    u3 = await oc.user(s3.id, "go")
-    await oc.assistant(s3.id, u3.id)
-    w3 = _Writer()
-    await _manual(oc, s3.id, w3)
+    req = await _first_compaction(oc)
     # claude-sonnet-4-5's output limit is 64k
-    assert w3.requests[0].max_tokens == 32_000 - estimate(w3.requests[0].ledger) - 1
+    assert req.max_tokens == 32_000 - estimate(req.ledger) - 1
     tiny = Harness(store, {"models": {"acme/tiny": {"context": 16_000, "output": 2_000}}})
-    s4 = await tiny.session()
-    u4 = await tiny.user(s4.id, "go")
-    await tiny.assistant(s4.id, u4.id, model=ModelRef(provider_id="acme", model_id="tiny"))
-    w4 = _Writer()
-    await _manual(tiny, s4.id, w4)
+    req = await _first_compaction(tiny, model=ModelRef(provider_id="acme", model_id="tiny"))
     # never above the model's output limit
-    assert w4.requests[0].max_tokens == 2_000 - estimate(w4.requests[0].ledger) - 1
+    assert req.max_tokens == 2_000 - estimate(req.ledger) - 1

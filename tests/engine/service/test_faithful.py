@@ -90,9 +90,7 @@ async def _rank(store: Store, sid: str, part_id: str) -> int:
 
 async def test_failed_write_runs_no_automatic_work(store: Store) -> None:
     h = Harness(store)
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    a = await h.assistant(s.id, u.id, input_tokens=OVER)
+    s, a = await h.first_turn(input_tokens=OVER)
     committed = h.engine.will_store(a)
     assert committed is not None
     committed(None, ConnectionError("not stored"))
@@ -134,9 +132,7 @@ async def test_a_message_written_during_compaction_behind_its_marker_is_reported
     store: Store,
 ) -> None:
     h = Harness(store)
-    s = await h.session()
-    u = await h.user(s.id, "go")
-    a = await h.assistant(s.id, u.id, input_tokens=OVER)
+    s, a = await h.first_turn(input_tokens=OVER)
     committed = h.engine.will_store(a)
     assert committed is not None
     # The frontend's next message, stamped in the same millisecond, lands before the work runs.

@@ -12,6 +12,7 @@ from sidecar.model.conversation import CONTINUE_TEXT
 from sidecar.model.messages import AssistantMessage, UserMessage
 from sidecar.model.parts import CompactionPart, TextPart
 from sidecar.model.rpc import CompactedEvent, CompactingHookResult
+from sidecar.model.session import Session
 from sidecar.store import Key, Store
 from sidecar.summarizers.base import SummaryError
 
@@ -28,21 +29,33 @@ def _compacted(h: Harness) -> list[CompactedEvent]:
     return h.host.methods("session/compacted")
 
 
-async def _near(h: Harness, sid: str) -> tuple[UserMessage, AssistantMessage]:
-    """A turn that ends at >= prepare x usable: the preparation starts."""
-    u = await h.user(sid, "Refactor the parser")
-    a = await h.assistant(sid, u.id, input_tokens=NEAR)
+async def _ended_turn(
+    h: Harness, sid: str, text: str, input_tokens: int
+) -> tuple[UserMessage, AssistantMessage]:
+    """A turn whose end the frontend reported, with the work it started done."""
+    u = await h.user(sid, text)
+    a = await h.assistant(sid, u.id, input_tokens=input_tokens)
     h.engine.message_stored(a)
     await h.settle()
     return u, a
+
+
+async def _near(h: Harness, sid: str) -> tuple[UserMessage, AssistantMessage]:
+    """A turn that ends at >= prepare x usable: the preparation starts."""
+    return await _ended_turn(h, sid, "Refactor the parser", NEAR)
 
 
 async def _overflow(h: Harness, sid: str) -> tuple[UserMessage, AssistantMessage]:
-    u = await h.user(sid, "Now the tests")
-    a = await h.assistant(sid, u.id, input_tokens=OVER)
-    h.engine.message_stored(a)
-    await h.settle()
-    return u, a
+    return await _ended_turn(h, sid, "Now the tests", OVER)
+
+
+async def _prepared_session(store: Store) -> tuple[Harness, Session]:
+    """A session near its window whose summary has been prepared in the background."""
+    h = Harness(store, PREPARE)
+    s = await h.session()
+    await _near(h, s.id)
+    assert await h.engine.prepared(s.id) is not None
+    return h, s
 
 
 async def test_default_prepares_nothing_and_keeps_the_event_shape(store: Store) -> None:
@@ -151,10 +164,7 @@ async def test_message_removed_before_the_cut_discards(store: Store) -> None:
 
 
 async def test_change_after_the_cut_keeps_it(store: Store) -> None:
-    h = Harness(store, PREPARE)
-    s = await h.session()
-    await _near(h, s.id)
-    assert await h.engine.prepared(s.id) is not None
+    h, s = await _prepared_session(store)
     u2 = await h.user(s.id, "Now the tests")
     (m,) = [m for m in await store.window(s.id) if m.info.id == u2.id]
     edited = TextPart(id=m.parts[0].id, session_id=s.id, message_id=u2.id, text="Now the docs")
@@ -185,10 +195,7 @@ async def test_revert_discards(store: Store) -> None:
 
 
 async def test_manual_compaction_with_instructions_discards(store: Store) -> None:
-    h = Harness(store, PREPARE)
-    s = await h.session()
-    await _near(h, s.id)
-    assert await h.engine.prepared(s.id) is not None
+    h, s = await _prepared_session(store)
     await h.engine.compact(Request(session_id=s.id, instructions="keep the file names"))
     (event,) = _compacted(h)
     assert event.prepared is False and h.engine.prepared_discarded_tokens > 0
@@ -196,20 +203,14 @@ async def test_manual_compaction_with_instructions_discards(store: Store) -> Non
 
 
 async def test_manual_compaction_uses_a_valid_prepared_summary(store: Store) -> None:
-    h = Harness(store, PREPARE)
-    s = await h.session()
-    await _near(h, s.id)
-    assert await h.engine.prepared(s.id) is not None
+    h, s = await _prepared_session(store)
     await h.engine.compact(Request(session_id=s.id))
     (event,) = _compacted(h)
     assert event.prepared is True and event.auto is False
 
 
 async def test_writer_change_discards(store: Store) -> None:
-    h = Harness(store, PREPARE)
-    s = await h.session()
-    await _near(h, s.id)
-    assert await h.engine.prepared(s.id) is not None
+    h, s = await _prepared_session(store)
     h.cfg = type(h.cfg)(
         compaction=h.cfg.compaction,
         summarizer=type(h.cfg.summarizer)(max_input_tokens=50_000),
@@ -220,19 +221,13 @@ async def test_writer_change_discards(store: Store) -> None:
 
 
 async def test_prompt_change_discards(store: Store) -> None:
-    h = Harness(store, PREPARE)
-    s = await h.session()
-    await _near(h, s.id)
-    assert await h.engine.prepared(s.id) is not None
+    h, s = await _prepared_session(store)
     h.host.hook_results = [CompactingHookResult(prompt="Summarize as a haiku")]
     await _discarded_by(h, s.id)
 
 
 async def test_fork_prepares_its_own(store: Store) -> None:
-    h = Harness(store, PREPARE)
-    s = await h.session()
-    await _near(h, s.id)
-    assert await h.engine.prepared(s.id) is not None
+    h, s = await _prepared_session(store)
     twin = await h.engine.fork(s.id, None)
     assert await h.engine.prepared(twin.id) is None
     await _overflow(h, twin.id)

@@ -27,12 +27,8 @@ LONG = ON_TASK + " " + "word " * 6_000  # ~7,500 tokens: more than the history i
 
 @pytest.fixture
 async def server() -> AsyncIterator[ScriptedServer]:
-    srv = ScriptedServer()
-    await srv.start()
-    try:
+    async with ScriptedServer() as srv:
         yield srv
-    finally:
-        await srv.stop()
 
 
 async def _compact(

@@ -149,6 +149,19 @@ def _tr(*lines: Any) -> Callable[[Path], Path]:
     return lambda d: _jsonl(d / "t.jsonl", [TR_HEADER, *lines])
 
 
+def _second_line_not_utf8(
+    name: str, header: Any, line: Any, word: bytes, broken: bytes
+) -> Callable[[Path], Path]:
+    """A header, then ``line`` with ``word`` replaced by bytes that are not UTF-8."""
+
+    def make(d: Path) -> Path:
+        second = json.dumps(line).encode().replace(word, broken)
+        (d / name).write_bytes(json.dumps(header).encode() + b"\n" + second + b"\n")
+        return d / name
+
+    return make
+
+
 TR_USER = {"role": "user", "parts": [{"type": "text", "text": "hi"}]}
 
 # -- OpenCode export and storage -------------------------------------------------------------------
@@ -482,15 +495,7 @@ CASES: list[Case] = [
     Case("pi-deep", _pi(PI_OK_USER, _deep()), [":3:", "deeper"]),
     Case(
         "pi-not-utf8",
-        lambda d: (
-            (d / "pi.jsonl").write_bytes(
-                json.dumps(PI_HEADER).encode()
-                + b"\n"
-                + json.dumps(PI_OK_USER).encode().replace(b"hello", b"he\xc3\x28llo")
-                + b"\n"
-            )
-            and d / "pi.jsonl"
-        ),
+        _second_line_not_utf8("pi.jsonl", PI_HEADER, PI_OK_USER, b"hello", b"he\xc3\x28llo"),
         [":2:", "UTF-8"],
     ),
     # transcript
@@ -515,15 +520,7 @@ CASES: list[Case] = [
     Case("tr-deep", _tr(TR_USER, _deep()), [":3:", "deeper"]),
     Case(
         "tr-not-utf8",
-        lambda d: (
-            (d / "t.jsonl").write_bytes(
-                json.dumps(TR_HEADER).encode()
-                + b"\n"
-                + json.dumps(TR_USER).encode().replace(b"hi", b"h\xffi")
-                + b"\n"
-            )
-            and d / "t.jsonl"
-        ),
+        _second_line_not_utf8("t.jsonl", TR_HEADER, TR_USER, b"hi", b"h\xffi"),
         [":2:", "UTF-8"],
     ),
     Case(

@@ -1,0 +1,39 @@
+"""The environment every test daemon runs in, so that no developer's setup leaks into a test.
+
+An empty XDG config home (no user config file), a data home of its own, and none of the
+``OPENCODE_*`` switches or ``SIDECAR_LOG`` of the shell that runs the tests.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sidecar_client._transport import merged_env
+
+
+def isolated_env(home: Path) -> dict[str, str | None]:
+    """Overrides for a daemon's environment below ``home`` (``None`` removes a variable)."""
+    return {
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "XDG_DATA_HOME": str(home / "data"),
+        "OPENCODE_DISABLE_AUTOCOMPACT": None,
+        "OPENCODE_DISABLE_PRUNE": None,
+        "OPENCODE_EXPERIMENTAL_OUTPUT_TOKEN_MAX": None,
+        "SIDECAR_LOG": None,
+    }
+
+
+def cli_env(home: Path) -> dict[str, str]:
+    """A whole environment for a CLI run below ``home``: ``isolated_env`` plus state and
+    runtime homes (``home/state``, ``home/run``: the shared daemon's log and socket)."""
+    runtime = home / "run"
+    runtime.mkdir(mode=0o700, exist_ok=True)
+    env = merged_env(
+        {
+            **isolated_env(home),
+            "XDG_STATE_HOME": str(home / "state"),
+            "XDG_RUNTIME_DIR": str(runtime),
+        }
+    )
+    assert env is not None
+    return env
