@@ -6,6 +6,56 @@ crash mid-upgrade leaves the database at a consistent earlier version.
 
 from __future__ import annotations
 
+
+# The text of a part that ``history/search`` finds (text, reasoning, a tool's name, input
+# values, output, error and title), as SQL over a ``parts`` row named ``row``: the index
+# triggers and the first-open backfill compute it the same way. Input values are taken
+# decoded (``json_tree``), so an escaped newline in a command does not glue two words.
+def history_body(row: str) -> str:
+    """The indexed text of the ``parts`` row ``row`` (``NULL`` for kinds not indexed)."""
+    return (
+        f"CASE {row}.type WHEN 'text' THEN json_extract({row}.data, '$.text') "
+        f"WHEN 'reasoning' THEN json_extract({row}.data, '$.text') "
+        f"WHEN 'tool' THEN coalesce(json_extract({row}.data, '$.tool'), '') || char(10) || "
+        f"coalesce((SELECT group_concat(value, ' ') FROM json_tree({row}.data, '$.state.input') "
+        "WHERE type IN ('text', 'integer', 'real')), '') || char(10) || "
+        f"coalesce(json_extract({row}.data, '$.state.title'), '') || char(10) || "
+        f"coalesce(json_extract({row}.data, '$.state.output'), '') || "
+        f"coalesce(json_extract({row}.data, '$.state.error'), '') END"
+    )
+
+
+# History search (``history/search``): an FTS5 index over every part's text, its rowid the
+# part's rowid (an upsert keeps it), written by triggers in the same transaction as the part,
+# so an acknowledged write is searchable at once and a deleted part (or the session or message
+# it went with, by cascade) leaves the index with it. ``unicode61`` splits at ``_``, ``/``,
+# ``.`` and ``:``, and a search term is matched as a phrase of its words, so
+# ``test_parse_header``, ``src/pkg/mod.py`` and ``ModuleNotFoundError`` are found as typed.
+# Existing parts are indexed by the migration itself (``INSERT ... SELECT``).
+HISTORY_INDEX = f"""
+    CREATE VIRTUAL TABLE history_fts USING fts5 (
+        body, tokenize = "unicode61 remove_diacritics 2"
+    );
+    CREATE TRIGGER history_on_insert AFTER INSERT ON parts
+    WHEN NEW.type IN ('text', 'reasoning', 'tool')
+    BEGIN
+        INSERT INTO history_fts (rowid, body) VALUES (NEW.rowid, {history_body("NEW")});
+    END;
+    CREATE TRIGGER history_on_update AFTER UPDATE OF data, type ON parts
+    BEGIN
+        DELETE FROM history_fts WHERE rowid = OLD.rowid;
+        INSERT INTO history_fts (rowid, body)
+        SELECT NEW.rowid, {history_body("NEW")} WHERE NEW.type IN ('text', 'reasoning', 'tool');
+    END;
+    CREATE TRIGGER history_on_delete AFTER DELETE ON parts
+    BEGIN
+        DELETE FROM history_fts WHERE rowid = OLD.rowid;
+    END;
+    INSERT INTO history_fts (rowid, body)
+    SELECT parts.rowid, {history_body("parts")} FROM parts
+    WHERE parts.type IN ('text', 'reasoning', 'tool');
+"""
+
 MIGRATIONS: list[str] = [
     # 1: sessions, messages, parts
     """
@@ -62,6 +112,8 @@ MIGRATIONS: list[str] = [
         expires INTEGER NOT NULL
     );
     """,
+    # 3: the history search index
+    HISTORY_INDEX,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

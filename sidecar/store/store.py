@@ -22,6 +22,7 @@ from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithP
 from sidecar.model.parts import Part
 from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
+from sidecar.store import history
 from sidecar.store.backend import Backend, Statement
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
 from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
@@ -476,6 +477,28 @@ class Store:
         counts = await self._db.submit(statements, needs_counts=True)
         self.cache.invalidate(session_id)
         return counts[-1]
+
+    # -- history (search, expand) -------------------------------------------------------------
+
+    async def search_history(
+        self,
+        session_id: str | None,
+        query: str,
+        limit: int,
+        before: Key | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[history.Hit]:
+        """The parts of one session (``None``: all) matching ``query``, best first."""
+        return await history.search(
+            self._db, session_id, history.terms_of(query), limit, before, kinds
+        )
+
+    async def part_rows(self, message_id: str) -> list[tuple[str, str]]:
+        """``(part id, JSON)`` of a message's parts, in order."""
+        rows = await self._db.query(
+            "SELECT id, data FROM parts WHERE message_id = ? ORDER BY id", (message_id,)
+        )
+        return [(r[0], r[1]) for r in rows]
 
     # -- leases ----------------------------------------------------------------------------------
 

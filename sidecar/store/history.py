@@ -1,0 +1,172 @@
+"""History search and expand: the queries behind ``history/search`` and ``history/expand``.
+
+The index itself is schema (``schema.HISTORY_INDEX``, ``pg_schema.HISTORY_INDEX``): triggers
+keep it in the part's own transaction. Here a query is split into *terms* (a ``"quoted
+phrase"`` is one term, otherwise each blank-separated word), every term must match, and the
+best hits come first:
+
+* SQLite: each term is an FTS5 phrase of its words (``src/pkg/mod.py`` is the phrase
+  ``src pkg mod py``), ranked by ``bm25``; the snippet is FTS5's.
+* PostgreSQL: each term is a ``phraseto_tsquery('simple', term)`` over the GIN-indexed
+  tsvector, or, where words are not enough (the parser keeps ``src/pkg/mod.py`` whole, so
+  ``mod.py`` is not one of its words), a case-insensitive substring through the trigram index;
+  ranked by ``ts_rank`` with exact substrings first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from sidecar.store.backend import Backend
+from sidecar.store.cache import Key
+
+SNIPPET_CHARS = 160
+_TERMS = re.compile(r'"([^"]*)"|(\S+)')
+
+
+def terms_of(query: str) -> list[str]:
+    """The terms of a query: quoted phrases whole, other words one by one; terms without a
+    letter or digit (they could match nothing) are dropped."""
+    out: list[str] = []
+    for quoted, word in _TERMS.findall(query):
+        term = (quoted or word).strip()
+        if any(ch.isalnum() for ch in term):
+            out.append(term)
+    return out
+
+
+def _fts_query(terms: Sequence[str]) -> str:
+    return " ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+def _like(term: str) -> str:
+    return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def snippet_of(body: str, terms: Sequence[str]) -> str:
+    """About ``SNIPPET_CHARS`` characters of ``body`` around the first term found in it."""
+    low = body.lower()
+    at = -1
+    for term in terms:
+        at = low.find(term.lower())
+        if at >= 0:
+            break
+    start = max(0, at - SNIPPET_CHARS // 3) if at >= 0 else 0
+    text = body[start : start + SNIPPET_CHARS]
+    text = " ".join(text.split())
+    return ("…" if start > 0 else "") + text + ("…" if start + SNIPPET_CHARS < len(body) else "")
+
+
+Hit = tuple[str, str, str, str, str | None, int, str, float]
+"""``(session, message, part, role, tool, time, snippet, score)``."""
+
+
+async def search(
+    db: Backend,
+    session_id: str | None,
+    terms: Sequence[str],
+    limit: int,
+    before: Key | None,
+    kinds: Sequence[str] | None,
+) -> list[Hit]:
+    """The best ``limit`` parts matching every term (``session_id`` None: every session)."""
+    if not terms:
+        return []
+    if db.kind == "postgresql":
+        return await _search_pg(db, session_id, terms, limit, before, kinds)
+    sql = (
+        "SELECT p.session_id, p.message_id, p.id, m.role, "
+        "CASE WHEN p.type = 'tool' THEN json_extract(p.data, '$.tool') END, m.created, "
+        "snippet(history_fts, 0, '', '', '…', 24), bm25(history_fts) "
+        "FROM history_fts JOIN parts p ON p.rowid = history_fts.rowid "
+        "JOIN messages m ON m.id = p.message_id WHERE history_fts MATCH ?"
+    )
+    args: list[Any] = [_fts_query(terms)]
+    sql, args = _filters(sql, args, session_id, before, kinds)
+    sql += " ORDER BY bm25(history_fts) LIMIT ?"
+    args.append(limit)
+    rows = await db.query(sql, args)
+    return [(*r[:6], " ".join(str(r[6]).split()), -float(r[7])) for r in rows]  # type: ignore[misc]
+
+
+def _filters(
+    sql: str,
+    args: list[Any],
+    session_id: str | None,
+    before: Key | None,
+    kinds: Sequence[str] | None,
+) -> tuple[str, list[Any]]:
+    if session_id is not None:
+        sql += " AND p.session_id = ?"
+        args.append(session_id)
+    if kinds:
+        sql += " AND p.type IN (" + ",".join("?" * len(kinds)) + ")"
+        args.extend(kinds)
+    if before is not None:
+        sql += " AND (m.created, m.id) < (?, ?)"
+        args += [before.created, before.id]
+    return sql, args
+
+
+async def _search_pg(
+    db: Backend,
+    session_id: str | None,
+    terms: Sequence[str],
+    limit: int,
+    before: Key | None,
+    kinds: Sequence[str] | None,
+) -> list[Hit]:
+    # One tsquery of every term's phrase; substrings (ILIKE ALL) for the trigram index, taken
+    # only when every term is long enough for trigrams to narrow the scan.
+    words = " && ".join(["phraseto_tsquery('simple', ?)"] * len(terms))
+    patterns = [_like(t) for t in terms]
+    substr = all(len(t) >= 3 for t in terms)
+    match = "h.tsv @@ q.q" + (" OR h.body ILIKE ALL (?::text[])" if substr else "")
+    sql = (
+        "SELECT p.session_id, p.message_id, p.id, m.role, "
+        "CASE WHEN p.type = 'tool' THEN p.data::jsonb->>'tool' END, m.created, h.body, "
+        "ts_rank(h.tsv, q.q) + CASE WHEN h.body ILIKE ALL (?::text[]) THEN 1 ELSE 0 END "
+        f"FROM (SELECT {words} AS q) q, history h JOIN parts p ON p.id = h.part_id "
+        f"JOIN messages m ON m.id = p.message_id WHERE ({match})"
+    )
+    args: list[Any] = [patterns, *terms]
+    if substr:
+        args.append(patterns)
+    sql, args = _filters(sql, args, session_id, before, kinds)
+    sql += " ORDER BY 8 DESC, m.created DESC LIMIT ?"
+    args.append(limit)
+    rows = await db.query(sql, args)
+    return [(*r[:6], snippet_of(r[6], terms), float(r[7])) for r in rows]  # type: ignore[misc]
+
+
+# -- expand --------------------------------------------------------------------------------------
+
+
+def part_content(data: str) -> str | None:
+    """What ``history/expand`` shows of a stored part: a text or reasoning part's text; a tool
+    call's name, input (JSON), title, and output or error in full (pruned or not). ``None``
+    for kinds that hold no searchable content."""
+    doc = msgspec.json.decode(data)
+    if not isinstance(doc, dict):
+        return None
+    kind = doc.get("type")
+    if kind in ("text", "reasoning"):
+        text = doc.get("text")
+        return text if isinstance(text, str) else ""
+    if kind != "tool":
+        return None
+    state = doc.get("state") if isinstance(doc.get("state"), dict) else {}
+    lines = [f"tool: {doc.get('tool', '')}"]
+    if "input" in state:
+        lines.append("input: " + msgspec.json.encode(state["input"]).decode())
+    if isinstance(state.get("title"), str) and state["title"]:
+        lines.append(f"title: {state['title']}")
+    if isinstance(state.get("output"), str):
+        lines.append("output:\n" + state["output"])
+    if isinstance(state.get("error"), str):
+        lines.append("error:\n" + state["error"])
+    return "\n".join(lines)
