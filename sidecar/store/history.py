@@ -90,7 +90,7 @@ async def search(
     sql += " ORDER BY bm25(history_fts) LIMIT ?"
     args.append(limit)
     rows = await db.query(sql, args)
-    return [(*r[:6], " ".join(str(r[6]).split()), -float(r[7])) for r in rows]  # type: ignore[misc]
+    return [(*r[:6], " ".join(str(r[6]).split()), -float(r[7])) for r in rows]
 
 
 def _filters(
@@ -140,7 +140,7 @@ async def _search_pg(
     sql += " ORDER BY 8 DESC, m.created DESC LIMIT ?"
     args.append(limit)
     rows = await db.query(sql, args)
-    return [(*r[:6], snippet_of(r[6], terms), float(r[7])) for r in rows]  # type: ignore[misc]
+    return [(*r[:6], snippet_of(r[6], terms), float(r[7])) for r in rows]
 
 
 # -- expand --------------------------------------------------------------------------------------
@@ -159,7 +159,8 @@ def part_content(data: str) -> str | None:
         return text if isinstance(text, str) else ""
     if kind != "tool":
         return None
-    state = doc.get("state") if isinstance(doc.get("state"), dict) else {}
+    raw_state = doc.get("state")
+    state: dict[str, Any] = raw_state if isinstance(raw_state, dict) else {}
     lines = [f"tool: {doc.get('tool', '')}"]
     if "input" in state:
         lines.append("input: " + msgspec.json.encode(state["input"]).decode())
