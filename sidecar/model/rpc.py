@@ -330,7 +330,8 @@ class HistorySearchResult(Dense, kw_only=True):
 
 class HistoryExpandParams(Base, kw_only=True):
     """A part's original content (a pruned output in full), or with no ``partID`` every indexed
-    part of the message in order; paged by characters."""
+    part of the message in order; paged by characters. ``sessionID`` ``"*"``: wherever the
+    message is."""
 
     session_id: Id
     message_id: Id

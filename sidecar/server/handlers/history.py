@@ -52,9 +52,11 @@ async def search(ctx: Context, p: HistorySearchParams) -> HistorySearchResult:
 
 async def expand(ctx: Context, p: HistoryExpandParams) -> HistoryExpandResult:
     store = ctx.store
-    await store.require_session(p.session_id)
+    anywhere = p.session_id == ALL  # message ids are unique across sessions
+    if not anywhere:
+        await store.require_session(p.session_id)
     found = await store.get_message(p.message_id)
-    if found is None or found[0].session_id != p.session_id:
+    if found is None or (not anywhere and found[0].session_id != p.session_id):
         raise UnknownMessage(p.message_id)
     info = found[0]
     rows = await store.part_rows(p.message_id)
