@@ -101,6 +101,15 @@ def _without_ledger(m: WithParts) -> WithParts:
     return WithParts(info=m.info, parts=parts)
 
 
+#: ``compaction.recallHint``: the line each summary ends with, so that the model knows what
+#: the summary left out is not lost (the ``history_search`` tool of ``compaction-sidecar mcp``).
+RECALL_HINT = (
+    "The full earlier history of this session (every message, tool call and output, including "
+    "what this summary leaves out) can be searched with the `history_search` tool and read in "
+    "full with `history_expand`."
+)
+
+
 def _summary_text(m: WithParts) -> str:
     return "\n".join(p.text for p in m.parts if isinstance(p, TextPart) and p.text.strip())
 
@@ -434,9 +443,10 @@ class Compactor:
         )
         # OpenCode's summary parts: step-start, the text, step-finish (with the usage).
         step_start = StepStartPart(id=new_id("prt"), session_id=sid, message_id=summary.id)
-        text_part = TextPart(
-            id=new_id("prt"), session_id=sid, message_id=summary.id, text=result.text
-        )
+        text = result.text
+        if cfg.compaction.recall_hint and not text.rstrip().endswith(RECALL_HINT):
+            text = text.rstrip() + "\n\n" + RECALL_HINT
+        text_part = TextPart(id=new_id("prt"), session_id=sid, message_id=summary.id, text=text)
         step_finish = StepFinishPart(
             id=new_id("prt"),
             session_id=sid,

@@ -51,6 +51,8 @@ class CompactionConfig(Strict, kw_only=True):
     prune_minimum: Count = 20_000
     protected_tools: list[str] = msgspec.field(default_factory=lambda: ["skill"])
     output_token_max: Annotated[int, msgspec.Meta(ge=1)] = 32_000  # OPENCODE_EXPERIMENTAL_...
+    # Opt-in: each summary ends with ``RECALL_HINT`` (the agent has the MCP history tools).
+    recall_hint: bool = False
 
     def effective_trigger(self) -> float:
         if self.trigger is not None:
