@@ -22,9 +22,9 @@ from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithP
 from sidecar.model.parts import Part
 from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
-from sidecar.store import history
 from sidecar.store.backend import Backend, Statement
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
+from sidecar.store.history import Hit, search, terms_of
 from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
 
 _message_decoder = msgspec.json.Decoder(Message)
@@ -487,11 +487,9 @@ class Store:
         limit: int,
         before: Key | None = None,
         kinds: Sequence[str] | None = None,
-    ) -> list[history.Hit]:
+    ) -> list[Hit]:
         """The parts of one session (``None``: all) matching ``query``, best first."""
-        return await history.search(
-            self._db, session_id, history.terms_of(query), limit, before, kinds
-        )
+        return await search(self._db, session_id, terms_of(query), limit, before, kinds)
 
     async def part_rows(self, message_id: str) -> list[tuple[str, str]]:
         """``(part id, JSON)`` of a message's parts, in order."""

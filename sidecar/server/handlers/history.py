@@ -13,8 +13,8 @@ from sidecar.model.rpc import (
     HistorySearchResult,
 )
 from sidecar.server.context import Context
-from sidecar.store import history
 from sidecar.store.cache import Key
+from sidecar.store.history import part_content
 
 ALL = "*"
 
@@ -64,11 +64,11 @@ async def expand(ctx: Context, p: HistoryExpandParams) -> HistoryExpandResult:
         rows = [(pid, data) for pid, data in rows if pid == p.part_id]
         if not rows:
             raise UnknownPart(p.part_id)
-        content = history.part_content(rows[0][1]) or ""
+        content = part_content(rows[0][1]) or ""
     else:
         pieces = []
         for pid, data in rows:
-            text = history.part_content(data)
+            text = part_content(data)
             if text is not None:
                 pieces.append(f"[part {pid}]\n{text}")
         content = "\n\n".join(pieces)
