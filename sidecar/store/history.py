@@ -64,24 +64,73 @@ def snippet_of(body: str, terms: Sequence[str]) -> str:
 Hit = tuple[str, str, str, str, str | None, int, str, float]
 """``(session, message, part, role, tool, time, snippet, score)``."""
 
+#: Candidates fetched per requested hit before the verbatim re-ranking (at least ``POOL_MIN``).
+POOL_FACTOR = 4
+POOL_MIN = 50
+
+
+def verbatim_of(query: str) -> str:
+    """The query as typed, for the verbatim boost: blanks collapsed, lower case, and without
+    the quotes around a query that is one quoted phrase."""
+    text = query.strip()
+    if len(text) > 1 and text[0] == text[-1] == '"' and text.count('"') == 2:
+        text = text[1:-1]
+    return " ".join(text.split()).lower()
+
 
 async def search(
+    db: Backend,
+    session_id: str | None,
+    query: str,
+    limit: int,
+    before: Key | None,
+    kinds: Sequence[str] | None,
+) -> list[Hit]:
+    """The best ``limit`` parts matching every term of ``query`` (``session_id`` None: every
+    session).
+
+    The index ranks the candidates (``bm25`` / ``ts_rank``); then the parts that hold the
+    query verbatim (blanks collapsed, any case) move to the front, in that order. Someone
+    pasting an error line or a command wants the part that has exactly that, not the one
+    where its words are most frequent. On SQLite the candidates also include the best matches
+    of the whole query as one phrase, so a verbatim match is not crowded out of the pool by
+    parts that only have its words somewhere.
+    """
+    terms = terms_of(query)
+    if not terms:
+        return []
+    pool = max(limit * POOL_FACTOR, POOL_MIN)
+    if db.kind == "postgresql":
+        rows = await _search_pg(db, session_id, terms, pool, before, kinds)
+    else:
+        rows = await _search_sqlite(db, session_id, [" ".join(terms)], pool, before, kinds)
+        if len(terms) > 1 or len(rows) >= pool:
+            seen = {r[2] for r in rows}
+            more = await _search_sqlite(db, session_id, terms, pool, before, kinds)
+            rows += [r for r in more if r[2] not in seen]
+    verbatim = verbatim_of(query)
+    ranked = sorted(rows, key=lambda r: (verbatim not in " ".join(r[6].split()).lower(), -r[7]))[
+        :limit
+    ]
+    return [(*r[:6], snippet_of(r[6], [verbatim, *terms]), r[7]) for r in ranked]
+
+
+Row = tuple[str, str, str, str, str | None, int, str, float]
+"""``Hit`` with the part's whole indexed text in place of the snippet."""
+
+
+async def _search_sqlite(
     db: Backend,
     session_id: str | None,
     terms: Sequence[str],
     limit: int,
     before: Key | None,
     kinds: Sequence[str] | None,
-) -> list[Hit]:
-    """The best ``limit`` parts matching every term (``session_id`` None: every session)."""
-    if not terms:
-        return []
-    if db.kind == "postgresql":
-        return await _search_pg(db, session_id, terms, limit, before, kinds)
+) -> list[Row]:
     sql = (
         "SELECT p.session_id, p.message_id, p.id, m.role, "
         "CASE WHEN p.type = 'tool' THEN json_extract(p.data, '$.tool') END, m.created, "
-        "snippet(history_fts, 0, '', '', '…', 24), bm25(history_fts) "
+        "history_fts.body, bm25(history_fts) "
         "FROM history_fts JOIN parts p ON p.rowid = history_fts.rowid "
         "JOIN messages m ON m.id = p.message_id WHERE history_fts MATCH ?"
     )
@@ -90,7 +139,7 @@ async def search(
     sql += " ORDER BY bm25(history_fts) LIMIT ?"
     args.append(limit)
     rows = await db.query(sql, args)
-    return [(*r[:6], " ".join(str(r[6]).split()), -float(r[7])) for r in rows]
+    return [(*r[:7], -float(r[7])) for r in rows]
 
 
 def _filters(
@@ -119,7 +168,7 @@ async def _search_pg(
     limit: int,
     before: Key | None,
     kinds: Sequence[str] | None,
-) -> list[Hit]:
+) -> list[Row]:
     # One tsquery of every term's phrase; substrings (ILIKE ALL) for the trigram index, taken
     # only when every term is long enough for trigrams to narrow the scan.
     words = " && ".join(["phraseto_tsquery('simple', ?)"] * len(terms))
@@ -140,7 +189,7 @@ async def _search_pg(
     sql += " ORDER BY 8 DESC, m.created DESC LIMIT ?"
     args.append(limit)
     rows = await db.query(sql, args)
-    return [(*r[:6], snippet_of(r[6], terms), float(r[7])) for r in rows]
+    return [(*r[:7], float(r[7])) for r in rows]
 
 
 # -- expand --------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
 from sidecar.store.backend import Backend, Statement
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
-from sidecar.store.history import Hit, search, terms_of
+from sidecar.store.history import Hit, search
 from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
 
 _message_decoder = msgspec.json.Decoder(Message)
@@ -489,7 +489,7 @@ class Store:
         kinds: Sequence[str] | None = None,
     ) -> list[Hit]:
         """The parts of one session (``None``: all) matching ``query``, best first."""
-        return await search(self._db, session_id, terms_of(query), limit, before, kinds)
+        return await search(self._db, session_id, query, limit, before, kinds)
 
     async def part_rows(self, message_id: str) -> list[tuple[str, str]]:
         """``(part id, JSON)`` of a message's parts, in order."""
