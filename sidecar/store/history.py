@@ -16,13 +16,15 @@ best hits come first:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
 
-from sidecar.store.backend import Backend
+from sidecar.store.backend import Backend, Statement
 from sidecar.store.cache import Key
+from sidecar.store.pg_schema import BACKFILL_CHUNK as PG_CHUNK
+from sidecar.store.schema import BACKFILL_CHUNK as SQLITE_CHUNK
 
 SNIPPET_CHARS = 160
 _TERMS = re.compile(r'"([^"]*)"|(\S+)')
@@ -190,6 +192,58 @@ async def _search_pg(
     args.append(limit)
     rows = await db.query(sql, args)
     return [(*r[:7], float(r[7])) for r in rows]
+
+
+# -- the first open by a version with the index --------------------------------------------------
+
+#: Parts indexed per op: one chunk is a few milliseconds of the writer's time, so writes
+#: queued meanwhile wait no longer than that.
+CHUNK_PARTS = 500
+#: ``(indexed, total)`` after each chunk (``indexed == total`` at the end).
+BackfillReport = Callable[[int, int], None]
+
+
+async def backfill(db: Backend, report: BackfillReport) -> int:
+    """Index the parts stored before the index existed (``history_backfill`` says which);
+    returns how many were left to index (0: nothing to do). Chunk by chunk, each one op of the
+    group commit that also records how far it got, so an interrupted backfill resumes."""
+    rows = await db.query("SELECT done, upto FROM history_backfill")
+    if not rows:
+        return 0
+    done, upto = rows[0]
+    pg = db.kind == "postgresql"
+    key = "id" if pg else "rowid"
+    chunk_sql = PG_CHUNK if pg else SQLITE_CHUNK
+    count = await db.query(
+        f"SELECT count(*) FROM parts WHERE {key} > ? AND {key} <= ?", (done, upto)
+    )
+    total = int(count[0][0])
+    indexed = 0
+    report(indexed, total)
+    while True:
+        nxt = await db.query(
+            f"SELECT {key} FROM parts WHERE {key} > ? AND {key} <= ? ORDER BY {key} "
+            "LIMIT 1 OFFSET ?",
+            (done, upto, CHUNK_PARTS - 1),
+        )
+        end = nxt[0][0] if nxt else upto
+        last = end == upto
+        statements: list[Statement] = []
+        if not pg:  # a part rewritten since the upgrade was indexed by its trigger already
+            statements.append(
+                ("DELETE FROM history_fts WHERE rowid > ? AND rowid <= ?", [(done, end)])
+            )
+        statements.append((chunk_sql, [(done, end)]))
+        if last:
+            statements.append(("DELETE FROM history_backfill WHERE upto = ?", [(upto,)]))
+        else:
+            statements.append(("UPDATE history_backfill SET done = ?", [(end,)]))
+        await db.submit(statements)
+        indexed = total if last else min(total, indexed + CHUNK_PARTS)
+        report(indexed, total)
+        if last:
+            return total
+        done = end
 
 
 # -- expand --------------------------------------------------------------------------------------

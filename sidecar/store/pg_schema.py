@@ -23,8 +23,8 @@ MIGRATION_LOCK = 0x73696465636172
 # deleted with it (a foreign key, cascading from sessions and messages too). Words go through
 # a ``simple`` tsvector with a GIN index (ranked by ``ts_rank``); where words are not enough
 # (part of a path or an identifier, a term the parser keeps whole) a trigram GIN index
-# (pg_trgm, shipped with PostgreSQL's own package) answers ``ILIKE '%term%'``. Existing parts
-# are indexed by the migration itself.
+# (pg_trgm, shipped with PostgreSQL's own package) answers ``ILIKE '%term%'``. Parts stored
+# before are indexed after the upgrade (``BACKFILL_CHUNK``).
 HISTORY_INDEX = """
     CREATE EXTENSION IF NOT EXISTS pg_trgm;
 
@@ -74,9 +74,20 @@ HISTORY_INDEX = """
     CREATE TRIGGER parts_history AFTER INSERT OR UPDATE OF data, type ON parts
     FOR EACH ROW EXECUTE FUNCTION sidecar_history();
 
+    CREATE TABLE history_backfill (
+        done TEXT COLLATE "C" NOT NULL,
+        upto TEXT COLLATE "C" NOT NULL
+    );
+    INSERT INTO history_backfill (done, upto)
+    SELECT '', id FROM parts ORDER BY id DESC LIMIT 1;
+"""
+
+# ``schema.BACKFILL_CHUNK`` for PostgreSQL: the parts whose id is in ``(?, ?]``.
+BACKFILL_CHUNK = """
     INSERT INTO history (part_id, body)
     SELECT id, sidecar_history_body(type, data) FROM parts
-    WHERE type IN ('text', 'reasoning', 'tool');
+    WHERE id > ? AND id <= ? AND type IN ('text', 'reasoning', 'tool')
+    ON CONFLICT (part_id) DO UPDATE SET body = excluded.body
 """
 
 MIGRATIONS: list[str] = [

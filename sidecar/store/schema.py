@@ -31,7 +31,7 @@ def history_body(row: str) -> str:
 # it went with, by cascade) leaves the index with it. ``unicode61`` splits at ``_``, ``/``,
 # ``.`` and ``:``, and a search term is matched as a phrase of its words, so
 # ``test_parse_header``, ``src/pkg/mod.py`` and ``ModuleNotFoundError`` are found as typed.
-# Existing parts are indexed by the migration itself (``INSERT ... SELECT``).
+# Parts stored before are indexed after the upgrade (``BACKFILL_CHUNK``).
 HISTORY_INDEX = f"""
     CREATE VIRTUAL TABLE history_fts USING fts5 (
         body, tokenize = "unicode61 remove_diacritics 2"
@@ -51,9 +51,18 @@ HISTORY_INDEX = f"""
     BEGIN
         DELETE FROM history_fts WHERE rowid = OLD.rowid;
     END;
+    CREATE TABLE history_backfill (done INTEGER NOT NULL, upto INTEGER NOT NULL);
+    INSERT INTO history_backfill (done, upto)
+    SELECT 0, rowid FROM parts ORDER BY rowid DESC LIMIT 1;
+"""
+
+# The parts stored before the index existed: ``Store.backfill_history`` indexes them by rowid
+# in chunks (each one op of the group commit, so writes go on meanwhile), recording how far
+# it got in ``history_backfill`` and dropping the row at the end.
+BACKFILL_CHUNK = f"""
     INSERT INTO history_fts (rowid, body)
     SELECT parts.rowid, {history_body("parts")} FROM parts
-    WHERE parts.type IN ('text', 'reasoning', 'tool');
+    WHERE parts.rowid > ? AND parts.rowid <= ? AND parts.type IN ('text', 'reasoning', 'tool')
 """
 
 MIGRATIONS: list[str] = [
