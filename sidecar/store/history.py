@@ -132,13 +132,16 @@ async def _search_sqlite(
     sql = (
         "SELECT p.session_id, p.message_id, p.id, m.role, "
         "CASE WHEN p.type = 'tool' THEN json_extract(p.data, '$.tool') END, m.created, "
-        "history_fts.body, bm25(history_fts) "
+        "history_fts.body, bm25(history_fts, 1.0, 0.0) "
         "FROM history_fts JOIN parts p ON p.rowid = history_fts.rowid "
         "JOIN messages m ON m.id = p.message_id WHERE history_fts MATCH ?"
     )
-    args: list[Any] = [_fts_query(terms)]
+    match = _fts_query(terms)
+    if session_id is not None:
+        match = f"sid : {session_id.encode().hex().upper()} AND ({match})"
+    args: list[Any] = [match]
     sql, args = _filters(sql, args, session_id, before, kinds)
-    sql += " ORDER BY bm25(history_fts) LIMIT ?"
+    sql += " ORDER BY bm25(history_fts, 1.0, 0.0) LIMIT ?"
     args.append(limit)
     rows = await db.query(sql, args)
     return [(*r[:7], -float(r[7])) for r in rows]

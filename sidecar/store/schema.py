@@ -31,21 +31,26 @@ def history_body(row: str) -> str:
 # it went with, by cascade) leaves the index with it. ``unicode61`` splits at ``_``, ``/``,
 # ``.`` and ``:``, and a search term is matched as a phrase of its words, so
 # ``test_parse_header``, ``src/pkg/mod.py`` and ``ModuleNotFoundError`` are found as typed.
+# ``sid`` is the part's session id in hex, one token whatever the id holds: a search of one
+# session matches it in the index (``sid : <hex> AND ...``), so it costs what that session
+# holds, not what the whole database does.
 # Parts stored before are indexed after the upgrade (``BACKFILL_CHUNK``).
 HISTORY_INDEX = f"""
     CREATE VIRTUAL TABLE history_fts USING fts5 (
-        body, tokenize = "unicode61 remove_diacritics 2"
+        body, sid, tokenize = "unicode61 remove_diacritics 2"
     );
     CREATE TRIGGER history_on_insert AFTER INSERT ON parts
     WHEN NEW.type IN ('text', 'reasoning', 'tool')
     BEGIN
-        INSERT INTO history_fts (rowid, body) VALUES (NEW.rowid, {history_body("NEW")});
+        INSERT INTO history_fts (rowid, body, sid)
+        VALUES (NEW.rowid, {history_body("NEW")}, hex(NEW.session_id));
     END;
     CREATE TRIGGER history_on_update AFTER UPDATE OF data, type ON parts
     BEGIN
         DELETE FROM history_fts WHERE rowid = OLD.rowid;
-        INSERT INTO history_fts (rowid, body)
-        SELECT NEW.rowid, {history_body("NEW")} WHERE NEW.type IN ('text', 'reasoning', 'tool');
+        INSERT INTO history_fts (rowid, body, sid)
+        SELECT NEW.rowid, {history_body("NEW")}, hex(NEW.session_id)
+        WHERE NEW.type IN ('text', 'reasoning', 'tool');
     END;
     CREATE TRIGGER history_on_delete AFTER DELETE ON parts
     BEGIN
@@ -60,8 +65,8 @@ HISTORY_INDEX = f"""
 # in chunks (each one op of the group commit, so writes go on meanwhile), recording how far
 # it got in ``history_backfill`` and dropping the row at the end.
 BACKFILL_CHUNK = f"""
-    INSERT INTO history_fts (rowid, body)
-    SELECT parts.rowid, {history_body("parts")} FROM parts
+    INSERT INTO history_fts (rowid, body, sid)
+    SELECT parts.rowid, {history_body("parts")}, hex(parts.session_id) FROM parts
     WHERE parts.rowid > ? AND parts.rowid <= ? AND parts.type IN ('text', 'reasoning', 'tool')
 """
 
