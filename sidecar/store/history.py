@@ -153,9 +153,10 @@ def _filters(
     session_id: str | None,
     before: Key | None,
     kinds: Sequence[str] | None,
+    session_column: str = "p.session_id",
 ) -> tuple[str, list[Any]]:
     if session_id is not None:
-        sql += " AND p.session_id = ?"
+        sql += f" AND {session_column} = ?"
         args.append(session_id)
     if kinds:
         sql += " AND p.type IN (" + ",".join("?" * len(kinds)) + ")"
@@ -190,7 +191,7 @@ async def _search_pg(
     args: list[Any] = [patterns, *terms]
     if substr:
         args.append(patterns)
-    sql, args = _filters(sql, args, session_id, before, kinds)
+    sql, args = _filters(sql, args, session_id, before, kinds, "h.session_id")
     sql += " ORDER BY 8 DESC, m.created DESC LIMIT ?"
     args.append(limit)
     rows = await db.query(sql, args)

@@ -23,17 +23,20 @@ MIGRATION_LOCK = 0x73696465636172
 # deleted with it (a foreign key, cascading from sessions and messages too). Words go through
 # a ``simple`` tsvector with a GIN index (ranked by ``ts_rank``); where words are not enough
 # (part of a path or an identifier, a term the parser keeps whole) a trigram GIN index
-# (pg_trgm, shipped with PostgreSQL's own package) answers ``ILIKE '%term%'``. Parts stored
-# before are indexed after the upgrade (``BACKFILL_CHUNK``).
+# (pg_trgm, shipped with PostgreSQL's own package) answers ``ILIKE '%term%'``. The session id
+# is indexed too, so a one-session search ANDs the two bitmaps. Parts stored before are
+# indexed after the upgrade (``BACKFILL_CHUNK``).
 HISTORY_INDEX = """
     CREATE EXTENSION IF NOT EXISTS pg_trgm;
 
     CREATE TABLE history (
         part_id TEXT COLLATE "C" PRIMARY KEY REFERENCES parts (id) ON DELETE CASCADE,
+        session_id TEXT COLLATE "C" NOT NULL,
         body TEXT NOT NULL,
         tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple', body)) STORED
     );
     CREATE INDEX history_words ON history USING gin (tsv);
+    CREATE INDEX history_by_session ON history (session_id);
     CREATE INDEX history_trigrams ON history USING gin (body gin_trgm_ops);
 
     CREATE FUNCTION sidecar_history_body(p_type TEXT, p_data TEXT) RETURNS TEXT
@@ -65,7 +68,7 @@ HISTORY_INDEX = """
                 DELETE FROM history WHERE part_id = NEW.id;
             END IF;
         ELSE
-            INSERT INTO history (part_id, body) VALUES (NEW.id, b)
+            INSERT INTO history (part_id, session_id, body) VALUES (NEW.id, NEW.session_id, b)
             ON CONFLICT (part_id) DO UPDATE SET body = excluded.body;
         END IF;
         RETURN NULL;
@@ -84,8 +87,8 @@ HISTORY_INDEX = """
 
 # ``schema.BACKFILL_CHUNK`` for PostgreSQL: the parts whose id is in ``(?, ?]``.
 BACKFILL_CHUNK = """
-    INSERT INTO history (part_id, body)
-    SELECT id, sidecar_history_body(type, data) FROM parts
+    INSERT INTO history (part_id, session_id, body)
+    SELECT id, session_id, sidecar_history_body(type, data) FROM parts
     WHERE id > ? AND id <= ? AND type IN ('text', 'reasoning', 'tool')
     ON CONFLICT (part_id) DO UPDATE SET body = excluded.body
 """
