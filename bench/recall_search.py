@@ -54,6 +54,7 @@ from sidecar.model.session import Session, SessionTime
 from sidecar.model.tokens import CacheTokens, Tokens
 from sidecar.replay.transcript import Transcript, load
 from sidecar.store import Store
+from sidecar.store.sqlite import flush_history
 
 TOP = 5
 KINDS = ("error", "path", "identifier", "command")
@@ -248,6 +249,7 @@ def grow(path: Path, target: int) -> int:
                 "data FROM parts WHERE instr(id, '~') = 0 ORDER BY rowid LIMIT ?2",
                 (tag, rows),
             )
+            flush_history(db)  # what the daemon's writer does before each commit
         have += rows
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.close()
@@ -327,6 +329,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> None:
             start = time.perf_counter()
             await store.search_history(sid, s, 20)
             took.append(time.perf_counter() - start)
+        slowest = sorted(zip(took, chosen, strict=True), reverse=True)[:3]
         star: list[float] = []
         for _sid, _kind, s in chosen[: args.like]:
             start = time.perf_counter()

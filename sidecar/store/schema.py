@@ -26,40 +26,57 @@ def history_body(row: str) -> str:
 
 
 # History search (``history/search``): an FTS5 index over every part's text, its rowid the
-# part's rowid (an upsert keeps it), written by triggers in the same transaction as the part,
-# so an acknowledged write is searchable at once and a deleted part (or the session or message
-# it went with, by cascade) leaves the index with it. ``unicode61`` splits at ``_``, ``/``,
-# ``.`` and ``:``, and a search term is matched as a phrase of its words, so
-# ``test_parse_header``, ``src/pkg/mod.py`` and ``ModuleNotFoundError`` are found as typed.
-# ``sid`` is the part's session id in hex, one token whatever the id holds: a search of one
-# session matches it in the index (``sid : <hex> AND ...``), so it costs what that session
-# holds, not what the whole database does.
+# part's rowid (an upsert keeps it). Triggers only note a written part in ``history_dirty``
+# (a plain b-tree insert); the writer indexes what is noted with one ``INSERT ... SELECT`` per
+# group commit, just before that commit (``HISTORY_FLUSH``, run by ``commit.GroupCommit``), so
+# an acknowledged write is searchable at once, at a fraction of a per-row FTS5 insert's cost
+# (each FTS5 statement has a fixed cost several times a short part's tokens'), and a part
+# streamed in many updates is indexed once per commit, not once per update. A deleted part
+# (or the session or message it went with, by cascade) leaves the index in its own statement.
+# ``unicode61`` splits at ``_``, ``/``, ``.`` and ``:``, and a search term is matched as a
+# phrase of its words, so ``test_parse_header``, ``src/pkg/mod.py`` and
+# ``ModuleNotFoundError`` are found as typed. ``sid`` is the part's session id in hex, one
+# token whatever the id holds: a search of one session matches it in the index (``sid : <hex>
+# AND ...``), so it costs what that session holds, not what the whole database does.
 # Parts stored before are indexed after the upgrade (``BACKFILL_CHUNK``).
-HISTORY_INDEX = f"""
+HISTORY_INDEX = """
     CREATE VIRTUAL TABLE history_fts USING fts5 (
         body, sid, tokenize = "unicode61 remove_diacritics 2"
     );
+    CREATE TABLE history_dirty (rid INTEGER PRIMARY KEY);
     CREATE TRIGGER history_on_insert AFTER INSERT ON parts
     WHEN NEW.type IN ('text', 'reasoning', 'tool')
     BEGIN
-        INSERT INTO history_fts (rowid, body, sid)
-        VALUES (NEW.rowid, {history_body("NEW")}, hex(NEW.session_id));
+        INSERT INTO history_dirty (rid) SELECT NEW.rowid
+        WHERE NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = NEW.rowid);
     END;
     CREATE TRIGGER history_on_update AFTER UPDATE OF data, type ON parts
     BEGIN
-        DELETE FROM history_fts WHERE rowid = OLD.rowid;
-        INSERT INTO history_fts (rowid, body, sid)
-        SELECT NEW.rowid, {history_body("NEW")}, hex(NEW.session_id)
-        WHERE NEW.type IN ('text', 'reasoning', 'tool');
+        INSERT INTO history_dirty (rid) SELECT NEW.rowid
+        WHERE NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = NEW.rowid);
     END;
     CREATE TRIGGER history_on_delete AFTER DELETE ON parts
     BEGIN
+        DELETE FROM history_dirty WHERE rid = OLD.rowid;
         DELETE FROM history_fts WHERE rowid = OLD.rowid;
     END;
     CREATE TABLE history_backfill (done INTEGER NOT NULL, upto INTEGER NOT NULL);
     INSERT INTO history_backfill (done, upto)
     SELECT 0, rowid FROM parts ORDER BY rowid DESC LIMIT 1;
 """
+
+#: Is anything noted for the index? (Asked before every commit: a plain-table probe.)
+HISTORY_PENDING = "SELECT 1 FROM history_dirty LIMIT 1"
+#: The noted parts into the index, in the transaction about to commit: an updated part's old
+#: entry out, its current text in (a part now of a kind not indexed stays out).
+HISTORY_FLUSH = (
+    "DELETE FROM history_fts WHERE rowid IN (SELECT rid FROM history_dirty)",
+    f"INSERT INTO history_fts (rowid, body, sid) "
+    f"SELECT parts.rowid, {history_body('parts')}, hex(parts.session_id) "
+    "FROM history_dirty JOIN parts ON parts.rowid = history_dirty.rid "
+    "WHERE parts.type IN ('text', 'reasoning', 'tool')",
+    "DELETE FROM history_dirty",
+)
 
 # The parts stored before the index existed: ``Store.backfill_history`` indexes them by rowid
 # in chunks (each one op of the group commit, so writes go on meanwhile), recording how far

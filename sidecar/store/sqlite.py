@@ -18,7 +18,7 @@ from sidecar.model.ids import now_ms
 from sidecar.store.backend import Chunks, EventSink, OnIntegrity, Row, Statement, Then
 from sidecar.store.cache import WindowCache
 from sidecar.store.commit import GroupCommit
-from sidecar.store.schema import MIGRATIONS, SCHEMA_VERSION
+from sidecar.store.schema import HISTORY_FLUSH, HISTORY_PENDING, MIGRATIONS, SCHEMA_VERSION
 
 # Rows fetched per round trip when a read streams (it stops early when over budget).
 CHUNK = 1024
@@ -86,6 +86,8 @@ class SqliteBackend:
         # Only without a per-commit fsync is a commit cheap enough to run on the loop.
         inline = synchronous.upper() in ("OFF", "NORMAL")
         commit = GroupCommit(wdb, inline=inline, checkpointer=cdb)
+        commit.before_commit = flush_history
+        commit.page_factor = 2  # the history index: its text again, and an FTS5 segment
         commit.start()
         return cls(path, rdb, commit, wdb, cdb)
 
@@ -176,6 +178,14 @@ class SqliteBackend:
             if self._data_version is not None:
                 cache.clear()
             self._data_version = version
+
+
+def flush_history(conn: sqlite3.Connection) -> None:
+    """Index the parts this transaction wrote (``schema.HISTORY_FLUSH``), if it wrote any."""
+    if conn.execute(HISTORY_PENDING).fetchone() is None:
+        return
+    for sql in HISTORY_FLUSH:
+        conn.execute(sql)
 
 
 class _Chunks:
