@@ -344,6 +344,8 @@ async def run(args: argparse.Namespace, tmp: Path) -> None:
         f"history_search p50 {pct(took, 0.5):.1f} ms p95 {p95:.1f} ms over {len(took)} queries "
         f"(target p95 <= 50 ms)  " + ("OK" if p95 <= 50 else "MISSED")
     )
+    for t, (_sid, kind, s) in slowest:
+        print(f"   slowest: {t * 1000:.1f} ms {kind} {s[:80]!r}")
     print(
         f'latency: sessionID "*" (all {total:,} parts) p50 {pct(star, 0.5):.1f} ms p95 '
         f"{pct(star, 0.95):.1f} ms over {len(star)} queries"
