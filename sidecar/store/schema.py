@@ -7,18 +7,22 @@ crash mid-upgrade leaves the database at a consistent earlier version.
 from __future__ import annotations
 
 
-# The text of a part that ``history/search`` finds (text, reasoning, a tool's name, input
-# values, output, error and title), as SQL over a ``parts`` row named ``row``: the index
-# triggers and the first-open backfill compute it the same way. Input values are taken
-# decoded (``json_tree``), so an escaped newline in a command does not glue two words.
+# The text of a part that ``history/search`` finds (text, reasoning, a tool's name, input,
+# title, output and error), as SQL over a ``parts`` row named ``row``: the index flush and the
+# first-open backfill compute it the same way. A tool's input is its JSON text with the
+# escapes ``\n``, ``\t`` and ``\"`` turned back into what they stand for, so an escaped newline
+# in a command does not glue two words (a ``json_tree`` walk did the same at several times
+# the cost of the whole insert).
 def history_body(row: str) -> str:
     """The indexed text of the ``parts`` row ``row`` (``NULL`` for kinds not indexed)."""
+    tool_input = f"json_extract({row}.data, '$.state.input')"
+    for escape, plain in (("\\n", "char(10)"), ("\\t", "char(9)"), ('\\"', "'\"'")):
+        tool_input = f"replace({tool_input}, '{escape}', {plain})"
     return (
         f"CASE {row}.type WHEN 'text' THEN json_extract({row}.data, '$.text') "
         f"WHEN 'reasoning' THEN json_extract({row}.data, '$.text') "
         f"WHEN 'tool' THEN coalesce(json_extract({row}.data, '$.tool'), '') || char(10) || "
-        f"coalesce((SELECT group_concat(value, ' ') FROM json_tree({row}.data, '$.state.input') "
-        "WHERE type IN ('text', 'integer', 'real')), '') || char(10) || "
+        f"coalesce({tool_input}, '') || char(10) || "
         f"coalesce(json_extract({row}.data, '$.state.title'), '') || char(10) || "
         f"coalesce(json_extract({row}.data, '$.state.output'), '') || "
         f"coalesce(json_extract({row}.data, '$.state.error'), '') END"
@@ -43,16 +47,16 @@ HISTORY_INDEX = """
     CREATE VIRTUAL TABLE history_fts USING fts5 (
         body, sid, tokenize = "unicode61 remove_diacritics 2"
     );
-    CREATE TABLE history_dirty (rid INTEGER PRIMARY KEY);
+    CREATE TABLE history_dirty (rid INTEGER PRIMARY KEY, old INTEGER NOT NULL);
     CREATE TRIGGER history_on_insert AFTER INSERT ON parts
     WHEN NEW.type IN ('text', 'reasoning', 'tool')
     BEGIN
-        INSERT INTO history_dirty (rid) SELECT NEW.rowid
+        INSERT INTO history_dirty (rid, old) SELECT NEW.rowid, 0
         WHERE NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = NEW.rowid);
     END;
     CREATE TRIGGER history_on_update AFTER UPDATE OF data, type ON parts
     BEGIN
-        INSERT INTO history_dirty (rid) SELECT NEW.rowid
+        INSERT INTO history_dirty (rid, old) SELECT NEW.rowid, 1
         WHERE NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = NEW.rowid);
     END;
     CREATE TRIGGER history_on_delete AFTER DELETE ON parts
@@ -65,15 +69,22 @@ HISTORY_INDEX = """
     SELECT 0, rowid FROM parts ORDER BY rowid DESC LIMIT 1;
 """
 
-#: Is anything noted for the index? (Asked before every commit: a plain-table probe.)
-HISTORY_PENDING = "SELECT 1 FROM history_dirty LIMIT 1"
-#: The noted parts into the index, in the transaction about to commit: an updated part's old
-#: entry out, its current text in (a part now of a kind not indexed stays out).
+#: What is noted for the index: nothing (``NULL``), only new parts (0), or also parts that
+#: may have an entry already (1). (Asked before every commit: a plain-table probe.)
+HISTORY_PENDING = "SELECT max(old) FROM history_dirty"
+#: Out of the index: the old entries of rewritten parts (``old = 1``; a part first written in
+#: this transaction has none).
+HISTORY_FLUSH_OLD = (
+    "DELETE FROM history_fts WHERE rowid IN (SELECT rid FROM history_dirty WHERE old = 1)"
+)
+#: The noted parts' current text into the index (a part now of a kind not indexed stays out),
+#: in the transaction about to commit.
 HISTORY_FLUSH = (
-    "DELETE FROM history_fts WHERE rowid IN (SELECT rid FROM history_dirty)",
     f"INSERT INTO history_fts (rowid, body, sid) "
     f"SELECT parts.rowid, {history_body('parts')}, hex(parts.session_id) "
-    "FROM history_dirty JOIN parts ON parts.rowid = history_dirty.rid "
+    # CROSS JOIN keeps the noted rows the outer loop: with the filter on ``parts`` the
+    # planner would otherwise scan every part at every commit.
+    "FROM history_dirty CROSS JOIN parts ON parts.rowid = history_dirty.rid "
     "WHERE parts.type IN ('text', 'reasoning', 'tool')",
     "DELETE FROM history_dirty",
 )

@@ -18,7 +18,13 @@ from sidecar.model.ids import now_ms
 from sidecar.store.backend import Chunks, EventSink, OnIntegrity, Row, Statement, Then
 from sidecar.store.cache import WindowCache
 from sidecar.store.commit import GroupCommit
-from sidecar.store.schema import HISTORY_FLUSH, HISTORY_PENDING, MIGRATIONS, SCHEMA_VERSION
+from sidecar.store.schema import (
+    HISTORY_FLUSH,
+    HISTORY_FLUSH_OLD,
+    HISTORY_PENDING,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+)
 
 # Rows fetched per round trip when a read streams (it stops early when over budget).
 CHUNK = 1024
@@ -182,8 +188,11 @@ class SqliteBackend:
 
 def flush_history(conn: sqlite3.Connection) -> None:
     """Index the parts this transaction wrote (``schema.HISTORY_FLUSH``), if it wrote any."""
-    if conn.execute(HISTORY_PENDING).fetchone() is None:
+    pending = conn.execute(HISTORY_PENDING).fetchone()[0]
+    if pending is None:
         return
+    if pending:
+        conn.execute(HISTORY_FLUSH_OLD)
     for sql in HISTORY_FLUSH:
         conn.execute(sql)
 
