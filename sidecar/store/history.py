@@ -69,6 +69,8 @@ Hit = tuple[str, str, str, str, str | None, int, str, float]
 #: Candidates fetched per requested hit before the verbatim re-ranking (at least ``POOL_MIN``).
 POOL_FACTOR = 4
 POOL_MIN = 50
+#: Matches of a one-session search ranked (its newest); ``bm25`` is not asked there.
+SESSION_CAP = 2000
 
 
 def verbatim_of(query: str) -> str:
@@ -105,11 +107,21 @@ async def search(
     if db.kind == "postgresql":
         rows = await _search_pg(db, session_id, terms, pool, before, kinds)
     else:
-        rows = await _search_sqlite(db, session_id, [" ".join(terms)], pool, before, kinds)
-        if len(terms) > 1 or len(rows) >= pool:
+        span = None
+        if session_id is not None:
+            span = await _rowid_span(db, session_id)
+            if span is None:
+                return []
+        # One session: its matches, newest first up to SESSION_CAP, ranked here (``bm25``
+        # would count each term's matches over the whole database for its weights).
+        size = pool if span is None else SESSION_CAP
+        rows = await _search_sqlite(db, session_id, [" ".join(terms)], size, before, kinds, span)
+        if len(terms) > 1 or len(rows) >= size:
             seen = {r[2] for r in rows}
-            more = await _search_sqlite(db, session_id, terms, pool, before, kinds)
+            more = await _search_sqlite(db, session_id, terms, size, before, kinds, span)
             rows += [r for r in more if r[2] not in seen]
+        if span is not None:
+            rows = _scored(rows, terms)
     verbatim = verbatim_of(query)
     ranked = sorted(rows, key=lambda r: (verbatim not in " ".join(r[6].split()).lower(), -r[7]))[
         :limit
@@ -128,6 +140,7 @@ async def _search_sqlite(
     limit: int,
     before: Key | None,
     kinds: Sequence[str] | None,
+    span: tuple[int, int] | None = None,
 ) -> list[Row]:
     sql = (
         "SELECT p.session_id, p.message_id, p.id, m.role, "
@@ -140,11 +153,52 @@ async def _search_sqlite(
     if session_id is not None:
         match = f"sid : {session_id.encode().hex().upper()} AND ({match})"
     args: list[Any] = [match]
+    if span is not None:
+        sql = sql.replace("bm25(history_fts, 1.0, 0.0)", "0")
+        sql += " AND history_fts.rowid BETWEEN ? AND ?"
+        args += list(span)
     sql, args = _filters(sql, args, session_id, before, kinds)
-    sql += " ORDER BY bm25(history_fts, 1.0, 0.0) LIMIT ?"
+    if span is None:
+        sql += " ORDER BY bm25(history_fts, 1.0, 0.0) LIMIT ?"
+    else:
+        sql += " ORDER BY history_fts.rowid DESC LIMIT ?"
     args.append(limit)
     rows = await db.query(sql, args)
     return [(*r[:7], -float(r[7])) for r in rows]
+
+
+def _scored(rows: list[Row], terms: Sequence[str]) -> list[Row]:
+    """``bm25``'s term-frequency part over the candidates (each term's occurrences, saturating,
+    shorter parts first), for a one-session search that skipped ``bm25``."""
+    if not rows:
+        return rows
+    lows = [r[6].lower() for r in rows]
+    average = sum(len(b) for b in lows) / len(lows) or 1.0
+    wanted = [t.lower() for t in terms]
+    out: list[Row] = []
+    for r, body in zip(rows, lows, strict=True):
+        norm = 1.2 * (0.25 + 0.75 * len(body) / average)
+        score = 0.0
+        for term in wanted:
+            tf = body.count(term)
+            score += tf * 2.2 / (tf + norm) if tf else 0.1  # matched by its words only
+        out.append((*r[:7], round(score, 6)))
+    return out
+
+
+async def _rowid_span(db: Backend, session_id: str) -> tuple[int, int] | None:
+    """The first and last rowid of a session's parts. FTS5 walks a term's entries in rowid
+    order and can start and stop at given rowids, so a one-session search reads only the
+    stretch of the index its session was written in, not every session's entries of a common
+    word (its ``sid`` token alone does not narrow the walk)."""
+    rows = await db.query(
+        "SELECT min(p.rowid), max(p.rowid) FROM messages m JOIN parts p ON p.message_id = m.id "
+        "WHERE m.session_id = ?",
+        (session_id,),
+    )
+    if not rows or rows[0][0] is None:
+        return None
+    return int(rows[0][0]), int(rows[0][1])
 
 
 def _filters(
