@@ -209,8 +209,7 @@ class Replay:
             result.peak = max(result.peak, before)
             seen = len(self.host.events)
             self.engine.message_stored(info)
-            while self.engine._tasks:
-                await asyncio.gather(*list(self.engine._tasks), return_exceptions=True)
+            await self.engine.settle()  # ends the turn, as the runner's session/idle does
             events = self.host.events[seen:]
             for method, params in events:
                 if method == "session/status" and params.status == "error":

@@ -11,6 +11,10 @@ engine's automatic check runs after it. At the end a closing compaction is reque
 store is "the final window" (``--no-closing``: the window where the replay ends, i.e. the last
 summary plus the messages after it).
 
+Each transcript is replayed twice (``--stub both``, the default): with OpenCode's placeholder for
+pruned outputs and with ``compaction.prunedStub: "informative"``, whose one-line stubs count as
+window text and window tokens.
+
 Artifact kinds are computed from the transcript here, by this file's own rules, independently of
 ``sidecar/engine/ledger.py`` and ``shell.py`` (regular expressions over the raw tool inputs and
 outputs; no shell parsing):
@@ -20,8 +24,9 @@ outputs; no shell parsing):
 - ``read``: paths given to read/view/open tools; ``cat``/``head``/``tail``/``sed -n`` operands.
 - ``failed``: commands whose tool call errored or whose output reports a non-zero exit status
   (the command's first line is the key).
-- ``errors``: per tool output of a command that does not only show text (not grep/cat/...), the
-  first and the last line that looks like an error (exception, ``error:``, ``FAILED``, ...).
+- ``errors``: per tool output of a call that does not only show text (some command of it is not
+  grep/cat/..., or writes a file), the first and the last line that looks like an error
+  (exception, ``error:``, ``FAILED``, ...).
 - ``tests``: command segments that run a test runner or a ``test_*.py``-style script.
 - ``first`` / ``latest``: the first and the latest user text.
 
@@ -33,6 +38,7 @@ in as many tokens as the final window. Compression is 1 - window tokens / histor
 "grew" counts compactions after which the context was not smaller.
 
     python bench/recall.py [--context 32000] [--output 4000] [--transcripts DIR] [--no-closing]
+                           [--stub opencode|informative|both]
 """
 
 from __future__ import annotations
@@ -51,7 +57,9 @@ from typing import Any
 import msgspec
 from _host import Host  # bench/ is the script's own directory on sys.path
 
+from sidecar.engine import render
 from sidecar.engine.compactor import Request
+from sidecar.engine.render import Stub
 from sidecar.engine.service import Engine
 from sidecar.engine.tokens import estimate, estimate_messages
 from sidecar.engine.window import load_window
@@ -119,10 +127,10 @@ ERROR_LINE = re.compile(
     r"|.*: command not found"
     r"|.*: No such file or directory)$"
 )
-VIEWER = re.compile(
-    r"^(?:cd [^&;]+(?:&&|;)\s*)*(?:grep|egrep|rg|ag|cat|sed|head|tail|less|nl|find|ls|tree|wc|"
-    r"echo|printf|diff|awk|git (?:grep|log|show|diff|status|blame))\b"
+VIEWER_PROGS = frozenset(
+    "cd grep egrep rg ag cat sed head tail less nl find ls tree wc echo printf diff awk".split()
 )
+VIEWER_GIT = frozenset({"grep", "log", "show", "diff", "status", "blame"})
 TEST_SEG = re.compile(
     r"\b(?:pytest|py\.test|tox|jest|vitest|mocha|(?:npm|yarn|pnpm|bun)(?: run)? test|"
     r"cargo test|go test|make (?:test|check)|-m (?:pytest|unittest)|runtests\.py)\b"
@@ -222,6 +230,28 @@ def _shell_truth(t: Truth, command: str) -> None:
             t.add("tests", " ".join(shown))
 
 
+def _only_views(command: str) -> bool:
+    """Whether every command of a call only shows text (a viewer with no file redirection):
+    ``cat > f <<EOF ... EOF`` then ``python f`` runs something, ``cat f | tail`` does not."""
+    for words in _segments(command):
+        for i, w in enumerate(words[:-1]):
+            if w in (">", ">>", ">|") and not words[i + 1].startswith(("/dev/", "&")):
+                return False
+        plain = [w for w in words if w not in ("<<", "<<-", "<", ">", ">>", ">&")]
+        while plain and "=" in plain[0] and not plain[0].startswith("-"):
+            plain.pop(0)
+        if not plain:
+            continue
+        prog = plain[0].rsplit("/", 1)[-1]
+        if prog == "git":
+            sub = next((w for w in plain[1:] if not w.startswith("-")), "")
+            if sub not in VIEWER_GIT:
+                return False
+        elif prog not in VIEWER_PROGS or (prog == "sed" and any(w.startswith("-i") for w in plain)):
+            return False
+    return True
+
+
 def _path(data: dict[str, Any]) -> str:
     for k in PATH_KEYS:
         v = data.get(k)
@@ -265,7 +295,7 @@ def truth(messages: Iterable[TMessage]) -> Truth:
             codes = [int(next(g for g in m.groups() if g)) for m in EXIT_MARK.finditer(out)]
             if p.status == "error" or (codes and codes[-1] != 0):
                 t.add("failed", command.split("\n", 1)[0])
-            if p.status == "error" or not VIEWER.match(command.strip()):
+            if p.status == "error" or not _only_views(command):
                 lines = [ln.strip() for ln in out.splitlines() if ERROR_LINE.match(ln.strip())]
                 for line in {lines[0], lines[-1]} if lines else ():
                     t.add("errors", line)
@@ -275,7 +305,8 @@ def truth(messages: Iterable[TMessage]) -> Truth:
     return t
 
 
-def window_text(msgs: Iterable[WithParts]) -> str:
+def window_text(msgs: Iterable[WithParts], stub: Stub = "opencode") -> str:
+    """All text the window sends; a pruned output counts as what is sent in its place."""
     out: list[str] = []
 
     def strings(value: Any) -> None:
@@ -296,6 +327,8 @@ def window_text(msgs: Iterable[WithParts]) -> str:
                 strings(p.state.input)
                 if isinstance(p.state, ToolCompleted) and p.state.time.compacted is None:
                     out.append(p.state.output)
+                elif isinstance(p.state, ToolCompleted):
+                    out.append(render.stub(p, stub))
                 elif isinstance(p.state, ToolError):
                     out.append(p.state.error)
     return norm("\n".join(out))
@@ -394,11 +427,12 @@ class Run:
     base_tokens: int = 0
 
 
-async def replay(t: Transcript, args: argparse.Namespace) -> Run:
+async def replay(t: Transcript, args: argparse.Namespace, stub: Stub = "opencode") -> Run:
     run = Run(name=t.session)
     model = ModelRef(provider_id="replay", model_id=t.model)
     layer: dict[str, Any] = {
-        "models": {f"replay/{t.model}": {"context": args.context, "output": args.output}}
+        "models": {f"replay/{t.model}": {"context": args.context, "output": args.output}},
+        "compaction": {"prunedStub": stub},
     }
     forgetful = ForgetfulModel() if args.writer == "forgetful" else None
     if forgetful is not None:
@@ -428,11 +462,13 @@ async def replay(t: Transcript, args: argparse.Namespace) -> Run:
 
             async def settle() -> None:
                 nonlocal last
-                while engine._tasks:
-                    await asyncio.gather(*list(engine._tasks), return_exceptions=True)
+                await engine.settle()
                 msgs = await store.window(sid)
                 if msgs:
                     last = max(last, max(m.info.time.created for m in msgs))
+
+            def size(msgs: list[WithParts]) -> int:  # as sent: informative stubs included
+                return estimate_messages(msgs) + render.stub_extra(msgs, stub)
 
             def count(seen: int, before: int, after: int) -> None:
                 for method, params in host.events[seen:]:
@@ -456,7 +492,7 @@ async def replay(t: Transcript, args: argparse.Namespace) -> Run:
                     parent = info.id
                     parts = [to_part(p, sid, info.id, created) for p in m.parts]
                 else:
-                    prompt = estimate_messages(await window())
+                    prompt = size(await window())
                     mid = new_id("msg")
                     parts = [to_part(p, sid, mid, created) for p in m.parts]
                     nxt = t.messages[index + 1] if index + 1 < len(t.messages) else None
@@ -478,21 +514,22 @@ async def replay(t: Transcript, args: argparse.Namespace) -> Run:
                 written.append(WithParts(info=info, parts=parts))
                 await store.put_many([(info, _enc(info))], [(p, _enc(p)) for p in parts])
                 if isinstance(info, AssistantMessage):
-                    before = estimate_messages(await window())
+                    before = size(await window())
                     seen = len(host.events)
                     engine.message_stored(info)
+                    engine.end_turn(sid)  # as the runner's session/idle does
                     await settle()
-                    count(seen, before, estimate_messages(await window()))
+                    count(seen, before, size(await window()))
             # The closing compaction: the window a fresh session would start from.
-            before = estimate_messages(await window())
+            before = size(await window())
             seen = len(host.events)
             if not args.no_closing:
                 await engine.compact(Request(session_id=sid))
                 await settle()
             final = await window()
-            run.final = estimate_messages(final)
+            run.final = size(final)
             count(seen, before, run.final)
-            text = window_text(final)
+            text = window_text(final, stub)
             if args.show and args.show in t.session:
                 for w in final:
                     for p in w.parts:
@@ -559,6 +596,12 @@ def main() -> None:
         default="extractive",
         help="forgetful: a loopback OpenAI-compatible model whose summaries name nothing",
     )
+    ap.add_argument(
+        "--stub",
+        choices=("opencode", "informative", "both"),
+        default="both",
+        help="compaction.prunedStub of the replay; both (default): one replay with each",
+    )
     ap.add_argument("--only", default="", help="replay only transcripts whose name has this")
     ap.add_argument("--show", default="", help="print the final window of this transcript")
     args = ap.parse_args()
@@ -569,12 +612,15 @@ def main() -> None:
         f"recall bench: window {args.context:,} tokens (output {args.output:,}), standard "
         f"compaction, {args.writer} writer, "
         + ("final window where the replay ends" if args.no_closing else "closing compaction")
-        + "; baseline = newest messages in as many tokens"
+        + f"; pruned stubs: {args.stub}; baseline = newest messages in as many tokens"
     )
     failed = 0
-    for path in paths:
+    stubs: list[Stub] = ["opencode", "informative"] if args.stub == "both" else [args.stub]
+    for path, stub in ((p, st) for p in paths for st in stubs):
         t = load(path)
-        run = asyncio.run(replay(t, args))
+        run = asyncio.run(replay(t, args, stub))
+        if len(stubs) > 1:
+            run.name = f"{run.name} [{stub} stubs]"
         compress = 100 * (1 - run.final / run.history) if run.history else 0.0
         auto = run.compactions - (0 if args.no_closing else 1)  # the closing one is requested
         long_enough = auto > 0

@@ -24,6 +24,22 @@ class UsageError(Exception):
     """A bad combination of arguments: reported without a traceback, exit status 2."""
 
 
+class CannotWrite(Exception):
+    """A path given to write to (a log, a database file) that cannot be: one line, exit 1."""
+
+
+def writable_file(option: str, path: Path) -> Path:
+    """Create ``path``'s folder and open the file for appending, now, so that a path that
+    cannot be written is one line naming it instead of a traceback later."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise CannotWrite(f"{option} {path}: cannot write: {exc.strerror or exc}") from None
+    return path
+
+
 def positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
@@ -44,7 +60,7 @@ def existing_file(option: str, path: Path | None) -> Path | None:
     return path
 
 
-def _log_options(p: argparse.ArgumentParser) -> None:
+def _log_options(p: argparse.ArgumentParser, log_default: str = "stderr") -> None:
     p.add_argument(
         "--log-level",
         type=str.upper,
@@ -52,7 +68,9 @@ def _log_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="daemon log level (default: $SIDECAR_LOG or WARNING)",
     )
-    p.add_argument("--log-file", type=Path, help="append the daemon's log here (default: stderr)")
+    p.add_argument(
+        "--log-file", type=Path, help=f"append the daemon's log here (default: {log_default})"
+    )
 
 
 def _log_level(args: argparse.Namespace) -> str:
@@ -109,7 +127,7 @@ def run_serve(args: argparse.Namespace) -> int:
     level = getattr(logging, _log_level(args))
     fmt = "%(asctime)s %(name)s %(levelname)s %(message)s"
     if args.log_file is not None:
-        args.log_file.parent.mkdir(parents=True, exist_ok=True)
+        writable_file("--log-file", args.log_file)
         logging.basicConfig(filename=args.log_file, level=level, format=fmt)
     else:
         logging.basicConfig(stream=sys.stderr, level=level, format=fmt)
@@ -117,11 +135,22 @@ def run_serve(args: argparse.Namespace) -> int:
     logging.getLogger("pygls").setLevel(max(level, logging.CRITICAL if level > 10 else 10))
     import asyncio
 
+    from sidecar.model.config import ConfigError
     from sidecar.server.daemon import Options, StartError, run
-    from sidecar.server.transport import ListenError
+    from sidecar.server.transport import ListenError, parse_listen
     from sidecar.shared_daemon import paths
 
+    if args.listen is None and args.ready_fd is None and sys.stdin.isatty():
+        # Run by hand: without this line a daemon waiting on its stdin looks like a hang.
+        print(
+            f"{PROG}: waiting for JSON-RPC (Content-Length framed, as LSP) on stdin; an editor "
+            "or agent spawns this. Quit with Ctrl-D (end of input) or Ctrl-C.",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
+        if args.listen is not None:
+            parse_listen(args.listen)  # a bad --listen is refused before the store is opened
         db = args.db or paths.default_db_path()
         opts = Options(
             db=db,
@@ -133,7 +162,7 @@ def run_serve(args: argparse.Namespace) -> int:
             ready_fd=args.ready_fd,
         )
         return asyncio.run(run(opts))
-    except (ListenError, StartError, paths.UnsafeDirectory) as exc:
+    except (ListenError, StartError, paths.UnsafeDirectory, ConfigError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -165,7 +194,9 @@ def add_shared_daemon(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help=f"a daemon this starts exits after this long with no client "
         f"(default {DEFAULT_IDLE_EXIT:g})",
     )
-    _log_options(connect)
+    from sidecar.shared_daemon import paths
+
+    _log_options(connect, log_default=str(paths.default_log_path()))
     connect.set_defaults(run=run_connect)
 
     status = sub.add_parser("status", help="show the background daemon: pid, clients, sessions")
@@ -212,6 +243,7 @@ def run_connect(args: argparse.Namespace) -> int:
     from sidecar.shared_daemon import bridge
 
     existing_file("--config", args.config)
+    _check_config(args.config)
     sock, default = _socket(args)
     target = bridge.Target(
         socket=sock,
@@ -252,6 +284,119 @@ def run_stop(args: argparse.Namespace) -> int:
     return ctl.stop(_socket(args)[0])
 
 
+# -- config ------------------------------------------------------------------------------------
+
+
+def _check_config(config: Path | None) -> None:
+    """Load the config files a daemon would, so a broken one is a usage error here (exit 2,
+    one line naming the file) rather than a daemon that exits before listening."""
+    from sidecar.model.config import ConfigError, load_files
+
+    try:
+        load_files(config)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def add_config(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    config = sub.add_parser(
+        "config", help="show the config files a daemon loads and the effective config"
+    )
+    config.add_argument("--config", type=Path, help="the workspace config file serve would get")
+    config.add_argument("--json", action="store_true", help="{files: [...], config: {...}}")
+    config.set_defaults(run=run_config)
+
+
+def run_config(args: argparse.Namespace) -> int:
+    import json
+
+    from sidecar.model.config import ConfigError, load_files, shown
+
+    existing_file("--config", args.config)
+    try:
+        loaded = load_files(args.config)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    files = [{"path": str(p), "loaded": p.is_file()} for p in loaded.files]
+    effective = shown(loaded.config)
+    if args.json:
+        print(json.dumps({"files": files, "config": effective}))
+        return 0
+    print("config files, later wins:")
+    for f in files:
+        print(f"  {f['path']} ({'loaded' if f['loaded'] else 'not found'})")
+    if loaded.environment:
+        print(f"  environment: {', '.join(loaded.environment)}")
+    print("effective config (header values redacted):")
+    print(json.dumps(effective, indent=2))
+    return 0
+
+
+# -- models ------------------------------------------------------------------------------------
+
+
+def add_models(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    models = sub.add_parser("models", help="the model catalog: look a model up, refresh it")
+    verbs = models.add_subparsers(dest="verb", metavar="VERB", required=True)
+    show = verbs.add_parser("show", help="the limits a daemon would use for PROVIDER/MODEL")
+    show.add_argument("model", metavar="PROVIDER/MODEL")
+    show.add_argument("--config", type=Path, help="the workspace config file serve would get")
+    show.add_argument("--json", action="store_true", help="{model, source, limits, usable}")
+    show.set_defaults(run=run_models_show)
+    refresh = verbs.add_parser(
+        "refresh",
+        help="replace the catalog with a models.dev api.json (https://models.dev/api.json)",
+    )
+    refresh.add_argument("file", type=Path, metavar="FILE")
+    refresh.set_defaults(run=run_models_refresh)
+
+
+def run_models_show(args: argparse.Namespace) -> int:
+    import json
+
+    from sidecar.engine.overflow import usable
+    from sidecar.model.catalog import lookup_with_source
+    from sidecar.model.config import ConfigError, load_files
+
+    existing_file("--config", args.config)
+    provider, sep, model = str(args.model).partition("/")
+    if not sep or not provider or not model:
+        raise UsageError(f"{args.model!r}: give PROVIDER/MODEL, e.g. anthropic/claude-sonnet-4-5")
+    try:
+        cfg = load_files(args.config).config
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    limit, source = lookup_with_source(provider, model, cfg.models)
+    room = usable(limit, cfg.compaction) if limit is not None else None
+    if args.json:
+        import msgspec
+
+        limits = msgspec.to_builtins(limit) if limit is not None else None
+        out = {"model": args.model, "source": source, "limits": limits, "usable": room}
+        print(json.dumps(out))
+    elif limit is None:
+        print(f'{args.model}: unknown (set config "models" for it, or models["*"] as a default)')
+    else:
+        extra = f", input {limit.input:,}" if limit.input else ""
+        print(
+            f"{args.model}: context {limit.context:,}, output {limit.output:,}{extra}, "
+            f"usable {room:,} (from {source})"
+        )
+    return 0 if limit is not None else 1
+
+
+def run_models_refresh(args: argparse.Namespace) -> int:
+    from sidecar.model.catalog import CatalogError, refresh
+
+    existing_file("FILE", args.file)
+    try:
+        target, count = refresh(args.file)
+    except CatalogError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"wrote {target}: {count} models with a context limit, from {args.file}")
+    return 0
+
+
 # -- demo and replay ---------------------------------------------------------------------------
 
 
@@ -286,11 +431,26 @@ def add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     replay.set_defaults(run=run_replay)
 
 
+MIN_REPLAY_CONTEXT = 4_096
+"""The smallest ``--context`` for demo/replay: the replayed model reserves at least 1,024
+tokens for output, and a real session's summary needs room in the rest."""
+
+
 def run_replay(args: argparse.Namespace) -> int:
+    _check_config(None)  # the daemon it starts reads the user config file
+    if args.context is not None and args.context < MIN_REPLAY_CONTEXT:
+        raise UsageError(
+            f"--context {args.context}: too small a window to replay a real session in; give "
+            f"at least {MIN_REPLAY_CONTEXT} tokens"
+        )
     if getattr(args, "summarizer", "extractive") != "extractive" and not args.model:
         raise UsageError(f"--summarizer {args.summarizer} needs --model (the summary model's id)")
     from sidecar.replay import main as replay_main
 
+    if args.db is not None and not args.db.exists():
+        writable_file("--db", args.db)  # an empty file is a new database to the daemon
+    elif args.db is not None and not args.db.is_file():
+        raise CannotWrite(f"--db {args.db}: not a file")
     return replay_main(args)
 
 
@@ -324,6 +484,8 @@ REGISTER: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], N
     add_replay,
     add_tools,
     add_schema,
+    add_config,
+    add_models,
 ]
 
 
@@ -351,6 +513,13 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except CannotWrite as exc:
+        print(f"{PROG} {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        # Ctrl-C: one line and the shell's status for SIGINT (128 + 2), never a traceback.
+        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader of our output left (``demo | head``): stop quietly, as `cat` would.
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -109,6 +109,11 @@ class Cluster:
         """Stop the server as a crash would (``-m immediate``), keeping its data."""
         self._run(self.pg_ctl, "-D", str(self.data), "-m", "immediate", "-w", "stop")
 
+    def shut_down(self) -> None:
+        """Stop the server as ``pg_ctl stop`` does by default (``-m fast``: every session is
+        ended, the server shuts down cleanly), keeping its data."""
+        self._run(self.pg_ctl, "-D", str(self.data), "-m", "fast", "-w", "stop")
+
     def stop(self) -> None:
         try:
             self._run(self.pg_ctl, "-D", str(self.data), "-m", "immediate", "-w", "stop")

@@ -102,6 +102,10 @@ def test_demo_db_keeps_the_replayed_session(tmp_path: Path) -> None:
         (count,) = conn.execute("SELECT count(*) FROM messages").fetchone()
     assert f"session {session_id} kept in {db}" in out.decode()
     assert count > 54  # the transcript plus the daemon's compaction messages
+    # and it shows the latest summary, the offline writer's narrative and the ledger
+    text = out.decode()
+    assert "latest summary:" in text and "## Goal\nCreate the main page layout" in text
+    assert "## Artifact ledger" in text
 
 
 def test_demo_into_a_closed_pipe_ends_quietly() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from sidecar.engine import ledger as ledger_mod
-from sidecar.engine import render
+from sidecar.engine import render, steer
 from sidecar.engine.tokens import estimate, estimate_messages
 from sidecar.model.messages import WithParts
 from sidecar.model.parts import ToolCompleted, ToolPart
@@ -35,11 +35,13 @@ TRUNCATED = "\n[Tool output truncated for compaction: omitted {n} chars]"
 Progress = Callable[[str, int | None], None]
 
 
-def _render(fmt: str, msgs: Sequence[WithParts]) -> list[dict[str, Any]]:
+def _render(
+    fmt: str, msgs: Sequence[WithParts], stub: render.Stub = "opencode"
+) -> list[dict[str, Any]]:
     if fmt == "openai":
-        return render.to_openai(msgs, strip_media=True)
+        return render.to_openai(msgs, strip_media=True, stub=stub)
     if fmt == "anthropic":
-        return render.to_anthropic(msgs, strip_media=True)
+        return render.to_anthropic(msgs, strip_media=True, stub=stub)
     return []
 
 
@@ -103,6 +105,11 @@ def _streaming(progress: Progress | None, index: int, count: int) -> Callable[[i
     return report
 
 
+def _without_blocks(text: str) -> str:
+    """A summary without what the daemon appends (kept block, ledger): rebuilt, not copied."""
+    return steer.drop_block(ledger_mod.drop_block(text))
+
+
 def _add(a: Tokens, b: Tokens) -> Tokens:
     return Tokens(
         input=a.input + b.input,
@@ -124,6 +131,9 @@ async def summarize(
     max_input_tokens: int | None,
     progress: Progress | None = None,
     prior: ledger_mod.Ledger | None = None,
+    stub: render.Stub = "opencode",
+    kept: str = "",
+    structured: bool = True,
 ) -> SummaryResult:
     """The summary of ``history``, ending with the artifact ledger: ``prior`` (default: the one
     in the newest of ``previous``) extended with ``history``, bounded, appended verbatim after
@@ -132,11 +142,16 @@ async def summarize(
     fmt = writer.wire_format
     history = list(history)
     base = prior if prior is not None else ledger_mod.latest(previous)
-    led = ledger_mod.bound(ledger_mod.update(base, history), int(max_tokens * LEDGER_SHARE))
+    # ``kept`` (the ``## Kept verbatim`` block, already bounded) comes out of the summary
+    # budget first, as the ledger's share does; nothing changes when it is empty.
+    kept_tokens = ledger_mod.tokens(kept) + 1 if kept else 0
+    room = max_tokens - kept_tokens
+    led = ledger_mod.bound(ledger_mod.update(base, history), int(room * LEDGER_SHARE))
     block = ledger_mod.render(led)
-    max_tokens = max(MIN_WRITER_TOKENS, max_tokens - ledger_mod.tokens(block) - 1)
-    previous = [ledger_mod.drop_block(p) for p in previous]
-    system = f"{system.rstrip()}\n\n{STRUCTURED_SUMMARY}" if fmt != "parts" else system
+    max_tokens = max(MIN_WRITER_TOKENS, room - ledger_mod.tokens(block) - 1)
+    previous = [_without_blocks(p) for p in previous]
+    if structured and fmt != "parts":
+        system = f"{system.rstrip()}\n\n{STRUCTURED_SUMMARY}"
     if max_input_tokens is None:
         chunks = [history]
         ref = list(reference)
@@ -161,20 +176,21 @@ async def summarize(
             system=system,
             prompt=prompt,
             history=part,
-            rendered=_render(fmt, part),
+            rendered=_render(fmt, part, stub),
             max_tokens=max_tokens,
             previous_summaries=carried,
             reference=ref if last else [],
-            reference_rendered=_render(fmt, ref) if last else [],
+            reference_rendered=_render(fmt, ref, stub) if last else [],
             ledger=block,
         )
         result = await writer.summarize(req, _streaming(progress, i, len(chunks)))
         total = _add(total, result.tokens)
-        carried = [ledger_mod.drop_block(result.text)]
+        carried = [_without_blocks(result.text)]
     assert result is not None
-    text = ledger_mod.drop_block(result.text).rstrip()
-    if block:
-        text = f"{text}\n\n{block}" if text else block
+    text = _without_blocks(result.text).rstrip()
+    for tail in (kept.rstrip(), block):
+        if tail:
+            text = f"{text}\n\n{tail}" if text else tail
     return SummaryResult(
         text=text, tokens=total, provider_id=result.provider_id, model_id=result.model_id
     )

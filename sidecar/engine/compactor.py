@@ -11,21 +11,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from sidecar.engine import bounded, ledger, overflow, revert
+from sidecar.engine import bounded, ledger, overflow, revert, steer, verify
 from sidecar.engine.collapse import split
 from sidecar.engine.filter import filter_compacted
 from sidecar.engine.host import Host
-from sidecar.engine.tokens import estimate_messages
+from sidecar.engine.tokens import estimate, estimate_messages
 from sidecar.engine.window import load_window
+from sidecar.errors import InvalidParams
 from sidecar.model.catalog import lookup
 from sidecar.model.config import Config
-from sidecar.model.conversation import CONTINUE_TEXT, is_marker, is_summary, latest_model_turn
+from sidecar.model.conversation import (
+    CONTINUE_TEXT,
+    is_marker,
+    is_summary,
+    latest_model_turn,
+    writer_name,
+)
 from sidecar.model.ids import new_id, now_ms
 from sidecar.model.messages import (
     AssistantMessage,
@@ -41,10 +51,14 @@ from sidecar.model.parts import (
     StepFinishPart,
     StepStartPart,
     TextPart,
+    ToolCompleted,
+    ToolPart,
 )
 from sidecar.model.rpc import (
     CompactedEvent,
+    CompactionRecord,
     CompactResult,
+    Diagnostics,
     MessageRemovedEvent,
     MessageUpdatedEvent,
     PartUpdatedEvent,
@@ -53,14 +67,18 @@ from sidecar.model.rpc import (
 )
 from sidecar.model.session import Session
 from sidecar.store import Key, Store
+from sidecar.store import steer as steer_data
 from sidecar.summarizers.base import (
     COMPACTION_SYSTEM,
     DEFAULT_PROMPT,
     Summarizer,
     SummaryError,
+    SummaryResult,
 )
+from sidecar.summarizers.extractive import ExtractiveSummarizer
 
 _encoder = msgspec.json.Encoder()
+log = logging.getLogger("sidecar.engine")
 
 
 @dataclass(frozen=True)
@@ -79,6 +97,11 @@ class Request:
     # says that compaction cannot help, rather than only that it did not.
     reported_tokens: int = 0
     usable: int = 0
+    # ``session/compact {upTo}``: summarize up to and including this message, keep the rest.
+    up_to: str | None = None
+    # When the compaction began holding the session (loop time): ``waitedMs`` is measured
+    # from it (compaction.prepare).
+    started: float | None = None
 
 
 @dataclass
@@ -89,13 +112,60 @@ class Outcome:
     cut: Key | None = None  # the newest message the compaction saw
     marker: Key | None = None  # its marker
     end: Key | None = None  # the newest message it added
+    record: CompactionRecord | None = None  # its diagnostics (a finished compaction)
+    prepared: bool = False  # a summary prepared in the background was committed
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A summary written ahead of the overflow (``compaction.prepare``), kept in memory only:
+    nothing of it is stored, published or visible until a compaction commits it."""
+
+    session_id: str
+    cut: Key  # the newest message it covers
+    fingerprint: bytes  # of the window up to ``cut``: any change there invalidates it
+    prompt: str
+    summary: AssistantMessage  # finished, not stored
+    parts: list[Part]  # its parts (step-start, text, step-finish)
+
+    @property
+    def tokens(self) -> int:
+        """The summary tokens it cost (the writer's count, else an estimate of its text)."""
+        text = "".join(p.text for p in self.parts if isinstance(p, TextPart))
+        return self.summary.tokens.output or estimate(text)
+
+
+def _unpruned(part: Part) -> Part:
+    """A part without its prune mark: pruning (the daemon's own, as usual) is not a change to
+    what a prepared summary covers (its writer saw the fuller output)."""
+    if isinstance(part, ToolPart) and isinstance(part.state, ToolCompleted):
+        if part.state.time.compacted is not None:
+            time = msgspec.structs.replace(part.state.time, compacted=None)
+            return msgspec.structs.replace(
+                part, state=msgspec.structs.replace(part.state, time=time)
+            )
+    return part
+
+
+def fingerprint(window: Sequence[WithParts], cut: Key) -> bytes:
+    """A digest of the window up to ``cut`` (messages and parts as stored, prune marks aside)."""
+    digest = hashlib.sha256()
+    for m in window:
+        if Key(m.info.time.created, m.info.id) > cut:
+            continue
+        digest.update(_encoder.encode(m.info))
+        for p in m.parts:
+            digest.update(_encoder.encode(_unpruned(p)))
+    return digest.digest()
 
 
 def _without_ledger(m: WithParts) -> WithParts:
     """An earlier summary as the writer sees it inline: its prose without the ledger block
     (the daemon rolls the ledger itself; a model must neither copy nor edit it)."""
     parts: list[Part] = [
-        msgspec.structs.replace(p, text=ledger.drop_block(p.text)) if isinstance(p, TextPart) else p
+        msgspec.structs.replace(p, text=steer.drop_block(ledger.drop_block(p.text)))
+        if isinstance(p, TextPart)
+        else p
         for p in m.parts
     ]
     return WithParts(info=m.info, parts=parts)
@@ -132,6 +202,14 @@ def _summary_budget(window: Sequence[WithParts], cfg: Config) -> int:
         if usable > 0 and share > 0:
             budget = min(budget, max(SUMMARY_FLOOR, usable // share))
     return budget
+
+
+def _fallback_writer() -> Summarizer:
+    """``summarizer.fallback`` ``"extractive"``: offline, so it cannot fail the way the
+    configured writer did (no network, no quota, no time limit to miss)."""
+    from sidecar.summarizers.extractive import ExtractiveSummarizer
+
+    return ExtractiveSummarizer()
 
 
 def _last_user(window: Sequence[WithParts]) -> UserMessage | None:
@@ -230,6 +308,37 @@ def _check_smaller(req: Request, before: int, after: int) -> None:
     )
 
 
+def _diagnostics(record: CompactionRecord) -> dict[str, Any]:
+    return {f: getattr(record, f) for f in Diagnostics.__struct_fields__}
+
+
+def _split_at(window: list[WithParts], up_to: str) -> tuple[list[WithParts], list[WithParts]]:
+    """``session/compact {upTo}``: the window up to and including ``up_to``, and the rest."""
+    at = next((i for i, m in enumerate(window) if m.info.id == up_to), None)
+    if at is None or is_marker(window[at]) or is_summary(window[at]):
+        raise InvalidParams(
+            f"invalid params: `$.upTo` {up_to!r} is not a message of the session's context "
+            "window (a compaction's marker or summary cannot be the cut)"
+        )
+    return window[: at + 1], window[at + 1 :]
+
+
+def _check_kept_fits(tail: list[WithParts], window: list[WithParts], cfg: Config) -> None:
+    """What ``upTo`` keeps must fit the model on its own, or the summary cannot help."""
+    info = latest_model_turn(window)
+    limit = lookup(info.provider_id, info.model_id, cfg.models) if info is not None else None
+    if info is None or limit is None or limit.context == 0:
+        return
+    room = overflow.usable(limit, cfg.compaction)
+    kept = estimate_messages(tail)
+    if kept > room:
+        raise InvalidParams(
+            f"invalid params: `$.upTo` keeps about {kept} tokens after the summary, which does "
+            f"not fit the model {info.provider_id}/{info.model_id} (usable {room}): over by "
+            f"{kept - room}; pick a later message"
+        )
+
+
 class Compactor:
     def __init__(self, store: Store, host: Host) -> None:
         self.store = store
@@ -250,15 +359,17 @@ class Compactor:
     async def run(self, req: Request, cfg: Config, writer: Summarizer) -> Outcome:
         """marker → hook → summary → (auto) continue. The marker cuts history only once its
         summary finished without error; a failure keeps the history and says why."""
+        started = time.monotonic()
         plan = await self._plan(req, cfg)
+        kept = await self._kept(req, cfg, plan)
         marker = await self._append_marker(req, plan)
         token = self._begin(req, plan, marker)
         summary: AssistantMessage | None = None
         try:
-            prompt = await self._prompt(req)
+            prompt = await self._prompt(req, cfg)
             summary = await self._open_summary(plan, marker, writer)
             done, parts, after = await self._write_summary(
-                req, cfg, plan, writer, prompt, marker, summary, token
+                req, cfg, plan, writer, prompt, marker, summary, token, kept
             )
             await self._put([done], parts)
         except asyncio.CancelledError:
@@ -269,12 +380,22 @@ class Compactor:
         except Exception as exc:
             return await self._fail(plan, summary, token, exc)
         end = Key(done.time.created, done.id)
+        continue_id = None
         if req.auto:
             end = await self._append_continue(plan)
-        self.host.publish(
-            plan.sid,
-            CompactedEvent(session_id=plan.sid, message_id=done.id, auto=req.auto),
+            continue_id = end.id
+        record = await self._diagnose(req, plan, marker, done, parts, end, continue_id, started)
+        event = CompactedEvent(
+            session_id=plan.sid,
+            message_id=done.id,
+            **_diagnostics(record),
         )
+        self._mark_prepared(event, req, cfg, prepared=False)
+        verified = next((p.metadata for p in parts if isinstance(p, TextPart) and p.metadata), None)
+        if verified is not None:  # compaction.verifySummary: why the first summary was rejected
+            rejected = verified.get("rejected")
+            event.rejected = rejected if isinstance(rejected, str) else None
+        self.host.publish(plan.sid, event)
         message = f"{plan.before} -> {after} tokens"
         self.host.progress(plan.sid, token, {"kind": "end", "message": message})
         self._status(plan.sid, "idle")
@@ -285,6 +406,240 @@ class Compactor:
             cut=plan.cut,
             marker=Key(marker.info.time.created, marker.info.id),
             end=end,
+            record=record,
+        )
+
+    async def _kept(self, req: Request, cfg: Config, plan: _Plan) -> str:
+        """The ``## Kept verbatim`` block (``compaction.keep``), bounded by ``maxTokens`` and
+        by the ledger's share of the summary budget: empty unless something is kept."""
+        keep = cfg.compaction.keep
+        if not (keep.first_request or keep.todo_tools or keep.pinned) or keep.max_tokens <= 0:
+            return ""
+        share = int(_summary_budget(plan.window, cfg) * bounded.LEDGER_SHARE)
+        budget = min(keep.max_tokens, share)
+        return await steer.kept_block(self.store, plan.sid, keep, budget, req.cutoff)
+
+    async def _diagnose(
+        self,
+        req: Request,
+        plan: _Plan,
+        marker: WithParts,
+        done: AssistantMessage,
+        parts: list[Part],
+        end: Key,
+        continue_id: str | None,
+        started: float,
+        kept: Sequence[WithParts] | None = None,
+    ) -> CompactionRecord:
+        """Measure what the compaction did and store it beside the session; ``kept``: the
+        messages it left as they are (default: the plan's tail; a prepared summary's: those
+        after its cut)."""
+        window = [
+            m
+            for m in await load_window(self.store, plan.session)
+            if Key(m.info.time.created, m.info.id) <= end
+        ]
+        kept_ids = {m.info.id for m in (plan.tail if kept is None else kept)}
+        replaced = [m for m in plan.window if m.info.id not in kept_ids]
+        pruned = [
+            p.id
+            for m in replaced
+            for p in m.parts
+            if isinstance(p, ToolPart)
+            and isinstance(p.state, ToolCompleted)
+            and p.state.time.compacted is not None
+        ]
+        text = "\n".join(p.text for p in parts if isinstance(p, TextPart))
+        writer = writer_name(done.provider_id, done.model_id)
+        record = CompactionRecord(
+            message_id=done.id,
+            time=done.time.created,
+            marker_id=marker.info.id,
+            continue_id=continue_id,
+            replaced_ids=[m.info.id for m in replaced],
+            pruned_part_ids=pruned,
+            tokens_before=req.reported_tokens if req.auto and req.reported_tokens else plan.before,
+            tokens_after=estimate_messages(window),
+            summary_tokens=estimate(text),
+            messages_summarized=len(replaced),
+            parts_pruned=len(pruned),
+            writer=writer,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            auto=req.auto,
+        )
+        try:
+            await steer_data.record_compaction(
+                self.store, plan.sid, done.id, done.time.created, _encoder.encode(record)
+            )
+        except Exception:  # the compaction itself is committed: it stands, unrecorded
+            log.exception("could not record the diagnostics of compaction %s", done.id)
+        return record
+
+    @staticmethod
+    def _mark_prepared(event: CompactedEvent, req: Request, cfg: Config, *, prepared: bool) -> None:
+        """``prepared``/``waitedMs`` on the event, with compaction.prepare only (the default
+        event keeps OpenCode's shape)."""
+        if cfg.compaction.prepare is None:
+            return
+        event.prepared = prepared
+        if req.started is not None:
+            waited = asyncio.get_running_loop().time() - req.started
+            event.waited_ms = max(0, round(waited * 1000))
+        else:
+            event.waited_ms = 0
+
+    async def prepare(self, req: Request, cfg: Config, writer: Summarizer) -> Prepared | None:
+        """Write, without storing anything, the summary a compaction of the session as it is
+        now (up to ``req.cutoff``) would write: same plan, hook, writers and ledger. Its
+        progress is marked as background; its failure is only logged (the overflow then
+        compacts as usual). None when there is nothing to prepare."""
+        session = await self.store.require_session(req.session_id)
+        if session.revert is not None:
+            return None  # a compaction would first clean the revert up: not in the background
+        plan = await self._plan(req, cfg)
+        if plan.cut is None:
+            return None
+        fp = fingerprint(plan.window, plan.cut)
+        marker = plan.user_message()
+        marker_part = CompactionPart(
+            id=new_id("prt"), session_id=plan.sid, message_id=marker.id, auto=True, overflow=True
+        )
+        appended = WithParts(info=marker, parts=[marker_part])
+        if plan.standard:
+            plan.history.append(appended)
+        token = f"prepare-{marker.id}"
+        self.host.progress(
+            plan.sid,
+            token,
+            {
+                "kind": "begin",
+                "title": "Compacting (background)",
+                "cancellable": False,
+                "message": f"{len(plan.history)} messages",
+                "percentage": 0,
+            },
+        )
+        try:
+            prompt = await self._prompt(req, cfg)
+            kept = await self._kept(req, cfg, plan)
+            summary = AssistantMessage(
+                id=new_id("msg"),
+                session_id=plan.sid,
+                parent_id=marker.id,
+                time=MessageTime(created=plan.clock()),
+                provider_id=writer.provider_id,
+                model_id=writer.model_id,
+                mode="compaction",
+                agent="compaction",
+                path={"cwd": plan.session.directory or "", "root": plan.session.directory or ""},
+                summary=True,
+            )
+            done, parts, after = await self._write_summary(
+                req, cfg, plan, writer, prompt, appended, summary, token, kept
+            )
+        except asyncio.CancelledError:
+            self.host.progress(plan.sid, token, {"kind": "end", "message": "cancelled"})
+            raise
+        except Exception as exc:
+            message = str(exc) if isinstance(exc, SummaryError) else f"{type(exc).__name__}: {exc}"
+            self.host.log(f"preparing a summary for session {plan.sid} failed: {message}")
+            self.host.progress(plan.sid, token, {"kind": "end", "message": f"failed: {message}"})
+            return None
+        self.host.progress(
+            plan.sid, token, {"kind": "end", "message": f"prepared: {plan.before} -> {after}"}
+        )
+        return Prepared(plan.sid, plan.cut, fp, prompt, done, parts)
+
+    async def commit_prepared(
+        self, req: Request, cfg: Config, prepared: Prepared, budget: int
+    ) -> Outcome | None:
+        """Commit ``prepared`` as this compaction: marker (pointing back at the first message
+        after the cut), the summary, the messages after the cut as they are, then (automatic)
+        the continue message. None, storing nothing, when it is no longer valid (anything up to
+        its cut changed) or what follows the cut does not fit in ``budget`` (0: no budget)."""
+        started = time.monotonic()
+        plan = await self._plan(req, cfg)
+        if plan.cut is None or prepared.cut > plan.cut:
+            return None
+        if fingerprint(plan.window, prepared.cut) != prepared.fingerprint:
+            return None
+        if not any(Key(m.info.time.created, m.info.id) == prepared.cut for m in plan.window):
+            return None
+        after_cut = [m for m in plan.window if Key(m.info.time.created, m.info.id) > prepared.cut]
+        marker = plan.user_message()
+        marker_part = CompactionPart(
+            id=new_id("prt"),
+            session_id=plan.sid,
+            message_id=marker.id,
+            auto=req.auto,
+            overflow=True if req.overflow else None,
+            tail_start_id=after_cut[0].info.id if after_cut else None,
+        )
+        created = plan.clock()
+        done = msgspec.structs.replace(
+            prepared.summary,
+            parent_id=marker.id,
+            time=MessageTime(created=created, completed=plan.clock()),
+        )
+        text = [p for p in prepared.parts if isinstance(p, TextPart)]
+        heads = [
+            WithParts(info=marker, parts=[marker_part]),
+            WithParts(info=done, parts=list(text)),
+        ]
+        window_after = filter_compacted([*after_cut, *heads])
+        after = estimate_messages(window_after)
+        if after >= plan.before or (budget > 0 and after > budget):
+            return None
+        token = req.progress_token if req.progress_token is not None else f"compact-{marker.id}"
+        self._status(plan.sid, "compacting")
+        self.host.progress(
+            plan.sid,
+            token,
+            {"kind": "begin", "title": "Compacting", "cancellable": False, "percentage": 0},
+        )
+        messages: list[Any] = [marker, done]
+        parts: list[Part] = [marker_part, *prepared.parts]
+        end = Key(done.time.created, done.id)
+        continue_id = None
+        if req.auto:
+            cont = plan.user_message()
+            continue_id = cont.id
+            messages.append(cont)
+            parts.append(
+                TextPart(
+                    id=new_id("prt"),
+                    session_id=plan.sid,
+                    message_id=cont.id,
+                    text=CONTINUE_TEXT,
+                    synthetic=True,
+                )
+            )
+            end = Key(cont.time.created, cont.id)
+        await self._put(messages, parts)  # one transaction: all of it or nothing
+        heads[1] = WithParts(info=done, parts=list(prepared.parts))
+        record = await self._diagnose(
+            req, plan, heads[0], done, list(prepared.parts), end, continue_id, started, after_cut
+        )
+        event = CompactedEvent(session_id=plan.sid, message_id=done.id, **_diagnostics(record))
+        self._mark_prepared(event, req, cfg, prepared=True)
+        verified = next((p.metadata for p in text if p.metadata), None)
+        if verified is not None:
+            rejected = verified.get("rejected")
+            event.rejected = rejected if isinstance(rejected, str) else None
+        self.host.publish(plan.sid, event)
+        self.host.progress(
+            plan.sid, token, {"kind": "end", "message": f"{plan.before} -> {after} tokens"}
+        )
+        self._status(plan.sid, "idle")
+        return Outcome(
+            CompactResult(status="continue", summary_message_id=done.id),
+            plan.before,
+            after,
+            cut=plan.cut,
+            marker=Key(marker.time.created, marker.id),
+            end=end,
+            record=record,
+            prepared=True,
         )
 
     async def _plan(self, req: Request, cfg: Config) -> _Plan:
@@ -314,7 +669,12 @@ class Compactor:
             # Collapse (seed 003): earlier summaries go to the writer as summaries to merge.
             previous = await self._previous_summaries(sid, ccfg.previous_summaries)
             history = [m for m in to_summarize if not is_marker(m) and not is_summary(m)]
-        if tail and estimate_messages(history) < ccfg.extract_ratio / 2 * before:
+        if req.up_to is not None:
+            to_summarize, tail = _split_at(window, req.up_to)
+            _check_kept_fits(tail, window, cfg)
+            reference, previous = [], []
+            history = [_without_ledger(m) if is_summary(m) else m for m in to_summarize]
+        elif tail and estimate_messages(history) < ccfg.extract_ratio / 2 * before:
             # The window is dominated by its newest messages (one huge tool output, say):
             # summarizing the little before them cannot free room, so summarize everything.
             to_summarize, tail, reference = list(window), [], []
@@ -375,11 +735,12 @@ class Compactor:
         )
         return token
 
-    async def _prompt(self, req: Request) -> str:
-        """Seed 000's prompt, or a hook's replacement, plus the hooks' context and the
-        request's instructions."""
+    async def _prompt(self, req: Request, cfg: Config) -> str:
+        """Seed 000's prompt (or ``compaction.prompt``), or a hook's replacement, plus the
+        hooks' context and the request's instructions."""
         hooks = await self.host.compacting_hook(req.session_id)
-        prompt = next((h.prompt for h in hooks if h.prompt), None) or DEFAULT_PROMPT
+        default = cfg.compaction.prompt or DEFAULT_PROMPT
+        prompt = next((h.prompt for h in hooks if h.prompt), None) or default
         extra = [c for h in hooks for c in h.context if c]
         if req.instructions:
             extra.append(req.instructions)
@@ -417,6 +778,7 @@ class Compactor:
         marker: WithParts,
         summary: AssistantMessage,
         token: str | int,
+        kept: str = "",
     ) -> tuple[AssistantMessage, list[Part], int]:
         """Run the writer; the finished summary, its parts, and the window's size after it.
         Raises ``SummaryError`` when the result would not make the context smaller."""
@@ -428,25 +790,64 @@ class Compactor:
                 value["percentage"] = pct
             self.host.progress(sid, token, value)
 
-        limit = cfg.summarizer.max_input_tokens or writer.input_limit()
-        result = await bounded.summarize(
-            writer,
-            system=COMPACTION_SYSTEM,
-            prompt=prompt,
-            history=plan.history,
-            reference=plan.reference,
-            previous=plan.previous,
-            max_tokens=_summary_budget(plan.window, cfg),
-            max_input_tokens=limit,
-            progress=report,
-            prior=ledger.latest(plan.previous or await self._previous_summaries(sid, 1)),
-        )
+        budget = _summary_budget(plan.window, cfg)
+        prior = ledger.latest(plan.previous or await self._previous_summaries(sid, 1))
+
+        async def write(by: Summarizer, note: str) -> SummaryResult:
+            limit = cfg.summarizer.max_input_tokens or by.input_limit()
+            return await bounded.summarize(
+                by,
+                system=cfg.compaction.system or COMPACTION_SYSTEM,
+                structured=cfg.compaction.system is None,
+                kept=kept,
+                prompt=prompt + note,
+                history=plan.history,
+                reference=plan.reference,
+                previous=plan.previous,
+                max_tokens=budget,
+                max_input_tokens=limit,
+                progress=report,
+                prior=prior,
+                stub=cfg.compaction.pruned_stub,
+            )
+
+        fallback = cfg.summarizer.fallback if writer.provider_id != "extractive" else None
+        time_budget = asyncio.timeout(cfg.compaction.time_budget)
+        try:
+            async with time_budget:
+                result = await write(writer, "")
+        except (SummaryError, TimeoutError) as exc:
+            if isinstance(exc, TimeoutError) and not time_budget.expired():
+                raise
+            failure = str(exc) if isinstance(exc, SummaryError) else ""
+            if isinstance(exc, TimeoutError):
+                failure = (
+                    f"{writer_name(writer.provider_id, writer.model_id)}: no summary within "
+                    f"compaction.timeBudget ({cfg.compaction.time_budget:g}s)"
+                )
+            if fallback is None:
+                if isinstance(exc, SummaryError):
+                    raise
+                raise SummaryError(failure) from None
+            self.host.log(f"summary writer failed: {failure}; written by the {fallback} fallback")
+            report(f"writer failed; {fallback} fallback", None)
+            writer = _fallback_writer()
+            result = await write(writer, "")
+        verified: tuple[str, str | None] | None = None  # (writer, why the first was rejected)
+        if cfg.compaction.verify_summary:
+            result, verified = await self._verified(plan, budget, prior, result, writer, write)
         # OpenCode's summary parts: step-start, the text, step-finish (with the usage).
         step_start = StepStartPart(id=new_id("prt"), session_id=sid, message_id=summary.id)
         text = result.text
         if cfg.compaction.recall_hint and not text.rstrip().endswith(RECALL_HINT):
             text = text.rstrip() + "\n\n" + RECALL_HINT
-        text_part = TextPart(id=new_id("prt"), session_id=sid, message_id=summary.id, text=text)
+        text_part = TextPart(
+            id=new_id("prt"),
+            session_id=sid,
+            message_id=summary.id,
+            text=text,
+            metadata=None if verified is None else {"writer": verified[0], "rejected": verified[1]},
+        )
         step_finish = StepFinishPart(
             id=new_id("prt"),
             session_id=sid,
@@ -466,6 +867,47 @@ class Compactor:
         after = estimate_messages(filter_compacted(after_window))
         _check_smaller(req, plan.before, after)
         return done, [step_start, text_part, step_finish], after
+
+    async def _verified(
+        self,
+        plan: _Plan,
+        budget: int,
+        prior: ledger.Ledger,
+        result: SummaryResult,
+        writer: Summarizer,
+        write: Callable[[Summarizer, str], Awaitable[SummaryResult]],
+    ) -> tuple[SummaryResult, tuple[str, str | None]]:
+        """``compaction.verifySummary``: a summary longer than what it replaces, over its
+        budget, or naming nothing of the session's first request is rejected; the writer gets
+        one retry told what was wrong, then the offline writer writes it. The offline writer is
+        not second-guessed: it is deterministic (a retry would repeat it) and it is the fallback.
+        Returns the result and (who wrote it, why the first was rejected)."""
+        if writer.provider_id == ExtractiveSummarizer.provider_id:
+            return result, (writer_name(result.provider_id, result.model_id), None)
+        replaced = estimate_messages(plan.history) + sum(estimate(p) for p in plan.previous)
+        # The session's first request: the ledger carries it verbatim (bounded) across cycles.
+        led = ledger.parse(result.text)
+        request = (led.first_request if led is not None else "") or prior.first_request
+
+        def check(r: SummaryResult) -> str | None:
+            return verify.problem(r.text, budget=budget, replaced=replaced, first_request=request)
+
+        first = check(result)
+        if first is None:
+            return result, (writer_name(result.provider_id, result.model_id), None)
+        try:
+            retry = await write(writer, verify.note(first, budget))
+            second = check(retry)
+        except SummaryError as exc:
+            second = f"failed: {exc}"
+        else:
+            if second is None:
+                return retry, (writer_name(retry.provider_id, retry.model_id), first)
+        offline = await write(ExtractiveSummarizer(), "")
+        return offline, (
+            writer_name(offline.provider_id, offline.model_id),
+            f"{first}; the retry too: {second}",
+        )
 
     async def _fail(
         self, plan: _Plan, summary: AssistantMessage | None, token: str | int, exc: Exception

@@ -15,41 +15,52 @@ from sidecar.model.session import Session
 from sidecar.store import Store
 
 
-async def build(store: Store, session: Session, fmt: ContextFormat) -> ContextResult:
-    return (await build_with_window(store, session, fmt))[0]
+async def build(
+    store: Store, session: Session, fmt: ContextFormat, stub: render.Stub = "opencode"
+) -> ContextResult:
+    return (await build_with_window(store, session, fmt, stub))[0]
 
 
 async def build_with_window(
-    store: Store, session: Session, fmt: ContextFormat
+    store: Store, session: Session, fmt: ContextFormat, stub: render.Stub = "opencode"
 ) -> tuple[ContextResult, list[WithParts]]:
     """The rendered window and the window itself (``fit`` measures and may cut it)."""
     raws: dict[str, str] = {}
     window = await load_window(store, session, raws if fmt == "parts" else None)
-    return render_result(window, fmt, raws), window
+    return render_result(window, fmt, raws, stub), window
 
 
 def render_result(
-    window: Sequence[WithParts], fmt: ContextFormat, raws: dict[str, str] | None = None
+    window: Sequence[WithParts],
+    fmt: ContextFormat,
+    raws: dict[str, str] | None = None,
+    stub: render.Stub = "opencode",
 ) -> ContextResult:
+    """``stub``: how pruned outputs are sent (``compaction.prunedStub``)."""
     if fmt == "openai":
-        messages = render.to_openai(window)
+        messages = render.to_openai(window, stub=stub)
     elif fmt == "anthropic":
-        messages = render.to_anthropic(window)
+        messages = render.to_anthropic(window, stub=stub)
     else:
-        messages = render.to_parts(window, raws)
+        messages = render.to_parts(window, raws, stub)
     # filter_compacted shows no unanswered marker, so a marker heading the window is the cut.
     head = window[0] if window else None
     cut = head is not None and any(isinstance(p, CompactionPart) for p in head.parts)
     return ContextResult(
         format=fmt,
         messages=messages,
-        estimated_tokens=estimate_messages(window),
+        estimated_tokens=estimate_messages(window) + render.stub_extra(window, stub),
         boundary_message_id=head.info.id if cut and head is not None else None,
     )
 
 
 async def build_fitted(
-    store: Store, session: Session, fmt: ContextFormat, window: list[WithParts], usable: int
+    store: Store,
+    session: Session,
+    fmt: ContextFormat,
+    window: list[WithParts],
+    usable: int,
+    stub: render.Stub = "opencode",
 ) -> ContextResult:
     """The last resort: oversized tool outputs cut in the rendering (stored data untouched);
     ``overflow`` when even that does not fit."""
@@ -61,7 +72,7 @@ async def build_fitted(
         await load_window(store, session, raws)
         for pid in cut:
             raws.pop(pid, None)
-    result = render_result(fitted, fmt, raws)
+    result = render_result(fitted, fmt, raws, stub)
     result.truncated_part_ids = cut
     result.overflow = result.estimated_tokens > usable
     result.usable = usable

@@ -17,7 +17,7 @@ from sidecar.model.ids import new_id, now_ms
 from sidecar.model.messages import Message
 from sidecar.model.parts import Part
 from sidecar.model.session import Session, SessionTime
-from sidecar.store import Key, Store
+from sidecar.store import Key, Store, steer
 from sidecar.store.store import shallow_json
 
 _dict = msgspec.json.Decoder(dict[str, Any])
@@ -64,14 +64,18 @@ async def fork(store: Store, source: Session, message_id: str | None) -> Session
         raw = _enc.encode(info)
         messages.append((msgspec.json.decode(raw, type=Message), raw))
     new_parts: list[tuple[Part, bytes]] = []
+    copied: list[tuple[str, str, str]] = []  # (old part id, new part id, new message id)
     for part in parts:
+        old_id = part["id"]
         part["id"] = new_id("prt")
         part["sessionID"] = target.id
         part["messageID"] = ids[part["messageID"]]
+        copied.append((old_id, part["id"], part["messageID"]))
         if part.get("tailStartID") in ids:
             part["tailStartID"] = ids[part["tailStartID"]]
         raw = _enc.encode(part)
         new_parts.append((msgspec.json.decode(raw, type=Part), raw))
     await store.put_session(target)
     await store.put_many(messages, new_parts)
+    await steer.copy_pins(store, target.id, copied)  # pins are the daemon's: copied too
     return target

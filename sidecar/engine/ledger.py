@@ -3,13 +3,19 @@
 Summaries written by models are weakest on the *artifact trail* -- which files changed, what
 failed and why, which tests ran, what the user asked. The ledger is that trail, built from the
 stored parts with no model: files modified (edit/write/patch tools and shell writes, see
-``sidecar.engine.shell``), files read, failed commands with their exit status and first error
+``sidecar.toolcalls.shell``), files read, failed commands with their exit status and first error
 line, error signatures from tool outputs, tests run with their last status, and the first and the
 latest user request verbatim (bounded).
 
 It rolls across compactions: each summary ends with a fenced ``ledger`` block, which the next
 compaction parses back (``parse``) and extends with the newly summarized history (``update``).
 Growth is bounded (``bound``): the oldest entries go first, and each kind counts what it dropped.
+
+Why the earlier cycles' ledger lives in the summary text rather than being recomputed from the
+stored parts: the history before a compaction is exactly what the window no longer loads (a
+full-history read per compaction would break the store's "a read touches only its window"),
+imported sessions may carry summaries whose parts were never here, and what is parsed back is
+what the next model and the user saw. The cost: a hand-edited summary edits the ledger.
 
 Pure: no I/O, no clock; the same inputs give the same bytes.
 """
@@ -22,7 +28,6 @@ from typing import Any
 
 import msgspec
 
-from sidecar.engine import shell
 from sidecar.model.messages import UserMessage, WithParts
 from sidecar.model.parts import (
     FilePart,
@@ -33,17 +38,17 @@ from sidecar.model.parts import (
     ToolPart,
 )
 from sidecar.model.tokens import estimate, js_length
-from sidecar.summarizers.extractive import (
+from sidecar.summarizers.extractive import ERRORS, FILES_MODIFIED, FILES_READ, parse_summary
+from sidecar.toolcalls import outputs, shell
+from sidecar.toolcalls import vocabulary as tools
+from sidecar.toolcalls.vocabulary import (
     EDITOR_TOOLS,
-    ERRORS,
-    FILES_MODIFIED,
-    FILES_READ,
     READ_TOOLS,
     SHELL_TOOLS,
-    SKIP_USER_TEXTS,
     WRITE_TOOLS,
-    parse_summary,
-    tool_command,
+    is_machinery,
+    is_test,
+    shell_script,
     tool_name,
     tool_paths,
 )
@@ -56,10 +61,6 @@ PATH_CHARS = 200
 COMMAND_CHARS = 140
 ERROR_CHARS = 160
 REQUEST_CHARS = 600
-# Of one output's error lines the first ones (a compiler's root cause) and the last ones (a
-# Python exception after its traceback, a test summary) are kept.
-SIGNATURES_HEAD = 2
-SIGNATURES_TAIL = 2
 # Per-kind entry caps (the token bound of ``bound`` applies on top).
 CAPS = {"modified": 400, "read": 400, "failed": 200, "errors": 200, "tests": 100}
 
@@ -118,244 +119,19 @@ def _touch(items: list[str], item: str) -> None:
     items.append(item)
 
 
-# -- exit status and error signatures -----------------------------------------------------------
-
-_EXIT = re.compile(
-    r"<returncode>\s*(-?\d+)\s*</returncode>"
-    r"|(?:command |process )?exited with (?:exit )?(?:code|status) (-?\d+)"
-    r"|completed with exit code (-?\d+)"
-    r"|^exit(?:_code| code| status):? (-?\d+)\s*$"
-    r"|\"exit_code\":\s*(-?\d+)",
-    re.I | re.M,
-)
-EXIT_SCAN = 400  # markers are looked for only this near either end, never in the middle of a file
-
-_SIGNATURES = (
-    # Python/Java/JS exceptions: "KeyError: 'x'", "django.core.exceptions.FieldError: ...",
-    # "java.lang.NullPointerException", "TypeError: x is not a function"
-    re.compile(
-        r"^(?:[A-Za-z_][\w]*\.)*[A-Z][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt|Failure)"
-        r"(?:\[[^\]]*\])?(?::.*)?$"
-    ),
-    # compilers and linters: "src/a.ts(3,4): error TS2345: ...", "a.c:3:4: error: ...",
-    # "error[E0308]: ...", "error: ...", "ERROR: ...", "fatal: ...", "FATAL ...", "Error: ..."
-    re.compile(r"^\S.{0,300}?:\s(?:fatal )?error\b.*$", re.I),
-    re.compile(r"^(?:error|fatal|panic)(?:\[[^\]]*\])?:\s.*$", re.I),
-    re.compile(r"^(?:ERROR|FATAL|FAILED|FAIL|ERR!)\b.*$"),
-    re.compile(r"^Error\b.*$"),
-    # tools: "npm ERR! ...", "make: *** [x] Error 2", "E: Unable to locate package ...",
-    # "bash: foo: command not found", "x: No such file or directory"
-    re.compile(r"^npm (?:ERR!|error)\s.*$"),
-    re.compile(r"^(?:g?make(?:\[\d+\])?): \*\*\*.*$"),
-    re.compile(r"^E: \S.*$"),
-    re.compile(r"^.*: (?:command not found|No such file or directory|Permission denied)$"),
-    # test runners: "--- FAIL: TestX", "✕ renders", "● Suite > case", "Tests: 1 failed, 3 passed"
-    re.compile(r"^--- FAIL: .*$"),
-    re.compile(r"^[✕✗\u00d7✘] .+$"),
-    re.compile(r"^● .+$"),
-    re.compile(r"^.*\b\d+ (?:failed|failing|errors?)\b.*$", re.I),
-    re.compile(r"^Segmentation fault.*$"),
-)
-_NOT_SIGNATURE = re.compile(r"\b0 (?:failed|errors?)\b")  # "0 failed, 12 passed" is good news
-
-
-# Commands that only look at text (a grep hit on "error:" is not an error of the session).
-VIEWERS = frozenset(
-    {
-        "grep",
-        "egrep",
-        "rg",
-        "ag",
-        "ack",
-        "cat",
-        "sed",
-        "head",
-        "tail",
-        "less",
-        "more",
-        "nl",
-        "find",
-        "ls",
-        "tree",
-        "wc",
-        "echo",
-        "printf",
-        "diff",
-        "awk",
-        "fd",
-        "file",
-        "stat",
-        "du",
-        "jq",
-    }
-)
-_QUIET_GIT = frozenset({"grep", "log", "show", "diff", "status", "blame"})
-
-
-def looks_only(fx: shell.Effects) -> bool:
-    """Whether the command line's main command only shows text (its output has no errors of
-    its own): the first command that is not ``cd``/``export``/``source``."""
-    for cmd in fx.commands:
-        prog = cmd.program
-        if prog in ("cd", "pushd", "export", "source", ".", "set", "true"):
-            continue
-        if prog == "git":
-            words = [w for w in cmd.argv[1:] if not w.startswith("-")]
-            return bool(words) and words[0] in _QUIET_GIT
-        return prog in VIEWERS
-    return False
-
-
-def error_signatures(output: str) -> list[str]:
-    """The first and the last error-signature lines of one tool output, distinct."""
-    found: list[str] = []
-    for raw in output.splitlines():
-        line = raw.strip()
-        if len(line) < 4 or len(line) > 2_000 or _NOT_SIGNATURE.search(line):
-            continue
-        if any(p.match(line) for p in _SIGNATURES):
-            found.append(_line(line, ERROR_CHARS))
-    head = list(dict.fromkeys(found))[:SIGNATURES_HEAD]
-    tail = list(dict.fromkeys(reversed(found)))[:SIGNATURES_TAIL]  # by last occurrence
-    return list(dict.fromkeys(head + tail[::-1]))
-
-
-def exit_status(output: str, metadata: dict[str, Any] | None) -> int | None:
-    """The exit status a tool result reports (metadata first, then the usual output markers)."""
-    meta = metadata or {}
-    for key in ("exit", "exitCode", "exit_code", "returncode"):
-        value = meta.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    found: int | None = None
-    ends = (
-        output if len(output) <= 2 * EXIT_SCAN else output[:EXIT_SCAN] + "\n" + output[-EXIT_SCAN:]
-    )
-    for m in _EXIT.finditer(ends):
-        digits = next(g for g in m.groups() if g is not None)
-        found = int(digits)
-    return found
-
-
-def _first_error_line(output: str) -> str:
-    sigs = error_signatures(output)
-    if sigs:
-        return sigs[-1] if sigs[-1].split(":", 1)[0].endswith(("Error", "Exception")) else sigs[0]
-    for raw in output.splitlines():
-        line = raw.strip()
-        if line and not _EXIT.search(line) and line not in ("<output>", "</output>"):
-            return _line(line, ERROR_CHARS)
-    return ""
+# Exit statuses and error signatures are read the same way by the stubs and the offline writer.
+error_signatures = outputs.error_signatures
+exit_status = outputs.exit_status
+_first_error_line = outputs.first_error_line
+_EXIT = outputs.EXIT
 
 
 # -- tests --------------------------------------------------------------------------------------
 
-_TEST_WORDS = frozenset(
-    {
-        "pytest",
-        "py.test",
-        "tox",
-        "nox",
-        "jest",
-        "vitest",
-        "mocha",
-        "ava",
-        "rspec",
-        "phpunit",
-        "ctest",
-    }
-)
-_TEST_SUBCOMMANDS = {
-    "npm": ("test", "t"),
-    "yarn": ("test",),
-    "pnpm": ("test",),
-    "bun": ("test",),
-    "cargo": ("test", "nextest"),
-    "go": ("test",),
-    "make": ("test", "check", "tests"),
-    "mvn": ("test", "verify"),
-    "gradle": ("test",),
-    "./gradlew": ("test",),
-    "dotnet": ("test",),
-    "swift": ("test",),
-    "mix": ("test",),
-    "deno": ("test",),
-}
-_TEST_SCRIPT = re.compile(
-    r"(?:^|/)(?:test_[\w.-]*|[\w-]*_test|[\w-]*tests?|runtests)\.(?:py|sh|js|ts)$"
-)
 _PASS = re.compile(r"\b(\d+ passed|passed|OK\b|ok\b|PASS\b|All tests passed|0 failed)", re.I)
 _FAIL = re.compile(
     r"\b(\d+ failed|FAILED|FAIL\b|failures?=\d|errors?=\d|\d+ failing|Error\b)", re.I
 )
-
-
-# Runners that start another program: "npx vitest run", "uv run pytest", "pnpm exec jest".
-_WRAPPERS = frozenset(
-    {
-        "npx",
-        "bunx",
-        "pnpx",
-        "uvx",
-        "uv",
-        "poetry",
-        "pipenv",
-        "pdm",
-        "hatch",
-        "rye",
-        "pnpm",
-        "yarn",
-        "bun",
-    }
-)
-
-
-def _unwrapped(argv: list[str]) -> list[str]:
-    while argv and argv[0].rsplit("/", 1)[-1] in _WRAPPERS:
-        rest = [w for w in argv[1:] if not w.startswith("-")]
-        if rest and rest[0] in ("run", "exec", "dlx", "x", "tool"):
-            rest = rest[1:]
-        if not rest:
-            break
-        argv = rest
-    return argv
-
-
-def is_test(cmd: shell.Command) -> bool:
-    """Whether ``cmd`` runs tests: a test runner, a package manager's test script, or a
-    ``test_*.py``-style script."""
-    if _runs_tests(cmd.argv):
-        return True
-    inner = _unwrapped(cmd.argv)
-    return inner != cmd.argv and _runs_tests(inner)
-
-
-def _runs_tests(argv: list[str]) -> bool:
-    if not argv:
-        return False
-    prog = argv[0].rsplit("/", 1)[-1]
-    if prog in _TEST_WORDS:
-        return True
-    if prog in _TEST_SUBCOMMANDS or argv[0] in _TEST_SUBCOMMANDS:
-        subs = _TEST_SUBCOMMANDS.get(argv[0], _TEST_SUBCOMMANDS.get(prog, ()))
-        words = [w for w in argv[1:] if not w.startswith("-")]
-        if words and words[0] == "run" and len(words) > 1:
-            return words[1].split(":")[0] in ("test", "tests")
-        return bool(words) and words[0] in subs
-    if prog in shell.INTERPRETERS or shell._PY_VERSION.match(prog):
-        args = argv[1:]
-        if "-m" in args:
-            i = args.index("-m")
-            return i + 1 < len(args) and args[i + 1] in (
-                "pytest",
-                "unittest",
-                "nose",
-                "nose2",
-                "tox",
-            )
-        ops = [w for w in args if not w.startswith("-")]
-        return bool(ops) and bool(_TEST_SCRIPT.search(ops[0]))
-    return bool(_TEST_SCRIPT.search(argv[0]))
 
 
 def _test_status(code: int | None, output: str, failed: bool) -> str:
@@ -408,7 +184,7 @@ class _Builder:
             and not p.synthetic
             and not p.ignored
             and p.text.strip()
-            and _WS.sub(" ", p.text).strip().lower().rstrip(".") not in SKIP_USER_TEXTS
+            and not is_machinery(p.text)
         ]
         for p in msg.parts:
             if isinstance(p, FilePart):
@@ -444,7 +220,7 @@ class _Builder:
             isinstance(command, str) and not paths and name not in SHELL_TOOLS and command.strip()
         )
         if name in SHELL_TOOLS or (text_action and name not in READ_TOOLS | WRITE_TOOLS):
-            self.shell(_script(data), output, state.metadata, errored)
+            self.shell(shell_script(data), output, state.metadata, errored)
             return
         if text_action and isinstance(command, str):
             # SWE-agent style "create reproduce.py" / "open file.py 40": the path is the 2nd word
@@ -462,15 +238,7 @@ class _Builder:
                 self._remember(paths, data)
         elif name in WRITE_TOOLS or "patch" in name:
             if not paths:
-                patch_text = next(
-                    (
-                        v
-                        for k in ("patchText", "patch", "input", "diff")
-                        if isinstance(v := data.get(k), str)
-                    ),
-                    "",
-                )
-                paths = shell.diff_files(patch_text)
+                paths = shell.diff_files(tools.patch_text(data))
             if not paths and self.opened and name in ("edit", "insert", "replace", "str_replace"):
                 paths = [self.opened]
             self.modified(paths)
@@ -521,7 +289,7 @@ class _Builder:
         # f`` that fails in python still created f); a failed ``sed -i`` may have written nothing.
         self.modified(fx.redirected if failed else written)
         self.read(fx.read)
-        if not looks_only(fx) or failed:
+        if failed or tools.runs_something(fx.commands):
             self.signatures(output)
         for cmd in fx.commands:
             if is_test(cmd):
@@ -535,20 +303,6 @@ class _Builder:
             entry = Failure(command=first, status=status, error=_first_error_line(output))
             self.l.failed = [f for f in self.l.failed if f.command != entry.command]
             self.l.failed.append(entry)
-
-
-def _script(data: dict[str, Any]) -> str:
-    """The command line of a shell tool call; an argv such as ``["bash", "-lc", "cd x && make"]``
-    (Codex) is its script, not the words joined."""
-    command = data.get("command", data.get("cmd"))
-    if (
-        isinstance(command, list)
-        and len(command) >= 3
-        and all(isinstance(w, str) for w in command)
-        and command[-2] in ("-c", "-lc", "-ic", "-lic", "-Command")
-    ):
-        return str(command[-1])
-    return tool_command(data)
 
 
 def update(base: Ledger, history: Sequence[WithParts]) -> Ledger:

@@ -38,6 +38,16 @@ def check(tokens: Tokens, limit: ModelLimit, cfg: CompactionConfig) -> Overflow:
     """
     count = tokens.input + tokens.cache.read + tokens.output
     room = usable(limit, cfg)
-    if not cfg.auto or limit.context == 0:
+    if not cfg.auto:
+        return Overflow(False, count, room)
+    if reaches_trigger_tokens(count, cfg):
+        return Overflow(True, count, room)
+    if limit.context == 0:
         return Overflow(False, count, room)
     return Overflow(count > cfg.effective_trigger() * room, count, room)
+
+
+def reaches_trigger_tokens(count: int, cfg: CompactionConfig) -> bool:
+    """``compaction.triggerTokens``: compact once a turn's tokens reach it, whatever the
+    model's window; with the fraction trigger, whichever is lower wins."""
+    return cfg.trigger_tokens is not None and count >= cfg.trigger_tokens

@@ -1,8 +1,11 @@
-"""Run prune (the pure plan in ``prune.py``) against the store.
+"""Run prune (the pure plan in ``prune_plan.py``) against the store.
 
-The walk reads the session backwards a page at a time and stops reading as soon as a page
-holds what ends the walk (a summary message or an already-compacted output), so its cost
-follows the recent window, not the length of the history.
+The walk goes newest to oldest and stops reading as soon as the plan stops (a summary
+message or an already-compacted output past the protected turns), so its cost follows the
+recent window, not the length of the history. It starts from the window cache (the window a
+frontend reads every step is held there, so the newest messages cost no query) and goes on
+with the store's light pages (``Store.light_newest_first``), which bring only what the
+decision reads: never an output already pruned.
 """
 
 from __future__ import annotations
@@ -11,21 +14,71 @@ from sidecar.engine import prune_plan
 from sidecar.engine.window import cut_reverted, revert_key
 from sidecar.model.config import CompactionConfig
 from sidecar.model.ids import now_ms
-from sidecar.model.messages import AssistantMessage, WithParts
-from sidecar.model.parts import ToolCompleted, ToolPart
 from sidecar.model.session import Session
-from sidecar.store import Key, Store
+from sidecar.store import Key, Store, steer
+from sidecar.store.store import PAGE, LightMessage
 
 
-def _ends_walk(msg: WithParts) -> bool:
-    if isinstance(msg.info, AssistantMessage) and msg.info.summary:
-        return True
-    return any(
-        isinstance(p, ToolPart)
-        and isinstance(p.state, ToolCompleted)
-        and p.state.time.compacted is not None
-        for p in msg.parts
-    )
+def _visible(
+    msg: LightMessage, session: Session, rkey: Key | None, cutoff: Key | None
+) -> prune_plan.Step | None:
+    """``msg`` as the walk sees it, or None when the revert point or ``cutoff`` hides it
+    (``cut_reverted``'s rule on light rows)."""
+    if cutoff is not None and msg.key > cutoff:
+        return None
+    parts = msg.parts
+    if session.revert is not None and rkey is not None and msg.key >= rkey:
+        part_id = session.revert.part_id
+        if msg.key > rkey or part_id is None:
+            return None
+        parts = [p for p in parts if p.id < part_id]
+        if not parts:
+            return None
+    tools = [
+        prune_plan.ToolOutput(p.id, p.tool, p.compacted, p.output)
+        for p in parts
+        if p.tool is not None
+    ]
+    return prune_plan.Step(msg.user, msg.summary, tools)
+
+
+async def walk(
+    store: Store,
+    session: Session,
+    cfg: CompactionConfig,
+    cutoff: Key | None = None,
+    page: int = PAGE,
+    pinned: frozenset[str] | set[str] = frozenset(),
+) -> prune_plan.PrunePlan:
+    """The prune plan (the candidates' ``parts`` are left empty: only ids are read);
+    ``page``: messages per query behind the cached window; ``pinned`` parts are never
+    pruned."""
+    if not cfg.prune:
+        return prune_plan.PrunePlan(part_ids=[], tokens_saved=0, commit=False)
+    rkey = await revert_key(store, session)
+    plan = prune_plan.Walk(cfg, pinned)
+    end: Key | None = None
+    await store.fresh()
+    cached = store.cached_newest_first(session.id)
+    if cached is not None:
+        start, msgs = cached
+        for msg in msgs:  # no await in this loop: the cache stays as it was read
+            visible = cut_reverted([msg], session, rkey)
+            if not visible:
+                continue
+            if cutoff is not None and (msg.info.time.created, msg.info.id) > cutoff:
+                continue
+            if not plan.feed(prune_plan.step_of(visible[0])):
+                return plan.plan()
+        if start is None:  # the cache held the whole session
+            return plan.plan()
+        end = start
+    async for rows in store.light_newest_first(session.id, end, page):
+        for light in rows:
+            step = _visible(light, session, rkey, cutoff)
+            if step is not None and not plan.feed(step):
+                return plan.plan()
+    return plan.plan()
 
 
 async def run(
@@ -40,18 +93,7 @@ async def run(
 
     ``cutoff``: walk only messages up to it (what a turn-end prune saw when its turn ended,
     whatever the frontend has written since); ``ts``: the ``time.compacted`` to set."""
-    if not cfg.prune:
-        return prune_plan.PrunePlan(part_ids=[], tokens_saved=0, commit=False), []
-    rkey = await revert_key(store, session)
-    newest_first: list[WithParts] = []
-    async for page in store.newest_first(session.id):
-        visible = cut_reverted(list(reversed(page)), session, rkey)
-        if cutoff is not None:
-            visible = [m for m in visible if Key(m.info.time.created, m.info.id) <= cutoff]
-        newest_first.extend(reversed(visible))
-        if any(_ends_walk(m) for m in visible):
-            break
-    plan = prune_plan.plan(newest_first, cfg)
+    plan = await walk(store, session, cfg, cutoff, pinned=await steer.pinned_ids(store, session.id))
     if not plan.commit:
         return plan, []
     updated = await store.mark_compacted(plan.part_ids, ts if ts is not None else now_ms())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -29,6 +29,9 @@ from sidecar.model.parts import (
     ToolError,
     ToolPart,
 )
+from sidecar.model.tokens import estimate
+from sidecar.toolcalls import outputs, shell
+from sidecar.toolcalls import vocabulary as tools
 
 SUBTASK_TEXT = "The following tool was executed by the user"
 TOOL_MEDIA_TEXT = "Attached media from tool result:"
@@ -53,24 +56,71 @@ def attached_text(part: FilePart) -> str:
     return f"[Attached {part.mime}: {part.filename or 'file'}]"
 
 
+# -- pruned outputs ----------------------------------------------------------------------------
+
+Stub = Literal["opencode", "informative"]
+STUB_ARGUMENT_CHARS = 120
+
+
+def stub(part: ToolPart, mode: Stub = "opencode") -> str:
+    """What a pruned tool output is sent as. ``opencode``: OpenCode's placeholder.
+    ``informative`` (``compaction.prunedStub``): the same words followed, on one line, by the
+    tool, its main argument (file or command), its exit status, the output's size and its first
+    error line, so the model still knows what the call did and whether it worked."""
+    state = part.state
+    if mode == "opencode" or not isinstance(state, ToolCompleted):
+        return CLEARED
+    data = state.input if isinstance(state.input, dict) else {}
+    arg = outputs.one_line(tools.main_argument(part.tool, data), STUB_ARGUMENT_CHARS)
+    output = state.output
+    code = outputs.exit_status(output, state.metadata)
+    facts = [f"{part.tool}" + (f" {arg}" if arg else "")]
+    if code is not None:
+        facts.append(f"exit {code}")
+    facts.append(f"{len(output):,} chars")
+    shows_only = tools.tool_kind(part.tool, data) in ("read", "search") or (
+        tools.tool_kind(part.tool, data) == "shell"
+        and not tools.runs_something(shell.analyse(tools.shell_script(data)).commands)
+    )
+    if not shows_only or (code is not None and code != 0):
+        sigs = outputs.error_signatures(output)
+        if sigs:
+            facts.append(f"first error: {sigs[0]}")
+    return f"{CLEARED} " + "; ".join(facts)
+
+
+def stub_extra(window: Sequence[WithParts], mode: Stub) -> int:
+    """Tokens the informative stubs of ``window`` take beyond OpenCode's placeholder, which is
+    what the window's estimate counts for a pruned output."""
+    if mode == "opencode":
+        return 0
+    base = estimate(CLEARED)
+    return sum(
+        estimate(stub(p, mode)) - base
+        for m in window
+        for p in m.parts
+        if isinstance(p, ToolPart) and isinstance(p.state, ToolCompleted) and p.state.time.compacted
+    )
+
+
 # -- parts -------------------------------------------------------------------------------------
 
 
-def _clear(part: Part) -> Part:
+def _clear(part: Part, mode: Stub = "opencode") -> Part:
     if isinstance(part, ToolPart):
         state = part.state
         if isinstance(state, ToolCompleted) and state.time.compacted:
-            state = msgspec.structs.replace(state, output=CLEARED, attachments=None)
+            state = msgspec.structs.replace(state, output=stub(part, mode), attachments=None)
             return msgspec.structs.replace(part, state=state)
     return part
 
 
 _MEMO_LIMIT = 50_000
-_parts_memo: dict[tuple[int, tuple[int, ...]], tuple[WithParts, dict[str, Any]]] = {}
+_parts_memo: dict[tuple[int, tuple[int, ...], str], tuple[WithParts, dict[str, Any]]] = {}
 
 
 def to_parts(
-    window: Sequence[WithParts], raws: Mapping[str, str] | None = None
+    window: Sequence[WithParts], raws: Mapping[str, str] | None = None, stub: Stub = "opencode"
 ) -> list[dict[str, Any]]:
     """The window as stored ``{info, parts}`` (wire names), pruned outputs cleared, nothing
     dropped: for frontends that do their own provider conversion, as OpenCode does.
@@ -85,13 +135,13 @@ def to_parts(
         return msgspec.Raw(raw.encode()) if raw is not None else msgspec.to_builtins(m.info)
 
     def part(p: Part) -> Any:
-        cleared = _clear(p)
+        cleared = _clear(p, stub)
         raw = raws.get(p.id) if raws is not None and cleared is p else None
         return msgspec.Raw(raw.encode()) if raw is not None else msgspec.to_builtins(cleared)
 
     out: list[dict[str, Any]] = []
     for m in window:
-        key = (id(m.info), tuple(map(id, m.parts)))
+        key = (id(m.info), tuple(map(id, m.parts)), stub)
         if raws is not None:  # objects from the store: the same objects, the same JSON
             hit = _parts_memo.get(key)
             if hit is not None and hit[0].info is m.info:
@@ -149,12 +199,12 @@ def _has_text(part: TextPart) -> bool:
     return not part.ignored and bool(part.text.strip())
 
 
-def _call(part: ToolPart) -> _Call:
+def _call(part: ToolPart, mode: Stub = "opencode") -> _Call:
     state = part.state
     cid, name = _call_id(part), part.tool
     if isinstance(state, ToolCompleted):
         if state.time.compacted:
-            return _Call(cid, name, state.input, CLEARED, False)
+            return _Call(cid, name, state.input, stub(part, mode), False)
         return _Call(cid, name, state.input, state.output, False, list(state.attachments or ()))
     if isinstance(state, ToolError):
         return _Call(cid, name, state.input, state.error, True)
@@ -173,7 +223,7 @@ def _keeper(window: Sequence[WithParts], sent: Sequence[bool]) -> dict[str, Tool
 
 
 def _message_turns(
-    msg: WithParts, ok: bool, keeper: Mapping[str, ToolPart]
+    msg: WithParts, ok: bool, keeper: Mapping[str, ToolPart], mode: Stub = "opencode"
 ) -> list[_User | _Assistant]:
     out: list[_User | _Assistant] = []
     if isinstance(msg.info, UserMessage):
@@ -190,17 +240,19 @@ def _message_turns(
             elif isinstance(part, TextPart) and _has_text(part):
                 segment.texts.append(part.text)
             elif isinstance(part, ToolPart) and keeper.get(_call_id(part)) is part:
-                segment.calls.append(_call(part))
+                segment.calls.append(_call(part, mode))
         if segment.texts or segment.calls:
             out.append(segment)
     return out
 
 
-def _turns(window: Sequence[WithParts]) -> list[_User | _Assistant]:
+def _turns(window: Sequence[WithParts], mode: Stub = "opencode") -> list[_User | _Assistant]:
     sent = [_sent(m) for m in window]
     keeper = _keeper(window, sent)
     return [
-        t for msg, ok in zip(window, sent, strict=True) for t in _message_turns(msg, ok, keeper)
+        t
+        for msg, ok in zip(window, sent, strict=True)
+        for t in _message_turns(msg, ok, keeper, mode)
     ]
 
 
@@ -264,10 +316,12 @@ def _openai_content(items: Sequence[str | FilePart], strip_media: bool) -> str |
     return pieces
 
 
-_openai_memo: dict[tuple[int, tuple[int, ...]], tuple[WithParts, list[dict[str, Any]]]] = {}
+_openai_memo: dict[tuple[int, tuple[int, ...], str], tuple[WithParts, list[dict[str, Any]]]] = {}
 
 
-def to_openai(window: Sequence[WithParts], *, strip_media: bool = False) -> list[dict[str, Any]]:
+def to_openai(
+    window: Sequence[WithParts], *, strip_media: bool = False, stub: Stub = "opencode"
+) -> list[dict[str, Any]]:
     """Chat-completions ``messages``: each step is an assistant message with its ``tool_calls``,
     then one ``tool`` message per call; reasoning is not sent (the format has no slot for it).
 
@@ -286,14 +340,14 @@ def to_openai(window: Sequence[WithParts], *, strip_media: bool = False) -> list
         memo = not strip_media and all(
             keeper.get(_call_id(p)) is p for p in msg.parts if isinstance(p, ToolPart)
         )
-        key = (id(msg.info), tuple(map(id, msg.parts)))
+        key = (id(msg.info), tuple(map(id, msg.parts)), stub)
         if memo:
             hit = _openai_memo.get(key)
             if hit is not None and hit[0].info is msg.info:  # ids in the key: the same parts
                 out.extend(hit[1])
                 continue
         rendered: list[dict[str, Any]] = []
-        for turn in _message_turns(msg, ok, keeper):
+        for turn in _message_turns(msg, ok, keeper, stub):
             rendered.extend(_openai_turn(turn, strip_media))
         if memo:
             if len(_openai_memo) >= _MEMO_LIMIT:
@@ -346,7 +400,9 @@ def _anthropic_block(item: str | FilePart, strip_media: bool) -> dict[str, Any]:
     return {"type": "image" if kind == "image" else "document", "source": source}
 
 
-def to_anthropic(window: Sequence[WithParts], *, strip_media: bool = False) -> list[dict[str, Any]]:
+def to_anthropic(
+    window: Sequence[WithParts], *, strip_media: bool = False, stub: Stub = "opencode"
+) -> list[dict[str, Any]]:
     """Messages API ``messages``: ``tool_use`` blocks answered by ``tool_result`` blocks at the
     head of the next user message; same-role neighbours merged, since roles must alternate."""
     out: list[dict[str, Any]] = []
@@ -357,7 +413,7 @@ def to_anthropic(window: Sequence[WithParts], *, strip_media: bool = False) -> l
         else:
             out.append({"role": role, "content": blocks})
 
-    for turn in _turns(window):
+    for turn in _turns(window, stub):
         if isinstance(turn, _User):
             add("user", [_anthropic_block(i, strip_media) for i in turn.items])
             continue

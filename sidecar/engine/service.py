@@ -1,10 +1,13 @@
 """The engine as a service: the methods the server exposes and the automatic triggers.
 
 After an assistant message is stored with ``finish`` (or with ``ContextOverflowError``), the
-session is checked, once, under its own lock: an overflow compacts (when ``compaction.auto``),
-otherwise a finished turn prunes. Per-session locks make racing updates of the same message
-compact at most once (OpenCode #27468), and a streak counter stops compaction loops when a
-compacted context still overflows (OpenCode #27924): one more attempt, then an error event.
+session is checked, once, under its own lock, when that turn has ended (``Turn``): an overflow
+compacts (when ``compaction.auto``), otherwise a finished turn prunes. Waiting for the turn's
+end (and for the writes queued before it to commit) is what makes the summarized span the
+same however late a frontend sends the message's parts. Per-session locks make racing
+updates of the same message compact at most once (OpenCode #27468), and a streak counter stops
+compaction loops when a compacted context still overflows (OpenCode #27924): one more
+attempt, then an error event.
 
 The work a write causes is registered *before* the write is submitted (``will_store``), runs
 in the order of the writes (each waits for the one before it), and sees the session only up
@@ -17,9 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
-import os
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -28,40 +30,98 @@ import msgspec
 from sidecar.engine import context as context_mod
 from sidecar.engine import fork as fork_mod
 from sidecar.engine import overflow as overflow_mod
-from sidecar.engine import prune_run
+from sidecar.engine import prune_run, steer
 from sidecar.engine import revert as revert_mod
-from sidecar.engine.compactor import Compactor, Outcome, Request
+from sidecar.engine.compactor import Compactor, Outcome, Prepared, Request, fingerprint
 from sidecar.engine.fit import limit_for_window
 from sidecar.engine.host import Host
 from sidecar.engine.window import load_window
-from sidecar.errors import Busy, ErrorCode, SidecarError
-from sidecar.model.catalog import lookup
+from sidecar.errors import Busy, ErrorCode, InvalidParams, SidecarError
+from sidecar.model.catalog import lookup, lookup_with_source
 from sidecar.model.config import Config, SummarizerConfig
 from sidecar.model.ids import now_ms
 from sidecar.model.messages import AssistantMessage, Message
 from sidecar.model.rpc import (
+    PRUNED_PER_EVENT,
+    CompactionRecord,
     CompactResult,
     ContextFormat,
     ContextResult,
+    MessageRemovedEvent,
     OverflowResult,
     PartUpdatedEvent,
     PrunedEvent,
     PruneResult,
     StatusEvent,
 )
-from sidecar.model.session import Session
+from sidecar.model.session import Session, SessionLimits
 from sidecar.model.tokens import ModelLimit, Tokens
-from sidecar.store import Key, Store
+from sidecar.store import Key, Store, holder
+from sidecar.store import steer as steer_data
+from sidecar.store.backend import Done
 from sidecar.summarizers.base import Summarizer
 from sidecar.summarizers.factory import build_summarizer
 
 log = logging.getLogger("sidecar.engine")
 
 CONTEXT_OVERFLOW = "ContextOverflowError"
+# A frontend that never says its turn ended (no ``session/idle``, no waiting read, no next
+# user message): the turn is taken to have ended this long after its last write.
+TURN_QUIET_S = 2.0
 MAX_STREAK = 2  # automatic compactions in a row without a turn that fits
 # A compaction holds a lease in the database (other daemons may share it); renewed while it
-# runs, so only a daemon that died holding one leaves it, for this long.
+# runs, so only a daemon that died holding one leaves it, for this long at most (on its own
+# machine it is taken over at once: ``holder.gone``).
 LEASE_MS = 60_000
+
+
+class Turn:
+    """The end of a session's current turn, which the automatic work its finished messages
+    caused waits for (OpenCode compacts only after the step's parts are written): the
+    session's next user message, ``session/idle`` or a read that waits for the work, or, for
+    a frontend that says none of these, ``TURN_QUIET_S`` without a write to the session."""
+
+    def __init__(self, on_end: Callable[[Turn], None]) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._on_end = on_end
+        self.ended: asyncio.Future[None] = loop.create_future()
+        self.last = loop.time()
+        self._timer = loop.call_later(TURN_QUIET_S, self._quiet)
+
+    def touch(self) -> None:
+        self.last = self._loop.time()
+
+    def _quiet(self) -> None:
+        due = self.last + TURN_QUIET_S - self._loop.time()
+        if due > 0:
+            self._timer = self._loop.call_later(due, self._quiet)
+        else:
+            self.end()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def end(self) -> None:
+        self._timer.cancel()
+        if not self.ended.done():
+            self.ended.set_result(None)
+            self._on_end(self)
+
+
+class _Preparing:
+    """One session's background summary: the task writing it, under which settings."""
+
+    def __init__(self, task: asyncio.Task[Prepared | None], settings: bytes) -> None:
+        self.task = task
+        self.settings = settings
+
+
+def _settings(cfg: Config) -> bytes:
+    """What a prepared summary was written under (writer, compaction settings): any change
+    makes it stale. ``prepare`` itself is left out: raising it changes no summary."""
+    ccfg = msgspec.structs.replace(cfg.compaction, prepare=None)
+    return msgspec.json.encode([cfg.summarizer, ccfg, cfg.models])
 
 
 class Engine:
@@ -78,7 +138,7 @@ class Engine:
         self._streak: dict[str, int] = {}
         self._writers: dict[bytes, Summarizer] = {}
         self._http: Any = None
-        self._owner = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self._owner = holder.new_owner()
         # The newest automatic-work task per session: the next one waits for it (write order).
         self._last: dict[str, asyncio.Task[Any]] = {}
         # Per session, the last compaction made here: (its cut, its marker). A new message
@@ -87,6 +147,13 @@ class Engine:
         self._failed: dict[str, str] = {}  # the last automatic compaction's error, per session
         # The newest time a compaction of ours stamped, per session (``next_time``).
         self._made_until: dict[str, int] = {}
+        # Per session, the turn whose end its pending automatic work waits for.
+        self._turns: dict[str, Turn] = {}
+        # compaction.prepare: per session, the summary being written (or written) ahead of its
+        # overflow. In memory only; no read or write waits on it (not in ``_by_session``).
+        self._prepared: dict[str, _Preparing] = {}
+        self.summary_tokens = 0  # output tokens of every summary written here
+        self.prepared_discarded_tokens = 0  # of those, prepared summaries never committed
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -157,12 +224,38 @@ class Engine:
 
         task.add_done_callback(forget)
 
+    def end_turn(self, session_id: str) -> None:
+        """The session's turn ended: its pending automatic work may start."""
+        turn = self._turns.get(session_id)
+        if turn is not None:
+            turn.end()
+
+    def touched(self, session_id: str) -> None:
+        """A write to the session: its turn (if work waits for its end) is not quiet yet."""
+        turn = self._turns.get(session_id)
+        if turn is not None:
+            turn.touch()
+
+    def _turn(self, session_id: str) -> Turn:
+        turn = self._turns.get(session_id)
+        if turn is None:
+
+            def ended(t: Turn) -> None:
+                if self._turns.get(session_id) is t:
+                    del self._turns[session_id]
+
+            turn = self._turns[session_id] = Turn(ended)
+        return turn
+
     async def idle(self, session_id: str) -> None:
-        """Wait until the session's automatic work (checks, prune, compaction) has finished.
+        """End the session's turn, then wait until its automatic work (checks, prune,
+        compaction) has finished.
 
         Free when nothing is pending: no task, an unheld lock, no suspension."""
+        self.end_turn(session_id)
         while tasks := self._by_session.get(session_id):
             await asyncio.gather(*list(tasks), return_exceptions=True)
+            self.end_turn(session_id)  # work registered meanwhile: its turn ends here too
         lock = self._locks.get(session_id)
         if lock is not None and lock.locked():
             async with lock:
@@ -170,12 +263,19 @@ class Engine:
         return None
 
     async def settle(self) -> None:
-        """Wait until all automatic work, of every session, has finished, including any that
-        work started in turn (a prune after a compaction)."""
+        """End every open turn (as each session's ``session/idle`` would), then wait until all
+        automatic work has finished, including any that work started in turn (a prune after a
+        compaction)."""
+        for sid in list(self._turns):
+            self.end_turn(sid)
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def close(self) -> None:
+        for turn in list(self._turns.values()):
+            turn.cancel()
+        for sid in list(self._prepared):
+            self.invalidate_prepared(sid)
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):
@@ -203,10 +303,12 @@ class Engine:
         if wait:
             await self.idle(session_id)
         session = await self.store.require_session(session_id)
-        result, window = await context_mod.build_with_window(self.store, session, fmt)
+        cfg = cfg or self.config()
+        stub = cfg.compaction.pruned_stub
+        result, window = await context_mod.build_with_window(self.store, session, fmt, stub)
         if not fit:
             return result
-        cfg = cfg or self.config()
+        cfg = steer.for_window(cfg, window)
         limit = limit_for_window(window, cfg.models)
         if limit is None:
             return result
@@ -218,12 +320,13 @@ class Engine:
     async def _fit(self, sid: str, fmt: ContextFormat, usable: int, cfg: Config) -> ContextResult:
         """Make an over-budget window fit: prune, then compact (the automatic path, same
         events), then truncate single oversized outputs in the rendering only; else say so."""
+        stub = cfg.compaction.pruned_stub
         async with self.lock(sid):
             session = await self.store.require_session(sid)
-            result, window = await context_mod.build_with_window(self.store, session, fmt)
+            result, window = await context_mod.build_with_window(self.store, session, fmt, stub)
             if result.estimated_tokens > usable and cfg.compaction.prune:
                 await self._prune(sid, cfg)
-                result, window = await context_mod.build_with_window(self.store, session, fmt)
+                result, window = await context_mod.build_with_window(self.store, session, fmt, stub)
             if result.estimated_tokens > usable and cfg.compaction.auto:
                 last = next(
                     (
@@ -236,9 +339,13 @@ class Engine:
                 if last is not None and not self.is_compacting(sid):
                     with contextlib.suppress(Busy):  # another daemon compacts it: cut instead
                         await self._auto_compact(sid, cfg, limit_for=last)
-                    result, window = await context_mod.build_with_window(self.store, session, fmt)
+                    result, window = await context_mod.build_with_window(
+                        self.store, session, fmt, stub
+                    )
             if result.estimated_tokens > usable:
-                return await context_mod.build_fitted(self.store, session, fmt, window, usable)
+                return await context_mod.build_fitted(
+                    self.store, session, fmt, window, usable, stub
+                )
             return result
 
     async def overflow_of(
@@ -264,6 +371,7 @@ class Engine:
         )
         if last is None:
             return OverflowResult(overflow=False, count=0, usable=0)
+        cfg = steer.for_window(cfg or self.config(), window)
         limit = self.limits(last.provider_id, last.model_id, cfg)
         if limit is None:
             count = last.tokens.input + last.tokens.cache.read + last.tokens.output
@@ -273,6 +381,8 @@ class Engine:
     async def prune(self, session_id: str, cfg: Config | None = None) -> PruneResult:
         """A requested prune: after the session's running automatic work, under its lock."""
         async with self.lock(session_id):
+            session = await self.store.require_session(session_id)
+            cfg = steer.for_window(cfg or self.config(), await load_window(self.store, session))
             return await self._prune(session_id, cfg)
 
     async def fork(self, session_id: str, message_id: str | None) -> Session:
@@ -284,9 +394,11 @@ class Engine:
         if self.is_compacting(session_id):
             raise Busy(f"session {session_id!r} is compacting")
         session = await self.store.require_session(session_id)
+        self.invalidate_prepared(session_id)
         return await revert_mod.revert(self.store, session, message_id, part_id)
 
     async def unrevert(self, session_id: str) -> Session:
+        self.invalidate_prepared(session_id)
         session = await self.store.require_session(session_id)
         return await revert_mod.unrevert(self.store, session)
 
@@ -302,19 +414,26 @@ class Engine:
         only up to that message, and marks with ``ts`` (automatic work: deterministic whatever
         the frontend writes next)."""
         session = await self.store.require_session(session_id)
-        plan, updated = await prune_run.run(
+        ts = ts if ts is not None else now_ms()
+        plan, _updated = await prune_run.run(
             self.store, session, (cfg or self.config()).compaction, cutoff=cutoff, ts=ts
         )
         if not plan.commit:
             return PruneResult(part_ids=[], tokens_saved=0)
-        for raw in updated:
-            self.host.publish(session_id, PartUpdatedEvent(part=msgspec.Raw(raw.encode())))
-        self.host.publish(
-            session_id,
-            PrunedEvent(
-                session_id=session_id, part_ids=plan.part_ids, tokens_saved=plan.tokens_saved
-            ),
-        )
+        # No ``part/updated`` per pruned part: it would carry the very output the prune
+        # cleared (126 MB for a long imported session's first prune, in one burst). The
+        # ``session/pruned`` events name the parts and their ``time.compacted``, a bounded
+        # number of ids each.
+        for start in range(0, len(plan.part_ids), PRUNED_PER_EVENT):
+            self.host.publish(
+                session_id,
+                PrunedEvent(
+                    session_id=session_id,
+                    part_ids=plan.part_ids[start : start + PRUNED_PER_EVENT],
+                    tokens_saved=sum(plan.saved[start : start + PRUNED_PER_EVENT]),
+                    compacted=ts,
+                ),
+            )
         return PruneResult(part_ids=plan.part_ids, tokens_saved=plan.tokens_saved)
 
     def is_compacting(self, session_id: str) -> bool:
@@ -324,6 +443,8 @@ class Engine:
         """Compact under the session's lease; with ``turn`` (automatic work), not at all when a
         compaction (another daemon's) already cut history past that turn."""
         sid = req.session_id
+        if req.started is None:
+            req = dataclasses.replace(req, started=asyncio.get_running_loop().time())
         lease = f"compact:{sid}"
         if not await self.store.acquire_lease(lease, self._owner, LEASE_MS):
             raise Busy(f"session {sid!r} is being compacted by another daemon")
@@ -334,11 +455,167 @@ class Engine:
                 boundary = await self.store.boundary(sid)
                 if boundary is not None and boundary.marker > turn:
                     return None
-            return await self.compactor.run(req, cfg, self.writer(cfg))
+            used = await self._commit_prepared(req, cfg)
+            if used is not None:
+                return used
+            outcome = await self.compactor.run(req, cfg, self.writer(cfg))
+            if outcome.result.error is None:
+                self.summary_tokens += await self._summary_output(sid, outcome)
+            return outcome
         finally:
             renew.cancel()
             self._compacting.discard(sid)
             await self.store.release_lease(lease, self._owner)
+
+    async def _summary_output(self, sid: str, outcome: Outcome) -> int:
+        mid = outcome.result.summary_message_id
+        if mid is None:
+            return 0
+        found = await self.store.get_message(mid)
+        if found is None or not isinstance(found[0], AssistantMessage):
+            return 0
+        return found[0].tokens.output
+
+    # -- compaction.prepare --------------------------------------------------------------------
+
+    async def prepared(self, session_id: str) -> Prepared | None:
+        """The session's prepared summary, once written (None: none, or it failed). For tests
+        and ``inspect``-style tools: nothing in the daemon waits on it except a compaction."""
+        entry = self._prepared.get(session_id)
+        if entry is None:
+            return None
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            return await asyncio.shield(entry.task)
+        return None
+
+    def invalidate_prepared(self, session_id: str) -> None:
+        """Forget the session's prepared summary (cancelling it if still being written) and
+        count what it cost. What anything that changes the session's history up to the
+        prepared cut without a message write calls (revert, and e.g. uncompact, pins)."""
+        entry = self._prepared.pop(session_id, None)
+        if entry is None:
+            return
+        if not entry.task.done():
+            entry.task.cancel()
+            return
+        self._count_discarded(entry)
+
+    def _count_discarded(self, entry: _Preparing) -> None:
+        if entry.task.cancelled() or entry.task.exception() is not None:
+            return
+        result = entry.task.result()
+        if result is not None:
+            self.prepared_discarded_tokens += result.tokens
+
+    async def _stale(self, sid: str, entry: _Preparing) -> bool:
+        """A written prepared summary whose covered history changed since (checked at a turn
+        end, so the next preparation starts at once rather than at the overflow)."""
+        if not entry.task.done() or entry.task.cancelled() or entry.task.exception():
+            return False
+        prepared = entry.task.result()
+        if prepared is None:
+            return False
+        session = await self.store.get_session(sid)
+        if session is None or session.revert is not None:
+            return True
+        window = await load_window(self.store, session)
+        if not any(Key(m.info.time.created, m.info.id) == prepared.cut for m in window):
+            return True
+        return fingerprint(window, prepared.cut) != prepared.fingerprint
+
+    def _maybe_prepare(self, info: AssistantMessage, cfg: Config, count: int, usable: int) -> None:
+        """A turn ended at ``count`` tokens: start preparing the session's summary when that
+        reaches ``prepare x usable`` and no valid one exists (checked again at commit)."""
+        share = cfg.compaction.prepare
+        if share is None or not cfg.compaction.auto or usable <= 0 or count < share * usable:
+            return
+        sid = info.session_id
+        settings = _settings(cfg)
+        entry = self._prepared.get(sid)
+        if entry is not None:
+            if entry.settings == settings and not entry.task.done():
+                return  # being written: the overflow waits for this one
+            written = (
+                entry.task.done()
+                and not entry.task.cancelled()
+                and entry.task.exception() is None
+                and entry.task.result() is not None
+            )
+            if entry.settings == settings and written:
+                return  # written; its validity is checked when it would be committed
+            self.invalidate_prepared(sid)
+        req = Request(
+            session_id=sid, auto=True, overflow=True, cutoff=Key(info.time.created, info.id)
+        )
+        task = asyncio.get_running_loop().create_task(self._prepare(req, cfg))
+        self._prepared[sid] = _Preparing(task, settings)
+
+        def done(t: asyncio.Task[Prepared | None]) -> None:
+            current = self._prepared.get(sid)
+            if t.cancelled():
+                if current is not None and current.task is t:
+                    del self._prepared[sid]
+                return
+            if t.exception() is not None or t.result() is None:
+                if current is not None and current.task is t:
+                    del self._prepared[sid]  # failed: the next overflow compacts as usual
+
+        task.add_done_callback(done)
+
+    async def _prepare(self, req: Request, cfg: Config) -> Prepared | None:
+        try:
+            prepared = await self.compactor.prepare(req, cfg, self.writer(cfg))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("preparing a summary failed for %s", req.session_id)
+            return None
+        if prepared is not None:
+            self.summary_tokens += prepared.tokens
+        return prepared
+
+    async def _commit_prepared(self, req: Request, cfg: Config) -> Outcome | None:
+        """Under the compaction lease: commit the session's prepared summary when it is valid
+        (waiting for it when still being written, never starting a second); else discard it
+        (counted) and let the compaction run as usual. Every compaction ends the prepared one."""
+        sid = req.session_id
+        entry = self._prepared.pop(sid, None)
+        if entry is None:
+            return None
+        usable_now = cfg.compaction.prepare is not None and entry.settings == _settings(cfg)
+        if not usable_now or req.instructions or req.model is not None:
+            self._prepared[sid] = entry
+            self.invalidate_prepared(sid)  # another writer or prompt: not this summary
+            return None
+        try:
+            prepared = await asyncio.shield(entry.task)
+        except asyncio.CancelledError:
+            if not entry.task.done():
+                entry.task.cancel()
+            raise
+        except Exception:
+            return None
+        if prepared is None:
+            return None
+        if prepared.session_id != sid:
+            return None
+        prompt = await self.compactor._prompt(req, cfg)
+        outcome = None
+        if prompt == prepared.prompt:
+            budget = req.usable
+            if budget <= 0:
+                budget = await self._budget(sid, cfg)
+            outcome = await self.compactor.commit_prepared(req, cfg, prepared, budget)
+        if outcome is None:
+            self.prepared_discarded_tokens += prepared.tokens
+        return outcome
+
+    async def _budget(self, sid: str, cfg: Config) -> int:
+        """The threshold a compaction's result must fit (0: unknown model)."""
+        session = await self.store.require_session(sid)
+        window = await load_window(self.store, session)
+        limit = limit_for_window(window, cfg.models)
+        return 0 if limit is None else self._threshold(limit, cfg)
 
     async def _keep_lease(self, lease: str) -> None:
         while True:
@@ -352,8 +629,9 @@ class Engine:
         async with self.lock(req.session_id):
             if self.is_compacting(req.session_id):
                 raise Busy(f"session {req.session_id!r} is already compacting")
-            await self.store.require_session(req.session_id)
-            outcome = await self._run(req, cfg or self.config())
+            session = await self.store.require_session(req.session_id)
+            window = await load_window(self.store, session)
+            outcome = await self._run(req, steer.for_window(cfg or self.config(), window))
             assert outcome is not None  # only automatic work is ever skipped
             await self._record(req.session_id, outcome)
             return outcome.result
@@ -364,27 +642,33 @@ class Engine:
         """``info`` was stored: run the automatic work it causes (see ``will_store``)."""
         committed = self.will_store(info, cfg)
         if committed is not None:
-            committed(True)
+            committed(None, None)
 
-    def will_store(self, info: Message, cfg: Config | None = None) -> Callable[[bool], None] | None:
+    def will_store(self, info: Message, cfg: Config | None = None) -> Done[Any] | None:
         """Called just before ``info`` is submitted for storage, with the config of the
         connection that writes it (another client's settings never apply). Registers the
         automatic work it causes at once, so a read dispatched behind the write waits for it;
-        returns the callback to call with whether the write committed (None: no work follows)."""
+        returns the write's completion (``Done``: the work runs only if it committed, with no
+        error), or None when no work follows."""
         self._behind_boundary(info)
-        if not isinstance(info, AssistantMessage) or info.summary:
+        if not isinstance(info, AssistantMessage):
+            self.end_turn(info.session_id)  # the session's next user message
+            return None
+        self.touched(info.session_id)
+        if info.summary:
             return None
         overflowed = info.error is not None and info.error.name == CONTEXT_OVERFLOW
         if info.finish is None and not overflowed:
             return None
         committed: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         prev = self._last.get(info.session_id)
-        work = self._after_turn(info, overflowed, cfg or self.config(), committed, prev)
+        turn = self._turn(info.session_id).ended
+        work = self._after_turn(info, overflowed, cfg or self.config(), committed, prev, turn)
         self._spawn(info.session_id, work)
 
-        def done(ok: bool) -> None:
+        def done(_result: Any, exc: BaseException | None) -> None:
             if not committed.done():
-                committed.set_result(ok)
+                committed.set_result(exc is None)
 
         return done
 
@@ -409,11 +693,17 @@ class Engine:
         cfg: Config,
         committed: asyncio.Future[bool],
         prev: asyncio.Task[Any] | None,
+        turn: asyncio.Future[None],
     ) -> None:
+        """The work ``info`` causes, decided on the session as it is once the turn has ended
+        and every write queued before that end has committed: the same requests always
+        summarize (or prune) the same span, whenever the frontend's parts arrived."""
         sid = info.session_id
         try:
             if not await committed:
                 return
+            await turn
+            await self.store.barrier()
             if prev is not None:
                 await asyncio.gather(prev, return_exceptions=True)
             async with self.lock(sid):
@@ -432,11 +722,18 @@ class Engine:
         boundary = await self.store.boundary(sid)
         if boundary is not None and boundary.marker > Key(info.time.created, info.id):
             return  # this turn was already compacted away
+        # The settings of this turn: ``compaction.overrides`` matching its model and agent.
+        cfg = cfg.for_turn(*steer.turn_of_assistant(info))
         ccfg = cfg.compaction
         cutoff = Key(info.time.created, info.id)
         if not overflowed:
             limit = self.limits(info.provider_id, info.model_id, cfg)
-            overflowed = limit is not None and overflow_mod.check(info.tokens, limit, ccfg).overflow
+            if limit is not None:
+                overflowed = overflow_mod.check(info.tokens, limit, ccfg).overflow
+            else:  # triggerTokens holds whatever the model's window, known or not
+                count = info.tokens.input + info.tokens.cache.read + info.tokens.output
+                overflowed = ccfg.auto and overflow_mod.reaches_trigger_tokens(count, ccfg)
+        await self._remember_limits(session, info, cfg)
         if overflowed:
             if not ccfg.auto:
                 if info.error is not None:
@@ -468,6 +765,31 @@ class Engine:
         self._streak.pop(sid, None)
         if info.finish not in (None, "tool-calls", "unknown"):
             await self._prune(sid, cfg, cutoff=cutoff, ts=info.time.completed or info.time.created)
+        if ccfg.prepare is not None:
+            limit = self.limits(info.provider_id, info.model_id, cfg)
+            entry = self._prepared.get(sid)
+            if entry is not None and await self._stale(sid, entry):
+                self.invalidate_prepared(sid)
+            if limit is not None:
+                o = overflow_mod.check(info.tokens, limit, ccfg)
+                self._maybe_prepare(info, cfg, o.count, o.usable)
+
+    async def _remember_limits(self, session: Session, info: AssistantMessage, cfg: Config) -> None:
+        """Store the limits this turn's decision used with the session (when they changed),
+        so ``inspect``/``report`` show the window the session ran under."""
+        limit, source = lookup_with_source(info.provider_id, info.model_id, cfg.models)
+        if limit is None or not info.model_id:
+            return
+        seen = SessionLimits(
+            model=f"{info.provider_id}/{info.model_id}",
+            source=source,
+            context=limit.context,
+            output=limit.output,
+            input=limit.input,
+            usable=overflow_mod.usable(limit, cfg.compaction),
+        )
+        if session.limits != seen:
+            await self.store.put_session(msgspec.structs.replace(session, limits=seen))
 
     async def _auto_compact(
         self,
@@ -546,4 +868,82 @@ class Engine:
 
     @staticmethod
     def _threshold(limit: ModelLimit, cfg: Config) -> int:
-        return int(cfg.compaction.effective_trigger() * overflow_mod.usable(limit, cfg.compaction))
+        threshold = int(
+            cfg.compaction.effective_trigger() * overflow_mod.usable(limit, cfg.compaction)
+        )
+        if cfg.compaction.trigger_tokens is not None:
+            threshold = min(threshold, cfg.compaction.trigger_tokens)
+        return threshold
+
+    # -- steering: pins, diagnostics, undo ----------------------------------------------------
+
+    async def compactions(self, session_id: str) -> list[CompactionRecord]:
+        await self.store.require_session(session_id)
+        return [_record.decode(d) for d in await steer_data.compactions(self.store, session_id)]
+
+    async def uncompact(
+        self, session_id: str, message_id: str | None, restore_pruned: bool
+    ) -> list[str]:
+        """Remove the newest compaction (or ``message_id``'s and every later one): marker,
+        summary and continue message, so the window is what it was before it; with
+        ``restore_pruned``, the outputs pruned among what it replaced come back too."""
+        if self.is_compacting(session_id):
+            raise Busy(f"session {session_id!r} is compacting")
+        async with self.lock(session_id):
+            if self.is_compacting(session_id):
+                raise Busy(f"session {session_id!r} is compacting")
+            # The compaction lease: no other daemon on this database compacts it meanwhile.
+            lease = f"compact:{session_id}"
+            if not await self.store.acquire_lease(lease, self._owner, LEASE_MS):
+                raise Busy(f"session {session_id!r} is being compacted by another daemon")
+            try:
+                # A summary prepared in the background covers the window being changed.
+                self.invalidate_prepared(session_id)
+                return await self._uncompact(session_id, message_id, restore_pruned)
+            finally:
+                await self.store.release_lease(lease, self._owner)
+
+    async def _uncompact(
+        self, session_id: str, message_id: str | None, restore_pruned: bool
+    ) -> list[str]:
+        records = await self.compactions(session_id)
+        if not records:
+            raise InvalidParams(f"invalid params: session {session_id!r} has no compaction to undo")
+        at = len(records) - 1
+        if message_id is not None:
+            found = next(
+                (
+                    i
+                    for i, r in enumerate(records)
+                    if message_id in (r.message_id, r.marker_id, r.continue_id)
+                ),
+                None,
+            )
+            if found is None:
+                raise InvalidParams(
+                    f"invalid params: `$.messageID` {message_id!r} is not a compaction of "
+                    f"session {session_id!r} (see session/compactions)"
+                )
+            at = found
+        undone = records[at:]
+        ids = [
+            mid
+            for r in reversed(undone)
+            for mid in (r.continue_id, r.message_id, r.marker_id)
+            if mid is not None
+        ]
+        removed = await steer_data.remove_messages(self.store, session_id, ids)
+        for mid in removed:
+            self.host.publish(
+                session_id, MessageRemovedEvent(session_id=session_id, message_id=mid)
+            )
+        if restore_pruned:
+            pruned = [pid for r in undone for pid in r.pruned_part_ids]
+            for raw in await steer_data.unmark_compacted(self.store, pruned):
+                self.host.publish(session_id, PartUpdatedEvent(part=msgspec.Raw(raw.encode())))
+        self._cuts.pop(session_id, None)
+        self._streak.pop(session_id, None)
+        return removed
+
+
+_record = msgspec.json.Decoder(CompactionRecord)

@@ -14,6 +14,14 @@ CLEARED = "[Old tool result content cleared]"
 COMPACTION_TEXT = "What did we do so far?"
 INTERRUPTED = "[Tool execution was interrupted]"
 CONTINUE_TEXT = "Continue if you have next steps"
+DEFAULT_PROMPT = (
+    "Provide a detailed prompt for continuing our conversation above. "
+    "Focus on information that would be helpful for continuing the conversation, including what "
+    "we did, what we're doing, which files we're working on, and what we're going to do next "
+    "considering new session will not have access to our conversation."
+)
+"""The final user instruction of a standard compaction: seed 000's text word for word, on one
+line as OpenCode 1.1.53 sends it (checked against a recorded request)."""
 
 
 def compaction_part(msg: WithParts) -> CompactionPart | None:
@@ -59,3 +67,9 @@ def latest_model_turn(window: Sequence[WithParts]) -> AssistantMessage | None:
         if isinstance(info, AssistantMessage) and not info.summary and info.model_id:
             return info
     return None
+
+
+def writer_name(provider_id: str, model_id: str) -> str:
+    """Who wrote a summary, as ``session/compacted``'s ``writer`` and ``inspect`` show it:
+    ``provider/model``, or ``extractive`` for the offline writer."""
+    return "extractive" if provider_id == "extractive" else f"{provider_id}/{model_id}"

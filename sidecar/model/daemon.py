@@ -22,3 +22,8 @@ class DaemonStatus(Dense, kw_only=True):
     uptime: float
     #: Seconds a daemon started with ``--idle-exit`` waits with no client before it exits.
     idle_exit: float | None
+    #: Output tokens of every summary this daemon's writers produced (prepared ones included).
+    summary_tokens: int = 0
+    #: Of those, the tokens of summaries prepared in the background (``compaction.prepare``)
+    #: and then discarded unused: what zero-wait compaction cost extra.
+    prepared_discarded_tokens: int = 0

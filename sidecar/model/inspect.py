@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from sidecar.model.base import Dense
+from sidecar.model.rpc import Diagnostics
 
 
 class SessionSummary(Dense, kw_only=True):
@@ -33,8 +34,10 @@ class TurnPoint(Dense, kw_only=True):
 
 
 class CompactionEvent(Dense, kw_only=True):
-    """``before``: the window when the marker was written; ``after``: right after the summary.
-    ``turn``: the number of turns before it, so it sits between ``turn`` and ``turn + 1``."""
+    """``before``: the estimated tokens of the window a frontend would have sent just before
+    the compaction (when its marker was written); ``after``: the same right after the summary.
+    ``turn``: the number of turns before it, so it sits between ``turn`` and ``turn + 1``.
+    ``writer``: who wrote the summary (``provider/model`` or ``extractive``)."""
 
     turn: int
     marker_id: str
@@ -44,6 +47,11 @@ class CompactionEvent(Dense, kw_only=True):
     after: int
     time: int
     summary: str
+    writer: str = ""
+    # What the summary replaced: the window's messages before the marker.
+    replaced_ids: list[str] = msgspec.field(default_factory=list)
+    # What the daemon measured and stored then (``session/compactions``), when it did.
+    diagnostics: Diagnostics | None = None
 
 
 class PruneEvent(Dense, kw_only=True):
@@ -60,6 +68,9 @@ class Inspection(Dense, kw_only=True):
     model: str | None = None
     window: int | None = None  # the model's context window, when known
     usable: int | None = None  # the part of it a prompt may use (overflow's ``usable``)
+    # Where window/usable come from: "session" (stored by the daemon's decisions), "catalog",
+    # "--context", or null (unknown).
+    limits_from: str | None = None
     turns: list[TurnPoint] = msgspec.field(default_factory=list)
     compactions: list[CompactionEvent] = msgspec.field(default_factory=list)
     prunes: list[PruneEvent] = msgspec.field(default_factory=list)

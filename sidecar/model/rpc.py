@@ -120,6 +120,8 @@ class SessionContextParams(Base, kw_only=True):
     format: ContextFormat = "parts"
     wait: bool = True  # answer after the automatic work caused by earlier writes
     fit: bool = True  # never above the usable input when the model's limits are known
+    # A ``revision`` of an earlier reply: answer with only what changed at its end if it can.
+    since: str | None = None
 
 
 class ContextResult(Dense, kw_only=True):
@@ -132,6 +134,13 @@ class ContextResult(Dense, kw_only=True):
     overflow: bool = False
     usable: int | None = None  # set when the window had to be fitted
     truncated_part_ids: list[Id] = msgspec.field(default_factory=list)
+    # This reply's window, for a later request's ``since``.
+    revision: str = ""
+    # With ``since``: true when ``messages`` are only those from index ``start`` of the
+    # window (the client keeps its first ``start`` messages); false: the whole window. Both are
+    # absent from a reply to a request without ``since`` (its shape is unchanged).
+    delta: bool | msgspec.UnsetType = msgspec.UNSET
+    start: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class OverflowModel(Base, kw_only=True):
@@ -163,6 +172,8 @@ class SessionCompactParams(Base, kw_only=True):
     auto: bool = False
     instructions: str | None = None
     work_done_token: str | int | None = None
+    # Summarize only up to and including this message; every later one is kept as it is.
+    up_to: Id | None = None
 
 
 class CompactResult(Dense, kw_only=True):
@@ -206,16 +217,90 @@ class ConfigUpdateParams(Base, kw_only=True):
 # -- notifications (daemon -> client) ----------------------------------------------------------
 
 
-class CompactedEvent(Dense, kw_only=True):
+class Diagnostics(Dense, kw_only=True):
+    """What one compaction did (PROTOCOL.md "Steering compaction"), as measured then."""
+
+    tokens_before: int = 0  # the turn's reported tokens, or the window's estimate (manual)
+    tokens_after: int = 0  # the estimate of the window right after it
+    summary_tokens: int = 0
+    messages_summarized: int = 0
+    parts_pruned: int = 0  # pruned tool outputs among what the summary replaced
+    # Who wrote the summary: "provider/model" (e.g. "openai/gpt-4o-mini"), "extractive" for the
+    # offline writer, which is also what a failed writer's fallback shows.
+    writer: str = ""
+    duration_ms: int = 0
+    auto: bool = False
+
+
+class CompactionRecord(Diagnostics, kw_only=True):
+    """One ``session/compactions`` entry, stored by the daemon beside the session: the
+    diagnostics, the messages the compaction added and what its summary replaced."""
+
+    message_id: Id  # the summary message
+    time: int
+    marker_id: Id
+    continue_id: Id | None = None
+    replaced_ids: list[Id] = msgspec.field(default_factory=list)
+    pruned_part_ids: list[Id] = msgspec.field(default_factory=list)
+
+
+class CompactedEvent(Diagnostics, kw_only=True):
     session_id: Id
     message_id: Id
     auto: bool
+    # With compaction.verifySummary (absent otherwise): why the configured writer's first
+    # summary was rejected (null: it was not).
+    rejected: str | msgspec.UnsetType | None = msgspec.UNSET
+    # With compaction.prepare (absent otherwise): whether a summary prepared in the background
+    # was committed, and how long the compaction held reads of the session (ms).
+    prepared: bool | msgspec.UnsetType = msgspec.UNSET
+    waited_ms: int | msgspec.UnsetType = msgspec.UNSET
+
+
+class PartPinParams(Base, kw_only=True):
+    session_id: Id
+    message_id: Id
+    part_id: Id | None = None  # absent: every part of the message
+    pinned: bool = True
+
+
+class Pin(Dense, kw_only=True):
+    message_id: Id
+    part_id: Id
+
+
+class PinsResult(Dense, kw_only=True):
+    pins: list[Pin]
+
+
+class CompactionsResult(Dense, kw_only=True):
+    compactions: list[CompactionRecord]
+
+
+class SessionUncompactParams(Base, kw_only=True):
+    session_id: Id
+    message_id: Id | None = None  # a summary or marker id; absent: the newest compaction
+    restore_pruned: bool = False
+
+
+class UncompactResult(Dense, kw_only=True):
+    removed: list[Id]
 
 
 class PrunedEvent(Dense, kw_only=True):
+    """Tool outputs a prune marked (``compacted``: their ``state.time.compacted``). It stands
+    for those parts' ``part/updated``: a prune sends no part, so no notification carries an
+    output it cleared. A large prune comes as several, each naming at most
+    ``PRUNED_PER_EVENT`` parts with their share of ``tokens_saved``."""
+
     session_id: Id
     part_ids: list[Id]
     tokens_saved: int
+    compacted: int
+
+
+#: Part ids per ``session/pruned`` notification (about 40 KB of JSON).
+PRUNED_PER_EVENT = 1000
 
 
 class StatusEvent(Base, kw_only=True):

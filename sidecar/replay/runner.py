@@ -35,10 +35,14 @@ Echo = Callable[[str], None]
 
 @dataclass
 class Compaction:
+    """As ``inspect`` shows it: ``turn`` model calls came before it; ``before``/``after`` are
+    the estimated tokens of the window sent just before it and right after its summary."""
+
     turn: int
     before: int
     after: int
     auto: bool = True
+    writer: str = ""
 
 
 @dataclass
@@ -133,11 +137,30 @@ async def replay(
     if summarizer:
         options["summarizer"] = summarizer
     with tempfile.TemporaryDirectory(prefix="sidecar-replay-") as tmp:
-        client = await spawn(db or Path(tmp) / "replay.db", initialization_options=options, env=env)
+        path = db or Path(tmp) / "replay.db"
+        client = await spawn(path, initialization_options=options, env=env)
         try:
-            return await _drive(client, transcript, model, context, echo, verbose)
+            report = await _drive(client, transcript, model, context, echo, verbose)
         finally:
             await client.close()
+        report.compactions = _as_inspected(path, report.session_id, context)
+        return report
+
+
+def _as_inspected(db: Path, session_id: str, context: int) -> list[Compaction]:
+    """The compactions as ``inspect``/``report`` compute them from the stored session, so
+    ``demo`` and ``inspect`` print the same figures for the same compactions."""
+    from sidecar.tools.inspect import inspect
+    from sidecar.tools.readdb import find_session, load_history, open_ro
+
+    conn = open_ro(db)
+    try:
+        session = find_session(conn, session_id)
+        history = load_history(conn, session)
+    finally:
+        conn.close()
+    ins = inspect(session, history, context=context)
+    return [Compaction(c.turn, c.before, c.after, c.auto, c.writer) for c in ins.compactions]
 
 
 async def _drive(
@@ -170,7 +193,7 @@ async def _drive(
             report.compactions.append(Compaction(turn, raw["estimatedTokens"], prompt, c["auto"]))
             fit_notes.append(
                 f"COMPACTED #{len(report.compactions)} to fit: "
-                f"{raw['estimatedTokens']:,} -> {prompt:,} tok"
+                f"{raw['estimatedTokens']:,} -> {prompt:,} tok, by {c.get('writer', '?')}"
             )
         reply = await client.update_message(
             AssistantMessage(
@@ -209,7 +232,8 @@ async def _drive(
             for c in compacted:
                 report.compactions.append(Compaction(turn, prompt + out, after, c["auto"]))
                 notes.append(
-                    f"COMPACTED #{len(report.compactions)}: {prompt + out:,} -> {after:,} tok"
+                    f"COMPACTED #{len(report.compactions)}: {prompt + out:,} -> {after:,} tok, "
+                    f"by {c.get('writer', '?')}"
                 )
         statuses = client.notifications("session/status")[seen["session/status"] :]
         seen["session/status"] += len(statuses)
@@ -235,8 +259,13 @@ async def _drive(
 
 
 def _raw(value: Any) -> dict[str, Any]:
+    """A message or part as its wire JSON, whether the client handed back raw JSON, a dict or
+    (since the client returns typed Structs) a Struct."""
     import msgspec
 
     if isinstance(value, msgspec.Raw):
         return msgspec.json.decode(value)  # type: ignore[no-any-return]
+    if isinstance(value, msgspec.Struct):
+        built = msgspec.to_builtins(value)
+        return built if isinstance(built, dict) else {}
     return value if isinstance(value, dict) else {}

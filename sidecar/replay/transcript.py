@@ -43,24 +43,35 @@ class Transcript(msgspec.Struct, kw_only=True):
         return next((m.model for m in self.messages if m.model), None) or "replay-model"
 
 
-_header = msgspec.json.Decoder(dict[str, Any])
 _message = msgspec.json.Decoder(TMessage)
 
 
 def load(path: Path) -> Transcript:
     """Parse a transcript; a bad line raises ``ValueError`` naming its line number."""
-    lines = [ln for ln in path.read_bytes().splitlines() if ln.strip()]
+    return parse(path.read_bytes(), str(path))
+
+
+def parse(data: bytes, name: str) -> Transcript:
+    """A transcript from its bytes; a bad line raises ``ValueError`` naming ``name``, the
+    line number and (for a wrong type) the field."""
+    lines = [(n, ln) for n, ln in enumerate(data.split(b"\n"), start=1) if ln.strip()]
     if not lines:
-        raise ValueError(f"{path}: empty transcript")
-    head = _header.decode(lines[0])
+        raise ValueError(f"{name}: empty transcript")
+    n0, first = lines[0]
+    try:
+        head = msgspec.json.decode(first)
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{name}:{n0}: header: {exc}") from None
+    if not isinstance(head, dict):
+        raise ValueError(f"{name}:{n0}: header: expected a JSON object")
     messages: list[TMessage] = []
-    for n, line in enumerate(lines[1:], start=2):
+    for n, line in lines[1:]:
         try:
             messages.append(_message.decode(line))
-        except msgspec.DecodeError as exc:
-            raise ValueError(f"{path}:{n}: {exc}") from None
+        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{name}:{n}: {exc}") from None
     return Transcript(
-        session=str(head.get("session", path.stem)),
+        session=str(head.get("session", Path(name).stem)),
         license=str(head.get("license", "")),
         source=str(head.get("source", "")),
         messages=messages,

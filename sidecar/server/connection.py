@@ -1,4 +1,4 @@
-"""One client connection: a pygls server/protocol pair bound to the daemon's shared parts.
+"""One client connection: its protocol bound to the daemon's shared parts.
 
 Each connection (the stdio peer, or each socket client of a shared daemon) has its own
 protocol state — initialization, capabilities, in-flight requests — while the store, the
@@ -9,23 +9,20 @@ the ``Shared`` parts). A ``Connection`` is the ``Context`` its handlers get.
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 from typing import Any, Protocol, TypeVar
 
 import msgspec
-from pygls.protocol import default_converter
-from pygls.server import JsonRPCServer
 
 from sidecar.engine.service import Engine
 from sidecar.model.rpc import ClientCapabilities, Event
-from sidecar.protocol.framing import FrameReader
+from sidecar.protocol.framing import FrameError, FrameReader
 from sidecar.protocol.methods import NOTIFICATION_OF
 from sidecar.server.context import Control
 from sidecar.server.dispatch import bind, routes
 from sidecar.server.hub import Hub
-from sidecar.server.protocol import MethodSpec, SidecarProtocol, Starting
+from sidecar.server.protocol import MethodSpec, SidecarProtocol, Starting, new_protocol
 from sidecar.server.settings import ConfigManager
 from sidecar.store import Store
 
@@ -34,10 +31,9 @@ T = TypeVar("T")
 
 _numbers = itertools.count(1)
 
-
-@functools.cache
-def _converter() -> Any:
-    return default_converter()  # type: ignore[no-untyped-call]
+#: The largest frame a TCP connection may send before it has authenticated (an
+#: ``initialize`` fits with room to spare).
+PRE_AUTH_FRAME_BYTES = 64 * 1024
 
 
 class Shared(Protocol):
@@ -55,8 +51,7 @@ class Connection:
     def __init__(self, app: Shared) -> None:
         self.app = app
         self.number = next(_numbers)
-        self.server = JsonRPCServer(protocol_cls=SidecarProtocol, converter_factory=_converter)
-        self.protocol: SidecarProtocol = self.server.protocol  # type: ignore[assignment]
+        self.protocol: SidecarProtocol = new_protocol()
         self.protocol.on_exit = self._on_exit
         self.protocol.starting = app.starting
         daemon = app.config  # the limits are the daemon's, never a client's
@@ -72,12 +67,19 @@ class Connection:
         self.hub: Hub = app.hub
         self.capabilities = ClientCapabilities()
         self.closed = asyncio.Event()
+        # Set once what was written to the peer has left (stdio: stdout flushed and closed).
+        self.flushed = asyncio.Event()
         self.exit_requested = False
+        self._ending: asyncio.Future[None] | None = None
+        # A TCP connection must authenticate (``initialize`` with the token) first: until it
+        # has, its frames are small and its time is limited (``require_auth``).
+        self.needs_auth = False
+        self._auth_timer: asyncio.TimerHandle | None = None
         self._transport: asyncio.BaseTransport | None = None
         self._reader: FrameReader | None = None
         for r in routes().values():
             self.protocol.specs[r.method] = MethodSpec(r.decoder, r.writes)
-            self.protocol.fm.feature(r.method)(bind(self, r))
+            self.protocol.register(r.method, bind(self, r))
 
     # -- the handlers' Context --------------------------------------------------------------
 
@@ -111,12 +113,14 @@ class Connection:
         """
         reader = FrameReader(
             self.protocol.handle_frame,
-            self.protocol.frame_error,
+            self._frame_error,
             self._on_lost,
-            lambda: self.app.config.current.server.max_frame_bytes,
+            self._max_frame_bytes,
             on_open=(lambda t: self.attach(t, t)) if duplex else None,
             # The frames of one read form one group commit, made before the loop moves on.
             on_read_end=self.app.store.commit_queued,
+            on_eof=self.end_of_input,
+            duplex=duplex,
         )
         # Backpressure (the peer's own requests) before the stalled-reader cut (everything).
         protocol = self.protocol
@@ -124,6 +128,37 @@ class Connection:
         protocol.on_drained = reader.release
         self._reader = reader
         return reader
+
+    def require_auth(self, timeout: float) -> None:
+        """Until ``initialize`` succeeds: frames of at most ``PRE_AUTH_FRAME_BYTES``, and
+        closed after ``timeout`` seconds, so a peer that cannot authenticate holds neither
+        memory nor a connection slot for long."""
+        self.needs_auth = True
+        self._auth_timer = asyncio.get_running_loop().call_later(timeout, self._auth_expired)
+
+    def _unauthenticated(self) -> bool:
+        return self.needs_auth and not self.protocol.initialized
+
+    def _auth_expired(self) -> None:
+        self._auth_timer = None
+        if self._unauthenticated() and not self.closed.is_set():
+            timeout = self.app.config.current.server.auth_timeout
+            log.warning(
+                "closing a TCP connection that did not authenticate within %gs "
+                "(config server.authTimeout)",
+                timeout,
+            )
+            self.close()
+
+    def _max_frame_bytes(self) -> int:
+        cap = self.app.config.current.server.max_frame_bytes
+        return min(cap, PRE_AUTH_FRAME_BYTES) if self._unauthenticated() else cap
+
+    def _frame_error(self, err: FrameError) -> None:
+        self.protocol.frame_error(err)
+        if self._unauthenticated():
+            log.warning("closing an unauthenticated TCP connection: %s", err.message)
+            self.close()
 
     def write_side(self) -> asyncio.Protocol:
         """The protocol of a separate write transport (stdio): its drain releases the reader."""
@@ -151,9 +186,30 @@ class Connection:
         raw = await asyncio.wait_for(self.protocol.send_request_async(method, params), timeout)
         return msgspec.convert(raw, result)
 
+    def end_of_input(self) -> None:
+        """The client sends nothing more (EOF, a half-closed socket, ``exit``): answer every
+        request it sent before, then close. Its writes are committed before their replies
+        (a reply means committed), so once all are answered nothing acknowledged is pending.
+        """
+        if self._ending is None and not self.closed.is_set():
+            self._ending = asyncio.ensure_future(self._finish())
+
+    async def _finish(self) -> None:
+        # Our own requests to the client (hooks, ``summarizer/complete``) will get no answer
+        # now: fail them at once rather than at their timeouts.
+        self.protocol.fail_outgoing_requests(ConnectionResetError("the client's input ended"))
+        await self.protocol.answered()
+        self.close()
+
     def close(self) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.close()
+        """Close after flushing what is queued for the peer (its transport drains the rest)."""
+        self.protocol.ended = True  # nothing more is read
+        self.protocol.flush_now()
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.close()
+        if transport is None or not hasattr(transport, "get_write_buffer_size"):
+            self.flushed.set()  # nothing buffered beyond what was already written
         self._on_lost()
 
     def _on_stalled(self) -> None:
@@ -166,16 +222,18 @@ class Connection:
 
     def _on_exit(self) -> None:
         self.exit_requested = True
-        self.close()
+        self.end_of_input()
 
     def _on_lost(self) -> None:
         if self.closed.is_set():
             return
         self.closed.set()
+        if self._auth_timer is not None:
+            self._auth_timer.cancel()
+            self._auth_timer = None
         self.app.hub.drop(self)
         self.protocol.drop_held()
-        for fut in list(self.protocol._request_futures.values()):
-            fut.cancel()
+        self.protocol.cancel_requests()
 
 
 class _WriteSide(asyncio.Protocol):
@@ -187,3 +245,8 @@ class _WriteSide(asyncio.Protocol):
     def resume_writing(self) -> None:
         if self._conn._reader is not None:
             self._conn._reader.release()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """stdout is flushed and closed, or its reader is gone: nothing more can be sent."""
+        self._conn.flushed.set()
+        self._conn._on_lost()

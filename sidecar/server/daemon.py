@@ -14,9 +14,12 @@ import os
 import secrets
 import signal
 import sqlite3
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from sidecar.model.config import user_config_path
 from sidecar.server.app import App, ConfigManager
@@ -25,7 +28,7 @@ from sidecar.server.context import Control
 from sidecar.server.transport import Listener, ListenError, run_stdio, serve_socket
 from sidecar.shared_daemon import paths, sockets
 from sidecar.store import Store
-from sidecar.store.url import CannotOpen, UnsupportedDatabase, redact
+from sidecar.store.url import CannotOpen, UnsupportedDatabase, redact, unreachable
 
 log = logging.getLogger("sidecar.daemon")
 
@@ -52,7 +55,11 @@ async def run(opts: Options) -> int:
     files = [user_config_path()]
     if opts.config_file is not None:
         files.append(opts.config_file)
-    config = ConfigManager(files)
+    try:
+        config = ConfigManager(files)
+    except (ValueError, msgspec.ValidationError, msgspec.DecodeError) as exc:
+        # ValidationError and DecodeError are ValueErrors; the message names file or key.
+        raise StartError(f"config: {exc}") from None
     store = await open_store(opts)
     app = App(store, config)
     try:
@@ -72,7 +79,9 @@ async def open_store(opts: Options) -> Store:
     except UnsupportedDatabase as exc:
         raise StartError(str(exc)) from None
     except (OSError, sqlite3.Error, TimeoutError, CannotOpen) as exc:
-        raise StartError(f"cannot open the database {shown}: {exc or type(exc).__name__}") from None
+        raise StartError(
+            f"cannot open the database {shown}: {unreachable(str(opts.db), exc)}"
+        ) from None
 
 
 async def _serve_shared(app: App, opts: Options) -> int:
@@ -102,7 +111,10 @@ async def _serve_shared(app: App, opts: Options) -> int:
             token_file = opts.token_file or paths.default_token_path(listener.port)
             _write_secret(token_file, token, private=opts.token_file is None)
             note = f"; token in {token_file}"
-        log.warning("compaction-sidecar listening on %s%s", listener.address, note)
+        # A status line for whoever started it (and the log file connect gives a daemon it
+        # starts), not a warning: the log has it at INFO.
+        print(f"compaction-sidecar listening on {listener.address}{note}", file=sys.stderr)
+        log.info("serving %s%s", listener.address, note)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):

@@ -3,7 +3,9 @@
 Handlers are thin — ``async def h(ctx, params) -> result`` — and call the store or the
 engine. An *ingest* handler is instead a plain function ``h(ctx, params, done)`` that calls
 ``done(result, None)`` or ``done(None, exc)`` exactly once, possibly later (from a store
-commit callback), or raises before calling it: a request then costs no task of its own. It
+commit callback), or raises before calling it: a request then costs no task of its own.
+``done`` has the one completion shape of the ingest path (``sidecar.store.backend.Done``),
+from the store's commit through the handler to the protocol's reply. It
 queues its write before it returns; one that cannot (it must read first) returns the future
 of the task that will, and the connection's later requests wait for that future.
 
@@ -22,17 +24,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams
 
 from sidecar.errors import SidecarError
 from sidecar.protocol.methods import SERVED, NotificationSpec, RequestSpec
 from sidecar.server.context import Context
+from sidecar.server.protocol import RpcError, internal_error, invalid_params
+from sidecar.store.backend import Done as Done  # an ingest handler's ``done``
 
 log = logging.getLogger("sidecar.handlers")
 
 Handler = Callable[..., Any]
-# How an ingest handler answers: (result, None) or (None, the exception).
-Done = Callable[[Any, BaseException | None], None]
 
 HANDLERS_PACKAGE = "sidecar.server.handlers"
 
@@ -72,16 +73,16 @@ def routes() -> dict[str, Route]:
     return {s.method: Route(s, resolve(s.handler), msgspec.json.Decoder(s.params)) for s in SERVED}
 
 
-def rpc_error(method: str, exc: BaseException) -> JsonRpcException:
+def rpc_error(method: str, exc: BaseException) -> RpcError:
     """The JSON-RPC error a client sees for an exception raised while serving ``method``."""
-    if isinstance(exc, JsonRpcException):
+    if isinstance(exc, RpcError):
         return exc
     if isinstance(exc, SidecarError):
-        return JsonRpcException(str(exc), exc.code)
+        return RpcError(str(exc), exc.code)
     if isinstance(exc, msgspec.ValidationError):
-        return JsonRpcInvalidParams(f"invalid params for {method}: {exc}")
+        return invalid_params(f"invalid params for {method}: {exc}")
     log.error("%s failed", method, exc_info=exc)
-    return JsonRpcInternalError(f"internal error in {method}: {type(exc).__name__}")
+    return internal_error(f"internal error in {method}: {type(exc).__name__}")
 
 
 def bind(ctx: Context, r: Route) -> Callable[..., Any]:
@@ -100,8 +101,8 @@ def bind(ctx: Context, r: Route) -> Callable[..., Any]:
     return handler
 
 
-def _bind_ingest(ctx: Context, r: Route) -> Callable[[Any, Done], Any]:
-    def handler(params: Any, reply: Done) -> Any:
+def _bind_ingest(ctx: Context, r: Route) -> Callable[[Any, Done[Any]], Any]:
+    def handler(params: Any, reply: Done[Any]) -> Any:
         def done(result: Any, exc: BaseException | None) -> None:
             reply(result, None if exc is None else rpc_error(r.method, exc))
 

@@ -1,4 +1,4 @@
-"""pygls' JSON-RPC dispatcher with a msgspec byte path.
+"""pygls' JSON-RPC dispatcher with a msgspec byte path, and the one module that knows pygls.
 
 pygls keeps what it does well — handler dispatch, one task per request, ``$/cancelRequest``,
 response futures for daemon→client requests, exception→error mapping. This subclass replaces
@@ -7,6 +7,20 @@ replies are encoded with msgspec. It also closes stock pygls' silent gaps, so ev
 gets exactly one reply: a request without ``params``, params that fail validation (-32602 with
 the field's path), an unserialisable result (-32603), requests before ``initialize`` (-32002)
 and after ``shutdown`` (-32600).
+
+The pygls fence: no other module of ``sidecar/`` imports pygls; they use what this one
+exposes (``new_protocol``, ``SidecarProtocol.register``/``cancel_requests``/``in_flight``,
+``RpcError``, ``invalid_params``, ``internal_error``). What it relies on beyond pygls' public
+API (``tests/server/test_pygls_fence.py`` checks each against the installed pygls):
+
+- overrides three private methods of ``JsonRPCProtocol``: ``_execute_handler`` (our
+  coroutines skip pygls' introspection), ``_send_response`` and ``_send_data`` (replies and
+  requests encoded with msgspec);
+- calls four: ``_get_handler``, ``_handle_request`` and ``_handle_notification``
+  (dispatch without ``handle_message``'s Protocol checks) and ``_handle_cancel_notification``;
+- uses three attributes its ``__init__`` sets: ``_request_futures`` (in-flight requests,
+  both ways), ``_result_types`` (dropped once a reply is sent) and ``_converter`` (lsprotocol
+  payloads).
 """
 
 from __future__ import annotations
@@ -18,19 +32,20 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import msgspec
 from lsprotocol.types import ResponseError, ResponseErrorMessage
 from msgspec import UNSET
-from pygls.exceptions import JsonRpcException
-from pygls.protocol import JsonRPCProtocol
+from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams
+from pygls.protocol import JsonRPCProtocol, default_converter
 from pygls.protocol.json_rpc import (
     JsonRPCNotification,
     JsonRPCRequestMessage,
     JsonRPCResponseMessage,
 )
+from pygls.server import JsonRPCServer
 
 from sidecar.errors import ErrorCode
 from sidecar.model.config import DEFAULT_MAX_DEPTH
@@ -47,8 +62,17 @@ from sidecar.protocol.envelopes import (
 )
 from sidecar.protocol.framing import FrameError, encode_frame
 
-if TYPE_CHECKING:
-    from pygls.server import JsonRPCServer
+#: The error a handler's failure becomes (its code and message are the reply's).
+RpcError = JsonRpcException
+
+
+def invalid_params(message: str) -> RpcError:
+    return JsonRpcInvalidParams(message)
+
+
+def internal_error(message: str) -> RpcError:
+    return JsonRpcInternalError(message)
+
 
 log = logging.getLogger("sidecar.rpc")
 
@@ -60,6 +84,8 @@ _envelope_decoder = msgspec.json.Decoder(Incoming)
 _any_decoder = msgspec.json.Decoder()
 _cancel_decoder = msgspec.json.Decoder(CancelParams)
 _EMPTY = b"{}"
+# ``_decode_params``: the frame has been answered (params may be anything, None included).
+_REFUSED: Any = object()
 # Payload types msgspec encodes as they are (the common case: skip the attrs check).
 _MSGSPEC_NATIVE = (msgspec.Struct, msgspec.Raw, dict, list, str, int, float, type(None))
 
@@ -111,6 +137,12 @@ class SidecarProtocol(JsonRPCProtocol):
         self._encoder = msgspec.json.Encoder()
         self._out: list[bytes] = []
         self._out_bytes = 0
+        # Large frames (``_LARGE`` bytes or more) in the batch being queued, as (offset in
+        # the batch, length, is a reply), and those handed to the transport and maybe still
+        # unread, as (start, end, is a reply) in ``_sent`` bytes since the connection began.
+        self._large_out: list[tuple[int, int, bool]] = []
+        self._large: deque[tuple[int, int, bool]] = deque()
+        self._sent = 0
         self._hold_at = _NO_LIMIT  # set at each flush (``backlog_over_hold``)
         self._flush_scheduled = False
         # Order (PROTOCOL.md, "Order"): a write that could not queue its store op at once (an async
@@ -123,6 +155,22 @@ class SidecarProtocol(JsonRPCProtocol):
         self._unacked = 0
         self._acked: asyncio.Future[None] | None = None
         self._initializing = False  # an ``initialize`` was read; what follows waits for it
+        self.ended = False  # ``exit`` was read
+
+    # -- the fence's public face ------------------------------------------------------------
+
+    def register(self, method: str, handler: Callable[..., Any]) -> None:
+        """Serve ``method`` with ``handler`` (as ``dispatch.bind`` made it)."""
+        self.fm.feature(method)(handler)
+
+    def in_flight(self) -> int:
+        """Requests with a task or a pending reply, in both directions."""
+        return len(self._request_futures)
+
+    def cancel_requests(self) -> None:
+        """The connection is gone: cancel every request task and every request to the peer."""
+        for fut in list(self._request_futures.values()):
+            fut.cancel()
 
     # -- inbound ---------------------------------------------------------------------------
 
@@ -140,45 +188,78 @@ class SidecarProtocol(JsonRPCProtocol):
         self.send_error(None, err.code, err.message)
 
     def _handle_frame(self, body: bytes) -> None:
-        limit = self.max_depth()
-        if (deep := too_deep(body, limit)) is not None:
-            self.send_error(deep.request_id, ErrorCode.INVALID_PARAMS, deep.message(limit))
+        """Parse the envelope, then route it: a reply, or a request or notification that the
+        connection's lifecycle admits, with its params decoded."""
+        if self.ended:
             return
-        if first_bad_utf8(body) is not None:
-            self.send_error(
-                _recover_id(body), ErrorCode.PARSE_ERROR, f"invalid UTF-8 in {bad_utf8_field(body)}"
-            )
-            return
-        try:
-            env = _envelope_decoder.decode(body)
-        except msgspec.ValidationError as exc:
-            self.send_error(None, ErrorCode.INVALID_REQUEST, f"invalid JSON-RPC message: {exc}")
-            return
-        except msgspec.DecodeError as exc:
-            self.send_error(None, ErrorCode.PARSE_ERROR, f"invalid JSON: {exc}")
-            return
-        msg_id = None if env.id is UNSET else env.id
-        if env.jsonrpc != JSONRPC:
-            self.send_error(
-                msg_id, ErrorCode.INVALID_REQUEST, 'invalid request: "jsonrpc" must be "2.0"'
-            )
+        env = self._parse_envelope(body)
+        if env is None:
             return
         if env.method is UNSET:
             self._handle_reply(env)
             return
-        method = env.method
+        msg_id = None if env.id is UNSET else env.id
         is_request = env.id is not UNSET
         if is_request and msg_id is None:
             self.send_error(
                 None, ErrorCode.INVALID_REQUEST, 'invalid request: "id" must not be null'
             )
             return
+        if not self._admit(env.method, msg_id, is_request):
+            return
+        if env.method == "$/cancelRequest":
+            self._cancel(env.params)
+            return
+        params = self._decode_params(env.method, env.params, msg_id, is_request)
+        if params is _REFUSED:
+            return
+        # Straight to the request/notification paths: pygls' ``handle_message`` would first
+        # test the message against runtime-checkable Protocols (~20 us each).
+        if msg_id is not None:
+            if self._barrier is not None or self._held:
+                self._held.append((msg_id, env.method, params))
+            else:
+                self._start_request(msg_id, env.method, params)
+        else:
+            contextvars.copy_context().run(self._handle_notification, env.method, params)
+
+    def _parse_envelope(self, body: bytes) -> Incoming | None:
+        """The frame's envelope, or None once the frame has been answered with its error
+        (too deep, not UTF-8, not JSON, not JSON-RPC 2.0)."""
+        limit = self.max_depth()
+        if (deep := too_deep(body, limit)) is not None:
+            self.send_error(deep.request_id, ErrorCode.INVALID_PARAMS, deep.message(limit))
+            return None
+        if first_bad_utf8(body) is not None:
+            self.send_error(
+                _recover_id(body), ErrorCode.PARSE_ERROR, f"invalid UTF-8 in {bad_utf8_field(body)}"
+            )
+            return None
+        try:
+            env = _envelope_decoder.decode(body)
+        except msgspec.ValidationError as exc:
+            self.send_error(None, ErrorCode.INVALID_REQUEST, f"invalid JSON-RPC message: {exc}")
+            return None
+        except msgspec.DecodeError as exc:
+            self.send_error(None, ErrorCode.PARSE_ERROR, f"invalid JSON: {exc}")
+            return None
+        if env.jsonrpc != JSONRPC:
+            msg_id = None if env.id is UNSET else env.id
+            self.send_error(
+                msg_id, ErrorCode.INVALID_REQUEST, 'invalid request: "jsonrpc" must be "2.0"'
+            )
+            return None
+        return env
+
+    def _admit(self, method: str, msg_id: int | str | None, is_request: bool) -> bool:
+        """The lifecycle's say on a request or notification: not before ``initialize``, not
+        after ``shutdown``; ``exit`` ends reading. False once it has been dealt with."""
         if not self.initialized and not self._initializing and method not in _PRE_INIT:
             if is_request:
                 self.send_error(
                     msg_id, ErrorCode.SERVER_NOT_INITIALIZED, f"{method}: server not initialized"
                 )
-            return
+            return False
         if method == "initialize" and is_request:
             # Requests pipelined behind it wait for it (it is a barrier), then are checked.
             self._initializing = True
@@ -187,28 +268,33 @@ class SidecarProtocol(JsonRPCProtocol):
                 self.send_error(
                     msg_id, ErrorCode.INVALID_REQUEST, f"{method}: server is shutting down"
                 )
-            return
+            return False
         if method == "exit":
+            self.ended = True  # what follows ``exit`` is not read
             self.on_exit()
-            return
+            return False
         if method == "shutdown" and is_request:
             # Set now, not in the handler task, so an ``exit`` right behind it sees it.
             self.shutting_down = True
-        if method == "$/cancelRequest":
-            self._cancel(env.params)
-            return
+        return True
+
+    def _decode_params(
+        self, method: str, raw: msgspec.Raw, msg_id: int | str | None, is_request: bool
+    ) -> Any:
+        """The method's params Struct, decoded in place; ``_REFUSED`` once an unknown method
+        or invalid params has been answered (a notification's only logged)."""
         spec = self.specs.get(method)
         if spec is None:
             if is_request:
                 self.send_error(msg_id, ErrorCode.METHOD_NOT_FOUND, f"unknown method: {method}")
             else:
                 log.info("ignoring notification for unknown method %r", method)
-            return
-        raw: bytes | msgspec.Raw = env.params  # decoded in place, not copied
+            return _REFUSED
+        data: bytes | msgspec.Raw = raw
         if not len(raw) or (len(raw) == 4 and bytes(raw) == b"null"):
-            raw = _EMPTY
+            data = _EMPTY
         try:
-            params = spec.decoder.decode(raw)
+            return spec.decoder.decode(data)
         except msgspec.ValidationError as exc:
             if is_request:
                 self.send_error(
@@ -216,17 +302,7 @@ class SidecarProtocol(JsonRPCProtocol):
                 )
             else:
                 log.warning("invalid params for notification %s: %s", method, exc)
-            return
-        # Straight to the request/notification paths: pygls' ``handle_message`` would first
-        # test the message against runtime-checkable Protocols (~20 us each).
-        if is_request:
-            assert msg_id is not None
-            if self._barrier is not None or self._held:
-                self._held.append((msg_id, method, params))
-            else:
-                self._start_request(msg_id, method, params)
-        else:
-            contextvars.copy_context().run(self._handle_notification, method, params)
+            return _REFUSED
 
     def _release_held(self, _done: object = None) -> None:
         """The barrier answered: start what waited behind it, in order, up to the next one."""
@@ -291,11 +367,11 @@ class SidecarProtocol(JsonRPCProtocol):
         if writes:
             self._set_barrier(task)
 
-    def _reply_deferred(
-        self, msg_id: int | str, result: Any, error: JsonRpcException | None
-    ) -> None:
+    def _reply_deferred(self, msg_id: int | str, result: Any, exc: BaseException | None) -> None:
+        """A deferred handler's reply: a ``Done`` (``sidecar.store.backend``) bound to
+        ``msg_id``, the last step of the ingest path's one completion shape."""
         self._write_acked()
-        self._reply(msg_id, result, error)
+        self._reply(msg_id, result, exc)
 
     async def _run_request(
         self, msg_id: int | str, handler: Any, params: Any, writes: bool = False
@@ -315,12 +391,16 @@ class SidecarProtocol(JsonRPCProtocol):
             self._request_futures.pop(msg_id, None)
         self._reply(msg_id, result, None)
 
-    def _reply(self, msg_id: int | str, result: Any, error: JsonRpcException | None) -> None:
-        """The one reply of a request of ours (a deferred handler's ``done`` lands here)."""
-        if error is not None:
-            self._send_response(msg_id, error=error.to_response_error())
-        else:
+    def _reply(self, msg_id: int | str, result: Any, exc: BaseException | None) -> None:
+        """The one reply of a request of ours (a deferred handler's ``done`` lands here).
+        ``dispatch`` maps every handler error to an ``RpcError``; anything else is a bug."""
+        if exc is None:
             self._send_result(msg_id, result)
+            return
+        if not isinstance(exc, RpcError):
+            log.error("request %s failed", msg_id, exc_info=exc)
+            exc = internal_error(f"internal error: {type(exc).__name__}")
+        self._send_response(msg_id, error=exc.to_response_error())
 
     def _request_done(self, msg_id: int | str, task: asyncio.Future[None]) -> None:
         # Only a task cancelled before its first step ends here without having replied.
@@ -348,6 +428,40 @@ class SidecarProtocol(JsonRPCProtocol):
                 self._held.remove(held)
                 self._reply_cancelled(params.id)
                 return
+
+    async def answered(self) -> None:
+        """Wait until every request read so far has been answered (in flight, deferred, or
+        held behind a barrier)."""
+        while True:
+            # Incoming requests run as asyncio tasks; pygls keeps our own requests to the
+            # client (``concurrent.futures``) in the same table.
+            waits: list[asyncio.Future[Any]] = [
+                f  # type: ignore[misc]  # pygls types these as concurrent futures
+                for f in self._request_futures.values()
+                if isinstance(f, asyncio.Future) and not f.done()
+            ]
+            if self._barrier is not None:
+                waits.append(self._barrier)
+            if waits:
+                await asyncio.wait(waits)
+            elif self._unacked:
+                await self._own_writes_acked()
+            elif self._held:  # pragma: no cover - a held request always has a barrier
+                self._release_held()
+            else:
+                return
+
+    def fail_outgoing_requests(self, exc: Exception) -> None:
+        """Our requests to the peer that it can no longer answer fail with ``exc``."""
+        for msg_id, fut in list(self._request_futures.items()):
+            if not isinstance(fut, asyncio.Future) and not fut.done():
+                self._request_futures.pop(msg_id, None)
+                fut.set_exception(exc)
+
+    def flush_now(self) -> None:
+        """Write what is queued now (closing: the loop may not run the scheduled flush)."""
+        if self._out:
+            self._flush()
 
     def drop_held(self) -> None:
         """The connection is gone: what waited behind a barrier will never run."""
@@ -429,7 +543,7 @@ class SidecarProtocol(JsonRPCProtocol):
                 "cursor; session/context after session/compact)",
             )
             return
-        self._write_bytes(body)
+        self._write_bytes(body, reply=True)
 
     def _send_data(self, data: Any) -> None:
         if isinstance(data, JsonRPCResponseMessage):
@@ -463,11 +577,13 @@ class SidecarProtocol(JsonRPCProtocol):
             return
         self._write_bytes(body)
 
-    def _write_bytes(self, body: bytes) -> None:
+    def _write_bytes(self, body: bytes, *, reply: bool = False) -> None:
         """Queue a frame; everything queued in one loop iteration goes out in one write."""
         if self.writer is None:
             return
         frame = encode_frame(body)
+        if len(frame) >= _LARGE:
+            self._large_out.append((self._out_bytes, len(frame), reply))
         self._out.append(frame)
         self._out_bytes += len(frame)
         if not self._flush_scheduled:
@@ -482,6 +598,12 @@ class SidecarProtocol(JsonRPCProtocol):
         writer, out = self.writer, self._out
         if writer is None or not out:
             return
+        base = self._sent
+        if self._large_out:
+            for offset, length, reply in self._large_out:
+                self._large.append((base + offset, base + offset + length, reply))
+            self._large_out = []
+        self._sent = base + self._out_bytes
         self._out, self._out_bytes = [], 0
         try:
             writer.write(out[0] if len(out) == 1 else b"".join(out))
@@ -490,7 +612,12 @@ class SidecarProtocol(JsonRPCProtocol):
             return
         cap = self.max_outgoing()
         unread = _buffered(writer)
-        if cap is not None and unread > cap:
+        large = self._large
+        if large:  # forget the large frames the peer has read
+            done = self._sent - unread
+            while large and large[0][1] <= done:
+                large.popleft()
+        if cap is not None and unread > cap and unread - self._being_read(unread) > cap:
             # What one loop iteration queues is bounded by what the peer sent in it; what
             # piles up unread across iterations is a stalled reader.
             log.warning(
@@ -507,6 +634,21 @@ class SidecarProtocol(JsonRPCProtocol):
         self._hold_at = 2 * low - unread
         if unread <= low:
             self.on_drained()
+
+    def _being_read(self, unread: int) -> int:
+        """The unread bytes the stalled-reader rule does not count: the rest of the frame the
+        peer is reading now, and of every large reply. A reply is at most
+        ``server.maxReplyBytes`` and answers the peer's own request, whose next requests wait
+        unread meanwhile (backpressure); so a client slowly reading a large reply is never
+        taken for one that stopped reading. Notifications it does not read still count."""
+        done = self._sent - unread  # what the peer has read so far
+        exempt = 0
+        for start, end, reply in self._large:
+            if end <= done:
+                continue
+            if reply or start <= done:
+                exempt += end - max(start, done)
+        return exempt
 
     def backlog_over_hold(self) -> bool:
         """Should the peer's next frame wait (backpressure)? Asked before every frame, so the
@@ -526,6 +668,9 @@ class SidecarProtocol(JsonRPCProtocol):
 
 
 _NO_LIMIT = 1 << 62
+# Frames at least this large are tracked for the stalled-reader rule (``_being_read``); a
+# smaller one the peer is in the middle of is within any ``server.maxOutgoingBytes``.
+_LARGE = 4096
 
 
 def _buffered(writer: Any) -> int:
@@ -544,3 +689,15 @@ def _recover_id(body: bytes) -> int | str | None:
         return None
     # An id that itself held the bad bytes is not the client's id any more.
     return None if isinstance(env.id, str) and "\ufffd" in env.id else env.id
+
+
+@functools.cache
+def _converter() -> Any:
+    return default_converter()  # type: ignore[no-untyped-call]
+
+
+def new_protocol() -> SidecarProtocol:
+    """A connection's protocol, on its own pygls server object (one per connection)."""
+    server = JsonRPCServer(protocol_cls=SidecarProtocol, converter_factory=_converter)
+    protocol: SidecarProtocol = server.protocol  # type: ignore[assignment]
+    return protocol

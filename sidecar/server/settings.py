@@ -87,13 +87,30 @@ def _checked(layer: dict[str, Any], where: str) -> dict[str, Any]:
             f"invalid params: `$.{where}.{key}` is the daemon's own configuration; set it in "
             "the daemon's config file (serve --config)"
         )
-    summarizer = layer.get("summarizer")
-    if isinstance(summarizer, dict) and "apiKeyEnv" in summarizer:
-        raise InvalidParams(
-            f"invalid params: `$.{where}.summarizer.apiKeyEnv` names an environment variable "
-            'of the daemon; set it in the daemon\'s config file, or use provider "client" to '
-            "summarize with your own credentials"
-        )
+    summarizers: list[tuple[str, Any]] = [("summarizer", layer.get("summarizer"))]
+    comp = layer.get("compaction")
+    if isinstance(comp, dict):
+        for key in ("promptFile", "systemFile"):
+            if key in comp:
+                raise InvalidParams(
+                    f"invalid params: `$.{where}.compaction.{key}` names a file of the daemon; "
+                    f"set it in the daemon's config file, or send the text as "
+                    f"`compaction.{key[:-4]}`"
+                )
+        overrides = comp.get("overrides")
+        if isinstance(overrides, list):
+            summarizers += [
+                (f"compaction.overrides[{i}].summarizer", o.get("summarizer"))
+                for i, o in enumerate(overrides)
+                if isinstance(o, dict)
+            ]
+    for path, summarizer in summarizers:
+        if isinstance(summarizer, dict) and "apiKeyEnv" in summarizer:
+            raise InvalidParams(
+                f"invalid params: `$.{where}.{path}.apiKeyEnv` names an environment variable "
+                'of the daemon; set it in the daemon\'s config file, or use provider "client" '
+                "to summarize with your own credentials"
+            )
     return layer
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
+import logging
 import os
 import select
 import stat
@@ -13,9 +15,16 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
+
+from sidecar.errors import ErrorCode
+from sidecar.protocol.envelopes import JSONRPC, ErrorBody, ErrorResponse
+from sidecar.protocol.framing import FrameReader, encode_frame
 from sidecar.server.app import App
 from sidecar.server.connection import Connection
 from sidecar.shared_daemon import sockets
+
+log = logging.getLogger("sidecar.transport")
 
 
 class ListenError(ValueError):
@@ -23,7 +32,10 @@ class ListenError(ValueError):
 
 
 async def run_stdio(app: App) -> int:
-    """Serve the process's stdin/stdout until EOF or ``exit``; returns the exit code.
+    """Serve the process's stdin/stdout until ``exit`` or end of input; returns the exit code.
+
+    Either way every request read before is answered first, and the process ends only once
+    stdout has taken every reply: a batch (``serve < requests > replies``) loses nothing.
 
     Pipes, sockets and terminals go through asyncio's pipe transports. Those refuse regular
     files and cannot poll /dev/null, so such a stdin is read by a thread, and such a stdout
@@ -40,23 +52,15 @@ async def run_stdio(app: App) -> int:
         writer = _FileWriter(out_fd)
         conn.attach(writer, writer)
     reader = conn.reader()
+    r_transport: asyncio.BaseTransport | None = None
     if _pollable(in_fd):
-        await loop.connect_read_pipe(lambda: reader, sys.stdin)
+        r_transport, _ = await loop.connect_read_pipe(lambda: reader, sys.stdin)
     else:
-        end_of_input = asyncio.Event()
-        threading.Thread(
-            target=_read_blocking, args=(in_fd, loop, reader, end_of_input), daemon=True
-        ).start()
-        waits = [asyncio.ensure_future(e.wait()) for e in (end_of_input, conn.closed)]
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for w in waits:
-            w.cancel()
-        if not conn.closed.is_set():
-            if stat.S_ISREG(os.fstat(in_fd).st_mode):
-                # A file is a batch of requests, not a peer that went away: answer them all.
-                await _requests_done(conn)
-            reader.connection_lost(None)
+        threading.Thread(target=_read_blocking, args=(in_fd, loop, reader), daemon=True).start()
     await conn.closed.wait()
+    await conn.flushed.wait()
+    if r_transport is not None and not r_transport.is_closing():
+        r_transport.close()  # ``exit`` with the client's side still open
     # LSP: ``exit`` without a prior ``shutdown`` ends with status 1.
     return 1 if conn.exit_requested and not conn.protocol.shutting_down else 0
 
@@ -67,10 +71,8 @@ def _pollable(fd: int) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or (stat.S_ISCHR(mode) and os.isatty(fd))
 
 
-def _read_blocking(
-    fd: int, loop: asyncio.AbstractEventLoop, reader: asyncio.Protocol, done: asyncio.Event
-) -> None:
-    """Feed ``reader`` from a blocking ``fd`` on this thread; set ``done`` at EOF or error."""
+def _read_blocking(fd: int, loop: asyncio.AbstractEventLoop, reader: FrameReader) -> None:
+    """Feed ``reader`` from a blocking ``fd`` on this thread; tell it where the input ends."""
     try:
         while chunk := os.read(fd, 1 << 16):
             loop.call_soon_threadsafe(reader.data_received, chunk)
@@ -78,13 +80,7 @@ def _read_blocking(
         pass
     finally:
         with contextlib.suppress(RuntimeError):  # the loop is already closed
-            loop.call_soon_threadsafe(done.set)
-
-
-async def _requests_done(conn: Connection) -> None:
-    """Wait until every request read so far has been answered."""
-    while pending := [f for f in conn.protocol._request_futures.values() if not f.done()]:
-        await asyncio.wait([asyncio.wrap_future(f) for f in pending])
+            loop.call_soon_threadsafe(reader.input_ended)
 
 
 class _FileWriter(asyncio.BaseTransport):
@@ -107,20 +103,69 @@ class _FileWriter(asyncio.BaseTransport):
         self._closing = True
 
 
+class _Refusals:
+    """Connections over ``server.maxConnections``: told why in one error frame, then closed.
+    Logged once a second at most, with the count, so a flood cannot flood the log too."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._logged_at = -1.0
+
+    def refuse(self, limit: int) -> asyncio.Protocol:
+        self._count += 1
+        now = asyncio.get_running_loop().time()
+        if now - self._logged_at >= 1.0:
+            log.warning(
+                "refused %d connection(s): %d already open (config server.maxConnections)",
+                self._count,
+                limit,
+            )
+            self._count, self._logged_at = 0, now
+        return _Refused(limit)
+
+
+class _Refused(asyncio.Protocol):
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        message = f"too many connections: {self._limit} already open (config server.maxConnections)"
+        body = msgspec.json.encode(ErrorResponse(JSONRPC, None, ErrorBody(ErrorCode.BUSY, message)))
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(encode_frame(body))
+        transport.close()
+
+
 def parse_listen(spec: str) -> tuple[str, str, int]:
-    """``tcp://127.0.0.1:PORT`` or ``unix:PATH`` -> (kind, host-or-path, port)."""
+    """``tcp://127.0.0.1:PORT`` or ``unix:PATH`` -> (kind, host-or-path, port).
+
+    A TCP host must be a loopback IP literal (127.0.0.0/8, ::1) or ``localhost``: anything
+    else would be resolved by DNS at bind (``127.0.0.1.nip.io`` is a public name), so it is
+    refused here, before anything is opened, as is a port outside 1-65535.
+    """
     if spec.startswith("unix:"):
         path = spec[len("unix:") :]
         if not path:
             raise ListenError("unix: needs a path")
         return "unix", path, 0
     if spec.startswith("tcp://"):
-        host, _, port = spec[len("tcp://") :].rpartition(":")
-        host = host.strip("[]")
-        if host not in ("127.0.0.1", "localhost", "::1") and not host.startswith("127."):
-            raise ListenError(f"refusing to listen on {host!r}: only loopback addresses")
-        if not port.isdigit():
-            raise ListenError(f"bad port in {spec!r}")
+        host, colon, port = spec[len("tcp://") :].rpartition(":")
+        if not colon:
+            raise ListenError(f"--listen {spec!r}: no port (tcp://127.0.0.1:PORT)")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        if host != "localhost":
+            try:
+                loopback = ipaddress.ip_address(host).is_loopback
+            except ValueError:
+                loopback = False
+            if not loopback:
+                raise ListenError(
+                    f"--listen {spec!r}: refusing to listen on {host!r}: only a loopback IP "
+                    "address (127.0.0.0/8, ::1) or localhost"
+                )
+        if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise ListenError(f"--listen {spec!r}: the port must be a number from 1 to 65535")
         return "tcp", host, int(port)
     raise ListenError(f"--listen takes tcp://127.0.0.1:PORT or unix:PATH, not {spec!r}")
 
@@ -182,9 +227,17 @@ async def serve_socket(
     """Listen on ``spec``; ``locked``: the caller already holds the unix path's lock."""
     kind, where, port = parse_listen(spec)
     loop = asyncio.get_running_loop()
+    # A TCP listener has a token (any local user can connect): its peers must authenticate.
+    needs_auth = app.control is not None and app.control.token is not None
+    refusals = _Refusals()
 
     def factory() -> asyncio.Protocol:
+        limits = app.config.current.server
+        if len(app.connections) >= limits.max_connections:
+            return refusals.refuse(limits.max_connections)
         conn = Connection(app)
+        if needs_auth:
+            conn.require_auth(limits.auth_timeout)
         if on_connection is not None:
             on_connection(conn)
         return conn.reader(duplex=True)

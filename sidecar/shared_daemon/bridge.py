@@ -30,7 +30,12 @@ CHUNK = 1 << 16
 
 
 class BridgeError(Exception):
-    """The daemon could not be reached or started; the message says why."""
+    """The daemon could not be reached or started; the message says why. ``status`` is
+    connect's exit status: the daemon's own 2 (usage or config error) passes through."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,9 @@ def socket_dir(path: Path, *, default: bool) -> None:
     if default:
         paths.private_dir(path.parent)
     else:
+        sockets.check_owner(path)  # before creating anything in another user's directory
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        sockets.check_owner(path)
 
 
 def attach(target: Target) -> socket.socket:
@@ -120,7 +127,8 @@ def start(target: Target) -> None:
         ) from None
     raise BridgeError(
         f"the daemon exited with status {code} before listening:\n"
-        f"{_tail(log_file, offset)}(log: {log_file})"
+        f"{_tail(log_file, offset)}(log: {log_file})",
+        status=2 if code == 2 else 1,
     )
 
 
@@ -148,8 +156,9 @@ def _tail(path: Path, offset: int) -> str:
 def bridge(conn: socket.socket, in_fd: int = 0, out_fd: int = 1) -> int:
     """Copy ``in_fd`` -> socket and socket -> ``out_fd`` until the daemon closes the socket.
 
-    EOF on our stdin is passed on as a half-close, so the daemon sees its client leave and
-    closes its side, which ends the copy back.
+    EOF on our stdin is passed on as a half-close (``SHUT_WR``): the daemon answers every
+    request it had read, then closes its side, which ends the copy back, so
+    ``cat requests | compaction-sidecar connect`` relays every reply before it exits.
     """
 
     def upstream() -> None:
@@ -183,7 +192,7 @@ def main(target: Target, *, default_socket: bool) -> int:
     try:
         socket_dir(target.socket, default=default_socket)
         conn = attach(target)
-    except (BridgeError, paths.UnsafeDirectory, OSError) as exc:
+    except (BridgeError, paths.UnsafeDirectory, sockets.NotOurs, OSError) as exc:
         print(f"compaction-sidecar connect: {exc}", file=sys.stderr)
-        return 1
+        return exc.status if isinstance(exc, BridgeError) else 1
     return bridge(conn)

@@ -20,12 +20,22 @@ class NotRunning(Exception):
     pass
 
 
+class Refused(Exception):
+    """Another user's socket or daemon, or one that cannot be reached: never talked to."""
+
+
 async def _ask(sock: Path, method: str) -> tuple[dict[str, Any], Any]:
     """``daemon/status`` then ``method`` on one connection; (status, the reply)."""
     from sidecar_client import ConnectionClosed, connect
 
-    if not sockets.probe(sock):
+    try:
+        # Ours only: the socket, its directory and the daemon's uid (SO_PEERCRED) are checked.
+        probe = sockets.connect(sock)
+    except (sockets.NotOurs, OSError) as exc:  # another user's, or unreachable
+        raise Refused(str(exc)) from None
+    if probe is None:
         raise NotRunning(f"no daemon is listening on {sock}")
+    probe.close()
     try:
         client = await connect(f"unix:{sock}")
     except (ConnectionClosed, OSError) as exc:  # it stopped between the probe and now
@@ -46,6 +56,9 @@ def status(sock: Path, *, as_json: bool) -> int:
     except NotRunning as exc:
         if as_json:
             print(json.dumps({"running": False, "socket": str(sock)}))
+        print(f"compaction-sidecar: {exc}", file=sys.stderr)
+        return 1
+    except Refused as exc:
         print(f"compaction-sidecar: {exc}", file=sys.stderr)
         return 1
     if as_json:
@@ -69,7 +82,7 @@ def status(sock: Path, *, as_json: bool) -> int:
 def stop(sock: Path) -> int:
     try:
         info, _ = asyncio.run(_ask(sock, "daemon/stop"))
-    except NotRunning as exc:
+    except (NotRunning, Refused) as exc:
         print(f"compaction-sidecar: {exc}", file=sys.stderr)
         return 1
     pid = int(info["pid"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from sidecar.store.cache import WindowCache
@@ -19,8 +19,15 @@ if TYPE_CHECKING:
 Statement = tuple[str, Sequence[Sequence[Any]]]
 # Maps an integrity violation of one op (a foreign key, a trigger) to its caller's error.
 OnIntegrity = Callable[[Exception], Exception]
+T = TypeVar("T")
+#: The one completion callback of the ingest path, from the commit to the reply:
+#: ``done(result, None)`` on success, ``done(None, exc)`` on failure, called exactly once.
+#: The backend's commit (``Then``), ``Store.put_message_then``/``put_part_then``
+#: (``Done[None]``), the engine's ``will_store``, an ingest handler's ``done`` and the
+#: protocol's deferred reply all have this shape, so each step wraps the next as it is.
+Done = Callable[[T, BaseException | None], None]
 # Told the op's row counts (``-1``: unknown), or the error, right after its commit.
-Then = Callable[[list[int], BaseException | None], None]
+Then = Done[list[int]]
 Row = Sequence[Any]
 #: Told ``(session id, method, params JSON)`` of each event another daemon published.
 EventSink = Callable[[str, str, bytes], None]
@@ -43,6 +50,10 @@ class Backend(Protocol):
 
     async def query(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         """All rows of a bounded read."""
+
+    async def query_point(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        """``query`` for a read of a few rows by an index (a session, a message's key, the
+        boundary): SQLite runs it on the loop, where a thread hop would cost more."""
 
     def stream(self, sql: str, args: Sequence[Any]) -> AbstractAsyncContextManager[Chunks]:
         """Rows of a read in chunks, so a caller can stop before the rest is loaded."""

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import msgspec
 
 Row = tuple[str, str]
+PartRow = tuple[str, str, str]  # (message id, part id, JSON)
 
 
 class Key(NamedTuple):
@@ -78,29 +79,32 @@ class PageCursor(NamedTuple):
 
 
 class Decoded:
-    """Decoded Structs keyed by their stored JSON text.
+    """Decoded Structs keyed by row id, each kept with the stored JSON text it came from.
 
-    Most of a window is unchanged from one turn to the next, and hashing and comparing the
-    text is several times cheaper than decoding it again. Keyed by content, it can never serve
-    a stale object. Cached Structs are shared: callers must not mutate them (the engine builds
-    changed copies with ``msgspec.structs.replace``).
+    Most of a window is unchanged from one turn to the next, and comparing the text with the
+    one cached for its id (the same object when it comes from the window cache; else one
+    ``memcmp``) is far cheaper than decoding it again, and than hashing a 60 KB text as a
+    dict key. Checked against the text, it can never serve a stale object. Cached Structs are
+    shared: callers must not mutate them (the engine builds changed copies with
+    ``msgspec.structs.replace``).
     """
 
     def __init__(self, decode: Callable[[str], Any], limit: int = 100_000) -> None:
         self._decode = decode
         self._limit = limit
-        self._items: dict[str, Any] = {}
+        self._items: dict[str, tuple[str, Any]] = {}
 
-    def __call__(self, data: str) -> Any:
-        found = self._items.get(data)
-        if found is None:
-            found = self._decode(data)
-            if len(self._items) >= self._limit:
-                # Drop the oldest half: cheap, and what is in use is read back in soon.
-                for key in list(self._items)[: self._limit // 2]:
-                    del self._items[key]
-            self._items[data] = found
-        return found
+    def __call__(self, key: str, data: str) -> Any:
+        found = self._items.get(key)
+        if found is not None and (found[0] is data or found[0] == data):
+            return found[1]
+        decoded = self._decode(data)
+        if found is None and len(self._items) >= self._limit:
+            # Drop the oldest half: cheap, and what is in use is read back in soon.
+            for old in list(self._items)[: self._limit // 2]:
+                del self._items[old]
+        self._items[key] = (data, decoded)
+        return decoded
 
 
 @dataclass
@@ -111,9 +115,9 @@ class _Entry:
     key_of: dict[str, Key] = field(default_factory=dict)
     parts: dict[str, dict[str, str]] = field(default_factory=dict)
 
-    def rows(self) -> tuple[list[Row], list[Row]]:
+    def rows(self) -> tuple[list[Row], list[PartRow]]:
         msgs = [(k.id, self.info[k.id]) for k in self.keys]
-        parts = [(k.id, raw) for k in self.keys for raw in self.parts[k.id].values()]
+        parts = [(k.id, pid, raw) for k in self.keys for pid, raw in self.parts[k.id].items()]
         return msgs, parts
 
 
@@ -128,7 +132,7 @@ class WindowCache:
     def version(self, sid: str) -> int:
         return self._versions.get(sid, 0)
 
-    def get(self, sid: str, start: Key | None) -> tuple[list[Row], list[Row]] | None:
+    def get(self, sid: str, start: Key | None) -> tuple[list[Row], list[PartRow]] | None:
         entry = self._entries.get(sid)
         if entry is None or entry.start != start:
             self.misses += 1
@@ -136,6 +140,20 @@ class WindowCache:
         self._entries.move_to_end(sid)
         self.hits += 1
         return entry.rows()
+
+    def newest_first(
+        self, sid: str
+    ) -> tuple[Key | None, Iterator[tuple[str, str, list[tuple[str, str]]]]] | None:
+        """The cached window's start and its messages newest first, each ``(id, JSON,
+        [(part id, JSON), ...])``, whatever its start; no counting. Read it before the next
+        await: the entry changes with every committed write."""
+        entry = self._entries.get(sid)
+        if entry is None:
+            return None
+        rows = (
+            (k.id, entry.info[k.id], list(entry.parts[k.id].items())) for k in reversed(entry.keys)
+        )
+        return entry.start, rows
 
     def put(
         self,

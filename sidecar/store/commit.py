@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import sqlite3
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -41,13 +42,23 @@ MAX_BATCH_OPS = 1024
 # SQLite work at most); larger ones go to aiosqlite's thread.
 INLINE_MAX_ROWS = 256
 INLINE_MAX_BYTES = 1 << 20
-# A PASSIVE checkpoint runs once about this many WAL pages have been written: SQLite's own
-# auto-checkpoint threshold. Estimated per commit (see ``_pages``).
-CHECKPOINT_PAGES = 1000
-# A checkpoint that finds the WAL this long holds the writes while it runs (see
-# ``_start_checkpoint``): it bounds the WAL at a few times the checkpoint interval.
-WAL_RESTART_FRAMES = 3 * CHECKPOINT_PAGES
+# A PASSIVE checkpoint runs once about this many WAL pages (1 MiB) have been written.
+# Estimated per commit (see ``_pages``).
+CHECKPOINT_PAGES = 256
+# A checkpoint that finds the WAL this long holds the writes while it runs and truncates the
+# WAL (see ``_start_checkpoint``): it bounds the WAL at a few times the checkpoint interval.
+WAL_RESTART_FRAMES = 2 * CHECKPOINT_PAGES
+# Pages written since the last checkpoint that make the writer checkpoint when it goes idle.
+IDLE_CHECKPOINT_PAGES = 32
+# A WAL file larger than this makes the next checkpoint a holding, truncating one.
+WAL_RESTART_BYTES = 2 << 20
+# What a WAL file is cut back to when SQLite restarts it (``PRAGMA journal_size_limit``).
+WAL_SIZE_LIMIT = 1 << 20
+# How long a truncating checkpoint waits for readers: a long-lived reader (another process
+# holding a snapshot) delays it to the next try, never stalls the held writes for long.
+TRUNCATE_WAIT_MS = 100
 _CHECKPOINT = "PRAGMA wal_checkpoint(PASSIVE)"
+_TRUNCATE = "PRAGMA wal_checkpoint(TRUNCATE)"
 
 
 @dataclass(slots=True)
@@ -76,8 +87,11 @@ class GroupCommit:
         *,
         inline: bool = False,
         checkpointer: aiosqlite.Connection | None = None,
+        wal_path: str | None = None,
     ) -> None:
         self._db = db
+        self._wal_path = wal_path  # the WAL file, whose real size decides a holding checkpoint
+        self._truncate_refused = False  # the last truncating checkpoint found a reader
         self._inline = inline
         self._checkpointer = checkpointer
         self._checkpointing: asyncio.Future[None] | None = None
@@ -203,6 +217,8 @@ class GroupCommit:
         self._job = asyncio.ensure_future(job)
 
     def _start_checkpoint(self) -> None:
+        if self._wal_pages >= CHECKPOINT_PAGES:
+            self._truncate_refused = False  # an interval has passed: try truncating again
         self._wal_pages = 0
         if self._checkpointer is None:
             return
@@ -210,10 +226,11 @@ class GroupCommit:
         # SQLite restarts the WAL from its start only at a write that finds every frame
         # copied; under a steady stream each concurrent checkpoint ends behind the newest
         # commits, so the WAL would grow for as long as the stream lasts. Once it has, one
-        # checkpoint holds the writes (queued; the loop goes on) so that the next write can
-        # restart it.
+        # checkpoint holds the writes (queued; the loop goes on) and truncates it, waiting
+        # for readers at most ``TRUNCATE_WAIT_MS`` (a reader still there: tried again at the
+        # next interval, so one that comes and goes cannot hold it off for ever).
         # (Only when no batch is on aiosqlite's thread: ``_busy`` then belongs to that job.)
-        hold = self.wal_frames >= WAL_RESTART_FRAMES and not self._busy
+        hold = (self.wal_frames >= WAL_RESTART_FRAMES or self._wal_too_big()) and not self._busy
         if hold:
             self._busy = True
         self._checkpointing = asyncio.ensure_future(self._checkpoint(self._checkpointer, hold))
@@ -256,9 +273,13 @@ class GroupCommit:
         PASSIVE waits for no reader or writer; pages still in use are copied next time.
         """
         try:
-            rows = await conn.execute_fetchall(_CHECKPOINT)
+            rows = await conn.execute_fetchall(_TRUNCATE if hold else _CHECKPOINT)
             self.checkpoints += 1
-            self.wal_frames = int(next(iter(rows))[1])
+            busy, frames, _ = next(iter(rows))
+            if hold:
+                self._truncate_refused = bool(busy)
+            # After a TRUNCATE that got through, the WAL is empty (it reports -1 frames).
+            self.wal_frames = max(0, int(frames)) if busy or not hold else 0
         except sqlite3.Error as exc:  # pragma: no cover - retried after later writes
             log.warning("WAL checkpoint failed: %s", exc)
         finally:
@@ -267,15 +288,41 @@ class GroupCommit:
                 self._busy = False
             self._after()
 
+    def _wal_too_big(self) -> bool:
+        """The WAL file is past ``WAL_RESTART_BYTES`` and the last truncating checkpoint was
+        not refused by a reader (after a refusal, the next one waits a checkpoint interval:
+        a long-lived reader must not make every write wait for it)."""
+        return not self._truncate_refused and self._wal_bytes() > WAL_RESTART_BYTES
+
+    def _wal_bytes(self) -> int:
+        """The WAL file's size (a stat: about a microsecond); 0 when unknown. The frame count
+        a checkpoint reports lags behind when checkpoints end behind a steady stream of
+        writes; the file's size does not."""
+        if self._wal_path is None:
+            return 0
+        try:
+            return os.stat(self._wal_path).st_size
+        except OSError:
+            return 0
+
     def _after(self) -> None:
         """After a commit or checkpoint: checkpoint if due; drain what queued, or go quiet."""
-        if self._wal_pages >= CHECKPOINT_PAGES and self._checkpointing is None:
+        if self._checkpointing is None and (
+            self._wal_pages >= CHECKPOINT_PAGES
+            or (self._wal_pages and not self._busy and self._wal_too_big())
+        ):
             self._start_checkpoint()
         if self._busy:
             return
         if self._pending:
             self._schedule()
         elif not self._scheduled and self._checkpointing is None:
+            if self._wal_pages >= IDLE_CHECKPOINT_PAGES and self._checkpointer is not None:
+                # Idle with writes not yet copied (a turn's worth, or a prune's rewrite of
+                # large rows, which ``_pages`` cannot see): checkpoint now, while nothing
+                # competes, so the WAL restarts small instead of growing across turns.
+                self._start_checkpoint()
+                return
             self._quiet.set()
 
 

@@ -41,6 +41,34 @@ CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+def driver_state(exc: BaseException) -> bool:
+    """The driver's own complaint about a connection's state (``InterfaceError`` "connection
+    is closed", ``InternalClientError`` "another operation is in progress"): what a server
+    that went away mid-operation leaves, but also what misuse of a connection would give. So
+    it is an outage only once shown to be one: the connection is closed, or a fresh one
+    cannot be had; otherwise a bug. Not its subclasses (``DataError``, configuration errors:
+    bugs or bad input, whatever the server does)."""
+    return type(exc) in (asyncpg.InterfaceError, asyncpg.InternalClientError)
+
+
+def outage(exc: BaseException, conn: asyncpg.Connection | None = None) -> bool:
+    """Whether ``exc``, raised using ``conn``, means the server cannot be used right now: a
+    connection error, or a state error on a closed connection or raised while handling a
+    connection error (a transaction's rollback after the server went away)."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, CONNECTION_ERRORS):
+            return True
+        if seen is exc and driver_state(exc) and conn is not None and conn.is_closed():
+            return True
+        if not driver_state(seen):
+            return False
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 @dataclass(slots=True)
 class _Op(Op):
     """``commit.Op`` (the same fields, told the same way by ``resolve``), which can also be a
@@ -177,10 +205,15 @@ class PgCommit:
                         await self._run_grouped(batch)
             self.commits += 1
             return [None] * len(batch)
-        except CONNECTION_ERRORS as exc:
-            return [unavailable(exc)] * len(batch)
-        except Exception:  # rolled back: replay op by op, so only the offending op fails
-            pass
+        except Exception as exc:  # rolled back: replay op by op, so only the offending op fails
+            if outage(exc, self._conn):
+                return [unavailable(exc)] * len(batch)
+            if driver_state(exc):
+                # A connection the server left mid-operation, not yet seen closed: the replay
+                # runs on a fresh one, and a server that cannot give one is an outage.
+                lost = await self._replace()
+                if lost is not None:
+                    return [unavailable(lost)] * len(batch)
         outcomes: list[BaseException | None] = []
         for op in batch:
             try:
@@ -190,13 +223,27 @@ class PgCommit:
                 outcomes.append(None)
             except asyncpg.IntegrityConstraintViolationError as exc:
                 outcomes.append(op.on_integrity(exc) if op.on_integrity else exc)
-            except CONNECTION_ERRORS as exc:
-                outcomes.append(unavailable(exc))
             except Exception as exc:
+                if outage(exc, self._conn):
+                    outcomes.append(unavailable(exc))
+                    continue
+                if driver_state(exc):
+                    self._conn.terminate()  # unusable: the next batch starts on a fresh one
                 if not isinstance(exc, asyncpg.PostgresError):
                     log.error("write failed: %s", type(exc).__name__, exc_info=exc)
                 outcomes.append(exc)
         return outcomes
+
+    async def _replace(self) -> BaseException | None:
+        """Drop the connection for a new one; the error when the server cannot give one."""
+        self._conn.terminate()
+        if self._reconnect is None:
+            return ConnectionError("connection closed")
+        try:
+            self._conn = await self._reconnect()
+        except CONNECTION_ERRORS as exc:
+            return exc
+        return None
 
     async def _run_op(self, op: _Op) -> list[int]:
         if op.function is not None:

@@ -214,7 +214,25 @@ MIGRATIONS: list[str] = [
         END IF;
     END $$;
     """,
-    # 3: the history search index
+    # 3: pins and compaction diagnostics (schema.py, migration 3).
+    """
+    CREATE TABLE pins (
+        part_id TEXT COLLATE "C" PRIMARY KEY REFERENCES parts (id) ON DELETE CASCADE,
+        message_id TEXT COLLATE "C" NOT NULL,
+        session_id TEXT COLLATE "C" NOT NULL,
+        created BIGINT NOT NULL
+    );
+    CREATE INDEX pins_by_session ON pins (session_id);
+
+    CREATE TABLE compactions (
+        message_id TEXT COLLATE "C" PRIMARY KEY REFERENCES messages (id) ON DELETE CASCADE,
+        session_id TEXT COLLATE "C" NOT NULL,
+        created BIGINT NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX compactions_by_session ON compactions (session_id, created, message_id);
+    """,
+    # 4: the history search index
     HISTORY_INDEX,
 ]
 

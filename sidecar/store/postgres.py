@@ -26,10 +26,18 @@ from typing import Any, cast
 import asyncpg
 import msgspec
 
+from sidecar.errors import Unavailable
 from sidecar.model.ids import now_ms
 from sidecar.store.backend import Chunks, EventSink, OnIntegrity, Row, Statement, Then
 from sidecar.store.cache import WindowCache
-from sidecar.store.pg_commit import CONNECTION_ERRORS, WRITE, PgCommit, pg_sql, unavailable
+from sidecar.store.pg_commit import (
+    WRITE,
+    PgCommit,
+    driver_state,
+    outage,
+    pg_sql,
+    unavailable,
+)
 from sidecar.store.pg_schema import MIGRATION_LOCK, MIGRATIONS
 from sidecar.store.schema import SCHEMA_VERSION
 from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
@@ -201,8 +209,7 @@ class PostgresBackend:
 
     async def now_ms(self) -> int:
         """The database's clock: daemons on several machines measure leases by one clock."""
-        async with self._readers.acquire() as conn:
-            value: int = await conn.fetchval(_NOW_SQL)
+        value: int = (await self.query(_NOW_SQL))[0][0]
         return value
 
     def relay(self, session_id: str, method: str, params: bytes) -> None:
@@ -227,21 +234,52 @@ class PostgresBackend:
 
     # -- reads ---------------------------------------------------------------------------------
 
+    # A reader the server left mid-operation (it ended the session) can be handed out again
+    # before the driver sees it closed: its next use fails with a state error that is not
+    # the read's fault. Such a connection is dropped and the read tried once more on a fresh
+    # one, so what reaches the client is the outage (-32048), or a bug (-32603) if it persists.
+
     async def query(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
-        try:
-            async with self._readers.acquire() as conn:
-                return cast(list[Row], await conn.fetch(pg_sql(sql), *args))
-        except CONNECTION_ERRORS as exc:
-            raise unavailable(exc, write=False) from None
+        for attempt in (1, 2):
+            dropped = False
+            try:
+                async with self._readers.acquire() as conn:
+                    try:
+                        return cast(list[Row], await conn.fetch(pg_sql(sql), *args))
+                    except Exception as exc:
+                        dropped = _drop_if_left(exc, conn)
+                        raise
+            except Exception as exc:
+                if not dropped and (outage(exc) or driver_state(exc)):
+                    raise unavailable(exc, write=False) from None
+                if not dropped or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def query_point(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        return await self.query(sql, args)
 
     @contextlib.asynccontextmanager
     async def stream(self, sql: str, args: Sequence[Any]) -> AsyncIterator[Chunks]:
-        try:
-            async with self._readers.acquire() as conn, conn.transaction(readonly=True):
-                cursor = await conn.cursor(pg_sql(sql), *args)
-                yield _Chunks(cursor)
-        except CONNECTION_ERRORS as exc:
-            raise unavailable(exc, write=False) from None
+        yielded = False
+        for attempt in (1, 2):
+            dropped = False
+            try:
+                async with self._readers.acquire() as conn:
+                    try:
+                        async with conn.transaction(readonly=True):
+                            cursor = await conn.cursor(pg_sql(sql), *args)
+                            yielded = True
+                            yield _Chunks(cursor)
+                        return
+                    except Exception as exc:
+                        dropped = _drop_if_left(exc, conn)
+                        raise
+            except Exception as exc:
+                if not dropped and (outage(exc) or driver_state(exc)):
+                    raise unavailable(exc, write=False) from None
+                if not dropped or yielded or attempt == 2:
+                    raise
 
     async def fresh(self, cache: WindowCache) -> None:
         """Hear every change committed before now, then serve (see the module's docstring)."""
@@ -263,6 +301,10 @@ class PostgresBackend:
                 await self._listener.execute("SELECT 1")
             except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
                 cache.clear()
+            except asyncpg.InternalClientError:  # left mid-operation by a server that went away
+                cache.clear()
+                self._listener.terminate()
+                self._listener = None
             self._trips_done = started
         # The notifications that came before the reply were queued (``call_soon``) ahead of
         # this task's wake-up, so they have been applied by now.
@@ -307,7 +349,13 @@ class PostgresBackend:
                         continue
                     payload = rows[0][0]
                 event = msgspec.json.decode(payload, type=_Event)
-            except (msgspec.DecodeError, ValueError, OSError, asyncpg.PostgresError) as exc:
+            except (
+                msgspec.DecodeError,
+                ValueError,
+                OSError,
+                asyncpg.PostgresError,
+                Unavailable,
+            ) as exc:
                 log.warning("dropped a relayed event: %s", exc)
                 continue
             if self.on_event is not None:
@@ -340,6 +388,15 @@ def _as_writes(statements: list[Statement]) -> list[Statement]:
         convert = _AS_WRITE.get(sql)
         out.append((WRITE, [convert(r) for r in rows]) if convert else (sql, rows))
     return out
+
+
+def _drop_if_left(exc: BaseException, conn: Any) -> bool:
+    """Terminate a reader that failed with a driver state error while still open (so the
+    pool never hands it out again); whether it was. A closed one is the pool's to replace."""
+    if outage(exc, conn) or not driver_state(exc) or conn.is_closed():
+        return False
+    conn.terminate()
+    return True
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:

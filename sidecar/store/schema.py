@@ -154,7 +154,27 @@ MIGRATIONS: list[str] = [
         expires INTEGER NOT NULL
     );
     """,
-    # 3: the history search index
+    # 3: steering compaction (PROTOCOL.md "Steering compaction"): pins and each compaction's
+    # diagnostics are the daemon's own data, not the client's JSON. Both go with the row they
+    # belong to (a pin with its part, diagnostics with their summary message).
+    """
+    CREATE TABLE pins (
+        part_id TEXT PRIMARY KEY REFERENCES parts (id) ON DELETE CASCADE,
+        message_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        created INTEGER NOT NULL
+    );
+    CREATE INDEX pins_by_session ON pins (session_id);
+
+    CREATE TABLE compactions (
+        message_id TEXT PRIMARY KEY REFERENCES messages (id) ON DELETE CASCADE,
+        session_id TEXT NOT NULL,
+        created INTEGER NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX compactions_by_session ON compactions (session_id, created, message_id);
+    """,
+    # 4: the history search index
     HISTORY_INDEX,
 ]
 

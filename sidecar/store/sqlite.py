@@ -6,6 +6,7 @@ run beside it. Another daemon on the same file is noticed through ``PRAGMA data_
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -17,7 +18,7 @@ import aiosqlite
 from sidecar.model.ids import now_ms
 from sidecar.store.backend import Chunks, EventSink, OnIntegrity, Row, Statement, Then
 from sidecar.store.cache import WindowCache
-from sidecar.store.commit import GroupCommit
+from sidecar.store.commit import TRUNCATE_WAIT_MS, WAL_SIZE_LIMIT, GroupCommit
 from sidecar.store.schema import (
     HISTORY_FLUSH,
     HISTORY_FLUSH_OLD,
@@ -48,6 +49,7 @@ class SqliteBackend:
         self._writer_db = writer
         self._checkpoint_db = checkpointer
         self._data_version: int | None = None
+        self._inline: sqlite3.Connection | None = None
         self.on_event: EventSink | None = None
 
     @classmethod
@@ -61,11 +63,14 @@ class SqliteBackend:
         path = str(path)
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
+            # Opened once here first: when aiosqlite's connect fails (a directory, no
+            # permission) its worker thread outlives the event loop and prints a traceback.
+            sqlite3.connect(path).close()
         # Not autocommit: the writer's transactions begin implicitly at their first write.
         # Shared across threads: ``GroupCommit`` commits modest batches on the loop's thread and
         # large ones on aiosqlite's, never both at once. Auto-checkpoint is off: the writer
         # has checkpoints run on a connection of their own (below).
-        wdb = await aiosqlite.connect(path, isolation_level="DEFERRED", check_same_thread=False)
+        wdb = await _connect(path, isolation_level="DEFERRED", check_same_thread=False)
         try:
             for pragma in (
                 "journal_mode=WAL",
@@ -74,6 +79,9 @@ class SqliteBackend:
                 "busy_timeout=5000",
                 "foreign_keys=ON",
                 "temp_store=MEMORY",
+                # The WAL is cut back to this when it restarts; without it, it keeps the
+                # size of its longest run on disk until shutdown.
+                f"journal_size_limit={WAL_SIZE_LIMIT}",
             ):
                 await wdb.execute(f"PRAGMA {pragma}")
             await _migrate(wdb)
@@ -83,23 +91,42 @@ class SqliteBackend:
         rdb = await aiosqlite.connect(path, isolation_level=None)
         await rdb.execute("PRAGMA busy_timeout=5000")
         await rdb.execute("PRAGMA query_only=ON")
+        # Sorts and temporary B-trees in memory: on disk they spill to temp files that are
+        # written and read back on every read that sorts.
+        await rdb.execute("PRAGMA temp_store=MEMORY")
+        # Point reads (``query_point``) run on the loop on a connection of their own: a few
+        # microseconds, where a hop to aiosqlite's thread and back costs ~20 us idle and far
+        # more on a loaded machine. A reader never waits for the writer in WAL mode; the
+        # short busy timeout covers the rare moment SQLite itself makes one wait.
+        inline = None
+        if path != ":memory:":
+            inline = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            for pragma in ("busy_timeout=50", "query_only=ON", "temp_store=MEMORY"):
+                inline.execute(f"PRAGMA {pragma}")
         # Checkpoints run on a connection (and thread) of their own, so commits go on
         # while one fsyncs.
         cdb = None
         if path != ":memory:":
             cdb = await aiosqlite.connect(path, isolation_level=None)
-            await cdb.execute("PRAGMA busy_timeout=5000")
+            # Only checkpoints run here; a truncating one waits this long for readers.
+            await cdb.execute(f"PRAGMA busy_timeout={TRUNCATE_WAIT_MS}")
+            await cdb.execute("PRAGMA temp_store=MEMORY")
         # Only without a per-commit fsync is a commit cheap enough to run on the loop.
-        inline = synchronous.upper() in ("OFF", "NORMAL")
-        commit = GroupCommit(wdb, inline=inline, checkpointer=cdb)
+        commit_inline = synchronous.upper() in ("OFF", "NORMAL")
+        wal = f"{path}-wal" if path != ":memory:" else None
+        commit = GroupCommit(wdb, inline=commit_inline, checkpointer=cdb, wal_path=wal)
         commit.before_commit = flush_history
         commit.page_factor = 2  # the history index: its text again, and an FTS5 segment
         commit.start()
-        return cls(path, rdb, commit, wdb, cdb)
+        backend = cls(path, rdb, commit, wdb, cdb)
+        backend._inline = inline
+        return backend
 
     async def close(self) -> None:
         await self._commit.stop()
         await self._reader.close()
+        if self._inline is not None:
+            self._inline.close()
         if self._checkpoint_db is not None:
             await self._checkpoint_db.close()
         await self._writer_db.close()
@@ -160,6 +187,15 @@ class SqliteBackend:
 
     async def query(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         return list(await self._reader.execute_fetchall(sql, args))
+
+    async def query_point(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        if self._inline is not None:
+            try:
+                return self._inline.execute(sql, args).fetchall()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+        return await self.query(sql, args)  # made to wait: wait off the loop
 
     @contextlib.asynccontextmanager
     async def stream(self, sql: str, args: Sequence[Any]) -> AsyncIterator[Chunks]:
@@ -242,3 +278,17 @@ def _split(script: str) -> list[str]:
                 out.append(pending.strip())
             pending = ""
     return out
+
+
+async def _connect(path: str, **kwargs: Any) -> aiosqlite.Connection:
+    """``aiosqlite.connect``, except that a file that cannot be opened (a directory, no
+    permission) leaves no thread behind: aiosqlite stops its worker with a future nobody
+    awaits, which then reports to a closed loop as an "Exception in thread" traceback."""
+    conn = aiosqlite.connect(path, **kwargs)
+    try:
+        return await conn
+    except BaseException:
+        thread = getattr(conn, "_thread", None)
+        if thread is not None and thread.is_alive():
+            await asyncio.to_thread(thread.join)
+        raise

@@ -12,12 +12,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import msgspec
 
+import sidecar.store.holder as holder
 from sidecar.errors import (
     Conflict,
     InvalidParams,
@@ -30,10 +31,10 @@ from sidecar.model.config import DEFAULT_MAX_REPLY_BYTES
 from sidecar.model.conversation import is_finished_summary
 from sidecar.model.jsonguard import deeper_than, flatten_deep
 from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithParts
-from sidecar.model.parts import Part
+from sidecar.model.parts import Part, ToolCompleted, ToolPart
 from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
-from sidecar.store.backend import Backend, Statement
+from sidecar.store.backend import Backend, Done, Statement
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
 from sidecar.store.history import Hit, backfill, search
 from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
@@ -290,7 +291,7 @@ class Store:
         await self._db.submit([_session_statement(session)])
 
     async def get_session(self, session_id: str) -> Session | None:
-        rows = await self._db.query(
+        rows = await self._db.query_point(
             "SELECT data, updated FROM sessions WHERE id = ?", (session_id,)
         )
         if not rows:
@@ -351,20 +352,18 @@ class Store:
         )
         self._message_written(info, row, counts)
 
-    def put_message_then(
-        self, info: Message, raw: bytes | str, then: Callable[[BaseException | None], None]
-    ) -> None:
+    def put_message_then(self, info: Message, raw: bytes | str, then: Done[None]) -> None:
         """``put_message`` for callers without a task (see ``put_part_then``)."""
         try:
             row = message_row(info, raw)
         except InvalidParams as exc:
-            then(exc)
+            then(None, exc)
             return
 
         def committed(counts: list[int], exc: BaseException | None) -> None:
             if exc is None:
                 self._message_written(info, row, counts)
-            then(exc)
+            then(None, exc)
 
         self._db.submit_then(self._message_statements(info, row), committed, message_error(info))
 
@@ -379,21 +378,20 @@ class Store:
         counts = await self._db.submit([(UPSERT_PART, [row])], on_integrity=part_error(part))
         self._part_written(part, row, counts)
 
-    def put_part_then(
-        self, part: Part, raw: bytes | str, then: Callable[[BaseException | None], None]
-    ) -> None:
-        """``put_part`` for callers without a task: ``then(None)`` once the part is committed,
-        ``then(exc)`` if it could not be. Called from the writer, right after the commit."""
+    def put_part_then(self, part: Part, raw: bytes | str, then: Done[None]) -> None:
+        """``put_part`` for callers without a task: ``then(None, None)`` once the part is
+        committed, ``then(None, exc)`` if it could not be (``backend.Done``). Called from the
+        writer, right after the commit."""
         try:
             row = part_row(part, raw)
         except InvalidParams as exc:
-            then(exc)
+            then(None, exc)
             return
 
         def committed(counts: list[int], exc: BaseException | None) -> None:
             if exc is None:
                 self._part_written(part, row, counts)
-            then(exc)
+            then(None, exc)
 
         self._db.submit_then([(UPSERT_PART, [row])], committed, part_error(part))
 
@@ -426,17 +424,35 @@ class Store:
         parts: Sequence[tuple[Part, bytes | str]],
     ) -> None:
         """A whole session in one transaction (import): either all of it is stored or none."""
-        statements: list[Statement] = [_session_statement(session)]
-        if messages:
-            statements.append((UPSERT_MESSAGE, [message_row(m, r) for m, r in messages]))
-        if parts:
-            statements.append((UPSERT_PART, [part_row(p, r) for p, r in parts]))
+        await self.put_sessions_with([(session, messages, parts)])
+
+    async def put_sessions_with(
+        self,
+        batch: Sequence[
+            tuple[
+                Session,
+                Sequence[tuple[Message, bytes | str]],
+                Sequence[tuple[Part, bytes | str]],
+            ]
+        ],
+    ) -> None:
+        """Several whole sessions in one transaction (an import of several files): all of
+        them are stored or none, so a failed or interrupted import leaves nothing behind."""
+        statements: list[Statement] = []
+        for session, messages, parts in batch:
+            statements.append(_session_statement(session))
+            if messages:
+                statements.append((UPSERT_MESSAGE, [message_row(m, r) for m, r in messages]))
+            if parts:
+                statements.append((UPSERT_PART, [part_row(p, r) for p, r in parts]))
+        ids = ", ".join(repr(s.id) for s, _, _ in batch[:3]) + (", ..." if len(batch) > 3 else "")
         await self._db.submit(
             statements,
-            on_integrity=lambda exc: Conflict(f"session {session.id!r} not stored: {exc}"),
+            on_integrity=lambda exc: Conflict(f"session {ids} not stored: {exc}"),
             needs_counts=True,
         )
-        self.cache.invalidate(session.id)
+        for session, _, _ in batch:
+            self.cache.invalidate(session.id)
 
     async def get_message(self, message_id: str) -> tuple[Message, str] | None:
         if "\x00" in message_id:  # no stored id holds one (``_nul_in``)
@@ -453,7 +469,9 @@ class Store:
     async def message_key(self, message_id: str) -> Key | None:
         if "\x00" in message_id:
             return None
-        rows = await self._db.query("SELECT created, id FROM messages WHERE id = ?", (message_id,))
+        rows = await self._db.query_point(
+            "SELECT created, id FROM messages WHERE id = ?", (message_id,)
+        )
         return Key(*rows[0]) if rows else None
 
     async def remove_message(self, session_id: str, message_id: str) -> bool:
@@ -490,15 +508,16 @@ class Store:
         if not part_ids:
             return []
         await self._db.mark_compacted(part_ids, ts)
-        out: list[str] = []
+        got: list[Any] = []
         for chunk in _chunks(list(part_ids), 500):
             marks = ",".join("?" * len(chunk))
             rows = await self._db.query(
-                f"SELECT data FROM parts WHERE id IN ({marks}) ORDER BY id", chunk
+                f"SELECT id, data FROM parts WHERE id IN ({marks}) ORDER BY id", chunk
             )
-            out.extend(r[0] for r in rows)
-        for raw in out:
-            part = _cached_part(raw)
+            got.extend(rows)
+        out = [raw for _, raw in got]
+        for pid, raw in got:
+            part = _cached_part(pid, raw)
             self.cache.part_written(part.session_id, part.message_id, part.id, raw)
         return out
 
@@ -553,12 +572,18 @@ class Store:
         )
         return [(r[0], r[1]) for r in rows]
 
+    async def barrier(self) -> None:
+        """Return once every write queued before this call has committed (or failed): an
+        empty op behind them in the group commit, which keeps its order."""
+        await self._db.submit([])
+
     # -- leases ----------------------------------------------------------------------------------
 
     async def acquire_lease(self, name: str, owner: str, ttl_ms: int) -> bool:
         """Take (or renew) a named lease for ``ttl_ms`` unless another owner holds one that has
         not expired: what keeps two daemons on one database from compacting a session twice.
-        A daemon that dies holding one loses it when it expires."""
+        A daemon that dies holding one loses it when it expires, or at once to a daemon on the
+        same machine that sees its process is gone (``holder.gone``)."""
         now = await self._db.now_ms()
         counts = await self._db.submit(
             [
@@ -572,6 +597,24 @@ class Store:
             ],
             needs_counts=True,
         )
+        if counts[0] > 0:
+            return True
+        # Held by another owner: take it over at once if that holder provably no longer runs
+        # (killed mid-compaction), rather than blocking the session until the row expires.
+        rows = await self._db.query("SELECT owner FROM leases WHERE name = ?", [name])
+        if not rows or not holder.gone(str(rows[0][0])):
+            return False
+        counts = await self._db.submit(
+            [
+                (
+                    "UPDATE leases SET owner = ?, expires = ? WHERE name = ? AND owner = ?",
+                    [(owner, now + ttl_ms, name, rows[0][0])],
+                )
+            ],
+            needs_counts=True,
+        )
+        if counts[0] > 0:
+            log.info("lease %s taken over from %s, which no longer runs", name, rows[0][0])
         return counts[0] > 0
 
     async def release_lease(self, name: str, owner: str) -> None:
@@ -597,7 +640,7 @@ class Store:
         else:
             sql += ")"
         sql += " ORDER BY m.created DESC, m.id DESC LIMIT 1"
-        rows = await self._db.query(sql, args)
+        rows = await self._db.query_point(sql, args)
         if not rows:
             return None
         created, mid, data = rows[0]
@@ -632,12 +675,14 @@ class Store:
             f"SELECT m.id, m.data, m.created FROM messages m WHERE {cond} ORDER BY m.created, m.id",
             args,
             budget,
+            1,
         )
         parts = await self._fetch(
-            f"SELECT p.message_id, p.data FROM messages m JOIN parts p ON p.message_id = m.id "
-            f"WHERE {cond} ORDER BY m.created, m.id, p.id",
+            f"SELECT p.message_id, p.id, p.data FROM messages m JOIN parts p "
+            f"ON p.message_id = m.id WHERE {cond} ORDER BY m.created, m.id, p.id",
             args,
             budget,
+            2,
         )
         msgs = [(mid, data) for mid, data, _ in rows]
         window = _assemble(msgs, parts, raws)
@@ -647,24 +692,24 @@ class Store:
                 start,
                 version,
                 [(Key(created, mid), data) for mid, data, created in rows],
-                [(mid, _cached_part(data).id, data) for mid, data in parts],
+                [(mid, pid, data) for mid, pid, data in parts],
             )
         return window
 
-    async def _fetch(self, sql: str, args: list[Any], budget: _Budget) -> list[Any]:
-        """Rows in chunks, stopping as soon as their JSON passes the read budget: a window too
-        large to serve never sits in memory whole."""
+    async def _fetch(self, sql: str, args: list[Any], budget: _Budget, data: int) -> list[Any]:
+        """Rows in chunks, stopping as soon as their JSON (column ``data``) passes the read
+        budget: a window too large to serve never sits in memory whole."""
         out: list[Any] = []
         async with self._db.stream(sql, args) as chunks:
             async for chunk in chunks:
-                budget.spend(sum(len(row[1]) for row in chunk))
+                budget.spend(sum(len(row[data]) for row in chunk))
                 out.extend(chunk)
         return out
 
     async def _parts_between(self, session_id: str, first: Key, last: Key) -> Any:
-        """``(message id, JSON)`` of the parts of messages ``first <= key <= last``."""
+        """``(message id, part id, JSON)`` of the parts of messages ``first <= key <= last``."""
         return await self._db.query(
-            "SELECT p.message_id, p.data FROM messages m JOIN parts p ON p.message_id = m.id "
+            "SELECT p.message_id, p.id, p.data FROM messages m JOIN parts p ON p.message_id = m.id "
             "WHERE m.session_id = ? AND (m.created, m.id) >= (?, ?) "
             "AND (m.created, m.id) <= (?, ?) ORDER BY p.message_id, p.id",
             [session_id, first.created, first.id, last.created, last.id],
@@ -694,6 +739,78 @@ class Store:
             newest = Key(msgs[0][2], msgs[0][0])
             parts = await self._parts_between(session_id, oldest, newest)
             yield _assemble([(r[0], r[1]) for r in msgs], parts)
+            if len(msgs) < page:
+                return
+            cursor = oldest
+
+    def cached_newest_first(self, session_id: str) -> tuple[Key | None, Iterator[WithParts]] | None:
+        """The window the cache holds for a session: its start and its messages newest first,
+        decoded as they are read (cheap: the cached texts are the same objects each time), or
+        None. Call ``fresh`` first, and read it before the next await."""
+        cached = self.cache.newest_first(session_id)
+        if cached is None:
+            return None
+        start, rows = cached
+        msgs = (
+            WithParts(
+                info=_cached_message(mid, data),
+                parts=[_cached_part(pid, raw) for pid, raw in parts],
+            )
+            for mid, data, parts in rows
+        )
+        return start, msgs
+
+    async def fresh(self) -> None:
+        """Drop what the cache holds when another process wrote (see ``Backend.fresh``)."""
+        await self._db.fresh(self.cache)
+
+    async def light_newest_first(
+        self, session_id: str, end: Key | None = None, page: int = PAGE
+    ) -> AsyncIterator[list[LightMessage]]:
+        """Pages of ``LightMessage`` walking backwards from ``end`` (exclusive), each newest
+        first: what a prune decides on, computed in the database, so an output already pruned
+        (or not a completed tool call's) never leaves it."""
+        light: tuple[str, str] | None = _LIGHT_SQL.get(self._db.kind)
+        cursor = end
+        while True:
+            cond = "m.session_id = ?"
+            args: list[Any] = [session_id]
+            if cursor is not None:
+                cond += " AND (m.created, m.id) < (?, ?)"
+                args += [cursor.created, cursor.id]
+            if light is None:  # a backend without the JSON functions: decode the rows
+                async for decoded in self.newest_first(session_id, cursor, page):
+                    yield [_light_of(m) for m in decoded]
+                return
+            msg_sql, part_sql = light
+            msgs = list(await self._db.query(msg_sql.replace("{cond}", cond), [*args, page]))
+            if not msgs:
+                return
+            oldest = Key(msgs[-1][1], msgs[-1][0])
+            newest = Key(msgs[0][1], msgs[0][0])
+            try:
+                rows = await self._db.query(
+                    part_sql, [session_id, oldest.created, oldest.id, newest.created, newest.id]
+                )
+            except Exception:
+                # A row the JSON functions refuse (nested too deep for them, written before
+                # the door checked depth): decode the rows, as ``shallow_json`` makes safe.
+                light = None
+                continue
+            by_message: dict[str, list[LightPart]] = {}
+            for mid, pid, tool, compacted, output in rows:
+                by_message.setdefault(mid, []).append(
+                    LightPart(pid, tool, _truthy(compacted), output)
+                )
+            yield [
+                LightMessage(
+                    Key(created, mid),
+                    role == "user",
+                    _truthy(summary),
+                    by_message.get(mid, []),
+                )
+                for mid, created, role, summary in msgs
+            ]
             if len(msgs) < page:
                 return
             cursor = oldest
@@ -787,7 +904,7 @@ class Store:
         first, last = Key(rows[0][2], rows[0][0]), Key(rows[-1][2], rows[-1][0])
         parts = await self._parts_between(session_id, first, last)
         by_message: dict[str, list[msgspec.Raw]] = {}
-        for mid, data in parts:
+        for mid, _, data in parts:
             by_message.setdefault(mid, []).append(msgspec.Raw(data.encode()))
         out = [
             StoredMessage(info=msgspec.Raw(data.encode()), parts=by_message.get(mid, []))
@@ -822,21 +939,111 @@ class Store:
         return int(rows[0][0])
 
 
+class LightPart(NamedTuple):
+    """A part as a prune sees it: ``tool`` only for a completed tool call (else None), and its
+    ``output`` only when it is not ``compacted``."""
+
+    id: str
+    tool: str | None
+    compacted: bool
+    output: str | None
+
+
+class LightMessage(NamedTuple):
+    key: Key
+    user: bool
+    summary: bool  # an assistant message whose ``summary`` is true
+    parts: list[LightPart]  # every part, in id order
+
+
+def _truthy(value: Any) -> bool:
+    """A JSON scalar as SQLite (numbers) or PostgreSQL (``->>`` text) returns it."""
+    if isinstance(value, str):
+        if value in ("true", "false"):
+            return value == "true"
+        return value not in ("", "null") and float(value) != 0
+    return bool(value)
+
+
+def _light_of(msg: WithParts) -> LightMessage:
+    parts = [
+        LightPart(
+            p.id,
+            p.tool if isinstance(p, ToolPart) and isinstance(p.state, ToolCompleted) else None,
+            bool(
+                isinstance(p, ToolPart)
+                and isinstance(p.state, ToolCompleted)
+                and p.state.time.compacted
+            ),
+            p.state.output
+            if isinstance(p, ToolPart) and isinstance(p.state, ToolCompleted)
+            else None,
+        )
+        for p in msg.parts
+    ]
+    info = msg.info
+    return LightMessage(
+        Key(info.time.created, info.id),
+        isinstance(info, UserMessage),
+        isinstance(info, AssistantMessage) and bool(info.summary),
+        parts,
+    )
+
+
+_MSG_LIGHT = (
+    "SELECT m.id, m.created, m.role, {summary} FROM messages m WHERE {{cond}} "
+    "ORDER BY m.created DESC, m.id DESC LIMIT ?"
+)
+_PART_LIGHT = (
+    "SELECT p.message_id, p.id, {tool}, {compacted}, {output} "
+    "FROM messages m JOIN parts p ON p.message_id = m.id "
+    "WHERE m.session_id = ? AND (m.created, m.id) >= (?, ?) "
+    "AND (m.created, m.id) <= (?, ?) ORDER BY p.message_id, p.id"
+)
+
+
+def _light_sql(get: Callable[[str, str], str], zero: str) -> tuple[str, str]:
+    """The two light queries, given how the backend reads a JSON path (``get(column, path)``,
+    the path dotted; ``zero``: 0 as it returns it)."""
+    completed = f"p.type = 'tool' AND {get('p.data', 'state.status')} = 'completed'"
+    compacted = get("p.data", "state.time.compacted")
+    summary = get("m.data", "summary")
+    return (
+        _MSG_LIGHT.format(summary=f"CASE WHEN m.role = 'assistant' THEN {summary} END"),
+        _PART_LIGHT.format(
+            tool=f"CASE WHEN {completed} THEN {get('p.data', 'tool')} END",
+            compacted=f"CASE WHEN {completed} THEN {compacted} END",
+            # Not compacted: null or 0 (``_truthy``); only then is the output needed.
+            output=f"CASE WHEN {completed} AND COALESCE({compacted}, {zero}) = {zero} "
+            f"THEN {get('p.data', 'state.output')} END",
+        ),
+    )
+
+
+_LIGHT_SQL: dict[str, tuple[str, str]] = {
+    "sqlite": _light_sql(lambda col, path: f"json_extract({col}, '$.{path}')", "0"),
+    "postgresql": _light_sql(
+        lambda col, path: f"({col}::jsonb #>> '{{{','.join(path.split('.'))}}}')", "'0'"
+    ),
+}
+
+
 _cached_part = Decoded(decode_part)
 _cached_message = Decoded(decode_message)
 
 
 def _assemble(msgs: Any, parts: Any, raws: dict[str, str] | None = None) -> list[WithParts]:
     by_message: dict[str, list[Part]] = {}
-    for mid, data in parts:
-        part = _cached_part(data)
+    for mid, pid, data in parts:
+        part = _cached_part(pid, data)
         by_message.setdefault(mid, []).append(part)
         if raws is not None:
             raws[part.id] = _served_text(data)
     if raws is not None:
         raws.update((mid, _served_text(data)) for mid, data in msgs)
     return [
-        WithParts(info=_cached_message(data), parts=by_message.get(mid, [])) for mid, data in msgs
+        WithParts(info=_cached_message(mid, data), parts=by_message.get(mid, []))
+        for mid, data in msgs
     ]
 
 

@@ -75,3 +75,40 @@ def redact(url: str) -> str:
     if parts.port is not None:
         host += f":{parts.port}"
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def unreachable(url: str, exc: BaseException) -> str:
+    """Why ``url`` could not be reached, naming the unix socket that was tried when that is
+    the cause: a bare ``[Errno 2] No such file or directory`` does not say which directory."""
+    detail = str(exc) or type(exc).__name__
+    if not isinstance(exc, FileNotFoundError | ConnectionRefusedError):
+        return detail
+    sockets = _socket_files(url)
+    if not sockets:
+        return detail
+    where = " or ".join(sockets)
+    why = "no such socket" if isinstance(exc, FileNotFoundError) else "connection refused"
+    return (
+        f"{why}: {where} (is the PostgreSQL server running, and is that its socket "
+        "directory? set it with ?host=/dir in the URL)"
+    )
+
+
+def _socket_files(url: str) -> list[str]:
+    """The unix socket files a libpq-style ``url`` points at (``?host=/dir``, a ``%2F``-encoded
+    host, or ``$PGHOST``), with the port (``?port=``, the URL's, ``$PGPORT`` or 5432)."""
+    import os
+    from urllib.parse import parse_qs, unquote
+
+    try:
+        parts = urlsplit(url)
+        query = parse_qs(parts.query)
+        port = parts.port
+    except ValueError:
+        return []
+    hosts = query.get("host") or [unquote(parts.hostname or "")]
+    if not any(h.startswith("/") for h in hosts):
+        env_host = os.environ.get("PGHOST", "")
+        hosts = env_host.split(",") if not parts.hostname and env_host else hosts
+    number = (query.get("port") or [str(port or os.environ.get("PGPORT") or 5432)])[0]
+    return [f"{h.rstrip('/')}/.s.PGSQL.{number}" for h in hosts if h.startswith("/")]

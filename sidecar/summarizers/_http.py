@@ -117,8 +117,12 @@ class HttpSummarizer:
         return out
 
     def client(self) -> httpx.AsyncClient:
+        """Built at first use; a TLS context (loading the CA store: tens of ms) only for an
+        ``https`` endpoint. Every URL is built from ``base_url`` and redirects are not
+        followed, so a client for ``http`` never speaks TLS."""
         if self._http is None:
-            self._http = httpx.AsyncClient()
+            tls = self.base_url.lower().startswith("https:")
+            self._http = httpx.AsyncClient() if tls else httpx.AsyncClient(verify=False)
         return self._http
 
     async def aclose(self) -> None:

@@ -1,13 +1,18 @@
 """One streamed POST with retries, shared by the HTTP writers.
 
-Policy: retry on 408/409/429, 5xx, connection errors and timeouts (and on in-band errors a
-writer marks retryable), with exponential backoff and full jitter, honouring ``Retry-After``
-(seconds or an HTTP date; also OpenAI's ``retry-after-ms``), at most ``max_retries`` retries, all
-under one total ``deadline``. Any other 4xx is permanent. Every byte read must arrive within
-``timeout`` seconds. Cancellation closes the stream at once and propagates.
+Policy: retry on 408/409/429, 5xx, read/write timeouts and dropped connections (and on in-band
+errors a writer marks retryable), with exponential backoff and full jitter, honouring
+``Retry-After`` (seconds or an HTTP date; also OpenAI's ``retry-after-ms``), at most
+``max_retries`` retries, all under one total ``deadline``. Any other 4xx is permanent, and so is
+a connection that cannot be made at all (refused, unresolvable host, connect timeout): a server
+that is not there now will not be there after a backoff, and retrying it cost every compaction
+seconds. Every byte read must arrive within ``timeout`` seconds. Cancellation closes the stream
+at once and propagates. The loop itself is tenacity's; this module only says what to retry,
+how long to wait and when to stop.
 
-Errors become :class:`SummaryError` with the status and a short provider message, redacted of the
-API key (and anything that looks like one).
+Errors become :class:`SummaryError` naming the endpoint (without userinfo or query, where
+credentials may sit), with the status and a short provider message, redacted of the API key
+(and anything that looks like one).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from typing import Any, TypeVar
 
 import httpx
 import msgspec
+import tenacity
+from httpx_sse import EventSource, SSEError
 
 from sidecar.model.config import SummarizerConfig
 from sidecar.summarizers._text import redact, trim
@@ -124,26 +131,15 @@ async def read_capped(resp: httpx.Response, cap: int) -> bytes:
 
 
 async def iter_sse(resp: httpx.Response) -> AsyncIterator[tuple[str, str]]:
-    """Server-sent events as ``(event, data)``; ``event`` is ``"message"`` when unnamed."""
-    event = ""
-    data: list[str] = []
-    async for line in resp.aiter_lines():
-        if not line:
-            if data:
-                yield event or "message", "\n".join(data)
-            event, data = "", []
-            continue
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
-        if field == "event":
-            event = value
-        elif field == "data":
-            data.append(value)
-    if data:
-        yield event or "message", "\n".join(data)
+    """Server-sent events as ``(event, data)``; ``event`` is ``"message"`` when unnamed.
+
+    httpx-sse decodes the stream (the spec's field, comment and multi-line rules) and refuses
+    a 2xx that is not ``text/event-stream`` (a proxy's HTML page, say) with a clear error."""
+    try:
+        async for sse in EventSource(resp).aiter_sse():
+            yield sse.event or "message", sse.data
+    except SSEError as exc:
+        raise SummaryError(f"not a stream of server-sent events: {exc}") from None
 
 
 def is_json_response(resp: httpx.Response) -> bool:
@@ -151,16 +147,34 @@ def is_json_response(resp: httpx.Response) -> bool:
     return "json" in ctype and "event-stream" not in ctype
 
 
-def _transport_error(
-    provider: str, exc: httpx.TransportError, secrets: Sequence[str]
-) -> SummaryError:
-    if isinstance(exc, httpx.TimeoutException):
-        kind = type(exc).__name__  # ConnectTimeout, ReadTimeout, WriteTimeout, PoolTimeout
-        return SummaryError(f"{provider}: {kind} (no data within the timeout)", retryable=True)
-    if isinstance(exc, httpx.UnsupportedProtocol):
-        return SummaryError(f"{provider}: bad baseURL: {redact(str(exc), secrets)}")
+def endpoint(url: str) -> str:
+    """``url`` as shown in errors: scheme, host, port and path; never userinfo or a query."""
+    try:
+        u = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        return "<invalid URL>"
+    port = f":{u.port}" if u.port is not None else ""
+    return f"{u.scheme}://{u.host}{port}{u.path}"
+
+
+_NO_CONNECTION = (httpx.ConnectError, httpx.ConnectTimeout)
+
+
+def _transport_error(where: str, exc: httpx.TransportError, secrets: Sequence[str]) -> SummaryError:
     detail = trim(redact(str(exc), secrets), 200) or type(exc).__name__
-    return SummaryError(f"{provider}: connection error: {detail}", retryable=True)
+    if isinstance(exc, _NO_CONNECTION):
+        # Not retried: see the module docstring.
+        return SummaryError(f"{where}: cannot connect: {detail}")
+    if isinstance(exc, httpx.TimeoutException):
+        kind = type(exc).__name__  # ReadTimeout, WriteTimeout, PoolTimeout
+        return SummaryError(f"{where}: {kind} (no data within the timeout)", retryable=True)
+    if isinstance(exc, httpx.UnsupportedProtocol):
+        return SummaryError(f"{where}: bad baseURL: {redact(str(exc), secrets)}")
+    return SummaryError(f"{where}: connection error: {detail}", retryable=True)
+
+
+class _DeadlineExceeded(SummaryError):
+    """The whole ``deadline`` is spent: retryable later, never within this call."""
 
 
 async def post_with_retry(
@@ -180,45 +194,96 @@ async def post_with_retry(
     """POST ``body`` and hand a 2xx response to ``consume`` (which reads the stream), retrying
     per the policy. ``consume`` runs afresh on every attempt."""
     start = clock()
-    retry = 0
+    where = f"{provider} ({endpoint(url)})"
     timeout = httpx.Timeout(policy.timeout)
-    while True:
+    exceeded = f"{where}: deadline of {policy.deadline:g}s exceeded"
+
+    async def attempt() -> T:
         remaining = policy.deadline - (clock() - start)
         if remaining <= 0:
-            raise SummaryError(
-                f"{provider}: deadline of {policy.deadline:g}s exceeded", retryable=True
-            )
+            raise _DeadlineExceeded(exceeded, retryable=True)
         cm = asyncio.timeout(remaining)
         try:
             async with cm:
-                return await _attempt(http, url, headers, body, consume, timeout, provider, secrets)
+                return await _attempt(http, url, headers, body, consume, timeout, where, secrets)
         except TimeoutError:
             if not cm.expired():
                 raise
-            raise SummaryError(
-                f"{provider}: deadline of {policy.deadline:g}s exceeded", retryable=True
-            ) from None
+            raise _DeadlineExceeded(exceeded, retryable=True) from None
         except SummaryError as exc:
-            err = exc
+            if where in exc.message:
+                raise
+            raise _located(exc, where) from None
         except httpx.TransportError as exc:
-            err = _transport_error(provider, exc, secrets)
+            raise _transport_error(where, exc, secrets) from None
         except httpx.HTTPError as exc:  # e.g. a body that fails to decode: not transient
             detail = trim(redact(str(exc), secrets), 200)
-            raise SummaryError(f"{provider}: {type(exc).__name__}: {detail}") from None
-        if not err.retryable or retry >= policy.max_retries:
+            raise SummaryError(f"{where}: {type(exc).__name__}: {detail}") from None
+
+    def error(state: tenacity.RetryCallState) -> SummaryError:
+        assert state.outcome is not None
+        exc = state.outcome.exception()
+        assert isinstance(exc, SummaryError)
+        return exc
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        err = error(state)
+        if err.retry_after is not None:
+            return err.retry_after
+        return policy.backoff(state.attempt_number - 1, rand)
+
+    def stop(state: tenacity.RetryCallState) -> bool:
+        if state.attempt_number > policy.max_retries:
+            return True
+        return (clock() - start) + (state.upcoming_sleep or 0.0) >= policy.deadline
+
+    def give_up(state: tenacity.RetryCallState) -> T:
+        err = error(state)
+        if state.attempt_number > policy.max_retries:
             raise err
-        delay = err.retry_after if err.retry_after is not None else policy.backoff(retry, rand)
-        if (clock() - start) + delay >= policy.deadline:
-            raise SummaryError(
-                f"{err.message} (no retry: waiting {delay:g}s would pass the "
-                f"{policy.deadline:g}s deadline)",
-                retryable=True,
-                status=err.status,
-                retry_after=err.retry_after,
+        raise SummaryError(
+            f"{err.message} (no retry: waiting {state.upcoming_sleep:g}s would pass the "
+            f"{policy.deadline:g}s deadline)",
+            retryable=True,
+            status=err.status,
+            retry_after=err.retry_after,
+        )
+
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        log.info(
+            "%s; retry %d/%d in %.2fs",
+            error(state).message,
+            state.attempt_number,
+            policy.max_retries,
+            state.upcoming_sleep,
+        )
+
+    retrying = tenacity.AsyncRetrying(
+        retry=tenacity.retry_if_exception(
+            lambda e: (
+                isinstance(e, SummaryError) and e.retryable and not isinstance(e, _DeadlineExceeded)
             )
-        retry += 1
-        log.info("%s; retry %d/%d in %.2fs", err.message, retry, policy.max_retries, delay)
-        await sleep(delay)
+        ),
+        wait=wait,
+        stop=stop,
+        sleep=sleep,
+        before_sleep=before_sleep,
+        retry_error_callback=give_up,
+    )
+    result: T = await retrying(attempt)
+    return result
+
+
+def _located(exc: SummaryError, where: str) -> SummaryError:
+    """A writer's in-band error (``openai: ...``) with the endpoint it came from."""
+    name = where.split(" ", 1)[0]
+    message = exc.message.removeprefix(f"{name}: ")
+    return SummaryError(
+        f"{where}: {message}",
+        retryable=exc.retryable,
+        status=exc.status,
+        retry_after=exc.retry_after,
+    )
 
 
 async def _attempt(

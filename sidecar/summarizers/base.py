@@ -15,6 +15,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
+from sidecar.model.conversation import DEFAULT_PROMPT as DEFAULT_PROMPT  # its home; re-exported
 from sidecar.model.messages import WithParts
 from sidecar.model.rpc import SummarizerCompleteParams, SummarizerCompleteResult
 from sidecar.model.tokens import Tokens
@@ -26,14 +27,6 @@ ClientCall = Callable[[SummarizerCompleteParams], Awaitable[SummarizerCompleteRe
 
 # -- prompts (seed 000, in meaning) -------------------------------------------------------------
 
-DEFAULT_PROMPT = (
-    "Provide a detailed prompt for continuing our conversation above. "
-    "Focus on information that would be helpful for continuing the conversation, including what "
-    "we did, what we're doing, which files we're working on, and what we're going to do next "
-    "considering new session will not have access to our conversation."
-)
-"""The final user instruction of a standard compaction: seed 000's text word for word, on one
-line as OpenCode 1.1.53 sends it (checked against a recorded request)."""
 
 NO_TOOLS = "Do not call any tools. Respond only with the summary text."
 """Some proxies require ``tools`` whenever the history holds tool calls and then the model calls

@@ -9,7 +9,6 @@ named after any number of merges, and the text is bounded by ``max_tokens``.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -32,6 +31,21 @@ from sidecar.summarizers.base import (
     SummaryRequest,
     SummaryResult,
 )
+from sidecar.toolcalls import outputs, shell
+from sidecar.toolcalls.vocabulary import (
+    SHELL_TOOLS,
+    TODO_TOOLS,
+    call_kind,
+    classify,
+    is_machinery,
+    is_test,
+    main_argument,
+    patch_text,
+    shell_script,
+    tool_kind,
+    tool_name,
+    tool_paths,
+)
 
 PROVIDER_ID = "extractive"
 MODEL_ID = "extractive-v1"
@@ -42,29 +56,35 @@ EMPTY_TEXT = (
 MIN_MAX_TOKENS = 16
 
 # Section names, in output order. Paragraph sections hold one text; the rest are lists.
-OBJECTIVE = "Objective"
+OBJECTIVE = "Goal"  # the session's first request
+LATEST = "Latest request"  # a later request that changed course
 DIRECTIVES = "User directives"
 CONTEXT = "Additional context"
+DONE = "What was done"  # files changed, each with the tool or command that changed it
 FILES_READ = "Files read"
 FILES_MODIFIED = "Files modified"
 COMMANDS = "Commands run"
 ERRORS = "Errors"
+OPEN = "Open problems"  # failures no later passing run of the same thing answered
 EARLIER = "Earlier summaries"
 STATE = "Current state"
 NEXT = "Next steps"
 ORDER = (
     OBJECTIVE,
+    LATEST,
     DIRECTIVES,
     CONTEXT,
+    DONE,
     FILES_READ,
     FILES_MODIFIED,
     COMMANDS,
     ERRORS,
+    OPEN,
     EARLIER,
     STATE,
     NEXT,
 )
-PARAGRAPHS = frozenset({OBJECTIVE, STATE})
+PARAGRAPHS = frozenset({OBJECTIVE, LATEST, STATE})
 LEDGER_SECTIONS = (FILES_READ, FILES_MODIFIED, COMMANDS, ERRORS)  # what the ledger carries
 LISTS = tuple(name for name in ORDER if name not in PARAGRAPHS)
 # Trimmed before the paragraphs and before "Files modified", which goes last of all.
@@ -74,31 +94,33 @@ TRIMMABLE = tuple(name for name in LISTS if name != FILES_MODIFIED)
 OBJECTIVE_CHARS = 400
 DIRECTIVE_CHARS = 300
 STATE_CHARS = 1_500
+STATE_LINE_CHARS = 300
 ITEM_CHARS = 240
 EARLIER_CHARS = 600
+COMMAND_CHARS = 100
+HOWS = 3  # the tools/commands named per changed file (the newest)
 LIST_CAPS = {
     DIRECTIVES: 60,
     CONTEXT: 20,
+    DONE: 40,
     FILES_READ: 80,
     COMMANDS: 40,
     ERRORS: 25,
+    OPEN: 12,
     EARLIER: 5,
     NEXT: 8,
 }
 NEXT_FROM_TEXT = 4
 
-SKIP_USER_TEXTS = frozenset(
-    {
-        "what did we do so far?",
-        "continue if you have next steps",
-        one_line(DEFAULT_PROMPT).lower().rstrip("."),
-    }
-)
 _OMITTED = re.compile(r"^\(\d+ older entr(?:y|ies) omitted\)$")
 _HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$")
 _ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+(.*)$")
 _ALIASES = {name.lower(): name for name in ORDER} | {
-    "goal": OBJECTIVE,
+    "objective": OBJECTIVE,
+    "latest user request": LATEST,
+    "what we did": DONE,
+    "open issues": OPEN,
+    "known issues": OPEN,
     "task": OBJECTIVE,
     "objectives": OBJECTIVE,
     "user requests": DIRECTIVES,
@@ -118,182 +140,22 @@ _ALIASES = {name.lower(): name for name in ORDER} | {
     "todos": NEXT,
 }
 
-# -- tool classification ------------------------------------------------------------------------
-
-PATH_KEYS = (
-    "filePath",
-    "file_path",
-    "filepath",
-    "path",
-    "filename",
-    "file",
-    "target_file",
-    "notebook_path",
-    "targetFile",
-    "absolute_path",
-    "relative_path",
-    "uri",
-)
-PATH_LIST_KEYS = ("paths", "files", "filePaths", "file_paths")
-READ_TOOLS = frozenset(
-    {
-        "read",
-        "view",
-        "cat",
-        "open",
-        "read_file",
-        "readfile",
-        "view_file",
-        "open_file",
-        "read_many_files",
-        "readmanyfiles",
-        "notebook_read",
-    }
-)
-WRITE_TOOLS = frozenset(
-    {
-        "edit",
-        "write",
-        "patch",
-        "multiedit",
-        "multi_edit",
-        "apply_patch",
-        "applypatch",
-        "create",
-        "create_file",
-        "write_file",
-        "writefile",
-        "edit_file",
-        "editfile",
-        "replace",
-        "insert",
-        "str_replace",
-        "search_replace",
-        "notebook_edit",
-        "notebookedit",
-        "delete_file",
-        "rename_file",
-        "move_file",
-        "append_file",
-        "replace_in_file",
-        "write_to_file",
-        "apply_diff",
-        "insert_content",
-        "search_and_replace",
-    }
-)
-EDITOR_TOOLS = frozenset(
-    {"str_replace_editor", "str_replace_based_edit_tool", "text_editor", "editor"}
-)
-SHELL_TOOLS = frozenset(
-    {
-        "bash",
-        "shell",
-        "sh",
-        "zsh",
-        "terminal",
-        "run_command",
-        "run_shell",
-        "execute_command",
-        "exec",
-        "run_terminal_cmd",
-        "run_in_terminal",
-        "powershell",
-        "cmd",
-        "local_shell",
-        "container.exec",
-    }
-)
-TODO_TOOLS = frozenset({"todowrite", "todo_write", "update_todos", "todo"})
-_PATCH_HEADER = re.compile(
-    r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$"
-    r"|^\*\*\* Move to: (.+?)\s*$"
-    r"|^\+\+\+ (?:b/)?(.+?)\s*$",
-    re.M,
-)
 _NEXT_HINT = re.compile(
     r"\b(next|todo|remaining|still need|need to|will now|i will|i'll|then|should|plan)\b", re.I
 )
-
-
-def _tool_name(name: str) -> str:
-    """``mcp__server__Edit`` / ``functions.edit`` / ``Edit`` -> ``edit``."""
-    name = name.strip().lower()
-    for sep in ("__", "."):
-        if sep in name and name not in SHELL_TOOLS:
-            name = name.rsplit(sep, 1)[-1]
-    return name
-
-
-def _paths(data: Any) -> list[str]:
-    if not isinstance(data, dict):
-        return []
-    out: list[str] = []
-    for key in PATH_KEYS:
-        value = data.get(key)
-        if isinstance(value, str) and value.strip():
-            out.append(value.strip())
-            break
-    for key in PATH_LIST_KEYS:
-        value = data.get(key)
-        if isinstance(value, list):
-            out.extend(v.strip() for v in value if isinstance(v, str) and v.strip())
-    edits = data.get("edits")  # multiedit-style: [{filePath, ...}, ...]
-    if isinstance(edits, list):
-        for edit in edits:
-            out.extend(p for p in _paths(edit) if p not in out)
-    return out
-
-
-def _patch_files(text: str) -> list[str]:
-    out: list[str] = []
-    for match in _PATCH_HEADER.finditer(text):
-        path = next((g for g in match.groups() if g), "")
-        if path and path != "/dev/null" and path not in out:
-            out.append(path)
-    return out
-
-
-_REDIRECT = re.compile(r"(?<![0-9&<>])>{1,2}\s*([^\s;&|<>()]+)")
+# What the assistant says it is about to do: "Let me ...", "I'll ...", "Now I need to ...".
+_INTENT = re.compile(
+    r"^(?:(?:now|next|then|first|ok(?:ay)?|great|good|perfect)[,!.]?\s+)*"
+    r"(?:let me|let's|i'll|i will|i'm going to|i am going to|i need to|we need to|i should|"
+    r"we should|i'm now going to|i will now|next,? i)\b",
+    re.I,
+)
+_SENTENCES = re.compile(r"\n+|(?<=[.!?])\s+")
 
 
 def shell_modified_files(command: str) -> list[str]:
-    """Best effort: files a shell command writes (``> f``, ``>> f``, ``tee``, ``sed -i``,
-    ``touch``, ``mv``/``cp`` destinations)."""
-    out: list[str] = []
-
-    def add(path: str) -> None:
-        path = path.strip("'\"")
-        if path and not path.startswith(("/dev/", "&", "$(")) and path not in out:
-            out.append(path)
-
-    for match in _REDIRECT.finditer(command):
-        add(match.group(1))
-    for segment in re.split(r"&&|\|\||[;|\n]", command):
-        try:
-            words = shlex.split(segment, comments=True)
-        except ValueError:
-            words = segment.split()
-        if not words:
-            continue
-        prog = words[0].rsplit("/", 1)[-1]
-        args = [w for w in words[1:] if not w.startswith("-")]
-        if prog == "tee":
-            for w in args:
-                add(w)
-        elif prog in ("sed", "perl") and any(
-            w == "-i" or w.startswith("-i") or w == "--in-place" for w in words[1:]
-        ):
-            if len(args) >= 2:  # script, then files
-                for w in args[1:]:
-                    if ">" not in w:
-                        add(w)
-        elif prog == "touch":
-            for w in args:
-                add(w)
-        elif prog in ("mv", "cp") and len(args) >= 2:
-            add(args[-1])
-    return out
+    """Files a shell command line writes (the one shell parser: ``sidecar.toolcalls.shell``)."""
+    return shell.analyse(command).written
 
 
 # -- extraction ---------------------------------------------------------------------------------
@@ -302,6 +164,7 @@ def shell_modified_files(command: str) -> list[str]:
 @dataclass
 class Sections:
     objective: str = ""
+    latest: str = ""
     state: str = ""
     lists: dict[str, dict[str, None]] = field(default_factory=lambda: {n: {} for n in LISTS})
 
@@ -319,10 +182,11 @@ class Sections:
 
 def parse_summary(text: str) -> Sections:
     """Sections of an earlier summary (ours or a model's markdown); unknown prose is kept as one
-    "Earlier summaries" entry so that nothing silently disappears."""
+    "Earlier summaries" entry so that nothing silently disappears. "Current state" keeps its
+    lines; the other paragraphs are read as one line."""
     sections = Sections()
     current: str | None = None
-    paragraph: dict[str, list[str]] = {OBJECTIVE: [], STATE: []}
+    paragraph: dict[str, list[str]] = {name: [] for name in PARAGRAPHS}
     stray: list[str] = []
     for raw in text.splitlines():
         line = raw.rstrip()
@@ -338,6 +202,8 @@ def parse_summary(text: str) -> Sections:
             continue
         if current is None:
             stray.append(line)
+        elif current == STATE:
+            paragraph[current].append(line.strip())
         elif current in PARAGRAPHS:
             item = _ITEM.match(line)
             paragraph[current].append(item.group(1) if item else line)
@@ -345,11 +211,68 @@ def parse_summary(text: str) -> Sections:
             item = _ITEM.match(line)
             sections.add(current, item.group(1) if item else line)
     sections.objective = one_line(" ".join(paragraph[OBJECTIVE]))
-    sections.state = one_line(" ".join(paragraph[STATE]))
+    sections.latest = one_line(" ".join(paragraph[LATEST]))
+    sections.state = "\n".join(paragraph[STATE])
     prose = one_line(" ".join(stray))
     if prose:  # prose outside the known sections (a model-written summary): keep its gist
         sections.add(EARLIER, trim(prose, EARLIER_CHARS))
     return sections
+
+
+@dataclass
+class _Run:
+    """One finished shell or tool call, as the narrative tells it."""
+
+    what: str  # "`pytest -q`" or "edit src/a.py"
+    outcome: str  # "passed", "exit 1", "error", "ok", "ran"
+    error: str  # its first error line ("" when none)
+    failed: bool
+    test: bool
+    key: str  # what a later run must match to answer a failure
+    full: bool = False  # a test run over the whole suite (no paths): answers every test failure
+
+    def line(self) -> str:
+        said = self.error and not outputs.BARE.match(self.error)  # "error: Error" says nothing
+        return f"{self.what} → {self.outcome}" + (f": {self.error}" if said else "")
+
+
+def _is_plan(sentence: str) -> bool:
+    """A sentence that states what comes next: an intent ("Let me ...") or a plan word."""
+    text = one_line(sentence)
+    return len(text) > 8 and bool(_INTENT.match(text) or _NEXT_HINT.search(text))
+
+
+def _intent(text: str) -> str:
+    """The last sentence of ``text`` saying what the assistant is about to do ("" if none)."""
+    found = ""
+    for chunk in _SENTENCES.split(text):
+        item = _ITEM.match(chunk)
+        sentence = one_line(item.group(1) if item else chunk)
+        if len(sentence) > 8 and _INTENT.match(sentence):
+            found = sentence
+    return found
+
+
+def _shell_outcome(
+    output: str, status: int | None, errored: bool, failed: bool, tests: bool
+) -> str:
+    """A shell call's outcome word: error, exit N, failed, passed, ok or ran."""
+    if errored:
+        return "error"
+    if status is not None and status != 0:
+        return f"exit {status}"
+    if failed:
+        return "failed"
+    if tests:
+        return "passed" if status == 0 or _PASSED.search(output) else "ran"
+    return "ok" if status == 0 else "ran"
+
+
+def _whole_suite(tests: list[shell.Command]) -> bool:
+    """Test commands naming no file, path or test id: the whole suite ran."""
+    return bool(tests) and all(
+        not any(("/" in w or "." in w or "::" in w) for w in c.argv[1:]) for c in tests
+    )
 
 
 class _Extractor:
@@ -360,13 +283,30 @@ class _Extractor:
         self.last_user_text: str = ""
         self.last_is_user = False
         self.todos: list[str] | None = None
+        self.earlier: list[str] = []  # summaries met inline (standard compaction sends them)
+        self.hows: dict[str, list[str]] = {}  # changed file -> the tools/commands, oldest first
+        self.runs: list[_Run] = []  # every finished command or failed tool call, in order
+        self.intent: str = ""  # the last thing the assistant said it would do
+        self.plan_text: str = ""  # the newest assistant text that states next steps
 
     def run(self, history: Sequence[WithParts]) -> None:
         for msg in history:
             if isinstance(msg.info, UserMessage):
                 self._user(msg)
+            elif msg.info.summary:
+                self.earlier.extend(
+                    p.text for p in msg.parts if isinstance(p, TextPart) and p.text.strip()
+                )
             else:
                 self._assistant(msg)
+
+    def changed(self, paths: Iterable[str], how: str) -> None:
+        for path in paths:
+            self.s.add(FILES_MODIFIED, path)
+            hows = self.hows.pop(path, [])
+            if how in hows:
+                hows.remove(how)
+            self.hows[path] = [*hows, how][-HOWS:]
 
     def _user(self, msg: WithParts) -> None:
         texts: list[str] = []
@@ -374,7 +314,7 @@ class _Extractor:
             if isinstance(part, TextPart):
                 if part.ignored or part.synthetic or not part.text.strip():
                     continue
-                if one_line(part.text).lower().rstrip(".") in SKIP_USER_TEXTS:
+                if is_machinery(part.text):
                     continue
                 texts.append(part.text)
             elif isinstance(part, FilePart):
@@ -407,10 +347,14 @@ class _Extractor:
             elif isinstance(part, ToolPart):
                 self._tool(part)
             elif isinstance(part, PatchPart):
-                self.s.extend(FILES_MODIFIED, (f for f in part.files if f.strip()))
+                self.changed((f for f in part.files if f.strip()), "patch")
         if texts:
-            self.last_assistant_text = "\n".join(texts)
+            text = "\n".join(texts)
+            self.last_assistant_text = text
             self.last_is_user = False
+            self.intent = _intent(text) or self.intent
+            if any(_is_plan(c) for c in _SENTENCES.split(text)):
+                self.plan_text = text
         elif any(isinstance(p, ToolPart) for p in msg.parts):
             self.last_is_user = False
         if info.error is not None:
@@ -423,15 +367,61 @@ class _Extractor:
                 ),
             )
 
+    def _shell(self, cmd: str, output: str, code: int | None, errored: bool) -> None:
+        fx = shell.analyse(cmd)
+        tests = [c for c in fx.commands if is_test(c)]
+        kind = call_kind(fx.commands)
+        runs = kind in ("runner", "test")
+        # "pytest | tail": the status is tail's, so the output decides
+        status = None if code == 0 and _masked(cmd, fx.commands) else code
+        sigs = outputs.error_signatures(output) if errored or code or kind != "viewer" else []
+        failed = (
+            errored
+            or (status is not None and status != 0)
+            or (status is None and runs and bool(sigs))
+        )
+        if not errored and code == 1 and kind in ("viewer", "search") and not sigs:
+            failed = False  # grep found nothing: no problem
+        error = outputs.first_error_line(output) if failed else ""
+        first = cmd.split("\n", 1)[0]
+        self.runs.append(
+            _Run(
+                what=f"`{trim(first, COMMAND_CHARS)}`",
+                outcome=_shell_outcome(output, status, errored, failed, bool(tests)),
+                error=error,
+                failed=failed,
+                test=bool(tests),
+                key=f"`{trim(first, COMMAND_CHARS)}`",
+                full=_whole_suite(tests),
+            )
+        )
+        if not (errored or (code is not None and code != 0)):
+            self.changed(fx.written, f"`{trim(first, COMMAND_CHARS)}`")
+        else:  # a failed line surely wrote only its redirection targets
+            self.changed(fx.redirected, f"`{trim(first, COMMAND_CHARS)}`")
+
     def _tool(self, part: ToolPart) -> None:
-        name = _tool_name(part.tool)
+        name = tool_name(part.tool)
         state = part.state
         data = state.input if isinstance(state.input, dict) else {}
         if isinstance(state, ToolError):
-            target = ", ".join(_paths(data)[:2])
+            target = ", ".join(tool_paths(data)[:2])
             if name in SHELL_TOOLS:
                 cmd = _command(data)
                 self.s.add(COMMANDS, _command_item(cmd, "error", state.error))
+                self._shell(cmd, state.error, None, True)
+            else:
+                arg = trim(main_argument(part.tool, data), COMMAND_CHARS)
+                self.runs.append(
+                    _Run(
+                        what=f"{part.tool} {arg}".strip(),
+                        outcome="error",
+                        error=outputs.first_error_line(state.error) or first_line(state.error),
+                        failed=True,
+                        test=False,
+                        key=_tool_key(part.tool, data, arg),
+                    )
+                )
             label = f"{part.tool}" + (f" {target}" if target else "")
             self.s.add(ERRORS, trim(f"{label}: {first_line(state.error, ITEM_CHARS)}", ITEM_CHARS))
             return
@@ -439,14 +429,11 @@ class _Extractor:
             return  # pending / running: interrupted, nothing happened for sure
         if name in SHELL_TOOLS:
             cmd = _command(data)
-            meta = state.metadata or {}
-            code = meta.get("exit", meta.get("exitCode", meta.get("exit_code")))
-            failed = isinstance(code, int) and code != 0
-            outcome = f"exit {code}" if failed else "ok"
             output = "" if state.time.compacted else state.output
-            self.s.add(COMMANDS, _command_item(cmd, outcome, output))
-            if not failed:
-                self.s.extend(FILES_MODIFIED, shell_modified_files(cmd))
+            code = outputs.exit_status(state.output, state.metadata)
+            failed = code is not None and code != 0
+            self.s.add(COMMANDS, _command_item(cmd, f"exit {code}" if failed else "ok", output))
+            self._shell(cmd, state.output, code, False)
             return
         if name in TODO_TOOLS:
             todos = data.get("todos")
@@ -459,39 +446,41 @@ class _Extractor:
                     and str(t.get("content", "")).strip()
                 ]
             return
-        paths = _paths(data)
-        if name in EDITOR_TOOLS:
-            verb = str(data.get("command", "")).lower()
-            target = FILES_READ if verb in ("view", "read", "") else FILES_MODIFIED
-            self.s.extend(target, paths)
-        elif name in WRITE_TOOLS or "patch" in name:
-            patch_text = next(
-                (
-                    data[k]
-                    for k in ("patchText", "patch", "input", "diff")
-                    if isinstance(data.get(k), str)
-                ),
-                "",
-            )
-            self.s.extend(FILES_MODIFIED, paths or _patch_files(patch_text))
-        elif name in READ_TOOLS:
+        paths = tool_paths(data)
+        kind = tool_kind(part.tool, data)
+        if kind == "write":
+            changed = paths or shell.diff_files(patch_text(data))
+            self.changed(changed, part.tool)
+            arg = trim(main_argument(part.tool, data), COMMAND_CHARS)
+            key = _tool_key(part.tool, data, arg)
+            self.runs.append(_Run(f"{part.tool} {arg}", "ok", "", False, False, key))
+        elif kind == "read":
+            arg = trim(main_argument(part.tool, data), COMMAND_CHARS)
+            key = _tool_key(part.tool, data, arg)
+            self.runs.append(_Run(f"{part.tool} {arg}", "ok", "", False, False, key))
             self.s.extend(FILES_READ, paths)
 
 
 def _command(data: dict[str, Any]) -> str:
-    for key in ("command", "cmd", "script", "commandLine", "args"):
-        value = data.get(key)
-        if isinstance(value, str) and value.strip():
-            return value
-        if isinstance(value, list) and value:
-            return " ".join(str(v) for v in value)
-    return to_json(data)
+    return shell_script(data) or to_json(data)
 
 
-# Public names for the engine's artifact ledger (one tool classification for both).
-tool_name = _tool_name
-tool_paths = _paths
-tool_command = _command
+_PASSED = re.compile(r"\b\d+ passed\b|^OK\b|\bAll tests passed\b", re.M)
+_PIPE = re.compile(r"(?<!\|)\|(?![|&])")
+
+
+def _masked(script: str, commands: list[shell.Command]) -> bool:
+    """Whether a pipeline hides a program's exit status behind a viewer (``make | tail``)."""
+    if len(commands) < 2 or not _PIPE.search(script):
+        return False
+    kinds = [classify(c) for c in commands]
+    return kinds[-1] in ("viewer", "search") and any(k in ("runner", "test") for k in kinds)
+
+
+def _tool_key(tool: str, data: dict[str, Any], arg: str) -> str:
+    """What a later call must match to answer a failed one: the same kind of action on the
+    same file (a failed ``edit`` of a file is answered by a later ``write`` of it)."""
+    return f"{tool_kind(tool, data)} {arg}"
 
 
 def _command_item(cmd: str, outcome: str, output: str) -> str:
@@ -500,23 +489,93 @@ def _command_item(cmd: str, outcome: str, output: str) -> str:
     return f"{head}: {line}" if line else head
 
 
+def _open_problems(ex: _Extractor, carried: Iterable[str]) -> list[str]:
+    """Failures that no later run answered: a later success of the same command or tool call,
+    or (for a failed test run) a later passing run of the whole suite. Failures carried from an
+    earlier summary are answered the same way, by their command."""
+    problems: dict[str, str] = {}
+    for item in carried:
+        what = item.split(" → ", 1)[0]
+        if what.startswith("`"):
+            problems[what] = item
+        else:
+            tool, _, arg = what.partition(" ")
+            problems[_tool_key(tool, {}, arg)] = item
+    for run in ex.runs:
+        if run.failed:
+            problems.pop(run.key, None)
+            problems[run.key] = trim(run.line(), ITEM_CHARS)
+            continue
+        problems.pop(run.key, None)
+        if run.test and run.full and run.outcome == "passed":
+            for key in [k for k in problems if k.startswith("`") and _is_test_key(k.strip("`"))]:
+                del problems[key]
+    return list(problems.values())
+
+
+def _is_test_key(key: str) -> bool:
+    return any(is_test(c) for c in shell.parse(key))
+
+
+def _state(ex: _Extractor, carried: str) -> str:
+    """Where things stand, from what happened last: the last test run and the last command with
+    their results, the last file changed, and the assistant's last words and stated intent."""
+    lines: list[str] = []
+    last_test = next((r for r in reversed(ex.runs) if r.test), None)
+    last_cmd = next((r for r in reversed(ex.runs) if r.what.startswith("`")), None)
+    if last_test is not None:
+        lines.append(f"- Last test run: {trim(last_test.line(), STATE_LINE_CHARS)}")
+    if last_cmd is not None and last_cmd is not last_test:
+        lines.append(f"- Last command: {trim(last_cmd.line(), STATE_LINE_CHARS)}")
+    if ex.hows:
+        path, hows = next(reversed(ex.hows.items()))
+        lines.append(f"- Last change: {trim(path, STATE_LINE_CHARS)} ({hows[-1]})")
+    if ex.last_assistant_text:
+        lines.append(
+            f"- Assistant's last message: {trim(ex.last_assistant_text, STATE_LINE_CHARS)}"
+        )
+    if ex.intent and one_line(ex.intent) != one_line(ex.last_assistant_text):
+        lines.append(f"- Assistant said it would: {trim(ex.intent, STATE_LINE_CHARS)}")
+    if not lines:
+        return carried
+    return "\n".join(lines)
+
+
 def _next_steps(ex: _Extractor) -> list[str]:
     steps: list[str] = []
     if ex.last_is_user and ex.last_user_text:
         steps.append("Answer the latest user request: " + trim(ex.last_user_text, ITEM_CHARS))
     if ex.todos:
         steps.extend(ex.todos)
-    if ex.last_assistant_text:
+    if ex.plan_text:
         found = 0
-        for chunk in re.split(r"\n+|(?<=[.!?])\s+", ex.last_assistant_text):
+        for chunk in _SENTENCES.split(ex.plan_text):
             line = _ITEM.match(chunk)
             text = one_line(line.group(1) if line else chunk)
-            if len(text) > 8 and _NEXT_HINT.search(text):
+            if _is_plan(text):
                 steps.append(trim(text, ITEM_CHARS))
                 found += 1
                 if found >= NEXT_FROM_TEXT:
                     break
     return steps
+
+
+_LEDGER_FIRST = re.compile(r"^### First user request\n- (.+)$", re.M)
+
+
+def _goal(req: SummaryRequest, carried: str, ex: _Extractor) -> str:
+    """The session's first request: the daemon's ledger carries it verbatim across compactions;
+    else an earlier summary's goal; else the first request in this history."""
+    found = _LEDGER_FIRST.search(req.ledger) if req.ledger else None
+    if found:
+        return trim(found.group(1), OBJECTIVE_CHARS)
+    return carried or trim(ex.first_user, OBJECTIVE_CHARS)
+
+
+def _changed_course(goal: str, latest: str) -> bool:
+    """A later request counts when it is not the goal again and says something (3+ words)."""
+    a, b = one_line(goal).lower(), one_line(latest).lower()
+    return bool(b) and len(b.split()) >= 3 and b != a and not a.startswith(b.rstrip("…"))
 
 
 # -- rendering and the token bound -------------------------------------------------------------
@@ -528,12 +587,14 @@ class _Doc:
     state: str
     lists: dict[str, list[str]]
     omitted: dict[str, int]
+    latest: str = ""
 
     def render(self) -> str:
         lines = [TITLE, ""]
+        texts = {OBJECTIVE: self.objective, LATEST: self.latest, STATE: self.state}
         for name in ORDER:
             if name in PARAGRAPHS:
-                text = self.objective if name == OBJECTIVE else self.state
+                text = texts[name]
                 if text:
                     lines += [f"## {name}", "\\" + text if text.startswith("#") else text, ""]
                 continue
@@ -590,13 +651,13 @@ def _fit(doc: _Doc, max_tokens: int) -> str:
     text = doc.render()
     if estimate_tokens(text) <= max_tokens:
         return text
-    # Then the paragraphs shrink: the current state first, then the objective.
-    for attr, caps in (("state", (600, 200, 0)), ("objective", (200, 80))):
+    # Then the paragraphs shrink: the current state first, then the latest request, the goal.
+    for attr, caps in (("state", (600, 200, 0)), ("latest", (200, 0)), ("objective", (200, 80))):
         for cap in caps:
             value = getattr(doc, attr)
             if len(value) <= cap and cap:
                 continue
-            setattr(doc, attr, trim(value, cap) if cap else "")
+            setattr(doc, attr, _shorten(value, cap) if cap else "")
             text = doc.render()
             if estimate_tokens(text) <= max_tokens:
                 return text
@@ -613,6 +674,14 @@ def _fit(doc: _Doc, max_tokens: int) -> str:
     if estimate_tokens(text) > max_tokens:
         text = text[: budget - 2].rstrip() + "…\n"
     return text
+
+
+def _shorten(text: str, cap: int) -> str:
+    """``text`` cut to ``cap`` characters, whole lines first (the current state's lines)."""
+    lines = text.split("\n")
+    while len(lines) > 1 and len("\n".join(lines)) > cap:
+        lines.pop()
+    return trim(lines[0], cap) if len("\n".join(lines)) > cap else "\n".join(lines)
 
 
 def _extra_context(prompt: str) -> str:
@@ -639,43 +708,63 @@ def _history_chars(history: Sequence[WithParts]) -> int:
     return total
 
 
+def _carry(sections: Sections, earlier: list[Sections]) -> dict[str, list[str]]:
+    """Each list's entries from earlier summaries, put before this history's own in
+    ``sections``; returns what was carried, per list."""
+    carried: dict[str, list[str]] = {}
+    for name in LISTS:
+        old: dict[str, None] = {}
+        for e in earlier:
+            # an earlier latest request is one of the user's directives once a newer one came
+            later = [trim(e.latest, DIRECTIVE_CHARS)] if name == DIRECTIVES and e.latest else []
+            for item in [*e.lists[name], *later]:
+                old.pop(item, None)
+                old[item] = None
+        carried[name] = list(old)
+        # older entries first; one met again in this history moves to the newest position
+        new = sections.lists[name]
+        sections.lists[name] = {i: None for i in carried[name] if i not in new} | new
+    return carried
+
+
 def summarize_extractive(req: SummaryRequest) -> str:
     """The summary text of ``req`` (pure function)."""
     sections = Sections()
-    objective = ""
-    state = ""
-    for previous in req.previous_summaries:
-        if not previous or not previous.strip():
-            continue
-        parsed = parse_summary(previous)
-        objective = objective or parsed.objective
-        state = parsed.state or state
-        for name in LISTS:
-            sections.extend(name, parsed.lists[name])
+    ex = _Extractor(sections)
+    ex.run(req.history)
+    # Earlier summaries: merge requests first (collapse), then those met inline (standard).
+    earlier = [parse_summary(p) for p in [*req.previous_summaries, *ex.earlier] if p.strip()]
+    objective = next((e.objective for e in earlier if e.objective), "")
+    latest = next((e.latest for e in reversed(earlier) if e.latest), "")
+    state = next((e.state for e in reversed(earlier) if e.state), "")
+    carried = _carry(sections, earlier)
     extra = _extra_context(req.prompt)
     if extra:
         sections.add(CONTEXT, trim(extra, 600))
-    # Steps carried over from earlier summaries are replaced by the newest ones when there are.
-    carried_next = list(sections.lists[NEXT])
+    # Steps and problems carried over are replaced by the newest ones when there are.
     sections.lists[NEXT] = {}
-    ex = _Extractor(sections)
-    ex.run(req.history)
-    objective = objective or trim(ex.first_user, OBJECTIVE_CHARS)
+    sections.lists[OPEN] = {i: None for i in _open_problems(ex, carried[OPEN])}
+    objective = _goal(req, objective, ex)
     if objective:
         sections.lists[DIRECTIVES].pop(trim(objective, DIRECTIVE_CHARS), None)
-    if ex.last_assistant_text:
-        state = trim(ex.last_assistant_text, STATE_CHARS)
+    if ex.last_user_text:
+        latest = trim(ex.last_user_text, OBJECTIVE_CHARS)
+    if not _changed_course(objective, latest):
+        latest = ""
+    if latest:
+        sections.lists[DIRECTIVES].pop(trim(latest, DIRECTIVE_CHARS), None)
+    for path, hows in ex.hows.items():
+        sections.add(DONE, f"{path} — {', '.join(hows)}")
+    state = _state(ex, state)
     steps = _next_steps(ex) if req.history else []
-    sections.extend(NEXT, steps or carried_next)
+    sections.extend(NEXT, steps or carried[NEXT])
     lists = {name: list(sections.lists[name]) for name in LISTS}
     if req.ledger:  # the engine's artifact ledger follows this text: no second copy of it
         for name in LEDGER_SECTIONS:
             lists[name] = []
     if not objective and not state and not any(lists.values()):
         return EMPTY_TEXT
-    if not lists[NEXT]:
-        lists[NEXT] = ["Continue the work described under Current state."] if state else []
-    doc = _Doc(objective=objective, state=state, lists=lists, omitted={})
+    doc = _Doc(objective=objective, latest=latest, state=state, lists=lists, omitted={})
     _cap_lists(doc)
     return _fit(doc, max(MIN_MAX_TOKENS, req.max_tokens))
 

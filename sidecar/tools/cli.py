@@ -2,7 +2,7 @@
 
 ``add_commands`` puts them on the main parser and ``dispatch`` runs one, so ``sidecar.cli``
 needs two lines for them. The look-at commands open the database read-only and never need a
-daemon; ``import`` writes through the ``Store`` (one transaction per session), which is safe
+daemon; ``import`` writes through the ``Store`` (one transaction for everything), which is safe
 beside a running daemon thanks to WAL and the busy timeout.
 """
 
@@ -12,7 +12,10 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import os
+import signal
 import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +27,10 @@ if TYPE_CHECKING:
 
 _FORMATS = ("auto", "opencode", "claude-code", "pi", "transcript")
 COMMANDS = frozenset({"sessions", "inspect", "report", "import"})
+
+
+class CannotWrite(Exception):
+    """An output path that cannot be written (a missing folder, a directory, no permission)."""
 
 
 def add_commands(sub: Any) -> None:
@@ -39,13 +46,21 @@ def add_commands(sub: Any) -> None:
     p.add_argument("session", help="session id, a unique prefix of it, or its title")
     p.add_argument("--db", help=db_help)
     p.add_argument("--json", action="store_true", help="one JSON object, for scripts")
-    p.add_argument("--context", type=_positive, help="model window to draw (default: catalog)")
+    p.add_argument(
+        "--context",
+        type=_positive,
+        help="model window to draw (default: the one stored with the session, else the catalog)",
+    )
 
     p = sub.add_parser("report", help="a self-contained HTML report of a session")
     p.add_argument("session", help="session id, a unique prefix of it, or its title")
     p.add_argument("--db", help=db_help)
     p.add_argument("-o", "--output", type=Path, required=True, help="the HTML file to write")
-    p.add_argument("--context", type=_positive, help="model window to draw (default: catalog)")
+    p.add_argument(
+        "--context",
+        type=_positive,
+        help="model window to draw (default: the one stored with the session, else the catalog)",
+    )
 
     p = sub.add_parser("import", help="import OpenCode, Claude Code, pi or transcript sessions")
     p.add_argument(
@@ -60,6 +75,13 @@ def add_commands(sub: Any) -> None:
         "--format", choices=_FORMATS, default="auto", help="default: told by each file's shape"
     )
     p.add_argument("--json", action="store_true", help="[{sessionID, source, messages}]")
+    p.add_argument(
+        "--max-bytes",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="refuse a file larger than this (default 256 MiB); only regular files are read",
+    )
 
 
 def _positive(text: str) -> int:
@@ -81,20 +103,33 @@ def _db(args: argparse.Namespace) -> str | Path:
 
 
 def dispatch(args: argparse.Namespace) -> int:
-    """Run the tools command in ``args``; 1 with a one-line message on a user error."""
+    """Run the tools command in ``args``. A one-line message and exit status 2 when the
+    command line names nothing usable (a database or file), 1 when the command failed, 130
+    when interrupted."""
     from sidecar.errors import Conflict
     from sidecar.tools.importers.common import ImportFailure
-    from sidecar.tools.readdb import DatabaseError
+    from sidecar.tools.readdb import CannotOpenDatabase, DatabaseError
 
     try:
         if args.command == "sessions":
             return _sessions(args)
         if args.command in ("inspect", "report"):
             return _inspect(args)
-        return asyncio.run(_import(args))
-    except (DatabaseError, ImportFailure, Conflict) as exc:
-        print(f"compaction-sidecar {args.command}: {exc}", file=sys.stderr)
+        return _import(args)
+    except (CannotOpenDatabase, _NoInput) as exc:
+        print(f"compaction-sidecar {args.command}: {_one_line(str(exc))}", file=sys.stderr)
+        return 2
+    except (DatabaseError, ImportFailure, Conflict, CannotWrite) as exc:
+        print(f"compaction-sidecar {args.command}: {_one_line(str(exc))}", file=sys.stderr)
         return 1
+    except _Interrupted:
+        # On a terminal, start from a clean line whatever a progress bar left on it.
+        clear = "\r\x1b[K" if sys.stderr.isatty() else ""
+        print(
+            f"{clear}compaction-sidecar {args.command}: interrupted; nothing imported",
+            file=sys.stderr,
+        )
+        return 130
     except BrokenPipeError:  # `sessions | head`: the reader left, which is not an error
         import os
 
@@ -136,10 +171,11 @@ def _sessions(args: argparse.Namespace) -> int:
     if not rows:
         print("no sessions")
         return 0
-    print(f"{'id':<34} {'messages':>8} {'tokens':>9} {'compact':>7}  {'last activity':<16}  title")
+    w = max(34, *(len(s.id) for s in rows))  # ids are any length (imports keep theirs)
+    print(f"{'id':<{w}} {'messages':>8} {'tokens':>9} {'compact':>7}  {'last activity':<16}  title")
     for s in rows:
         print(
-            f"{s.id:<34} {s.messages:>8,} {s.estimated_tokens:>9,} {s.compactions:>7}  "
+            f"{s.id:<{w}} {s.messages:>8,} {s.estimated_tokens:>9,} {s.compactions:>7}  "
             f"{_when(s.last_activity):<16}  {s.title}"
         )
     return 0
@@ -147,19 +183,23 @@ def _sessions(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     from sidecar.tools.inspect import inspect
-    from sidecar.tools.readdb import find_session, load_history, open_ro
+    from sidecar.tools.readdb import find_session, load_diagnostics, load_history, open_ro
 
     conn = open_ro(_db(args))
     try:
         session = find_session(conn, args.session)
         history = load_history(conn, session)
+        diagnostics = load_diagnostics(conn, session)
     finally:
         conn.close()
-    result = inspect(session, history, context=args.context)
+    result = inspect(session, history, context=args.context, diagnostics=diagnostics)
     if args.command == "report":
         from sidecar.tools.report import render
 
-        args.output.write_text(render(result), encoding="utf-8")
+        try:
+            args.output.write_text(render(result), encoding="utf-8")
+        except OSError as exc:
+            raise CannotWrite(f"cannot write {args.output}: {exc.strerror or exc}") from None
         print(f"wrote {args.output}")
         return 0
     if args.json:
@@ -174,14 +214,33 @@ def _print_inspection(ins: Any) -> None:
     window = f"{ins.window:,}" if ins.window else "unknown"
     print(f"{s.id}  {s.title}")
     usable = f"{ins.usable:,}" if ins.usable else "-"
-    print(f"model {ins.model or 'unknown'}, window {window}, usable {usable}")
+    where = {
+        "session": " (stored with the session)",
+        "catalog": " (from the model catalog)",
+        "--context": " (--context)",
+    }.get(ins.limits_from or "", "")
+    print(f"model {ins.model or 'unknown'}, window {window}, usable {usable}{where}")
+    print(
+        "(context: the engine's estimate of the window a frontend sends before each model call; "
+        "a compaction's before/after: that estimate of the window just before it and right "
+        "after its summary)"
+    )
     print(f"{s.messages} messages, current context {s.estimated_tokens:,} estimated tokens")
     events: dict[int, list[str]] = {}
     for i, c in enumerate(ins.compactions, 1):
         kind = "auto" if c.auto else "manual"
+        by = f", written by {c.writer}" if c.writer else ""
         events.setdefault(c.turn, []).append(
-            f"   -- compaction C{i} ({kind}): {c.before:,} -> {c.after:,} tokens"
+            f"   -- compaction C{i} ({kind}): {c.before:,} -> {c.after:,} tokens{by}, "
+            f"replaced {len(c.replaced_ids)} messages"
         )
+        d = c.diagnostics
+        if d is not None:
+            events[c.turn].append(
+                f"      recorded: {d.tokens_before:,} -> {d.tokens_after:,} tokens, summary "
+                f"{d.summary_tokens:,} tokens by {d.writer}, {d.messages_summarized} messages "
+                f"summarized, {d.parts_pruned} pruned outputs, {d.duration_ms:,} ms"
+            )
     for p in ins.prunes:
         events.setdefault(p.turn, []).append(
             f"   -- prune: {len(p.part_ids)} tool outputs cleared, {p.tokens_saved:,} tokens saved"
@@ -200,46 +259,143 @@ def _print_inspection(ins: Any) -> None:
         print(ins.latest_summary)
 
 
-async def _import(args: argparse.Namespace) -> int:
-    """Read and check every file first, then write each session in its own transaction; if
-    one fails, the sessions written before it are still listed (they are complete)."""
-    from sidecar.store import Store
+def _one_line(text: str, limit: int = 600) -> str:
+    """An error as one bounded line: a file name or a value may hold newlines or be huge."""
+    flat = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return flat if len(flat) <= limit else flat[:limit] + "..."
+
+
+class _Interrupted(Exception):
+    """Ctrl-C during an import, before its one transaction began: nothing was stored."""
+
+
+def _import(args: argparse.Namespace) -> int:
+    """Read and check every file first, then write every session in one transaction: a bad
+    file, a conflict or Ctrl-C before the commit leaves the database as it was."""
+    from sidecar.tools.importers.common import DEFAULT_MAX_BYTES
+    from sidecar.tools.importers.detect import units
+
+    limit = args.max_bytes or DEFAULT_MAX_BYTES
+    imps: list[tuple[Path, Imported]] = []
+    bar = None
+    with tempfile.TemporaryDirectory(prefix="sidecar-import-") as tmp:
+        try:
+            inputs = [_input(Path(path), Path(tmp)) for path in args.files]
+            files = [(path, unit) for path in inputs for unit in units(path)]
+            bar = _progress(len(files), unit="file", minimum=2)
+            for path, unit in files:
+                imps.extend((_label(path, tmp), imp) for imp in _read(unit, args.format, limit))
+                if bar is not None:
+                    bar.update(1)
+        except KeyboardInterrupt:
+            if bar is not None:
+                bar.leave = False  # clear the bar: the one line that follows starts the line
+            raise _Interrupted from None
+        finally:
+            if bar is not None:
+                bar.close()
+    interrupted = False
+
+    def note(signum: int, frame: object) -> None:
+        nonlocal interrupted
+        interrupted = True
+
+    # From here Ctrl-C is noted, not raised: before the commit it cancels the import, once the
+    # commit began it lets it finish (one transaction: all of it or nothing, never half).
+    previous = signal.signal(signal.SIGINT, note)
+    try:
+        done = asyncio.run(_write(args, imps, lambda: interrupted))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if args.json:
+        print(json.dumps(done))
+    else:
+        for d in done:
+            print(f"{d['sessionID']}  {d['source']}  {d['messages']} messages")
+    return 0
+
+
+class _NoInput(Exception):
+    """An import ``FILE`` that does not exist: a usage error (exit status 2)."""
+
+
+STDIN_NAMES = ("-", "/dev/stdin")
+STDIN_LABEL = "<stdin>"
+
+
+def _input(path: Path, tmp: Path) -> Path:
+    """What to read for one ``FILE``: ``-`` or ``/dev/stdin`` is standard input, saved to a
+    private temporary file first (format detection and the SQLite reader need a file they can
+    reopen); a path that does not exist is a usage error."""
+    if str(path) not in STDIN_NAMES:
+        if not path.exists() and not path.is_symlink():
+            raise _NoInput(f"{path}: no such file or folder")
+        return path
+    saved = tmp / "stdin"
+    with open(saved, "wb") as out:
+        while chunk := os.read(sys.stdin.fileno(), 1 << 20):
+            out.write(chunk)
+    return saved
+
+
+def _label(path: Path, tmp: str) -> Path:
+    return Path(STDIN_LABEL) if str(path).startswith(tmp) else path
+
+
+def _read(unit: Path, fmt: Any, limit: int) -> list[Imported]:
+    """``read`` for one unit; errors name ``<stdin>``, never the temporary file."""
+    from sidecar.tools.importers.common import ImportFailure
     from sidecar.tools.importers.detect import read
 
-    batches: list[tuple[Path, list[Imported]]] = []
-    for path in args.files:
-        batches.append((path, read(Path(path), args.format)))
-    total = sum(len(i.messages) for _, imps in batches for i in imps)
-    store = await Store.open(_db(args))
-    done: list[dict[str, Any]] = []
-    bar = _progress(total)
     try:
-        for path, imps in batches:
-            for imp in imps:
-                await _check_ids(store, imp, path)
-                await store.put_session_with(imp.session, imp.messages, imp.parts)
-                done.append(
-                    {
-                        "sessionID": imp.session.id,
-                        "source": imp.source,
-                        "messages": len(imp.messages),
-                    }
-                )
-                if bar is not None:
-                    bar.update(len(imp.messages))
+        return read(unit, fmt, limit)
+    except ImportFailure as exc:
+        if unit.name == "stdin" and unit.parent.name.startswith("sidecar-import-"):
+            raise ImportFailure(str(exc).replace(str(unit), STDIN_LABEL)) from None
+        raise
+
+
+async def _write(
+    args: argparse.Namespace, imps: list[tuple[Path, Imported]], interrupted: Any
+) -> list[dict[str, Any]]:
+    import sqlite3
+
+    from sidecar.store import Store
+    from sidecar.store.url import CannotOpen, UnsupportedDatabase, redact, unreachable
+    from sidecar.tools.readdb import CannotOpenDatabase
+
+    db = _db(args)
+    try:
+        store = await Store.open(db)
+    except UnsupportedDatabase as exc:
+        raise CannotOpenDatabase(str(exc)) from None
+    except (OSError, sqlite3.Error, TimeoutError, CannotOpen) as exc:
+        shown = redact(str(db))
+        why = unreachable(str(db), exc) if isinstance(exc, OSError) else str(exc)
+        raise CannotOpenDatabase(
+            f"cannot open the database {shown}: {why or type(exc).__name__}"
+        ) from None
+    # The id check looks up every message, so it is what moves the bar, a message at a time.
+    bar = _progress(sum(len(i.messages) for _, i in imps))
+    try:
+        for path, imp in imps:
+            await _check_ids(store, imp, path, bar)
+            if interrupted():
+                raise _Interrupted
+        if interrupted():
+            raise _Interrupted
+        await store.put_sessions_with([(i.session, i.messages, i.parts) for _, i in imps])
     finally:
         if bar is not None:
             bar.close()
         await store.close()
-        if args.json:
-            print(json.dumps(done))
-        else:
-            for d in done:
-                print(f"{d['sessionID']}  {d['source']}  {d['messages']} messages")
-    return 0
+    return [
+        {"sessionID": i.session.id, "source": i.source, "messages": len(i.messages)}
+        for _, i in imps
+    ]
 
 
-async def _check_ids(store: Store, imp: Imported, path: Path) -> None:
+async def _check_ids(store: Store, imp: Imported, path: Path, bar: Any = None) -> None:
     """The store refuses an id that belongs to another session or message; checking first
     gives an error that names the file and the id."""
     from sidecar.tools.importers.common import ImportFailure
@@ -250,6 +406,8 @@ async def _check_ids(store: Store, imp: Imported, path: Path) -> None:
             raise ImportFailure(
                 f"{path}: message {msg.id!r} is already stored in session {hit[0].session_id!r}"
             )
+        if bar is not None:
+            bar.update(1)
     for part, _ in imp.parts:
         found = await store.get_part(part.id)
         if found is not None and found[0].message_id != part.message_id:
@@ -258,10 +416,10 @@ async def _check_ids(store: Store, imp: Imported, path: Path) -> None:
             )
 
 
-def _progress(total: int) -> Any:
+def _progress(total: int, unit: str = "msg", minimum: int = 500) -> Any:
     """A tqdm bar on stderr when it is a terminal and the import is long; else None."""
-    if total < 500 or not sys.stderr.isatty():
+    if total < minimum or not sys.stderr.isatty():
         return None
     from tqdm import tqdm  # type: ignore[import-untyped]
 
-    return tqdm(total=total, unit="msg", desc="import", file=sys.stderr)
+    return tqdm(total=total, unit=unit, desc="import", file=sys.stderr)

@@ -9,7 +9,7 @@ before its prune (``state.time.compacted``) and as the placeholder from then on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
@@ -18,7 +18,7 @@ from sidecar.engine.overflow import check
 from sidecar.engine.tokens import MESSAGE_OVERHEAD, estimate_messages, estimate_part
 from sidecar.model.catalog import lookup
 from sidecar.model.config import CompactionConfig
-from sidecar.model.conversation import is_finished_summary, latest_model_turn
+from sidecar.model.conversation import is_finished_summary, latest_model_turn, writer_name
 from sidecar.model.inspect import (
     CompactionEvent,
     Inspection,
@@ -28,6 +28,7 @@ from sidecar.model.inspect import (
 )
 from sidecar.model.messages import AssistantMessage, WithParts
 from sidecar.model.parts import CompactionPart, Part, TextPart, ToolCompleted, ToolPart
+from sidecar.model.rpc import Diagnostics
 from sidecar.model.session import Session
 from sidecar.model.tokens import ModelLimit, Tokens, estimate
 
@@ -97,11 +98,13 @@ def inspect(
     history: Sequence[WithParts],
     context: int | None = None,
     cfg: CompactionConfig | None = None,
+    diagnostics: Mapping[str, Diagnostics] | None = None,
 ) -> Inspection:
     """Per-turn context sizes, compactions (before -> after), prunes and the latest summary.
 
-    ``context`` overrides the model window (sessions replayed against a small window); else
-    the window comes from the model catalog for the session's model, when it is known.
+    ``context`` overrides the model window; else the limits stored with the session (those
+    the daemon's decisions used); else the model catalog for the session's model.
+    ``diagnostics``: what the daemon stored per compaction, by summary message id.
     """
     costs = _Costs()
     cfg = cfg or CompactionConfig()
@@ -122,16 +125,20 @@ def inspect(
                 continue
             at_marker = marker.info.time.created
             done = info.time.completed or info.time.created
+            replaced = filter_compacted(history[:k])
             compactions.append(
                 CompactionEvent(
                     turn=sum(1 for t in turns if index[t.message_id] < k),
                     marker_id=marker.info.id,
                     summary_id=info.id,
                     auto=part.auto,
-                    before=costs.window(filter_compacted(history[:k]), at_marker),
+                    before=costs.window(replaced, at_marker),
                     after=costs.window(filter_compacted(history[: i + 1]), done),
                     time=done,
                     summary=summary_text(m),
+                    writer=writer_name(info.provider_id, info.model_id),
+                    replaced_ids=[r.info.id for r in replaced],
+                    diagnostics=_plain((diagnostics or {}).get(info.id)),
                 )
             )
             continue
@@ -151,11 +158,18 @@ def inspect(
     window: int | None = context
     usable: int | None = None
     limit: ModelLimit | None = None
+    source: str | None = None
     if context is not None:
         limit = ModelLimit(context=context, output=0)
+        source = "--context"
+    elif session.limits is not None:
+        # What the daemon's decisions used: the window the session really ran under.
+        stored = session.limits
+        window, usable, source = stored.context, stored.usable or None, "session"
     elif model is not None:
         limit = lookup(*model)
         window = limit.context if limit else None
+        source = "catalog" if limit else None
     if limit is not None and limit.context and (context is None or limit.output):
         # With only ``--context`` the output reserve is unknown, so no usable line is drawn.
         usable = check(Tokens(), limit, cfg).usable
@@ -164,11 +178,19 @@ def inspect(
         model="/".join(model) if model else None,
         window=window,
         usable=usable,
+        limits_from=source,
         turns=turns,
         compactions=compactions,
         prunes=prunes,
         latest_summary=compactions[-1].summary if compactions else None,
     )
+
+
+def _plain(d: Diagnostics | None) -> Diagnostics | None:
+    """The diagnostics alone (a stored record also carries ids the inspection shows itself)."""
+    if d is None:
+        return None
+    return Diagnostics(**{f: getattr(d, f) for f in Diagnostics.__struct_fields__})
 
 
 def _prunes(history: Sequence[WithParts], turns: Sequence[TurnPoint]) -> list[PruneEvent]:

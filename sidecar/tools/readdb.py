@@ -20,16 +20,22 @@ from sidecar.engine.filter import filter_compacted
 from sidecar.engine.window import cut_reverted
 from sidecar.model.messages import WithParts
 from sidecar.model.parts import Part
+from sidecar.model.rpc import CompactionRecord
 from sidecar.model.session import Session
 from sidecar.store import Key
 from sidecar.store.store import decode_message, decode_part
-from sidecar.store.url import UnsupportedDatabase, is_postgres, redact, sqlite_path
+from sidecar.store.url import UnsupportedDatabase, is_postgres, redact, sqlite_path, unreachable
 
 _session_decoder = msgspec.json.Decoder(Session)
 
 
 class DatabaseError(Exception):
-    """The database is missing or not one of ours; the message says which file."""
+    """A failure reading the database (no such session...); the message says what."""
+
+
+class CannotOpenDatabase(DatabaseError):
+    """``--db`` names no usable database (missing, a directory, not ours, unreachable): a
+    usage error, exit status 2, as ``serve`` gives for the same ``--db``."""
 
 
 class Result(Iterable[Any], Protocol):
@@ -51,7 +57,7 @@ def open_ro(db: str | Path) -> ReadConn:
     try:
         path = Path(sqlite_path(db))
     except UnsupportedDatabase as exc:
-        raise DatabaseError(str(exc)) from None
+        raise CannotOpenDatabase(str(exc)) from None
     return _open_sqlite(path)
 
 
@@ -61,25 +67,34 @@ def _open_pg(url: str) -> ReadConn:
     try:
         conn = PgReader(url)
     except Exception as exc:  # refused, unknown database, authentication...
-        raise DatabaseError(f"{redact(url)}: cannot connect ({exc})") from None
+        raise CannotOpenDatabase(
+            f"{redact(url)}: cannot connect ({unreachable(url, exc)})"
+        ) from None
     try:
         conn.execute("SELECT 1 FROM sessions LIMIT 1")
     except Exception as exc:
         conn.close()
-        raise DatabaseError(f"{redact(url)}: not a compaction-sidecar database ({exc})") from None
+        raise CannotOpenDatabase(
+            f"{redact(url)}: not a compaction-sidecar database ({exc})"
+        ) from None
     return conn
 
 
 def _open_sqlite(path: Path) -> ReadConn:
     if not path.exists():
-        raise DatabaseError(f"{path}: no such database")
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        raise CannotOpenDatabase(f"{path}: no such database")
+    if not path.is_file():
+        raise CannotOpenDatabase(f"{path}: not a database file")
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise CannotOpenDatabase(f"{path}: cannot open ({exc})") from None
     try:
         conn.execute("PRAGMA busy_timeout=5000")
         conn.execute("SELECT 1 FROM sessions LIMIT 1").fetchall()
     except sqlite3.DatabaseError as exc:
         conn.close()
-        raise DatabaseError(f"{path}: not a compaction-sidecar database ({exc})") from None
+        raise CannotOpenDatabase(f"{path}: not a compaction-sidecar database ({exc})") from None
     return conn
 
 
@@ -155,6 +170,22 @@ def load_history(conn: ReadConn, session: Session, start: Key | None = None) -> 
             None,
         )
     return cut_reverted(history, session, rkey)
+
+
+def load_diagnostics(conn: ReadConn, session: Session) -> dict[str, CompactionRecord]:
+    """Each compaction's stored diagnostics by summary message id (none in a database from
+    before they were recorded)."""
+    try:
+        rows = conn.execute(
+            "SELECT data FROM compactions WHERE session_id = ?", [session.id]
+        ).fetchall()
+    except Exception:  # a database older than schema v3: no table
+        return {}
+    records = [_record_decoder.decode(r[0]) for r in rows]
+    return {r.message_id: r for r in records}
+
+
+_record_decoder = msgspec.json.Decoder(CompactionRecord)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import datetime as dt
 from html import escape
 
 from sidecar.model.inspect import Inspection
+from sidecar.model.rpc import Diagnostics
 
 WIDTH, HEIGHT = 960, 380
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 44, 50
@@ -209,12 +210,31 @@ def _compaction_table(ins: Inspection) -> str:
         return "<h2>Compactions</h2><p>None.</p>"
     rows = "".join(
         f"<tr><td>C{i}</td><td>{c.turn}</td><td class='l'>{'auto' if c.auto else 'manual'}</td>"
-        f"<td>{c.before:,}</td><td>{c.after:,}</td><td class='l'>{_when(c.time)}</td></tr>"
+        f"<td>{c.before:,}</td><td>{c.after:,}</td><td>{len(c.replaced_ids)}</td>"
+        f"<td class='l'>{escape(c.writer or '—')}</td>"
+        + _diagnostic_cells(c.diagnostics)
+        + f"<td class='l'>{_when(c.time)}</td></tr>"
         for i, c in enumerate(ins.compactions, 1)
     )
     return (
-        "<h2>Compactions</h2><table><tr><th>#</th><th>after turn</th><th class='l'>kind</th>"
-        "<th>before</th><th>after</th><th class='l'>time</th></tr>" + rows + "</table>"
+        "<h2>Compactions</h2><p class='meta'>before / after: the engine's estimate of the window "
+        "a frontend sends, in tokens, just before the compaction and right after its summary "
+        "(the figures <code>demo</code> and <code>inspect</code> print); recorded: what the "
+        "daemon measured and stored at the compaction (<code>session/compactions</code>).</p>"
+        "<table><tr><th>#</th><th>after turn</th><th class='l'>kind</th>"
+        "<th>before</th><th>after</th><th>messages replaced</th><th class='l'>written by</th>"
+        "<th>recorded before</th><th>recorded after</th><th>summary tokens</th>"
+        "<th>pruned outputs</th><th>ms</th><th class='l'>time</th></tr>" + rows + "</table>"
+    )
+
+
+def _diagnostic_cells(d: Diagnostics | None) -> str:
+    """What the daemon measured at the compaction (``session/compactions``), if stored."""
+    if d is None:
+        return "<td>-</td>" * 5
+    return (
+        f"<td>{d.tokens_before:,}</td><td>{d.tokens_after:,}</td><td>{d.summary_tokens:,}</td>"
+        f"<td>{d.parts_pruned}</td><td>{d.duration_ms:,}</td>"
     )
 
 
@@ -241,6 +261,8 @@ def _summaries(ins: Inspection) -> str:
         out.append(
             f"<details{' open' if i == last else ''}><summary>C{i} · after turn {c.turn} · "
             f"{c.before:,} -&gt; {c.after:,} tokens</summary>"
+            f"<p>Replaced {len(c.replaced_ids)} messages: "
+            f"{escape(', '.join(c.replaced_ids))}</p>"
             f'<div class="summary">{escape(c.summary) or "(empty)"}</div></details>'
         )
     return "".join(out)

@@ -118,3 +118,31 @@ def test_lower_layers_never_import_the_server() -> None:
         if m.startswith(lower)
     }
     assert {m: d for m, d in bad.items() if d} == {}
+
+
+def test_the_model_layer_imports_only_itself() -> None:
+    """``sidecar/model`` is the bottom layer: msgspec Structs, config and the catalog."""
+    graph = import_graph()
+    bad = {
+        m: sorted(d for d in deps if not d.startswith("sidecar.model"))
+        for m, deps in graph.items()
+        if m.startswith("sidecar.model")
+    }
+    assert {m: d for m, d in bad.items() if d} == {}
+
+
+def test_status_runs_without_loading_pygls(tmp_path: Path) -> None:
+    """``status`` and ``connect`` run on every editor start: they never import the server."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from sidecar.cli import main\n"
+        f"main(['status', '--socket', {str(tmp_path / 's.sock')!r}])\n"
+        "print('pygls' in sys.modules, 'sidecar.server.protocol' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert done.stdout.strip().splitlines()[-1] == "False False", done.stderr

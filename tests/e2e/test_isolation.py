@@ -117,3 +117,37 @@ async def test_a_clients_settings_never_reach_another_client(
         await mine.request("config/update", {"config": {"server": {"maxFrameBytes": 16}}})
     assert err.value.code == -32602
     assert (await theirs.create_session(title="x" * 100)).title == "x" * 100
+
+
+async def test_an_override_in_a_clients_overlay_gets_none_of_the_daemons_credentials(
+    owned_daemon: SocketDaemon, attacker: ScriptedServer
+) -> None:
+    """Issue 24: a ``compaction.overrides`` summarizer follows the same credential rules."""
+    client = await owned_daemon.connect()
+    with pytest.raises(RpcError) as err:
+        await client.request(
+            "config/update",
+            {"config": {"compaction": {"overrides": [{"summarizer": {"apiKeyEnv": "OWNER_KEY"}}]}}},
+        )
+    assert err.value.code == -32602 and "overrides[0].summarizer.apiKeyEnv" in err.value.message
+    shown = await client.request(
+        "config/update",
+        {"config": {"compaction": {"overrides": [{"summarizer": {"baseURL": attacker.url}}]}}},
+    )
+    assert HEADER_SECRET not in json.dumps(shown)
+    attacker.script(
+        Reply(
+            body={
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "sum"}}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 2},
+            }
+        )
+    )
+    before = len(attacker.requests)
+    session_id = await small_conversation(client)
+    await client.compact(session_id)
+    assert len(attacker.requests) == before + 1
+    sent = attacker.requests[-1]
+    assert SECRET not in json.dumps(sent.headers) and SECRET.encode() not in sent.body
+    assert HEADER_SECRET not in json.dumps(sent.headers)
+    assert "authorization" not in sent.headers and "x-owner" not in sent.headers

@@ -171,3 +171,66 @@ async def heard(client: Client, method: str, key: str, expected: set[str]) -> se
 
 
 pytestmark = pytest.mark.usefixtures("pg_cluster")
+
+
+NEAR = {"input": 120_000, "output": 500, "reasoning": 0, "cache": {"read": 0, "write": 0}}
+
+
+async def test_prepared_summaries_of_two_daemons_commit_once(
+    daemons: list[SocketDaemon],
+) -> None:
+    """Issue 25: with ``compaction.prepare`` every daemon that sees the session's turns
+    prepares its own summary (in memory); at the overflow the compaction lease lets exactly one
+    of them commit, and the other's is discarded (the history it covered is gone)."""
+    writers = [await d.connect() for d in daemons[:2]]
+    watcher = await daemons[2].connect()
+    for client in writers:
+        await client.update_config({"compaction": {"prepare": 0.7}})
+    sid = (await writers[0].create_session()).id
+    await watcher.subscribe(sid)
+    user = await put_message(writers[0], user_message(sid, model=MODEL))
+    await put_part(writers[0], text_part(sid, user["id"], "Refactor src/app.py " * 3000))
+    reply = await put_message(
+        writers[0],
+        {
+            "role": "assistant",
+            "sessionID": sid,
+            "parentID": user["id"],
+            "providerID": MODEL["providerID"],
+            "modelID": MODEL["modelID"],
+        },
+    )
+    await put_part(writers[0], text_part(sid, reply["id"], "Done. " * 300))
+    near = reply | {"finish": "stop", "tokens": NEAR}
+    # Both daemons store the finished turn (two frontends echoing it): both prepare.
+    await asyncio.gather(*(put_message(c, near) for c in writers))
+    for client in writers:
+        await client.request("session/idle", {"sessionID": sid})
+    user2 = await put_message(writers[1], user_message(sid, model=MODEL))
+    await put_part(writers[1], text_part(sid, user2["id"], "Now the tests"))
+    reply2 = await put_message(
+        writers[1],
+        {
+            "role": "assistant",
+            "sessionID": sid,
+            "parentID": user2["id"],
+            "providerID": MODEL["providerID"],
+            "modelID": MODEL["modelID"],
+        },
+    )
+    finished = reply2 | {"finish": "stop", "tokens": OVER}
+    await asyncio.gather(*(put_message(c, finished) for c in writers))
+    for client in writers:
+        await client.request("session/idle", {"sessionID": sid})
+
+    page = await stored(watcher, sid)
+    summaries = [m.info for m in page.messages if m.info.get("summary")]
+    assert len(summaries) == 1, f"committed {len(summaries)} times: {summaries}"
+    event = await watcher.wait_for("session/compacted", timeout=30)
+    assert event["messageID"] == summaries[0]["id"] and event["prepared"] is True
+    for client in writers:
+        ctx = await client.context(sid, "openai")
+        assert ctx.messages[0] == {"role": "user", "content": "What did we do so far?"}
+        # The turn after the prepared cut is kept as it is, after the summary.
+        assert {"role": "user", "content": "Now the tests"} in ctx.messages
+    assert len(watcher.notifications("session/compacted")) == 1

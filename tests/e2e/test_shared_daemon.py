@@ -247,7 +247,7 @@ async def test_connect_reports_a_daemon_that_cannot_start(place: Place) -> None:
     db_dir = place.root / "not-a-dir"
     db_dir.write_text("a file where the database's directory should be")
     code, _, err = await cli(place.env, "connect", "--db", str(db_dir / "sessions.db"))
-    assert code == 1
+    assert code == 2  # the daemon's usage error, passed on (issue 20)
     assert "the daemon exited with status" in err
     assert not place.socket.exists()
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.engine import bounded, ledger, shell
+from sidecar.engine import bounded, ledger
 from sidecar.engine.ledger import Failure, Ledger, SuiteRun
 from sidecar.engine.tokens import estimate
 from sidecar.summarizers.base import COMPACTION_SYSTEM, DEFAULT_PROMPT
 from sidecar.summarizers.extractive import ExtractiveSummarizer
+from sidecar.toolcalls import shell
+from sidecar.toolcalls import vocabulary as tools
 from tests.summarizers.helpers import assistant, patch, text, tool, user
 
 TRACEBACK = """<returncode>1</returncode>
@@ -284,7 +286,7 @@ def test_apply_patch_through_the_shell() -> None:
 )
 def test_test_commands(command: str, is_test: bool) -> None:
     [cmd] = shell.parse(command)
-    assert ledger.is_test(cmd) is is_test
+    assert tools.is_test(cmd) is is_test
 
 
 def test_eviction_drops_errors_already_quoted_by_a_failed_command_first() -> None:

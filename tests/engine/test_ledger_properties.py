@@ -6,8 +6,9 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from sidecar.engine import ledger, shell
+from sidecar.engine import ledger
 from sidecar.engine.ledger import Failure, Ledger, SuiteRun
+from sidecar.toolcalls import shell
 
 SETTINGS = settings(max_examples=60, deadline=None)
 

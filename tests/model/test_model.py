@@ -31,8 +31,10 @@ def test_wire_names(py: str, wire: str) -> None:
 
 
 def test_pruned_event_uses_contract_names() -> None:
-    raw = msgspec.json.encode(PrunedEvent(session_id="s", part_ids=["p"], tokens_saved=3))
-    assert raw == b'{"sessionID":"s","partIDs":["p"],"tokensSaved":3}'
+    raw = msgspec.json.encode(
+        PrunedEvent(session_id="s", part_ids=["p"], tokens_saved=3, compacted=7)
+    )
+    assert raw == b'{"sessionID":"s","partIDs":["p"],"tokensSaved":3,"compacted":7}'
 
 
 def test_messages_are_a_tagged_union_on_role() -> None:

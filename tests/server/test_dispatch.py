@@ -7,11 +7,9 @@ import asyncio
 from typing import Any
 
 import msgspec
-from pygls.protocol import default_converter
-from pygls.server import JsonRPCServer
 
 from sidecar.errors import UnknownSession
-from sidecar.server.protocol import MethodSpec, SidecarProtocol
+from sidecar.server.protocol import MethodSpec, SidecarProtocol, new_protocol
 
 from .frames import split_frames
 
@@ -49,12 +47,11 @@ class Out:
 
 
 def _protocol(handlers: dict[str, Any]) -> tuple[SidecarProtocol, Out]:
-    server = JsonRPCServer(protocol_cls=SidecarProtocol, converter_factory=default_converter)
-    proto: SidecarProtocol = server.protocol  # type: ignore[assignment]
+    proto = new_protocol()
     for method, fn in handlers.items():
         fn.sidecar_coroutine = True
         proto.specs[method] = MethodSpec(msgspec.json.Decoder(Params))
-        proto.fm.feature(method)(fn)
+        proto.register(method, fn)
     proto.initialized = True
     out = Out()
     proto.set_writer(out)
@@ -79,7 +76,7 @@ async def test_reply_leaves_in_the_same_write_as_the_handlers_notifications() ->
     assert len(out.writes) == 1
     note, answer = out.messages()
     assert note["method"] == "thing/updated" and answer["id"] == 1
-    assert proto.starting.count == 0 and proto._request_futures == {}
+    assert proto.starting.count == 0 and proto.in_flight() == 0
 
 
 async def test_cancel_before_the_handler_starts_gets_one_cancelled_reply() -> None:
@@ -117,7 +114,7 @@ async def test_cancel_while_the_handler_waits_gets_one_cancelled_reply() -> None
     assert reply["id"] == 3 and reply["error"]["code"] == -32800
     gate.set()
     await asyncio.sleep(0)
-    assert len(out.replies()) == 1 and proto._request_futures == {}
+    assert len(out.replies()) == 1 and proto.in_flight() == 0
 
 
 async def test_handler_errors_are_replied_once_with_their_code() -> None:
@@ -159,7 +156,7 @@ def _deferred_protocol(fn: Any) -> tuple[SidecarProtocol, Out]:
     route = Route(spec, fn, msgspec.json.Decoder(Params))
     handler = bind(None, route)  # type: ignore[arg-type]
     proto.specs["t/def"] = MethodSpec(msgspec.json.Decoder(Params))
-    proto.fm.feature("t/def")(handler)
+    proto.register("t/def", handler)
     return proto, out
 
 
@@ -172,7 +169,7 @@ async def test_deferred_request_is_answered_when_its_callback_fires() -> None:
     proto, out = _deferred_protocol(later)
     proto.handle_frame(_request(1, "t/def", 4))
     proto.handle_frame(_request(2, "t/def", 5))
-    assert out.writes == [] and proto._request_futures == {}  # no task per request
+    assert out.writes == [] and proto.in_flight() == 0  # no task per request
     # A cancel for a deferred request is not an error; its normal answer still comes.
     proto.handle_frame(b'{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":1}}')
     (x1, done1), (_, done2) = pending
@@ -196,3 +193,21 @@ async def test_deferred_handler_that_raises_is_answered_once() -> None:
     (reply,) = await out.wait_replies(1)
     assert reply["id"] == 9 and reply["error"]["code"] == -32602
     assert "$.part.text" in reply["error"]["message"]
+
+
+async def test_a_raw_exception_given_to_the_deferred_reply_is_an_internal_error() -> None:
+    """The protocol's deferred reply takes the ingest path's one ``Done`` shape, any
+    exception included: one not mapped by dispatch is a bug, answered -32603 by type only."""
+    proto, out = _protocol({})
+
+    def handler(p: Params, reply: Any) -> None:
+        reply(None, RuntimeError("secret detail"))
+
+    handler.sidecar_deferred = True  # type: ignore[attr-defined]
+    proto.specs["t/raw"] = MethodSpec(msgspec.json.Decoder(Params))
+    proto.register("t/raw", handler)
+    proto.handle_frame(_request(3, "t/raw"))
+    (reply,) = await out.wait_replies(1)
+    assert reply["id"] == 3 and reply["error"]["code"] == -32603
+    assert "RuntimeError" in reply["error"]["message"]
+    assert "secret" not in reply["error"]["message"]

@@ -129,5 +129,6 @@ class Harness:
         return m
 
     async def settle(self) -> None:
-        """Wait until every background task the engine started has finished."""
+        """End every turn (as a frontend's ``session/idle`` would), then wait until every
+        background task the engine started has finished."""
         await self.engine.settle()

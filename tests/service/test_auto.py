@@ -132,6 +132,36 @@ async def test_configured_model_limits_enable_compaction(store: Store) -> None:
     assert await _compactions(h) == 1
 
 
+async def test_default_window_covers_unknown_models(store: Store) -> None:
+    """Issue 20 item 4: config ``models["*"]`` is the window of any model nobody knows."""
+    h = Harness(store, {"models": {"*": {"context": 10_000, "output": 1_000}}})
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    odd = ModelRef(provider_id="acme", model_id="mystery-1")
+    a = await h.assistant(s.id, u.id, input_tokens=9_500, model=odd)
+    h.engine.message_stored(a)
+    await h.settle()
+    assert await _compactions(h) == 1
+    assert h.host.logs == []
+
+
+async def test_the_limits_used_are_stored_with_the_session(store: Store) -> None:
+    """Issue 20 item 4: the limits a decision used, stored on the session for inspect/report."""
+    h = Harness(store, {"models": {"acme/mystery-1": {"context": 10_000, "output": 1_000}}})
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    odd = ModelRef(provider_id="acme", model_id="mystery-1")
+    a = await h.assistant(s.id, u.id, input_tokens=500, model=odd)
+    h.engine.message_stored(a)
+    await h.settle()
+    stored = await store.require_session(s.id)
+    assert stored.limits is not None
+    assert stored.limits.model == "acme/mystery-1"
+    assert (stored.limits.context, stored.limits.output) == (10_000, 1_000)
+    assert stored.limits.usable == 9_000
+    assert stored.limits.source == "config"
+
+
 async def test_turn_end_prunes_old_tool_outputs(store: Store) -> None:
     h = Harness(store)
     s = await h.session()
@@ -209,8 +239,11 @@ async def _manual(h: Harness, sid: str, writer: _Writer, **kw: Any) -> Any:
     return (await h.engine.compactor.run(Request(session_id=sid, **kw), h.cfg, writer)).result
 
 
+NO_FALLBACK = {"summarizer": {"fallback": None}}
+
+
 async def test_failed_summary_keeps_history_and_reports(store: Store) -> None:
-    h = Harness(store)
+    h = Harness(store, NO_FALLBACK)
     s = await h.session()
     u = await h.user(s.id, "go")
     await h.assistant(s.id, u.id, text="x" * 4000)
@@ -233,13 +266,45 @@ async def test_failed_summary_keeps_history_and_reports(store: Store) -> None:
 async def test_empty_summary_is_a_failure(store: Store) -> None:
     from sidecar.summarizers.base import EmptySummaryError
 
-    h = Harness(store)
+    h = Harness(store, NO_FALLBACK)
     s = await h.session()
     u = await h.user(s.id, "go")
     await h.assistant(s.id, u.id, text="x" * 4000)
     result = await _manual(h, s.id, _Writer(fail=EmptySummaryError()))
     assert result.status == "stop"
     assert await store.boundary(s.id) is None
+
+
+async def test_failed_writer_falls_back_to_extractive(store: Store) -> None:
+    """Issue 20 item 5: by default a writer's failure is logged and the summary is written
+    offline, so the compaction still frees the window; the event says who wrote it."""
+    h = Harness(store)
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    await h.assistant(s.id, u.id, text="x" * 4000)
+    result = await _manual(h, s.id, _Writer(fail=SummaryError("openai (http://h/v1): down")))
+    assert result.status == "continue"
+    [event] = h.host.methods("session/compacted")
+    assert event.writer == "extractive"
+    stored = await store.window(s.id)
+    summary = next(
+        m.info for m in stored if isinstance(m.info, AssistantMessage) and m.info.summary
+    )
+    assert summary.provider_id == "extractive" and summary.error is None
+    assert any("http://h/v1" in line and "extractive" in line for line in h.host.logs)
+
+
+async def test_time_budget_hands_over_to_the_fallback(store: Store) -> None:
+    h = Harness(store, {"compaction": {"timeBudget": 0.05}})
+    s = await h.session()
+    u = await h.user(s.id, "go")
+    await h.assistant(s.id, u.id, text="x" * 4000)
+    stuck = _Writer()
+    stuck.gate = asyncio.Event()  # never set: the writer never answers
+    result = await _manual(h, s.id, stuck)
+    assert result.status == "continue"
+    assert h.host.methods("session/compacted")[0].writer == "extractive"
+    assert any("compaction.timeBudget" in line for line in h.host.logs)
 
 
 async def test_summary_that_does_not_shrink_the_context_is_rejected(store: Store) -> None:

@@ -67,7 +67,7 @@ async def test_turn_end_prune_sees_the_session_as_of_its_turn(store: Store) -> N
         if racing:  # the frontend's next turn is stored first
             u2 = await h.user(s.id, "and the next")
             await h.assistant(s.id, u2.id, tool_output="w" * 50_000, finish=None)
-        committed(True)
+        committed(None, None)
         await h.settle()
         pruned = await _pruned(store, s.id)
         assert pruned, "this history prunes"
@@ -95,7 +95,7 @@ async def test_failed_write_runs_no_automatic_work(store: Store) -> None:
     a = await h.assistant(s.id, u.id, input_tokens=OVER)
     committed = h.engine.will_store(a)
     assert committed is not None
-    committed(False)
+    committed(None, ConnectionError("not stored"))
     await h.engine.idle(s.id)
     assert h.host.methods("session/compacted") == []
 
@@ -116,7 +116,7 @@ async def test_overflow_compaction_cannot_help_says_so(store: Store) -> None:
 async def test_loop_guard_blames_an_unreachable_summarizer_not_model_limits(
     store: Store,
 ) -> None:
-    h = Harness(store)
+    h = Harness(store, {"summarizer": {"fallback": None}})
     _use(h, _Writer(fail=SummaryError("connection refused by 127.0.0.1:9")))
     s = await h.session()
     for i in range(3):
@@ -142,7 +142,7 @@ async def test_a_message_written_during_compaction_behind_its_marker_is_reported
     # The frontend's next message, stamped in the same millisecond, lands before the work runs.
     late = UserMessage(id=a.id + "z", session_id=s.id, time=MessageTime(created=a.time.created))
     await h.put(late)
-    committed(True)
+    committed(None, None)
     await h.settle()
     assert len(h.host.methods("session/compacted")) == 1
     assert [t for t in h.host.logs if late.id in t and "behind the compaction boundary" in t]

@@ -197,7 +197,7 @@ async def test_put_part_then_calls_back_after_the_commit(tmp_path: Path) -> None
         await _seed(store)
         seen: list[tuple[int, BaseException | None]] = []
 
-        def then(exc: BaseException | None) -> None:
+        def then(_: None, exc: BaseException | None) -> None:
             seen.append((_count_parts(tmp_path / "s.db"), exc))
 
         for i in range(3):
@@ -236,6 +236,57 @@ async def test_the_wal_stays_bounded_under_a_steady_stream_of_writes(tmp_path: P
         limit = commit_mod.WAL_RESTART_FRAMES + 2 * commit_mod.CHECKPOINT_PAGES
         assert max(seen) < limit, seen
         assert _count_parts(tmp_path / "s.db") == i
+    finally:
+        await store.close()
+
+
+async def test_the_wal_file_is_cut_back_while_the_daemon_runs(tmp_path: Path) -> None:
+    """Large writes (a turn's tool outputs) grow the WAL file; once the writer has been idle
+    (it checkpoints then) the next write restarts the WAL and ``journal_size_limit`` cuts the
+    file back, instead of it keeping its largest size until shutdown."""
+    store = await Store.open(tmp_path / "s.db")
+    wal = tmp_path / "s.db-wal"
+    try:
+        await _seed(store)
+        w = store.backend._commit
+        big = "y" * 60_000
+        for n in range(100):  # ~6 MB, as 100 turns of 60 KB outputs
+            await asyncio.gather(*[_text(store, f"prt_{n:04}_{k}", big) for k in range(2)])
+        await w.settle()  # idle: the last writes are checkpointed
+        assert w.checkpoints > 0
+        await _text(store, "prt_last", "small")
+        assert wal.stat().st_size <= commit_mod.WAL_SIZE_LIMIT
+        assert _count_parts(tmp_path / "s.db") == 201
+    finally:
+        await store.close()
+
+
+async def test_a_long_lived_reader_delays_the_wal_truncation_but_no_write(tmp_path: Path) -> None:
+    """Another process holding a read snapshot keeps checkpoints from copying past it: writes
+    go on (a refused truncation is retried a checkpoint interval later, not before every
+    write), and once the reader is gone the WAL file is cut back as usual."""
+    store = await Store.open(tmp_path / "s.db")
+    wal = tmp_path / "s.db-wal"
+    big = "y" * 60_000
+    try:
+        await _seed(store)
+        w = store.backend._commit
+        reader = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM parts").fetchone()  # holds its snapshot
+        for n in range(60):  # ~3.6 MB behind the reader's snapshot
+            await _text(store, f"prt_a{n:03}", big)
+        assert wal.stat().st_size > commit_mod.WAL_RESTART_BYTES
+        reader.execute("COMMIT")
+        reader.close()
+        for n in range(4):
+            await _text(store, f"prt_b{n:03}", big)
+        await w.settle()
+        await _text(store, "prt_last", "small")
+        await w.settle()
+        await _text(store, "prt_last2", "small")
+        assert wal.stat().st_size <= commit_mod.WAL_SIZE_LIMIT
+        assert _count_parts(tmp_path / "s.db") == 66
     finally:
         await store.close()
 

@@ -82,8 +82,8 @@ async def test_sections_from_parts() -> None:
     summary = result.text
     assert result.provider_id == "extractive" and result.model_id == "extractive-v1"
 
-    assert "Add retry logic to the HTTP client" in section(summary, "Objective")
-    assert "Never use time.sleep in tests" in section(summary, "User directives")
+    assert "Add retry logic to the HTTP client" in section(summary, "Goal")
+    assert "Never use time.sleep in tests" in section(summary, "Latest request")
     assert "/repo/src/http.py" in section(summary, "Files read")
     modified = section(summary, "Files modified")
     for path in ("/repo/src/http.py", "/repo/tests/test_http.py", "/repo/src/retry.py"):
@@ -185,7 +185,7 @@ def test_str_replace_editor_and_apply_patch() -> None:
         ("sed -i.bak -e 's/a/b/' conf.ini", ["conf.ini"]),
         ("ls -la > /dev/null && touch done.flag", ["done.flag"]),
         ("echo x | tee -a out.txt", ["out.txt"]),
-        ("mv old.py new.py", ["new.py"]),
+        ("mv old.py new.py", ["old.py", "new.py"]),  # the old one is gone: changed too
         ("grep -r foo src", []),
         ("cmd 2>&1", []),
     ],
@@ -223,10 +223,11 @@ def test_merge_keeps_cycle_one_files_through_five_merges() -> None:
     modified = section(summary, "Files modified")
     for n in range(1, 7):
         assert f"/repo/src/feature_{n}.py" in modified
-    assert "Cycle 1: implement feature 1" in section(summary, "Objective")
+    assert "Cycle 1: implement feature 1" in section(summary, "Goal")
     directives = section(summary, "User directives")
-    for n in range(2, 7):
+    for n in range(2, 6):
         assert f"Remember rule {n}" in directives
+    assert "Remember rule 6" in section(summary, "Latest request")
     assert "Feature 6 done" in section(summary, "Current state")
     assert "feature 7" in section(summary, "Next steps")
     assert "feature 2." not in section(summary, "Next steps")  # old steps replaced
@@ -264,7 +265,7 @@ def test_parse_model_markdown_with_known_headings() -> None:
 def test_objective_starting_with_hash_round_trips() -> None:
     history = [user("# Task\nRename the module."), assistant("ok")]
     summary = summarize_extractive(request(history))
-    assert "## Objective\n\\# Task Rename the module." in summary
+    assert "## Goal\n\\# Task Rename the module." in summary
     assert parse_summary(summary).objective == "# Task Rename the module."
 
 
@@ -291,7 +292,7 @@ def test_bounded_by_max_tokens(max_tokens: int) -> None:
     # The token budget is met by trimming everything else before any modified file name.
     for i in range(40):
         assert f"/repo/mod_{i}.py" in modified
-    if max_tokens < 5000:
+    if 400 < max_tokens < 5000:  # at 400 whole lists go, their notes with them
         assert "older entries omitted" in summary
     else:
         assert "omitted" not in summary

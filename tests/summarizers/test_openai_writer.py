@@ -321,22 +321,60 @@ async def test_total_deadline(server: ScriptedServer, http: httpx.AsyncClient) -
     assert "deadline" in str(info.value)
 
 
-async def test_connect_error_is_retried(http: httpx.AsyncClient) -> None:
+def _refused_port() -> int:
     import socket
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
+    port: int = sock.getsockname()[1]
     sock.close()  # nothing listens there
+    return port
+
+
+async def test_connection_refused_fails_fast_and_names_the_endpoint(
+    http: httpx.AsyncClient,
+) -> None:
+    """Issue 20 item 5: a refused connection is not retried (a server that is not there will
+    not be there in 2 s either), and the error says where the writer tried to connect."""
+    port = _refused_port()
     sleeper = SleepRecorder()
     config = SummarizerConfig(
-        provider="openai", model="m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=2
+        provider="openai",
+        model="m",
+        base_url=f"http://127.0.0.1:{port}/v1",
+        api_key_env="SUMMARY_KEY",
+        max_retries=4,
     )
-    w = OpenAISummarizer(config, http=http, env={}, sleep=sleeper)
+    w = OpenAISummarizer(config, http=http, env=ENV, sleep=sleeper)
     with pytest.raises(SummaryError) as info:
         await w.summarize(req())
-    assert "connection error" in str(info.value)
-    assert len(sleeper.delays) == 2
+    message = str(info.value)
+    assert f"http://127.0.0.1:{port}/v1/chat/completions" in message
+    assert "cannot connect" in message
+    assert KEY not in message
+    assert sleeper.delays == []
+
+
+async def test_endpoint_in_errors_drops_userinfo_and_query(http: httpx.AsyncClient) -> None:
+    port = _refused_port()
+    config = SummarizerConfig(
+        provider="openai", model="m", base_url=f"http://user:hunter2@127.0.0.1:{port}/v1"
+    )
+    w = OpenAISummarizer(config, http=http, env={}, sleep=SleepRecorder())
+    with pytest.raises(SummaryError) as info:
+        await w.summarize(req())
+    assert "hunter2" not in str(info.value)
+    assert f"http://127.0.0.1:{port}/v1/chat/completions" in str(info.value)
+
+
+async def test_server_error_names_the_endpoint(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    server.script(Reply(status=400, body={"error": {"message": "bad model"}}))
+    with pytest.raises(SummaryError) as info:
+        await writer(server, http).summarize(req())
+    assert f"{server.url}/v1/chat/completions" in str(info.value)
+    assert "bad model" in str(info.value)
 
 
 async def test_cancel_mid_stream_closes_the_connection(

@@ -188,10 +188,11 @@ def test_an_id_of_another_session_is_refused(
     assert main(["import", str(PI), str(other), "--db", str(db), "--json"]) == 1
     out, err = capsys.readouterr()
     assert "is already stored in session" in err
-    # the session before the refused one is complete, stored, and listed
-    assert [r["source"] for r in json.loads(out)] == ["pi"]
+    # one import is one transaction (issue 19 item 5): the good pi file before the refused
+    # one is not stored either, and nothing is listed
+    assert out == ""
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT count(*) FROM sessions").fetchone() == (2,)
+        assert conn.execute("SELECT count(*) FROM sessions").fetchone() == (1,)
 
 
 def test_put_session_with_is_one_transaction(tmp_path: Path) -> None:

@@ -146,11 +146,13 @@ def test_database_opened_read_only(compacted: tuple[Path, str]) -> None:
 
 def test_clear_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = tmp_path / "nope.db"
-    assert main(["sessions", "--db", str(missing)]) == 1
+    assert (
+        main(["sessions", "--db", str(missing)]) == 2
+    )  # an unusable --db is a usage error, as for serve (issue 20)
     assert f"{missing}: no such database" in capsys.readouterr().err
     junk = tmp_path / "junk.db"
     junk.write_text("not sqlite")
-    assert main(["inspect", "x", "--db", str(junk)]) == 1
+    assert main(["inspect", "x", "--db", str(junk)]) == 2
     assert "not a compaction-sidecar database" in capsys.readouterr().err
 
 
@@ -191,3 +193,29 @@ def test_sessions_reads_only_the_window_and_agrees_with_the_history(
         full.compactions,
         full.last_activity,
     )
+
+
+def test_each_compaction_shows_its_recorded_diagnostics_and_what_it_replaced(
+    compacted: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 24 item 7: the daemon's stored diagnostics, per compaction, beside the window the
+    summary replaced (the inspection's own ``before`` is that window's size)."""
+    db, sid = compacted
+    assert main(["inspect", sid, "--json", "--db", str(db)]) == 0
+    ins = msgspec.json.decode(capsys.readouterr().out, type=Inspection)
+    assert ins.compactions
+    for c in ins.compactions:
+        d = c.diagnostics
+        assert d is not None and d.writer == "extractive" and d.auto
+        assert d.messages_summarized == len(c.replaced_ids) > 0
+        # ``after`` is the window right after the summary; the record's also counts the
+        # automatic compaction's "continue" message, so it is a little larger.
+        assert c.after < d.tokens_after < c.before
+    assert main(["inspect", sid, "--db", str(db)]) == 0
+    text = capsys.readouterr().out
+    assert text.count("recorded: ") == len(ins.compactions) and "by extractive" in text
+    out = db.parent / "diag-report.html"
+    assert main(["report", sid, "--db", str(db), "-o", str(out)]) == 0
+    html = out.read_text()
+    assert "messages replaced" in html and ins.compactions[0].replaced_ids[0] in html
+    assert html.count("<td class='l'>extractive</td>") == len(ins.compactions)

@@ -28,6 +28,8 @@ async def _copy(sqlite_db: Path, url: str) -> None:
             "sessions": "id, parent_id, created, updated, data",
             "messages": "id, session_id, created, role, parent_id, summary_ok, data",
             "parts": "id, message_id, session_id, type, data",
+            "pins": "part_id, message_id, session_id, created",
+            "compactions": "message_id, session_id, created, data",
         }
         rows = {t: src.execute(f"SELECT {cols} FROM {t}").fetchall() for t, cols in tables.items()}
     conn = await asyncpg.connect(url)
@@ -103,10 +105,10 @@ def test_import_into_postgresql(pg_cluster: Cluster, capsys: pytest.CaptureFixtu
 
 
 def test_clear_errors_for_urls(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert main(["sessions", "--db", "postgresql://nobody:pw@127.0.0.1:1/none"]) == 1
+    assert main(["sessions", "--db", "postgresql://nobody:pw@127.0.0.1:1/none"]) == 2
     err = capsys.readouterr().err
     assert "cannot connect" in err and "pw" not in err
-    assert main(["sessions", "--db", "mysql://u@h/db"]) == 1
+    assert main(["sessions", "--db", "mysql://u@h/db"]) == 2
     assert "unsupported database 'mysql'" in capsys.readouterr().err
     with pytest.raises(DatabaseError, match="no such database"):
         open_ro(str(tmp_path / "missing.db"))

@@ -11,6 +11,7 @@ Python code uses their snake_case attributes, and the wire's camelCase names app
 wire.
 """
 
+from sidecar.model.daemon import DaemonStatus
 from sidecar.model.messages import (
     AssistantMessage,
     Message,
@@ -43,12 +44,15 @@ from sidecar.model.parts import (
     ToolTime,
 )
 from sidecar.model.rpc import (
+    CompactedEvent,
+    CompactionRecord,
     CompactResult,
     ContextResult,
     HistoryExpandResult,
     HistoryHit,
     HistorySearchResult,
     OverflowResult,
+    Pin,
     PruneResult,
     SessionList,
 )
@@ -60,6 +64,7 @@ from sidecar_client._client import (
     Call,
     Client,
     ConnectionClosed,
+    ContextWindow,
     RpcError,
     connect,
     connect_shared,
@@ -74,9 +79,13 @@ __all__ = [
     "Call",
     "Client",
     "CompactResult",
+    "CompactedEvent",
     "CompactionPart",
+    "CompactionRecord",
     "ConnectionClosed",
     "ContextResult",
+    "ContextWindow",
+    "DaemonStatus",
     "ErrorCode",
     "FilePart",
     "HistoryExpandResult",
@@ -92,6 +101,7 @@ __all__ = [
     "Part",
     "PartTime",
     "PatchPart",
+    "Pin",
     "PruneResult",
     "ReasoningPart",
     "RetryPart",

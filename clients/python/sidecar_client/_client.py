@@ -25,16 +25,22 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from sidecar.model.config import Config
+from sidecar.model.daemon import DaemonStatus
 from sidecar.model.messages import Message
 from sidecar.model.parts import Part
 from sidecar.model.rpc import (
+    CompactionRecord,
+    CompactionsResult,
     CompactResult,
     ContextResult,
     HistoryExpandResult,
     HistorySearchResult,
     OverflowResult,
+    Pin,
+    PinsResult,
     PruneResult,
     SessionList,
+    UncompactResult,
 )
 from sidecar.model.session import Session
 from sidecar.protocol.codes import ErrorCode
@@ -753,18 +759,37 @@ class Client:
         """Deep-merge ``patch`` (wire names, e.g. ``{"compaction": {"auto": False}}``)."""
         return await self.request("config/update", {"config": patch}, Config)
 
+    async def daemon_status(self) -> DaemonStatus:
+        """``daemon/status``: with ``compaction.prepare``, ``summary_tokens`` and
+        ``prepared_discarded_tokens`` say what background summaries cost."""
+        return await self.request("daemon/status", {}, DaemonStatus)
+
     # -- typed helpers: compaction -------------------------------------------------------------
 
     async def context(
-        self, session_id: str, format: str = "parts", *, wait: bool = True, fit: bool = True
+        self,
+        session_id: str,
+        format: str = "parts",
+        *,
+        wait: bool = True,
+        fit: bool = True,
+        since: str | None = None,
     ) -> ContextResult:
-        """The window to send; ``wait``/``fit`` as in PROTOCOL.md (both default on)."""
+        """The window to send; ``wait``/``fit`` as in PROTOCOL.md (both default on). With
+        ``since`` (an earlier reply's ``revision``) the reply may be a delta (``delta``,
+        ``start``): ``ContextWindow`` keeps the assembled window for you."""
         params: dict[str, Any] = {"sessionID": session_id, "format": format}
         if not wait:
             params["wait"] = False
         if not fit:
             params["fit"] = False
+        if since is not None:
+            params["since"] = since
         return await self.request("session/context", params, ContextResult)
+
+    def window(self, session_id: str, format: str = "parts") -> ContextWindow:
+        """A ``ContextWindow`` of one session in one format."""
+        return ContextWindow(self, session_id, format)
 
     async def overflow(
         self,
@@ -794,17 +819,53 @@ class Client:
         *,
         model: Mapping[str, Any] | None = None,
         instructions: str | None = None,
+        up_to: str | None = None,
         timeout: float | UnsetType | None = UNSET,
     ) -> CompactResult:
+        """``session/compact``; ``up_to``: summarize only up to and including that message,
+        keeping every later one as it is."""
         params = _clean(
             {
                 "sessionID": session_id,
                 "auto": auto,
                 "model": model,
                 "instructions": instructions,
+                "upTo": up_to,
             }
         )
         return await self.request("session/compact", params, CompactResult, timeout=timeout)
+
+    async def pin(
+        self, session_id: str, message_id: str, part_id: str | None = None, pinned: bool = True
+    ) -> None:
+        """``part/pin``: pin (or unpin) a part, or every part of the message without
+        ``part_id``. A pinned part is never pruned and is kept verbatim in every summary."""
+        params = _clean(
+            {"sessionID": session_id, "messageID": message_id, "partID": part_id, "pinned": pinned}
+        )
+        await self.request("part/pin", params)
+
+    async def pins(self, session_id: str) -> list[Pin]:
+        """``session/pins``: the session's pinned parts, oldest message first."""
+        result = await self.request("session/pins", {"sessionID": session_id}, PinsResult)
+        return result.pins
+
+    async def compactions(self, session_id: str) -> list[CompactionRecord]:
+        """``session/compactions``: each compaction's diagnostics, oldest first."""
+        params = {"sessionID": session_id}
+        result = await self.request("session/compactions", params, CompactionsResult)
+        return result.compactions
+
+    async def uncompact(
+        self, session_id: str, message_id: str | None = None, *, restore_pruned: bool = False
+    ) -> list[str]:
+        """``session/uncompact``: undo the newest compaction (or ``message_id``'s and every
+        later one); returns the ids of the messages removed."""
+        params = _clean(
+            {"sessionID": session_id, "messageID": message_id, "restorePruned": restore_pruned}
+        )
+        result = await self.request("session/uncompact", params, UncompactResult)
+        return result.removed
 
     async def fork(self, session_id: str, message_id: str | None = None) -> Session:
         params = _clean({"sessionID": session_id, "messageID": message_id})
@@ -980,3 +1041,29 @@ async def connect_shared(
         raise ConnectionError(str(exc)) from exc
     client = Client(await open_connected(conn, f"unix:{where}"))
     return await _start(client, initialize, capabilities, initialization_options)
+
+
+class ContextWindow:
+    """One session's window in one format, kept assembled: each ``refresh`` asks
+    ``session/context`` with ``since`` the last ``revision`` and applies a delta reply (keep
+    the first ``start`` messages, append the rest), so only what changed crosses the wire."""
+
+    def __init__(self, client: Client, session_id: str, format: str = "parts") -> None:
+        self.client = client
+        self.session_id = session_id
+        self.format = format
+        self.messages: list[Any] = []
+        self.revision: str | None = None
+
+    async def refresh(self, *, wait: bool = True, fit: bool = True) -> ContextResult:
+        """The current window; the returned result's ``messages`` is the whole window."""
+        result = await self.client.context(
+            self.session_id, self.format, wait=wait, fit=fit, since=self.revision
+        )
+        if result.delta:
+            self.messages = self.messages[: result.start or 0] + list(result.messages)
+        else:
+            self.messages = list(result.messages)
+        self.revision = result.revision or None
+        result.messages = self.messages
+        return result

@@ -24,6 +24,7 @@ import {
 import type {
   ClientCapabilities,
   ClientInfo,
+  CompactionRecord,
   CompactResult,
   Config,
   ContextResult,
@@ -37,6 +38,7 @@ import type {
   MessagesPage,
   OverflowResult,
   Part,
+  Pin,
   Protocol,
   PruneResult,
   Session,
@@ -749,6 +751,25 @@ export class SidecarClient {
     options: Omit<SessionCompactParams, "sessionID"> = {},
   ): Promise<CompactResult> {
     return this.request("session/compact", { sessionID, ...options });
+  }
+  /** Pin (or unpin) a part, or every part of the message without `partID`: never pruned, kept
+   * verbatim in every summary (`compaction.keep.pinned`). */
+  pin(sessionID: string, messageID: string, partID?: string, pinned = true): Promise<null> {
+    return this.request("part/pin", { sessionID, messageID, partID, pinned });
+  }
+  async pins(sessionID: string): Promise<Pin[]> {
+    return (await this.request("session/pins", { sessionID })).pins;
+  }
+  /** Each compaction's diagnostics, oldest first. */
+  async compactions(sessionID: string): Promise<CompactionRecord[]> {
+    return (await this.request("session/compactions", { sessionID })).compactions;
+  }
+  /** Undo the newest compaction (or `messageID`'s and every later one); the removed ids. */
+  async uncompact(
+    sessionID: string,
+    options: { messageID?: string; restorePruned?: boolean } = {},
+  ): Promise<string[]> {
+    return (await this.request("session/uncompact", { sessionID, ...options })).removed;
   }
   fork(sessionID: string, messageID?: string): Promise<Session> {
     return this.request("session/fork", { sessionID, messageID });

@@ -131,6 +131,35 @@ export interface Protocol {
       result: Session;
     };
     /**
+     * each compaction's diagnostics, oldest first
+     */
+    "session/compactions": {
+      direction: "client->daemon";
+      params: SessionRef;
+      result: CompactionsResult;
+    };
+    /**
+     * undo the newest (or the named and every later) compaction
+     */
+    "session/uncompact": {
+      direction: "client->daemon";
+      params: SessionUncompactParams;
+      result: UncompactResult;
+    };
+    /**
+     * pin or unpin a part (or every part of a message)
+     */
+    "part/pin": {
+      direction: "client->daemon";
+      params: PartPinParams;
+      result: null;
+    };
+    "session/pins": {
+      direction: "client->daemon";
+      params: SessionRef;
+      result: PinsResult;
+    };
+    /**
      * upsert; echoes the stored message
      */
     "message/update": {
@@ -417,6 +446,7 @@ export interface Session {
   directory?: string | null;
   time?: SessionTime;
   revert?: RevertInfo | null;
+  limits?: SessionLimits | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -435,6 +465,23 @@ export interface SessionTime {
 export interface RevertInfo {
   messageID: string;
   partID?: string | null;
+}
+/**
+ * The model limits the daemon's last decision for this session used (overflow check,
+ *     compaction), so ``inspect`` and ``report`` draw the window the session really ran under.
+ *     ``source``: ``config``, ``refreshed``, ``models-dev`` or ``default`` (config
+ *     ``models["*"]``); ``usable``: the input budget overflow compared against.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "SessionLimits".
+ */
+export interface SessionLimits {
+  model: string;
+  source: string;
+  context: number;
+  output?: number;
+  input?: number | null;
+  usable?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -840,6 +887,7 @@ export interface SessionContextParams {
   format?: "anthropic" | "openai" | "parts";
   wait?: boolean;
   fit?: boolean;
+  since?: string | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -854,6 +902,9 @@ export interface ContextResult {
   overflow?: boolean;
   usable?: number | null;
   truncatedPartIDs?: string[];
+  revision?: string;
+  delta?: boolean;
+  start?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -911,6 +962,7 @@ export interface SessionCompactParams {
   auto?: boolean;
   instructions?: string | null;
   workDoneToken?: string | number | null;
+  upTo?: string | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -937,6 +989,77 @@ export interface SessionRevertParams {
   sessionID: string;
   messageID: string;
   partID?: string | null;
+}
+/**
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "CompactionsResult".
+ */
+export interface CompactionsResult {
+  compactions: CompactionRecord[];
+}
+/**
+ * One ``session/compactions`` entry, stored by the daemon beside the session: the
+ *     diagnostics, the messages the compaction added and what its summary replaced.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "CompactionRecord".
+ */
+export interface CompactionRecord {
+  tokensBefore?: number;
+  tokensAfter?: number;
+  summaryTokens?: number;
+  messagesSummarized?: number;
+  partsPruned?: number;
+  writer?: string;
+  durationMs?: number;
+  auto?: boolean;
+  messageID: string;
+  time: number;
+  markerID: string;
+  continueID?: string | null;
+  replacedIDs?: string[];
+  prunedPartIDs?: string[];
+}
+/**
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "SessionUncompactParams".
+ */
+export interface SessionUncompactParams {
+  sessionID: string;
+  messageID?: string | null;
+  restorePruned?: boolean;
+}
+/**
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "UncompactResult".
+ */
+export interface UncompactResult {
+  removed: string[];
+}
+/**
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "PartPinParams".
+ */
+export interface PartPinParams {
+  sessionID: string;
+  messageID: string;
+  partID?: string | null;
+  pinned?: boolean;
+}
+/**
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "PinsResult".
+ */
+export interface PinsResult {
+  pins: Pin[];
+}
+/**
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "Pin".
+ */
+export interface Pin {
+  messageID: string;
+  partID: string;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1070,6 +1193,56 @@ export interface CompactionConfig {
   protectedTools?: string[];
   outputTokenMax?: number;
   recallHint?: boolean;
+  timeBudget?: number;
+  prunedStub?: "informative" | "opencode";
+  verifySummary?: boolean;
+  triggerTokens?: number | null;
+  keep?: KeepConfig;
+  prompt?: string | null;
+  system?: string | null;
+  overrides?: Override[];
+  prepare?: number | null;
+}
+/**
+ * ``compaction.keep``: what every summary carries verbatim in its ``## Kept verbatim``
+ *     block, rebuilt from the stored data at each compaction (never copied from the previous
+ *     summary, so nothing drifts). The defaults add nothing unless a part is pinned.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "KeepConfig".
+ */
+export interface KeepConfig {
+  pinned?: boolean;
+  firstRequest?: boolean;
+  todoTools?: string[];
+  maxTokens?: number;
+}
+/**
+ * One ``compaction.overrides`` entry: partial ``compaction`` and ``summarizer`` objects
+ *     deep-merged over the base config when ``match`` holds (checked when the config is built).
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "Override".
+ */
+export interface Override {
+  match?: OverrideMatch;
+  compaction?: {
+    [k: string]: unknown | undefined;
+  };
+  summarizer?: {
+    [k: string]: unknown | undefined;
+  };
+}
+/**
+ * Which turns an override applies to; a missing key matches anything. ``model`` is
+ *     ``provider/model`` and may use ``*`` globs (``anthropic/*``).
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "OverrideMatch".
+ */
+export interface OverrideMatch {
+  model?: string | null;
+  agent?: string | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1087,6 +1260,7 @@ export interface SummarizerConfig {
   timeout?: number;
   deadline?: number;
   maxRetries?: number;
+  fallback?: "extractive" | null;
 }
 /**
  * Daemon limits: set only in the daemon's own config files, never over the wire.
@@ -1099,6 +1273,8 @@ export interface ServerConfig {
   maxDepth?: number;
   maxOutgoingBytes?: number;
   maxReplyBytes?: number;
+  authTimeout?: number;
+  maxConnections?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1125,6 +1301,8 @@ export interface DaemonStatus {
   sessions: number;
   uptime: number;
   idleExit: number | null;
+  summaryTokens?: number;
+  preparedDiscardedTokens?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1170,11 +1348,26 @@ export interface CancelParams {
  * via the `definition` "CompactedEvent".
  */
 export interface CompactedEvent {
+  tokensBefore?: number;
+  tokensAfter?: number;
+  summaryTokens?: number;
+  messagesSummarized?: number;
+  partsPruned?: number;
+  writer?: string;
+  durationMs?: number;
+  auto: boolean;
   sessionID: string;
   messageID: string;
-  auto: boolean;
+  rejected?: string | null;
+  prepared?: boolean;
+  waitedMs?: number;
 }
 /**
+ * Tool outputs a prune marked (``compacted``: their ``state.time.compacted``). It stands
+ *     for those parts' ``part/updated``: a prune sends no part, so no notification carries an
+ *     output it cleared. A large prune comes as several, each naming at most
+ *     ``PRUNED_PER_EVENT`` parts with their share of ``tokens_saved``.
+ *
  * This interface was referenced by `Protocol`'s JSON-Schema
  * via the `definition` "PrunedEvent".
  */
@@ -1182,6 +1375,7 @@ export interface PrunedEvent {
   sessionID: string;
   partIDs: string[];
   tokensSaved: number;
+  compacted: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema

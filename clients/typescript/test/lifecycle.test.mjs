@@ -208,7 +208,7 @@ test("a daemon of another protocol version is refused with a clear error", async
   const dir = await tempDir(t);
   // The real daemon, answering initialize with protocolVersion 2.0.
   const script = [
-    "import sys, sidecar.server.lifecycle as l",
+    "import sys, sidecar.server.handlers.lifecycle as l",
     "R = l.InitializeResult",
     "l.InitializeResult = lambda **kw: R(protocol_version='2.0', **kw)",
     "from sidecar.cli import main",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sidecar.engine import delta
 from sidecar.engine.compactor import Request
 from sidecar.errors import SidecarError
 from sidecar.model.rpc import (
@@ -23,7 +24,10 @@ from sidecar.server.context import Context
 
 async def context(ctx: Context, p: SessionContextParams) -> ContextResult:
     engine = ctx.engine
-    return await engine.context(p.session_id, p.format, ctx.config.current, wait=p.wait, fit=p.fit)
+    result = await engine.context(
+        p.session_id, p.format, ctx.config.current, wait=p.wait, fit=p.fit
+    )
+    return delta.REVISIONS.serve(p.session_id, result, p.since)
 
 
 async def overflow(ctx: Context, p: SessionOverflowParams) -> OverflowResult:
@@ -58,6 +62,7 @@ async def compact(ctx: Context, p: SessionCompactParams) -> CompactResult:
             model=p.model,
             instructions=p.instructions,
             progress_token=p.work_done_token,
+            up_to=p.up_to,
         ),
         ctx.config.current,
     )

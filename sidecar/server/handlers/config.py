@@ -6,6 +6,8 @@ Extra summarizer headers may carry credentials, so their values are never sent b
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from sidecar.model.config import Config
@@ -16,6 +18,16 @@ REDACTED = "<redacted>"
 
 
 def redacted(cfg: Config) -> Config:
+    """Header values hidden, the base summarizer's and each override's."""
+    overrides = [
+        msgspec.structs.replace(o, summarizer=_redact_headers(o.summarizer))
+        if isinstance(o.summarizer.get("headers"), dict)
+        else o
+        for o in cfg.compaction.overrides
+    ]
+    if overrides != cfg.compaction.overrides:
+        compaction = msgspec.structs.replace(cfg.compaction, overrides=overrides)
+        cfg = msgspec.structs.replace(cfg, compaction=compaction)
     headers = cfg.summarizer.headers
     if not headers:
         return cfg
@@ -23,6 +35,10 @@ def redacted(cfg: Config) -> Config:
         cfg.summarizer, headers={name: REDACTED for name in headers}
     )
     return msgspec.structs.replace(cfg, summarizer=summarizer)
+
+
+def _redact_headers(summarizer: dict[str, Any]) -> dict[str, Any]:
+    return {**summarizer, "headers": {name: REDACTED for name in summarizer["headers"]}}
 
 
 async def get(ctx: Context, p: Empty) -> Config:

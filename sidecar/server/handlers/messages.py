@@ -28,7 +28,7 @@ from sidecar.model.rpc import (
     PartUpdateParams,
 )
 from sidecar.server.context import Context
-from sidecar.server.dispatch import Done
+from sidecar.store.backend import Done
 
 _message_decoder = msgspec.json.Decoder(Message)
 _part_decoder = msgspec.json.Decoder(Part)
@@ -60,7 +60,7 @@ def decode_part(raw: msgspec.Raw) -> Part:
         raise reroot(exc, "part") from None
 
 
-def message_update(ctx: Context, p: MessageUpdateParams, done: Done) -> Future[None] | None:
+def message_update(ctx: Context, p: MessageUpdateParams, done: Done[Any]) -> Future[None] | None:
     """Deferred like ``part/update``, so a part pipelined behind its message queues behind it.
 
     Only an update of a known id that leaves out ``time.created`` must read first (the stored
@@ -83,7 +83,7 @@ def message_update(ctx: Context, p: MessageUpdateParams, done: Done) -> Future[N
     return None
 
 
-async def _update_keeping_created(ctx: Context, info: Message, raw: bytes, done: Done) -> None:
+async def _update_keeping_created(ctx: Context, info: Message, raw: bytes, done: Done[Any]) -> None:
     try:
         known = await ctx.store.message_key(info.id)
         data = _dict_decoder.decode(raw)
@@ -103,7 +103,7 @@ async def _update_keeping_created(ctx: Context, info: Message, raw: bytes, done:
     await answered
 
 
-def _store_message(ctx: Context, info: Message, raw: bytes, done: Done) -> None:
+def _store_message(ctx: Context, info: Message, raw: bytes, done: Done[Any]) -> None:
     """Queue the row; once committed: subscribe, notify, start the engine's checks, reply."""
     stored = msgspec.Raw(raw)
     cfg = ctx.config.current
@@ -111,9 +111,9 @@ def _store_message(ctx: Context, info: Message, raw: bytes, done: Done) -> None:
     # Registered before the write is queued: a read dispatched behind it waits for the work.
     work = ctx.engine.will_store(info, cfg)
 
-    def committed(exc: BaseException | None) -> None:
+    def committed(_: None, exc: BaseException | None) -> None:
         if work is not None:
-            work(exc is None)
+            work(None, exc)
         if exc is not None:
             done(None, exc)
             return
@@ -124,7 +124,7 @@ def _store_message(ctx: Context, info: Message, raw: bytes, done: Done) -> None:
     ctx.store.put_message_then(info, raw, committed)
 
 
-def part_update(ctx: Context, p: PartUpdateParams, done: Done) -> None:
+def part_update(ctx: Context, p: PartUpdateParams, done: Done[Any]) -> None:
     """The hot path (streamed parts): answered from the store's commit callback, so a request
     costs no task, and the parts of one read share one commit."""
     part = decode_part(p.part)
@@ -134,8 +134,9 @@ def part_update(ctx: Context, p: PartUpdateParams, done: Done) -> None:
         part.id = data["id"] = new_id("prt")
         raw = _encoder.encode(data)
     stored = msgspec.Raw(raw)
+    ctx.engine.touched(part.session_id)  # the turn is still being written
 
-    def committed(exc: BaseException | None) -> None:
+    def committed(_: None, exc: BaseException | None) -> None:
         if exc is not None:
             done(None, exc)
             return

@@ -18,9 +18,14 @@ from sidecar.tools.importers.common import (
     Draft,
     Imported,
     ImportFailure,
+    assistant_blocks,
+    fold_result,
     iso_ms,
     read_jsonl,
     text_title,
+    want_int,
+    want_obj,
+    want_str,
 )
 
 SOURCE = "claude-code"
@@ -36,177 +41,247 @@ def looks_like(first: dict[str, Any]) -> bool:
     )
 
 
-def _result_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
+def _result_text(content: Any, where: str, name: str) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
     if isinstance(content, list):
-        return "\n".join(
-            str(b.get("text", ""))
-            for b in content
-            if isinstance(b, dict) and b.get("type") == "text"
-        )
-    return ""
+        out = []
+        for i, b in enumerate(content):
+            if isinstance(b, dict) and b.get("type") == "text":
+                out.append(want_str(b, "text", where, f"{name}[{i}].text"))
+        return "\n".join(out)
+    raise ImportFailure(f"{where}: field {name!r}: expected text or a list")
 
 
-def read(path: Path) -> list[Imported]:
-    records = read_jsonl(str(path), path.read_bytes())
-    d = Draft(str(path), SOURCE)
-    calls: dict[str, dict[str, Any]] = {}
-    assistant: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
-    last_user = ""
-    marker: dict[str, Any] | None = None
-    info: dict[str, Any]
-    summary_title = ""
+def read(path: Path, data: bytes) -> list[Imported]:
+    records = read_jsonl(str(path), data)
     # A subagent's own log (``agent-*.jsonl``) is all sidechain: import it as a child session.
     convo = [r for _, r in records if r.get("type") in ("user", "assistant")]
-    subagent = bool(convo) and all(r.get("isSidechain") for r in convo)
+    reader = _Reader(path, subagent=bool(convo) and all(r.get("isSidechain") for r in convo))
     for n, rec in records:
+        reader.record(n, rec)
+    return [reader.finish()]
+
+
+class _Reader:
+    """One log read line by line: each record kind has its step, the state they share here."""
+
+    def __init__(self, path: Path, *, subagent: bool) -> None:
+        self.path = path
+        self.subagent = subagent
+        self.d = Draft(str(path), SOURCE)
+        self.calls: dict[str, dict[str, Any]] = {}
+        # Claude Code's ``message.id`` -> the merged response's info and parts.
+        self.assistant: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+        self.last_user = ""
+        self.marker: dict[str, Any] | None = None  # a compaction awaiting its summary
+        self.summary_title = ""
+
+    def finish(self) -> Imported:
+        if self.summary_title:
+            self.d.title = self.summary_title
+        return self.d.finish()
+
+    def record(self, n: int, rec: dict[str, Any]) -> None:
         kind = rec.get("type")
+        where = f"{self.path}:{n}"
         if kind == "summary" and isinstance(rec.get("summary"), str):
-            summary_title = summary_title or rec["summary"]
-            continue
-        if kind not in ("user", "assistant", "system") or (rec.get("isSidechain") and not subagent):
-            continue
-        if not d.session_id and isinstance(rec.get("sessionId"), str):
-            d.session_id = f"ses_{rec['sessionId']}"
-            if subagent:
-                d.parent_id = d.session_id
-                d.session_id = f"{d.session_id}_{path.stem}"
-        if not d.directory and isinstance(rec.get("cwd"), str):
-            d.directory = rec["cwd"]
-        uuid = rec.get("uuid")
-        if not isinstance(uuid, str) or not uuid:
-            raise ImportFailure(f"{path}:{n}: field 'uuid': missing")
-        ts = iso_ms(rec.get("timestamp"))
+            self.summary_title = self.summary_title or rec["summary"]
+            return
+        if "message" in rec and kind not in ("user", "assistant"):
+            # A message under a record type we do not know is never dropped silently.
+            raise ImportFailure(f"{where}: field 'type': {str(kind)[:40]!r} is not a known role")
+        if kind not in ("user", "assistant", "system") or (
+            rec.get("isSidechain") and not self.subagent
+        ):
+            return
+        self._session_fields(rec, where)
+        uuid = want_str(rec, "uuid", where)
+        if not uuid:
+            raise ImportFailure(f"{where}: field 'uuid': missing")
+        ts = self.d.known(iso_ms(rec.get("timestamp"), where), where)
         if kind == "system":
             if rec.get("subtype") == "compact_boundary":
-                meta = rec.get("compactMetadata") or {}
-                marker = {"id": f"msg_{uuid}", "role": "user", "time": {"created": d.tick(ts)}}
-                parts = d.message(marker, n)
-                d.part(
-                    parts, marker, {"type": "compaction", "auto": meta.get("trigger") != "manual"}
-                )
-                last_user = marker["id"]
-            continue
+                self._compact_boundary(n, rec, uuid, ts, where)
+            return
         msg = rec.get("message")
         if not isinstance(msg, dict):
-            raise ImportFailure(f"{path}:{n}: field 'message': expected an object")
+            raise ImportFailure(f"{where}: field 'message': expected an object")
+        role = msg.get("role")
+        if role is not None and role != kind:
+            raise ImportFailure(
+                f"{where}: field 'message.role': {str(role)[:40]!r} is not a known role "
+                f"for a {kind!r} record"
+            )
+        if kind == "user" and rec.get("isCompactSummary") and self.marker is not None:
+            self._compact_summary(n, msg, uuid, ts, where)
+        elif kind == "user":
+            self._user(n, rec, msg, uuid, ts, where)
+        else:
+            self._assistant(n, msg, uuid, ts, where)
+
+    def _session_fields(self, rec: dict[str, Any], where: str) -> None:
+        """The session's id (a subagent's is its parent's plus the file name) and directory."""
+        d = self.d
+        if not d.session_id and want_str(rec, "sessionId", where):
+            d.session_id = f"ses_{rec['sessionId']}"
+            if self.subagent:
+                d.parent_id = d.session_id
+                d.session_id = f"{d.session_id}_{self.path.stem}"
+        if not d.directory and isinstance(rec.get("cwd"), str):
+            d.directory = rec["cwd"]
+
+    def _compact_boundary(
+        self, n: int, rec: dict[str, Any], uuid: str, ts: int | None, where: str
+    ) -> None:
+        meta = want_obj(rec, "compactMetadata", where)
+        d = self.d
+        marker: dict[str, Any] = {
+            "id": f"msg_{uuid}",
+            "role": "user",
+            "time": {"created": d.tick(ts)},
+        }
+        parts = d.message(marker, n)
+        d.part(parts, marker, {"type": "compaction", "auto": meta.get("trigger") != "manual"})
+        self.marker = marker
+        self.last_user = marker["id"]
+
+    def _compact_summary(
+        self, n: int, msg: dict[str, Any], uuid: str, ts: int | None, where: str
+    ) -> None:
+        assert self.marker is not None
+        d = self.d
+        at = d.tick(ts)
+        reply: dict[str, Any] = {
+            "id": f"msg_{uuid}",
+            "role": "assistant",
+            "parentID": self.marker["id"],
+            "providerID": "anthropic",
+            "modelID": "",
+            "mode": "compaction",
+            "summary": True,
+            "time": {"created": at, "completed": at},
+            "finish": "stop",
+        }
+        text = _result_text(msg.get("content"), where, "message.content")
+        d.part(d.message(reply, n), reply, {"type": "text", "text": text})
+        self.marker = None
+
+    def _user(
+        self,
+        n: int,
+        rec: dict[str, Any],
+        msg: dict[str, Any],
+        uuid: str,
+        ts: int | None,
+        where: str,
+    ) -> None:
+        """A user line: tool results fold into their calls; text and images make a message."""
         content = msg.get("content")
-        if kind == "user" and rec.get("isCompactSummary") and marker is not None:
-            at = d.tick(ts)
-            reply = {
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if not isinstance(blocks, list):
+            raise ImportFailure(f"{where}: field 'message.content': expected text or a list")
+        texts: list[str] = []
+        images: list[dict[str, Any]] = []
+        for i, b in enumerate(blocks):
+            at_b = f"message.content[{i}]"
+            if not isinstance(b, dict):
+                raise ImportFailure(f"{where}: field {at_b!r}: expected an object")
+            if b.get("type") == "tool_result":
+                self._tool_result(b, at_b, ts, where)
+            elif b.get("type") == "text":
+                if text := want_str(b, "text", where, f"{at_b}.text"):
+                    texts.append(text)
+            elif b.get("type") == "image" and isinstance(b.get("source"), dict):
+                src = b["source"]
+                for key in ("media_type", "data", "url", "type"):
+                    want_str(src, key, where, f"{at_b}.source.{key}")
+                images.append(src)
+        if texts or images:
+            self._user_message(n, rec, uuid, ts, texts, images)
+
+    def _tool_result(self, b: dict[str, Any], at_b: str, ts: int | None, where: str) -> None:
+        call = want_str(b, "tool_use_id", where, f"{at_b}.tool_use_id")
+        part = self.calls.get(call)
+        if part is None:
+            raise ImportFailure(
+                f"{where}: tool_result: field 'tool_use_id': no tool_use {call!r} before it"
+            )
+        at = self.d.tick(ts)
+        out = _result_text(b.get("content"), where, f"{at_b}.content")
+        fold_result(part, out, at, b.get("is_error"))
+
+    def _user_message(
+        self,
+        n: int,
+        rec: dict[str, Any],
+        uuid: str,
+        ts: int | None,
+        texts: list[str],
+        images: list[dict[str, Any]],
+    ) -> None:
+        d = self.d
+        info: dict[str, Any] = {
+            "id": f"msg_{uuid}",
+            "role": "user",
+            "time": {"created": d.tick(ts)},
+        }
+        parts = d.message(info, n)
+        for t in texts:
+            d.part(parts, info, {"type": "text", "text": t})
+        for src in images:
+            mime = str(src.get("media_type") or "image/png")
+            url = f"data:{mime};base64,{src.get('data', '')}"
+            if src.get("type") == "url":
+                url = str(src.get("url") or "")
+            d.part(parts, info, {"type": "file", "mime": mime, "url": url})
+        self.last_user = info["id"]
+        if texts and not d.title and not rec.get("isMeta"):
+            d.title = text_title(texts[0])
+
+    def _assistant(
+        self, n: int, msg: dict[str, Any], uuid: str, ts: int | None, where: str
+    ) -> None:
+        """Claude Code writes one response as several lines sharing ``message.id``: merged."""
+        key = want_str(msg, "id", where, "message.id") or uuid
+        usage = want_obj(msg, "usage", where, "message.usage")
+        if key not in self.assistant:
+            created = self.d.tick(ts)
+            info: dict[str, Any] = {
                 "id": f"msg_{uuid}",
                 "role": "assistant",
-                "parentID": marker["id"],
+                "parentID": self.last_user,
                 "providerID": "anthropic",
-                "modelID": "",
-                "mode": "compaction",
-                "summary": True,
-                "time": {"created": at, "completed": at},
-                "finish": "stop",
-            }
-            d.part(d.message(reply, n), reply, {"type": "text", "text": _result_text(content)})
-            marker = None
-            continue
-        if kind == "user":
-            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
-            if not isinstance(blocks, list):
-                raise ImportFailure(f"{path}:{n}: field 'message.content': expected text or a list")
-            texts: list[str] = []
-            images: list[dict[str, Any]] = []
-            for b in blocks:
-                if not isinstance(b, dict):
-                    continue
-                if b.get("type") == "tool_result":
-                    call = str(b.get("tool_use_id") or "")
-                    part = calls.get(call)
-                    if part is None:
-                        raise ImportFailure(
-                            f"{path}:{n}: tool_result: field 'tool_use_id': "
-                            f"no tool_use {call!r} before it"
-                        )
-                    at = d.tick(ts)
-                    out = _result_text(b.get("content"))
-                    state = part["state"]
-                    tool_time = {"start": at, "end": at}
-                    part["state"] = (
-                        {
-                            "status": "error",
-                            "input": state["input"],
-                            "error": out,
-                            "time": tool_time,
-                        }
-                        if b.get("is_error")
-                        else {
-                            "status": "completed",
-                            "input": state["input"],
-                            "output": out,
-                            "title": part["tool"],
-                            "time": tool_time,
-                        }
-                    )
-                elif b.get("type") == "text" and b.get("text"):
-                    texts.append(str(b["text"]))
-                elif b.get("type") == "image" and isinstance(b.get("source"), dict):
-                    images.append(b["source"])
-            if texts or images:
-                info = {"id": f"msg_{uuid}", "role": "user", "time": {"created": d.tick(ts)}}
-                parts = d.message(info, n)
-                for t in texts:
-                    d.part(parts, info, {"type": "text", "text": t})
-                for src in images:
-                    mime = str(src.get("media_type") or "image/png")
-                    url = f"data:{mime};base64,{src.get('data', '')}"
-                    if src.get("type") == "url":
-                        url = str(src.get("url") or "")
-                    d.part(parts, info, {"type": "file", "mime": mime, "url": url})
-                last_user = info["id"]
-                if texts and not d.title and not rec.get("isMeta"):
-                    d.title = text_title(texts[0])
-            continue
-        # assistant: merge the lines of one response (same message.id)
-        key = str(msg.get("id") or uuid)
-        usage = msg.get("usage") or {}
-        if key not in assistant:
-            created = d.tick(ts)
-            info = {
-                "id": f"msg_{uuid}",
-                "role": "assistant",
-                "parentID": last_user,
-                "providerID": "anthropic",
-                "modelID": str(msg.get("model") or ""),
+                "modelID": want_str(msg, "model", where, "message.model"),
                 "time": {"created": created, "completed": created},
                 "finish": "stop",
             }
-            assistant[key] = (info, d.message(info, n))
-        info, parts = assistant[key]
-        info["tokens"] = {
-            "input": int(usage.get("input_tokens") or 0),
-            "output": int(usage.get("output_tokens") or 0),
-            "reasoning": 0,
-            "cache": {
-                "read": int(usage.get("cache_read_input_tokens") or 0),
-                "write": int(usage.get("cache_creation_input_tokens") or 0),
-            },
-        }
-        if msg.get("stop_reason"):
-            info["finish"] = _FINISH.get(str(msg["stop_reason"]), str(msg["stop_reason"]))
+            self.assistant[key] = (info, self.d.message(info, n))
+        info, parts = self.assistant[key]
+        info["tokens"] = _tokens(usage, where)
+        if stop := want_str(msg, "stop_reason", where, "message.stop_reason"):
+            info["finish"] = _FINISH.get(stop, stop)
         info["time"]["completed"] = max(info["time"]["completed"], ts or 0)
+        content = msg.get("content")
         if not isinstance(content, list):
-            raise ImportFailure(f"{path}:{n}: field 'message.content': expected a list")
-        for b in content:
-            if not isinstance(b, dict):
-                continue
-            btype = b.get("type")
-            if btype == "text" and b.get("text"):
-                d.part(parts, info, {"type": "text", "text": str(b["text"])})
-            elif btype == "thinking" and b.get("thinking"):
-                d.part(parts, info, {"type": "reasoning", "text": str(b["thinking"])})
-            elif btype == "tool_use":
-                call = str(b.get("id") or "")
-                if not call:
-                    raise ImportFailure(f"{path}:{n}: tool_use: field 'id': missing")
-                calls[call] = d.tool_call(parts, info, call, b.get("name"), b.get("input"))
-    if summary_title:
-        d.title = summary_title
-    return [d.finish()]
+            raise ImportFailure(f"{where}: field 'message.content': expected a list")
+        assistant_blocks(
+            self.d, parts, info, content, where, self.calls, tool="tool_use", args="input"
+        )
+
+
+def _tokens(usage: dict[str, Any], where: str) -> dict[str, Any]:
+    """An Anthropic ``usage`` object as a message's ``tokens``."""
+
+    def count(key: str) -> int:
+        return want_int(usage, key, where, f"message.usage.{key}")
+
+    return {
+        "input": count("input_tokens"),
+        "output": count("output_tokens"),
+        "reasoning": 0,
+        "cache": {
+            "read": count("cache_read_input_tokens"),
+            "write": count("cache_creation_input_tokens"),
+        },
+    }

@@ -8,7 +8,6 @@ OpenCode would send next. Only the 1.2 database keeps ids outside the JSON; they
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,15 @@ from typing import Any
 
 import msgspec
 
-from sidecar.tools.importers.common import Imported, ImportFailure, decode_session, line_of
+from sidecar.tools.importers.common import (
+    Imported,
+    ImportFailure,
+    decode_session,
+    line_of,
+    parse_json,
+    read_file,
+    read_head,
+)
 
 SOURCE_EXPORT = "opencode-export"
 SOURCE_STORAGE = "opencode-storage"
@@ -45,9 +52,9 @@ def looks_like_export(head: Any) -> bool:
     )
 
 
-def read_export(path: Path) -> list[Imported]:
+def read_export(path: Path, data: bytes) -> list[Imported]:
     """``opencode export SESSION`` output (1.1.x): ``{info, messages: [{info, parts}]}``."""
-    data = path.read_bytes()
+    parse_json(data, str(path), document=True)  # depth, UTF-8, syntax first: msgspec recurses
     try:
         doc = _export.decode(data)
     except msgspec.ValidationError as exc:
@@ -75,16 +82,20 @@ def storage_root(path: Path) -> Path | None:
     return None
 
 
-def _read_json(path: Path) -> bytes:
-    data = path.read_bytes()
-    try:
-        json.loads(data)
-    except ValueError as exc:
-        raise ImportFailure(f"{path}: line {getattr(exc, 'lineno', '?')}: {exc}") from None
+def _read_json(path: Path, limit: int) -> bytes:
+    data = read_file(path, limit)
+    parse_json(data, str(path), document=True)
     return data
 
 
-def read_storage(path: Path) -> list[Imported]:
+def _file_name(value: str, where: Path, what: str) -> str:
+    """An id used as a folder name must be one: no separators, no ``..``."""
+    if not value or value in (".", "..") or "/" in value or "\\" in value or "\x00" in value:
+        raise ImportFailure(f"{where}: {what}: field 'id': {value[:60]!r} is not a valid id")
+    return value
+
+
+def read_storage(path: Path, limit: int) -> list[Imported]:
     """Every session under a 1.1.x ``storage`` tree: ``session/<project>/<id>.json``,
     ``message/<session>/<id>.json``, ``part/<message>/<id>.json``."""
     root = storage_root(path)
@@ -92,12 +103,15 @@ def read_storage(path: Path) -> list[Imported]:
         raise ImportFailure(f"{path}: not an OpenCode storage folder (no session/ and message/)")
     out: list[Imported] = []
     for file in sorted(root.glob("session/*/*.json")):
-        session = decode_session(_read_json(file), str(file))
+        session = decode_session(_read_json(file, limit), str(file))
         imp = Imported(SOURCE_STORAGE, session)
-        for mfile in sorted((root / "message" / session.id).glob("*.json")):
-            msg = imp.add_message(_read_json(mfile), str(mfile))
-            for pfile in sorted((root / "part" / msg.id).glob("*.json")):
-                imp.add_part(_read_json(pfile), str(pfile))
+        sid = _file_name(session.id, file, "session")
+        for mfile in sorted((root / "message" / sid).glob("*.json")):
+            msg = imp.add_message(_read_json(mfile, limit), str(mfile))
+            for pfile in sorted(
+                (root / "part" / _file_name(msg.id, mfile, "message")).glob("*.json")
+            ):
+                imp.add_part(_read_json(pfile, limit), str(pfile))
         out.append(imp)
     if not out:
         raise ImportFailure(f"{path}: no sessions in {root}/session/")
@@ -108,8 +122,7 @@ def read_storage(path: Path) -> list[Imported]:
 
 
 def looks_like_sqlite(path: Path) -> bool:
-    with path.open("rb") as f:
-        return f.read(16) == b"SQLite format 3\x00"
+    return read_head(path, 16) == b"SQLite format 3\x00"
 
 
 def sqlite_path(path: Path) -> Path | None:
@@ -127,11 +140,10 @@ def _rows(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...] = ()) -> Ite
         raise ImportFailure(f"not an OpenCode >= 1.2 database: {exc}") from None
 
 
-def _with_ids(data: str, where: str, **ids: str) -> dict[str, Any]:
-    try:
-        obj = json.loads(data)
-    except ValueError as exc:
-        raise ImportFailure(f"{where}: data: {exc}") from None
+def _with_ids(data: Any, where: str, **ids: str) -> dict[str, Any]:
+    if not isinstance(data, str | bytes):
+        raise ImportFailure(f"{where}: data: expected JSON text")
+    obj = parse_json(data.encode() if isinstance(data, str) else data, f"{where}: data")
     if not isinstance(obj, dict):
         raise ImportFailure(f"{where}: data: expected an object")
     return {**ids, **obj}

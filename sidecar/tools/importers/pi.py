@@ -18,22 +18,39 @@ from sidecar.tools.importers.common import (
     Draft,
     Imported,
     ImportFailure,
+    assistant_blocks,
+    fold_result,
     iso_ms,
     read_jsonl,
     text_title,
+    want_int,
+    want_num,
+    want_obj,
+    want_str,
 )
 
 SOURCE = "pi"
 
 _FINISH = {"toolUse": "tool-calls", "stop": "stop", "length": "length", "error": "error"}
+#: Message roles pi writes; another is an error, never dropped silently.
+_ROLES = frozenset(
+    {"user", "assistant", "toolResult", "bashExecution", "custom", "compactionSummary"}
+    | {"branchSummary", "hookMessage"}
+)
 
 
 def looks_like(first: dict[str, Any]) -> bool:
     return first.get("type") == "session" and ("cwd" in first or "version" in first)
 
 
-def _path(entries: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
+def _path(
+    path: Path, entries: list[tuple[int, dict[str, Any]]]
+) -> list[tuple[int, dict[str, Any]]]:
     """The current branch: from the last entry back along ``parentId`` (v2+), else all."""
+    for n, e in entries:
+        for key in ("id", "parentId"):
+            if e.get(key) is not None and not isinstance(e[key], str):
+                raise ImportFailure(f"{path}:{n}: field {key!r}: expected a string")
     if not any("id" in e and "parentId" in e for _, e in entries):
         return entries
     by_id = {e["id"]: (n, e) for n, e in entries if "id" in e}
@@ -49,14 +66,16 @@ def _path(entries: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str
     return out
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
+def _text(content: Any, where: str, name: str = "message.content") -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
     if isinstance(content, list):
-        return "\n".join(
-            b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"
-        )
-    return ""
+        out = []
+        for i, b in enumerate(content):
+            if isinstance(b, dict) and b.get("type") == "text":
+                out.append(want_str(b, "text", where, f"{name}[{i}].text"))
+        return "\n".join(out)
+    raise ImportFailure(f"{where}: field {name!r}: expected text or a list")
 
 
 def _images(content: Any) -> list[dict[str, Any]]:
@@ -65,177 +84,213 @@ def _images(content: Any) -> list[dict[str, Any]]:
     return [b for b in content if isinstance(b, dict) and b.get("type") == "image"]
 
 
-def read(path: Path) -> list[Imported]:
-    entries = read_jsonl(str(path), path.read_bytes())
-    n0, header = entries[0]
-    if not looks_like(header):
-        raise ImportFailure(f"{path}:{n0}: not a pi session header (type 'session' expected)")
-    sid = header.get("id")
-    if not isinstance(sid, str) or not sid:
-        raise ImportFailure(f"{path}:{n0}: field 'id': missing")
-    d = Draft(str(path), SOURCE)
-    d.session_id = f"ses_{sid}"
-    d.directory = header.get("cwd") if isinstance(header.get("cwd"), str) else None
-    d.created = iso_ms(header.get("timestamp")) or 0
-    provider = str(header.get("provider") or "")
-    model = str(header.get("modelId") or "")
-    last_user = ""
-    calls: dict[str, dict[str, Any]] = {}
-    msg_of_entry: dict[str, str] = {}
-    pending_tail: list[tuple[dict[str, Any], str]] = []
-    marker: dict[str, Any]
-    info: dict[str, Any]
-    for n, entry in _path(entries[1:]):
+def read(path: Path, data: bytes) -> list[Imported]:
+    entries = read_jsonl(str(path), data)
+    reader = _Reader(path, entries)
+    for n, entry in _path(path, entries[1:]):
+        reader.entry(n, entry)
+    return [reader.finish()]
+
+
+class _Reader:
+    """One session read entry by entry: each entry kind and message role has its step."""
+
+    def __init__(self, path: Path, entries: list[tuple[int, dict[str, Any]]]) -> None:
+        n0, header = entries[0]
+        if not looks_like(header):
+            raise ImportFailure(f"{path}:{n0}: not a pi session header (type 'session' expected)")
+        sid = header.get("id")
+        if not isinstance(sid, str) or not sid:
+            raise ImportFailure(f"{path}:{n0}: field 'id': missing")
+        self.path = path
+        self.entries = entries
+        d = self.d = Draft(str(path), SOURCE)
+        d.session_id = f"ses_{sid}"
+        d.directory = header.get("cwd") if isinstance(header.get("cwd"), str) else None
+        d.created = iso_ms(header.get("timestamp"), f"{path}:{n0}") or 0
+        self.provider = want_str(header, "provider", f"{path}:{n0}")
+        self.model = want_str(header, "modelId", f"{path}:{n0}")
+        self.last_user = ""
+        self.calls: dict[str, dict[str, Any]] = {}
+        # Entry id -> the message it became (a tool result: its call's message).
+        self.msg_of_entry: dict[str, str] = {}
+        # Compaction parts and the entry id of their first kept message.
+        self.pending_tail: list[tuple[dict[str, Any], str]] = []
+
+    def finish(self) -> Imported:
+        for compaction, kept in self.pending_tail:
+            if kept in self.msg_of_entry:
+                compaction["tailStartID"] = self.msg_of_entry[kept]
+        return self.d.finish()
+
+    def entry(self, n: int, entry: dict[str, Any]) -> None:
+        where = f"{self.path}:{n}"
         kind = entry.get("type")
         eid = str(entry.get("id") or f"l{n}")
-        ts = iso_ms(entry.get("timestamp"))
+        ts = iso_ms(entry.get("timestamp"), where)
         if kind == "model_change":
-            provider = str(entry.get("provider") or provider)
-            model = str(entry.get("modelId") or model)
+            self.provider = want_str(entry, "provider", where) or self.provider
+            self.model = want_str(entry, "modelId", where) or self.model
         elif kind == "session_info" and entry.get("name"):
-            d.title = str(entry["name"])
+            self.d.title = str(entry["name"])
         elif kind == "compaction":
-            summary = entry.get("summary")
-            if not isinstance(summary, str):
-                raise ImportFailure(f"{path}:{n}: compaction: field 'summary': missing")
-            marker = {"id": f"msg_{eid}", "role": "user", "time": {"created": d.tick(ts)}}
-            parts = d.message(marker, n)
-            body: dict[str, Any] = {"type": "compaction", "auto": bool(entry.get("auto", True))}
-            kept = entry.get("firstKeptEntryId")
-            index = entry.get("firstKeptEntryIndex")  # version 1: an index into the file's entries
-            if kept is None and isinstance(index, int) and 0 < index < len(entries):
-                n_k, e_k = entries[index]
-                kept = str(e_k.get("id") or f"l{n_k}")
-            compaction = d.part(parts, marker, body)
-            if isinstance(kept, str):
-                pending_tail.append((compaction, kept))
-            at = d.tick(ts)
-            reply = {
-                "id": f"msg_{eid}_summary",
-                "role": "assistant",
-                "parentID": marker["id"],
-                "providerID": provider,
-                "modelID": model,
-                "mode": "compaction",
-                "summary": True,
-                "time": {"created": at, "completed": at},
-                "finish": "stop",
-            }
-            d.part(d.message(reply, n), reply, {"type": "text", "text": summary})
-            last_user = marker["id"]
+            self._compaction(n, entry, eid, ts, where)
         elif kind in ("message", "custom_message", "branch_summary"):
-            msg = entry.get("message") if kind == "message" else entry
-            if not isinstance(msg, dict):
-                raise ImportFailure(f"{path}:{n}: field 'message': expected an object")
-            role = msg.get("role") if kind == "message" else kind
-            created = d.tick(iso_ms(msg.get("timestamp")) or ts)
-            mid = f"msg_{eid}"
-            if role == "assistant":
-                provider = str(msg.get("provider") or provider)
-                model = str(msg.get("model") or model)
-                usage = msg.get("usage") or {}
-                stop = msg.get("stopReason")
-                info = {
-                    "id": mid,
-                    "role": "assistant",
-                    "parentID": last_user,
-                    "providerID": provider,
-                    "modelID": model,
-                    "time": {"created": created, "completed": created},
-                    "tokens": {
-                        "input": int(usage.get("input") or 0),
-                        "output": int(usage.get("output") or 0),
-                        "reasoning": 0,
-                        "cache": {
-                            "read": int(usage.get("cacheRead") or 0),
-                            "write": int(usage.get("cacheWrite") or 0),
-                        },
-                    },
-                    "cost": float((usage.get("cost") or {}).get("total") or 0),
-                    "finish": _FINISH.get(str(stop), "stop"),
-                }
-                if stop == "aborted":
-                    info["error"] = {"name": "MessageAbortedError", "data": {}}
-                elif stop == "error":
-                    info["error"] = {
-                        "name": "UnknownError",
-                        "data": {"message": str(msg.get("errorMessage") or "")},
-                    }
-                parts = d.message(info, n)
-                content = msg.get("content") or []
-                if not isinstance(content, list):
-                    raise ImportFailure(f"{path}:{n}: field 'message.content': expected a list")
-                for block in content:
-                    if not isinstance(block, dict):
-                        continue
-                    btype = block.get("type")
-                    if btype == "text" and block.get("text"):
-                        d.part(parts, info, {"type": "text", "text": block["text"]})
-                    elif btype == "thinking" and block.get("thinking"):
-                        d.part(parts, info, {"type": "reasoning", "text": block["thinking"]})
-                    elif btype == "toolCall":
-                        call = str(block.get("id") or "")
-                        if not call:
-                            raise ImportFailure(f"{path}:{n}: toolCall: field 'id': missing")
-                        calls[call] = d.tool_call(
-                            parts, info, call, block.get("name"), block.get("arguments")
-                        )
-            elif role == "toolResult":
-                call = str(msg.get("toolCallId") or "")
-                part = calls.get(call)
-                if part is None:
-                    raise ImportFailure(
-                        f"{path}:{n}: toolResult: field 'toolCallId': no call {call!r} before it"
-                    )
-                output = _text(msg.get("content"))
-                state = part["state"]
-                tool_time = {"start": created, "end": created}
-                if msg.get("isError"):
-                    part["state"] = {
-                        "status": "error",
-                        "input": state["input"],
-                        "error": output,
-                        "time": tool_time,
-                    }
-                else:
-                    part["state"] = {
-                        "status": "completed",
-                        "input": state["input"],
-                        "output": output,
-                        "title": part["tool"],
-                        "time": tool_time,
-                    }
-                d.tick(None)
-                msg_of_entry[eid] = part["messageID"]
-                continue
-            else:
-                if role == "bashExecution":
-                    if msg.get("excludeFromContext"):
-                        continue
-                    text = f"$ {msg.get('command', '')}\n{msg.get('output', '')}"
-                elif role == "branch_summary":
-                    text = str(entry.get("summary") or "")
-                elif role in ("user", "custom_message", "custom"):
-                    text = _text(msg.get("content"))
-                elif role == "compactionSummary":
-                    text = str(msg.get("summary") or "")
-                else:
-                    continue
-                info = {"id": mid, "role": "user", "time": {"created": created}}
-                if model:
-                    info["model"] = {"providerID": provider, "modelID": model}
-                parts = d.message(info, n)
-                if text:
-                    d.part(parts, info, {"type": "text", "text": text})
-                for block in _images(msg.get("content")):
-                    mime = str(block.get("mimeType") or "image/png")
-                    url = f"data:{mime};base64,{block.get('data', '')}"
-                    d.part(parts, info, {"type": "file", "mime": mime, "url": url})
-                last_user = mid
-                if role == "user" and not d.title and text.strip():
-                    d.title = text_title(text)
-            msg_of_entry[eid] = mid
-    for compaction, kept in pending_tail:
-        if kept in msg_of_entry:
-            compaction["tailStartID"] = msg_of_entry[kept]
-    return [d.finish()]
+            self._message(n, kind, entry, eid, ts, where)
+
+    def _compaction(
+        self, n: int, entry: dict[str, Any], eid: str, ts: int | None, where: str
+    ) -> None:
+        """A marker with its compaction part, then the finished summary reply."""
+        d = self.d
+        summary = entry.get("summary")
+        if not isinstance(summary, str):  # missing or not text
+            raise ImportFailure(f"{where}: compaction: field 'summary': missing")
+        d.known(ts, where)
+        marker: dict[str, Any] = {
+            "id": f"msg_{eid}",
+            "role": "user",
+            "time": {"created": d.tick(ts)},
+        }
+        parts = d.message(marker, n)
+        body: dict[str, Any] = {"type": "compaction", "auto": bool(entry.get("auto", True))}
+        kept = entry.get("firstKeptEntryId")
+        index = entry.get("firstKeptEntryIndex")  # version 1: an index into the file's entries
+        if kept is None and isinstance(index, int) and 0 < index < len(self.entries):
+            n_k, e_k = self.entries[index]
+            kept = str(e_k.get("id") or f"l{n_k}")
+        compaction = d.part(parts, marker, body)
+        if isinstance(kept, str):
+            self.pending_tail.append((compaction, kept))
+        at = d.tick(ts)
+        reply: dict[str, Any] = {
+            "id": f"msg_{eid}_summary",
+            "role": "assistant",
+            "parentID": marker["id"],
+            "providerID": self.provider,
+            "modelID": self.model,
+            "mode": "compaction",
+            "summary": True,
+            "time": {"created": at, "completed": at},
+            "finish": "stop",
+        }
+        d.part(d.message(reply, n), reply, {"type": "text", "text": summary})
+        self.last_user = marker["id"]
+
+    def _message(
+        self, n: int, kind: str, entry: dict[str, Any], eid: str, ts: int | None, where: str
+    ) -> None:
+        """A ``message`` entry (by its role), or a custom message or branch summary."""
+        msg = entry.get("message") if kind == "message" else entry
+        if not isinstance(msg, dict):
+            raise ImportFailure(f"{where}: field 'message': expected an object")
+        role = msg.get("role") if kind == "message" else kind
+        if kind == "message" and role not in _ROLES:
+            raise ImportFailure(
+                f"{where}: field 'message.role': {str(role)[:40]!r} is not a known role"
+            )
+        when = iso_ms(msg.get("timestamp"), where, "message.timestamp") or ts
+        created = self.d.tick(self.d.known(when, where))
+        mid = f"msg_{eid}"
+        if role == "assistant":
+            self._assistant(n, msg, mid, created, where)
+        elif role == "toolResult":
+            self.msg_of_entry[eid] = self._tool_result(msg, created, where)
+            return
+        elif not self._user(n, str(role), msg, mid, created, where):
+            return
+        self.msg_of_entry[eid] = mid
+
+    def _assistant(self, n: int, msg: dict[str, Any], mid: str, created: int, where: str) -> None:
+        self.provider = want_str(msg, "provider", where, "message.provider") or self.provider
+        self.model = want_str(msg, "model", where, "message.model") or self.model
+        usage = want_obj(msg, "usage", where, "message.usage")
+        cost = want_obj(usage, "cost", where, "message.usage.cost")
+        stop = msg.get("stopReason")
+        info: dict[str, Any] = {
+            "id": mid,
+            "role": "assistant",
+            "parentID": self.last_user,
+            "providerID": self.provider,
+            "modelID": self.model,
+            "time": {"created": created, "completed": created},
+            "tokens": _tokens(usage, where),
+            "cost": want_num(cost, "total", where, "message.usage.cost.total"),
+            "finish": _FINISH.get(str(stop), "stop"),
+        }
+        if stop == "aborted":
+            info["error"] = {"name": "MessageAbortedError", "data": {}}
+        elif stop == "error":
+            info["error"] = {
+                "name": "UnknownError",
+                "data": {"message": str(msg.get("errorMessage") or "")},
+            }
+        parts = self.d.message(info, n)
+        content = msg.get("content") or []
+        if not isinstance(content, list):
+            raise ImportFailure(f"{where}: field 'message.content': expected a list")
+        assistant_blocks(
+            self.d, parts, info, content, where, self.calls, tool="toolCall", args="arguments"
+        )
+
+    def _tool_result(self, msg: dict[str, Any], created: int, where: str) -> str:
+        """Fold a result into its call's part; returns that part's message id."""
+        call = want_str(msg, "toolCallId", where, "message.toolCallId")
+        part = self.calls.get(call)
+        if part is None:
+            raise ImportFailure(
+                f"{where}: toolResult: field 'toolCallId': no call {call!r} before it"
+            )
+        fold_result(part, _text(msg.get("content"), where), created, msg.get("isError"))
+        self.d.tick(None)
+        message_id: str = part["messageID"]
+        return message_id
+
+    def _user(
+        self, n: int, role: str, msg: dict[str, Any], mid: str, created: int, where: str
+    ) -> bool:
+        """Every other role is a user message of text (and images); False when it is left
+        out (a bash execution excluded from the context)."""
+        if role == "bashExecution" and msg.get("excludeFromContext"):
+            return False
+        text = _user_text(role, msg, where)
+        d = self.d
+        info: dict[str, Any] = {"id": mid, "role": "user", "time": {"created": created}}
+        if self.model:
+            info["model"] = {"providerID": self.provider, "modelID": self.model}
+        parts = d.message(info, n)
+        if text:
+            d.part(parts, info, {"type": "text", "text": text})
+        for block in _images(msg.get("content")):
+            mime = want_str(block, "mimeType", where, "image.mimeType") or "image/png"
+            url = f"data:{mime};base64,{want_str(block, 'data', where, 'image.data')}"
+            d.part(parts, info, {"type": "file", "mime": mime, "url": url})
+        self.last_user = mid
+        if role == "user" and not d.title and text.strip():
+            d.title = text_title(text)
+        return True
+
+
+def _user_text(role: str, msg: dict[str, Any], where: str) -> str:
+    if role == "bashExecution":
+        command = want_str(msg, "command", where, "message.command")
+        return f"$ {command}\n{want_str(msg, 'output', where, 'message.output')}"
+    if role in ("branch_summary", "branchSummary"):
+        return want_str(msg, "summary", where, "summary")
+    if role == "compactionSummary":
+        return want_str(msg, "summary", where, "message.summary")
+    return _text(msg.get("content"), where)  # user, custom_message, custom, hookMessage
+
+
+def _tokens(usage: dict[str, Any], where: str) -> dict[str, Any]:
+    """pi-ai's ``usage`` as a message's ``tokens``."""
+
+    def count(key: str) -> int:
+        return want_int(usage, key, where, f"message.usage.{key}")
+
+    return {
+        "input": count("input"),
+        "output": count("output"),
+        "reasoning": 0,
+        "cache": {"read": count("cacheRead"), "write": count("cacheWrite")},
+    }

@@ -11,8 +11,15 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from sidecar.replay.transcript import load
-from sidecar.tools.importers.common import Draft, Imported, ImportFailure, text_title
+from sidecar.replay.transcript import parse
+from sidecar.tools.importers.common import (
+    Draft,
+    Imported,
+    ImportFailure,
+    check_time,
+    read_jsonl,
+    text_title,
+)
 
 SOURCE = "transcript"
 
@@ -21,9 +28,10 @@ def looks_like(first: dict[str, Any]) -> bool:
     return isinstance(first.get("session"), str) and "type" not in first and "role" not in first
 
 
-def read(path: Path) -> list[Imported]:
+def read(path: Path, data: bytes) -> list[Imported]:
+    read_jsonl(str(path), data)  # every line JSON: depth, UTF-8 and syntax named by line
     try:
-        t = load(path)
+        t = parse(data, str(path))
     except ValueError as exc:
         raise ImportFailure(str(exc)) from None
     d = Draft(str(path), SOURCE)
@@ -32,6 +40,7 @@ def read(path: Path) -> list[Imported]:
     d.title = t.session
     # The file's modification time: a re-import of the same file is the same session.
     base = int(path.stat().st_mtime * 1000) - len(t.messages)
+    check_time(base, str(path), "modification time")
     last_user = ""
     for i, m in enumerate(t.messages, start=2):
         at = d.tick(base)

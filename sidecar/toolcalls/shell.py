@@ -368,7 +368,8 @@ _SCRIPT_WRITES = (
     ),
 )
 _DIFF_FILE = re.compile(
-    r"^\*\*\* (?:Add|Update|Delete) File: (.+?)\s*$|^\+\+\+ (?:[ab]/)?(.+?)(?:\t.*)?\s*$",
+    r"^\*\*\* (?:(?:Add|Update|Delete) File|Move to): (.+?)\s*$"
+    r"|^\+\+\+ (?:[ab]/)?(.+?)(?:\t.*)?\s*$",
     re.M,
 )
 
@@ -432,7 +433,12 @@ def _redirects(fx: Effects, cmd: Command) -> None:
                 fx._ran(fx.patches_applied, cmd, path)
             elif path and (cmd.program in INTERPRETERS or _PY_VERSION.match(cmd.program)):
                 fx._ran(fx.scripts_run, cmd, path)
-    # Snippets fed to an interpreter on stdin (python - <<EOF ... EOF) or with -c / -e.
+    _inline_writes(fx, cmd, heredoc, herestring)
+
+
+def _inline_writes(fx: Effects, cmd: Command, heredoc: str, herestring: str) -> None:
+    """Files written by code given inline: a snippet fed to an interpreter on stdin
+    (python - <<EOF ... EOF) or with -c / -e, a diff fed to patch or git apply."""
     prog = cmd.program
     if prog in INTERPRETERS or _PY_VERSION.match(prog):
         code = heredoc or herestring
@@ -479,20 +485,10 @@ def _command(fx: Effects, cmd: Command) -> None:
     if prog == "tee":
         for w in _operands(argv):
             fx._add(fx.written, _file(cmd, w))
-    elif prog in ("sed", "perl") and any(
-        w.startswith("-i") or w == "--in-place" or (prog == "perl" and re.match(r"^-\w*i", w))
-        for w in argv[1:]
-    ):
-        ops = _operands(argv, frozenset({"-e", "-f", "--expression", "--file"}))
-        has_script_flag = any(w in ("-e", "--expression", "-f", "--file") for w in argv[1:])
-        files = ops if has_script_flag else ops[1:]
-        for w in files:
-            fx._add(fx.written, _file(cmd, w))
+    elif in_place(cmd):
+        _sed(fx, cmd, fx.written)
     elif prog == "sed":
-        ops = _operands(argv, frozenset({"-e", "-f", "--expression", "--file"}))
-        has_script_flag = any(w in ("-e", "--expression", "-f", "--file") for w in argv[1:])
-        for w in ops if has_script_flag else ops[1:]:
-            fx._add(fx.read, _file(cmd, w))
+        _sed(fx, cmd, fx.read)
     elif prog in READERS:
         for w in _operands(argv, frozenset({"-n", "-c", "--lines", "--bytes"})):
             if not w.lstrip("+-").isdigit():
@@ -512,12 +508,7 @@ def _command(fx: Effects, cmd: Command) -> None:
             if w.startswith("of="):
                 fx._add(fx.written, _file(cmd, w[3:]))
     elif prog == "patch":
-        for flag in ("-i", "--input"):
-            if flag in argv[:-1]:
-                fx._ran(fx.patches_applied, cmd, _file(cmd, argv[argv.index(flag) + 1]))
-        ops = _operands(argv, frozenset({"-p", "-i", "--input", "-d", "-o", "-r", "-F", "-B"}))
-        if ops:  # patch [options] [originalfile [patchfile]]
-            fx._add(fx.written, _file(cmd, ops[0]))
+        _patch(fx, cmd, argv)
     elif prog == "git":
         _git(fx, cmd, argv)
     elif prog in INTERPRETERS or _PY_VERSION.match(prog):
@@ -526,6 +517,33 @@ def _command(fx: Effects, cmd: Command) -> None:
             return
         if ops:
             fx._ran(fx.scripts_run, cmd, _file(cmd, ops[0]))
+
+
+def in_place(cmd: Command) -> bool:
+    """``sed -i`` / ``perl -pi``: the files named are edited, not only read."""
+    prog = cmd.program
+    return prog in ("sed", "perl") and any(
+        w.startswith("-i") or w == "--in-place" or (prog == "perl" and re.match(r"^-\w*i", w))
+        for w in cmd.argv[1:]
+    )
+
+
+def _sed(fx: Effects, cmd: Command, into: list[str]) -> None:
+    """sed's (or perl's) file operands: the first is the script unless -e or -f gave it."""
+    argv = cmd.argv
+    ops = _operands(argv, frozenset({"-e", "-f", "--expression", "--file"}))
+    has_script_flag = any(w in ("-e", "--expression", "-f", "--file") for w in argv[1:])
+    for w in ops if has_script_flag else ops[1:]:
+        fx._add(into, _file(cmd, w))
+
+
+def _patch(fx: Effects, cmd: Command, argv: list[str]) -> None:
+    for flag in ("-i", "--input"):
+        if flag in argv[:-1]:
+            fx._ran(fx.patches_applied, cmd, _file(cmd, argv[argv.index(flag) + 1]))
+    ops = _operands(argv, frozenset({"-p", "-i", "--input", "-d", "-o", "-r", "-F", "-B"}))
+    if ops:  # patch [options] [originalfile [patchfile]]
+        fx._add(fx.written, _file(cmd, ops[0]))
 
 
 _GIT_OPTS_WITH_VALUE = frozenset({"-C", "-c", "--git-dir", "--work-tree"})

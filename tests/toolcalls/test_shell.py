@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sidecar.engine.shell import analyse, diff_files, parse, script_writes
+from sidecar.toolcalls.shell import analyse, diff_files, parse, script_writes
 
 HEREDOC_SCRIPT = """cd /testbed && cat > test_issue2.py << 'EOF'
 import os

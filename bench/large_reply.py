@@ -1,0 +1,107 @@
+"""An ~80 MB reply with the default limits (issue 19, item 2).
+
+A shared daemon on a unix socket, default ``server.maxOutgoingBytes`` (64 MiB) and
+``server.maxReplyBytes`` (128 MiB). One client writes a session of 8 parts of 10 MB; another
+reads it with ``session/messages`` (~80 MB of reply), slowly: 64 KiB at a time with a pause
+between reads (``--rate`` MB/s). Then a session of 14 such parts (~140 MB): -32047, nothing
+of it sent. Prints the reply sizes, the time taken, and the daemon's peak RSS.
+
+    python bench/large_reply.py [--rate 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "clients" / "python"))
+
+from sidecar_client import connect
+
+PART = 10_000_000
+
+
+def frame(msg_id: int, method: str, params: Any) -> bytes:
+    body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
+    return b"Content-Length: %d\r\n\r\n%b" % (len(body), body.encode())
+
+
+def rss_mb(pid: int, key: str = "VmRSS") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def read_frame(reader: asyncio.StreamReader, rate: float) -> tuple[int, dict[str, Any]]:
+    header = await reader.readuntil(b"\r\n\r\n")
+    length = int(header.split(b":", 1)[1])
+    body = bytearray()
+    while len(body) < length:
+        body += await reader.readexactly(min(1 << 16, length - len(body)))
+        await asyncio.sleep((1 << 16) / (rate * 1e6))  # a slow reader, on purpose
+    return length, json.loads(body)
+
+
+async def main(rate: float) -> None:
+    where = Path(tempfile.mkdtemp(prefix="lr-"))
+    sock = where / "s.sock"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "sidecar", "serve", "--db", str(where / "s.db"),
+        "--listen", f"unix:{sock}",
+        stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    while b"listening on" not in await proc.stderr.readline():
+        pass
+    try:
+        writer_client = await connect(f"unix:{sock}")
+        writer_client.default_timeout = 600
+        sids = []
+        for parts in (8, 14):
+            sid = (await writer_client.create_session()).id
+            msg = await writer_client.update_message({"role": "user", "sessionID": sid})
+            for i in range(parts):
+                text = chr(ord("a") + i) * PART
+                await writer_client.update_part(
+                    {"type": "text", "sessionID": sid, "messageID": msg["id"], "text": text}
+                )
+            sids.append(sid)
+        await writer_client.close()
+        reader, writer = await asyncio.open_unix_connection(str(sock), limit=1 << 20)
+        writer.write(frame(1, "initialize", {"capabilities": {}}))
+        await read_frame(reader, 1e6)
+        base = rss_mb(proc.pid)
+        start = time.perf_counter()
+        writer.write(frame(2, "session/messages", {"sessionID": sids[0]}))
+        size, reply = await read_frame(reader, rate)
+        took = time.perf_counter() - start
+        parts = reply["result"]["messages"][0]["parts"]
+        ok = [p["text"] == chr(ord("a") + i) * PART for i, p in enumerate(parts)]
+        print(
+            f"80 MB reply: {size:,} bytes delivered to a client reading at {rate:g} MB/s in "
+            f"{took:.1f} s; {sum(ok)} of 8 parts intact; daemon RSS {base:.0f} MB before, "
+            f"peak {rss_mb(proc.pid, 'VmHWM'):.0f} MB"
+        )
+        writer.write(frame(3, "session/messages", {"sessionID": sids[1]}))
+        size, reply = await read_frame(reader, 1e6)
+        print(f"140 MB session: a {size}-byte reply, error {reply['error']['code']}")
+        writer.write(frame(4, "session/get", {"sessionID": sids[0]}))
+        _, reply = await read_frame(reader, 1e6)
+        print(f"same connection afterwards: session/get -> {'result' in reply}")
+        writer.close()
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=20.0, help="MB/s the reader reads at")
+    asyncio.run(main(parser.parse_args().rate))

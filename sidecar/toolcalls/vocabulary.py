@@ -1,0 +1,503 @@
+"""The tool vocabulary: which agent tools read, write, search and run shells, and their argument
+names -- one table for the artifact ledger, the extractive writer and the informative stubs.
+
+Agents name the same action differently (``Edit``, ``str_replace``, ``mcp__fs__write_file``;
+``bash``, ``run_terminal_cmd``, ``container.exec``), and take the file as ``filePath``,
+``file_path``, ``path`` ... A shell call is classified command by command with
+``sidecar.toolcalls.shell`` (``classify``): a call is a viewer only if every command in it is,
+so ``cat > check.py <<EOF ... EOF`` followed by ``python check.py`` is a runner whose errors
+count.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from sidecar.model.conversation import COMPACTION_TEXT, CONTINUE_TEXT, DEFAULT_PROMPT
+from sidecar.toolcalls import shell
+
+# -- tool names ---------------------------------------------------------------------------------
+
+PATH_KEYS = (
+    "filePath",
+    "file_path",
+    "filepath",
+    "path",
+    "filename",
+    "file",
+    "target_file",
+    "notebook_path",
+    "targetFile",
+    "absolute_path",
+    "relative_path",
+    "uri",
+)
+PATH_LIST_KEYS = ("paths", "files", "filePaths", "file_paths")
+COMMAND_KEYS = ("command", "cmd", "script", "commandLine", "args")
+PATCH_KEYS = ("patchText", "patch", "input", "diff")
+CONTENT_KEYS = ("content", "file_text")
+SEARCH_KEYS = ("pattern", "query", "regex", "glob", "q")
+READ_TOOLS = frozenset(
+    {
+        "read",
+        "view",
+        "cat",
+        "open",
+        "read_file",
+        "readfile",
+        "view_file",
+        "open_file",
+        "read_many_files",
+        "readmanyfiles",
+        "notebook_read",
+    }
+)
+WRITE_TOOLS = frozenset(
+    {
+        "edit",
+        "write",
+        "patch",
+        "multiedit",
+        "multi_edit",
+        "apply_patch",
+        "applypatch",
+        "create",
+        "create_file",
+        "write_file",
+        "writefile",
+        "edit_file",
+        "editfile",
+        "replace",
+        "insert",
+        "str_replace",
+        "search_replace",
+        "notebook_edit",
+        "notebookedit",
+        "delete_file",
+        "rename_file",
+        "move_file",
+        "append_file",
+        "replace_in_file",
+        "write_to_file",
+        "apply_diff",
+        "insert_content",
+        "search_and_replace",
+    }
+)
+# Editors whose ``command`` argument says what they do (``view`` reads, the rest write).
+EDITOR_TOOLS = frozenset(
+    {"str_replace_editor", "str_replace_based_edit_tool", "text_editor", "editor"}
+)
+SEARCH_TOOLS = frozenset(
+    {
+        "grep",
+        "glob",
+        "search",
+        "find",
+        "find_file",
+        "search_file",
+        "search_dir",
+        "codebase_search",
+        "file_search",
+        "grep_search",
+        "list",
+        "ls",
+        "list_dir",
+        "list_directory",
+    }
+)
+SHELL_TOOLS = frozenset(
+    {
+        "bash",
+        "shell",
+        "sh",
+        "zsh",
+        "terminal",
+        "run_command",
+        "run_shell",
+        "execute_command",
+        "exec",
+        "run_terminal_cmd",
+        "run_in_terminal",
+        "powershell",
+        "cmd",
+        "local_shell",
+        "container.exec",
+    }
+)
+TODO_TOOLS = frozenset({"todowrite", "todo_write", "update_todos", "todo"})
+# User texts that are machinery, not requests (OpenCode's own continuation prompts).
+SKIP_USER_TEXTS = frozenset(
+    {
+        COMPACTION_TEXT.lower(),
+        CONTINUE_TEXT.lower(),
+        re.sub(r"\s+", " ", DEFAULT_PROMPT).strip().lower().rstrip("."),
+    }
+)
+
+
+def is_machinery(text: str) -> bool:
+    """Whether a user text is one of those prompts rather than a request."""
+    return re.sub(r"\s+", " ", text).strip().lower().rstrip(".") in SKIP_USER_TEXTS
+
+
+def tool_name(name: str) -> str:
+    """``mcp__server__Edit`` / ``functions.edit`` / ``Edit`` -> ``edit``."""
+    name = name.strip().lower()
+    for sep in ("__", "."):
+        if sep in name and name not in SHELL_TOOLS:
+            name = name.rsplit(sep, 1)[-1]
+    return name
+
+
+def tool_paths(data: Any) -> list[str]:
+    """The file paths a tool call's arguments name (single key first, then lists and edits)."""
+    if not isinstance(data, dict):
+        return []
+    out: list[str] = []
+    for key in PATH_KEYS:
+        value = data.get(key)
+        if isinstance(value, str) and value.strip():
+            out.append(value.strip())
+            break
+    for key in PATH_LIST_KEYS:
+        value = data.get(key)
+        if isinstance(value, list):
+            out.extend(v.strip() for v in value if isinstance(v, str) and v.strip())
+    edits = data.get("edits")  # multiedit-style: [{filePath, ...}, ...]
+    if isinstance(edits, list):
+        for edit in edits:
+            out.extend(p for p in tool_paths(edit) if p not in out)
+    return out
+
+
+def tool_command(data: dict[str, Any]) -> str:
+    """The command line of a tool call's arguments ("" when there is none)."""
+    for key in COMMAND_KEYS:
+        value = data.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+        if isinstance(value, list) and value:
+            return " ".join(str(v) for v in value)
+    return ""
+
+
+def shell_script(data: dict[str, Any]) -> str:
+    """The command line of a shell tool call; an argv such as ``["bash", "-lc", "cd x && make"]``
+    (Codex) is its script, not the words joined."""
+    command = data.get("command", data.get("cmd"))
+    if (
+        isinstance(command, list)
+        and len(command) >= 3
+        and all(isinstance(w, str) for w in command)
+        and command[-2] in ("-c", "-lc", "-ic", "-lic", "-Command")
+    ):
+        return str(command[-1])
+    return tool_command(data)
+
+
+def patch_text(data: dict[str, Any]) -> str:
+    """The diff or apply_patch envelope a patch tool was given ("" when none)."""
+    return next((v for k in PATCH_KEYS if isinstance(v := data.get(k), str)), "")
+
+
+ToolKind = Literal["read", "write", "search", "shell", "todo", "other"]
+
+
+def tool_kind(name: str, data: dict[str, Any]) -> ToolKind:
+    """What a (non-shell-looking) tool call does, from its name and arguments."""
+    tool = tool_name(name)
+    if tool in SHELL_TOOLS:
+        return "shell"
+    if tool in TODO_TOOLS:
+        return "todo"
+    if tool in EDITOR_TOOLS:
+        verb = str(data.get("command", "")).lower()
+        return "read" if verb in ("view", "read", "") else "write"
+    if tool in WRITE_TOOLS or "patch" in tool:
+        return "write"
+    if tool in READ_TOOLS:
+        return "read"
+    if tool in SEARCH_TOOLS:
+        return "search"
+    return "other"
+
+
+def main_argument(name: str, data: dict[str, Any]) -> str:
+    """The one argument that says what a call was about: its file, command, or search pattern."""
+    kind = tool_kind(name, data)
+    if kind == "shell":
+        return shell_script(data)
+    paths = tool_paths(data)
+    if paths:
+        return paths[0] if len(paths) == 1 else f"{paths[0]} (+{len(paths) - 1})"
+    if kind == "write":
+        files = shell.diff_files(patch_text(data))
+        if files:
+            return files[0] if len(files) == 1 else f"{files[0]} (+{len(files) - 1})"
+    for key in SEARCH_KEYS:
+        value = data.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    return tool_command(data)
+
+
+# -- shell commands -----------------------------------------------------------------------------
+
+CommandKind = Literal["viewer", "search", "writer", "runner", "test"]
+# Weakest to strongest: a call is as strong as its strongest command.
+_STRENGTH: dict[str, int] = {"viewer": 0, "search": 1, "writer": 2, "runner": 3, "test": 4}
+
+# Commands that only show text, and those that only look for it.
+VIEWERS = frozenset(
+    {
+        "cat",
+        "sed",
+        "head",
+        "tail",
+        "less",
+        "more",
+        "nl",
+        "bat",
+        "batcat",
+        "view",
+        "ls",
+        "tree",
+        "wc",
+        "echo",
+        "printf",
+        "diff",
+        "awk",
+        "file",
+        "stat",
+        "du",
+        "df",
+        "jq",
+        "pwd",
+        "sort",
+        "uniq",
+        "cut",
+        "tr",
+        "column",
+        "xxd",
+        "od",
+        "hexdump",
+        "which",
+        "type",
+        "whoami",
+        "date",
+        "basename",
+        "dirname",
+        "realpath",
+        "readlink",
+        "true",
+        "false",
+        ":",
+        "cd",
+        "pushd",
+        "popd",
+        "export",
+        "set",
+        "unset",
+        "clear",
+        "sleep",
+    }
+)
+SEARCHERS = frozenset({"grep", "egrep", "fgrep", "rg", "ag", "ack", "find", "fd", "fdfind"})
+# Commands that change files when they run (more by redirection or -i: see ``shell.analyse``).
+WRITERS = frozenset(
+    {
+        "tee",
+        "touch",
+        "rm",
+        "rmdir",
+        "unlink",
+        "truncate",
+        "shred",
+        "mv",
+        "cp",
+        "install",
+        "rsync",
+        "ln",
+        "dd",
+        "mkdir",
+        "chmod",
+        "chown",
+        "patch",
+    }
+)
+_QUIET_GIT = frozenset({"grep", "log", "show", "diff", "status", "blame", "branch", "remote"})
+_GIT_WRITES = frozenset({"apply", "am", "checkout", "restore", "rm", "mv", "add", "stash", "reset"})
+_PASS_THROUGH = frozenset({"xargs", "timeout", "nice", "stdbuf", "ionice"})
+_FILE_REDIRECTS = frozenset({">", ">>", ">|", "&>", "&>>", "<>"})
+
+_TEST_WORDS = frozenset(
+    {
+        "pytest",
+        "py.test",
+        "tox",
+        "nox",
+        "jest",
+        "vitest",
+        "mocha",
+        "ava",
+        "rspec",
+        "phpunit",
+        "ctest",
+    }
+)
+_TEST_SUBCOMMANDS = {
+    "npm": ("test", "t"),
+    "yarn": ("test",),
+    "pnpm": ("test",),
+    "bun": ("test",),
+    "cargo": ("test", "nextest"),
+    "go": ("test",),
+    "make": ("test", "check", "tests"),
+    "mvn": ("test", "verify"),
+    "gradle": ("test",),
+    "./gradlew": ("test",),
+    "dotnet": ("test",),
+    "swift": ("test",),
+    "mix": ("test",),
+    "deno": ("test",),
+}
+_TEST_SCRIPT = re.compile(
+    r"(?:^|/)(?:test_[\w.-]*|[\w-]*_test|[\w-]*tests?|runtests)\.(?:py|sh|js|ts)$"
+)
+# Runners that start another program: "npx vitest run", "uv run pytest", "pnpm exec jest".
+_WRAPPERS = frozenset(
+    {
+        "npx",
+        "bunx",
+        "pnpx",
+        "uvx",
+        "uv",
+        "poetry",
+        "pipenv",
+        "pdm",
+        "hatch",
+        "rye",
+        "pnpm",
+        "yarn",
+        "bun",
+        "timeout",
+        "xargs",
+    }
+)
+
+
+def _unwrapped(argv: list[str]) -> list[str]:
+    while argv and argv[0].rsplit("/", 1)[-1] in _WRAPPERS:
+        rest = [w for w in argv[1:] if not w.startswith("-")]
+        if argv[0].rsplit("/", 1)[-1] == "timeout" and rest:
+            rest = rest[1:]  # timeout 60 pytest
+        if rest and rest[0] in ("run", "exec", "dlx", "x", "tool"):
+            rest = rest[1:]
+        if not rest:
+            break
+        argv = rest
+    return argv
+
+
+def is_test(cmd: shell.Command) -> bool:
+    """Whether ``cmd`` runs tests: a test runner, a package manager's test script, or a
+    ``test_*.py``-style script."""
+    if _runs_tests(cmd.argv):
+        return True
+    inner = _unwrapped(cmd.argv)
+    return inner != cmd.argv and _runs_tests(inner)
+
+
+def _runs_tests(argv: list[str]) -> bool:
+    if not argv:
+        return False
+    prog = argv[0].rsplit("/", 1)[-1]
+    if prog in _TEST_WORDS:
+        return True
+    if prog in _TEST_SUBCOMMANDS or argv[0] in _TEST_SUBCOMMANDS:
+        subs = _TEST_SUBCOMMANDS.get(argv[0], _TEST_SUBCOMMANDS.get(prog, ()))
+        words = [w for w in argv[1:] if not w.startswith("-")]
+        if words and words[0] == "run" and len(words) > 1:
+            return words[1].split(":")[0] in ("test", "tests")
+        return bool(words) and words[0] in subs
+    if prog in shell.INTERPRETERS or shell._PY_VERSION.match(prog):
+        args = argv[1:]
+        if "-m" in args:
+            i = args.index("-m")
+            return i + 1 < len(args) and args[i + 1] in (
+                "pytest",
+                "unittest",
+                "nose",
+                "nose2",
+                "tox",
+            )
+        ops = [w for w in args if not w.startswith("-")]
+        return bool(ops) and bool(_TEST_SCRIPT.search(ops[0]))
+    return bool(_TEST_SCRIPT.search(argv[0]))
+
+
+def classify(cmd: shell.Command) -> CommandKind:
+    """What one simple command does: only shows text, looks for text, writes files, runs a
+    program, or runs tests. Unknown programs are runners (their output may hold errors)."""
+    if is_test(cmd):
+        return "test"
+    argv = cmd.argv
+    prog = cmd.program
+    if prog in _PASS_THROUGH and (started := _started(cmd)) is not None:
+        return classify(started)
+    if not argv:  # a bare redirection ("> f"): truncates a file
+        return "writer" if any(r.op in _FILE_REDIRECTS for r in cmd.redirects) else "viewer"
+    writes = any(
+        r.op in _FILE_REDIRECTS and r.target and not r.target.startswith(("/dev/", "&"))
+        for r in cmd.redirects
+    )
+    if prog == "git":
+        return _git_kind(argv, writes)
+    if prog in SEARCHERS:
+        if prog == "find" and any(w in ("-exec", "-execdir", "-delete") for w in argv):
+            return "runner"
+        return "writer" if writes else "search"
+    if prog in VIEWERS:
+        if prog == "sed" and shell.in_place(cmd):
+            return "writer"
+        return "writer" if writes else "viewer"
+    if prog in WRITERS or shell.in_place(cmd):
+        return "writer"
+    return "runner"
+
+
+def _started(cmd: shell.Command) -> shell.Command | None:
+    """The command a pass-through program starts ("xargs wc -l", "timeout 60 make")."""
+    rest = [w for w in cmd.argv[1:] if not w.startswith("-")]
+    if cmd.program == "timeout" and rest:
+        rest = rest[1:]
+    return shell.Command(words=rest, redirects=cmd.redirects, cwd=cmd.cwd) if rest else None
+
+
+def _git_kind(argv: list[str], writes: bool) -> CommandKind:
+    words = [w for w in argv[1:] if not w.startswith("-")]
+    sub = words[0] if words else ""
+    if sub == "grep":
+        return "search"
+    if sub in _QUIET_GIT or not sub:
+        return "writer" if writes else "viewer"
+    return "writer" if sub in _GIT_WRITES else "runner"
+
+
+def strongest(kinds: list[CommandKind]) -> CommandKind:
+    """The kind of a whole call: a viewer only if every command is one."""
+    return max(kinds, key=lambda k: _STRENGTH[k]) if kinds else "viewer"
+
+
+def call_kind(commands: list[shell.Command]) -> CommandKind:
+    return strongest([classify(c) for c in commands])
+
+
+def runs_something(commands: list[shell.Command]) -> bool:
+    """Whether a call's output is a program's own (its errors are the session's), i.e. not
+    only viewers and searches whose output quotes files."""
+    return _STRENGTH[call_kind(commands)] >= _STRENGTH["writer"]
