@@ -204,6 +204,28 @@ def add_shared_daemon(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     status.add_argument("--json", action="store_true", help="one JSON object, for scripts")
     status.set_defaults(run=run_status)
 
+    mcp = sub.add_parser(
+        "mcp",
+        help="Model Context Protocol server on stdio (history_search, history_expand, "
+        "context_status, compact_now) over the shared background daemon",
+    )
+    mcp.add_argument("--socket", type=Path, help=socket_help)
+    mcp.add_argument(
+        "--db",
+        help="SQLite file or postgresql:// URL, for a daemon this starts (default: user data dir)",
+    )
+    mcp.add_argument("--config", type=Path, help="config file, for a daemon this starts")
+    mcp.add_argument(
+        "--idle-exit",
+        type=positive_float,
+        default=DEFAULT_IDLE_EXIT,
+        metavar="SECONDS",
+        help=f"a daemon this starts exits after this long with no client "
+        f"(default {DEFAULT_IDLE_EXIT:g})",
+    )
+    _log_options(mcp)
+    mcp.set_defaults(run=run_mcp)
+
     stop = sub.add_parser("stop", help="stop the background daemon gracefully")
     stop.add_argument("--socket", type=Path, help=socket_help)
     stop.set_defaults(run=run_stop)
@@ -232,6 +254,22 @@ def run_connect(args: argparse.Namespace) -> int:
         log_file=args.log_file,
     )
     return bridge.main(target, default_socket=default)
+
+
+def run_mcp(args: argparse.Namespace) -> int:
+    from sidecar import mcp_server
+
+    existing_file("--config", args.config)
+    return mcp_server.main(
+        mcp_server.Options(
+            socket=args.socket,
+            db=args.db,
+            config=args.config,
+            idle_exit=args.idle_exit,
+            log_level=_log_level(args),
+            log_file=args.log_file,
+        )
+    )
 
 
 def run_status(args: argparse.Namespace) -> int:

@@ -171,6 +171,19 @@ def _without_ledger(m: WithParts) -> WithParts:
     return WithParts(info=m.info, parts=parts)
 
 
+#: ``compaction.recallHint``: the line each summary ends with, so that the model knows what
+#: the summary left out is not lost (the ``history_search`` tool of ``compaction-sidecar mcp``).
+RECALL_HINT = (
+    "The full earlier history of this session (every message, tool call and output, including "
+    "what this summary leaves out) can be searched with the `history_search` tool and read in "
+    "full with `history_expand`."
+)
+
+
+def _summary_text(m: WithParts) -> str:
+    return "\n".join(p.text for p in m.parts if isinstance(p, TextPart) and p.text.strip())
+
+
 SUMMARY_FLOOR = 256  # the smallest max_tokens the engine asks for: a summary needs some room
 
 
@@ -825,11 +838,14 @@ class Compactor:
             result, verified = await self._verified(plan, budget, prior, result, writer, write)
         # OpenCode's summary parts: step-start, the text, step-finish (with the usage).
         step_start = StepStartPart(id=new_id("prt"), session_id=sid, message_id=summary.id)
+        text = result.text
+        if cfg.compaction.recall_hint and not text.rstrip().endswith(RECALL_HINT):
+            text = text.rstrip() + "\n\n" + RECALL_HINT
         text_part = TextPart(
             id=new_id("prt"),
             session_id=sid,
             message_id=summary.id,
-            text=result.text,
+            text=text,
             metadata=None if verified is None else {"writer": verified[0], "rejected": verified[1]},
         )
         step_finish = StepFinishPart(

@@ -79,6 +79,8 @@ class CompactionConfig(Strict, kw_only=True):
     prune_minimum: Count = 20_000
     protected_tools: list[str] = msgspec.field(default_factory=lambda: ["skill"])
     output_token_max: Annotated[int, msgspec.Meta(ge=1)] = 32_000  # OPENCODE_EXPERIMENTAL_...
+    # Opt-in: each summary ends with ``RECALL_HINT`` (the agent has the MCP history tools).
+    recall_hint: bool = False
     # Seconds the configured writer may spend on one compaction, all its requests and retries
     # included; past it the summarizer's fallback writes the summary (or the compaction fails).
     time_budget: Seconds = 600.0

@@ -375,3 +375,64 @@ class SummarizerCompleteParams(Dense, kw_only=True):
 class SummarizerCompleteResult(Base, kw_only=True):
     text: str
     tokens: Tokens | None = None
+
+
+# -- history (search and expand) ---------------------------------------------------------------
+
+HistoryKind = Literal["text", "reasoning", "tool"]
+SearchLimit = Annotated[int, msgspec.Meta(ge=1, le=200)]
+ExpandChars = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
+
+
+class HistorySearchParams(Base, kw_only=True):
+    """``sessionID`` ``"*"`` searches every session; ``before`` (a message id) limits the search
+    to what precedes that message; ``kinds`` to those part kinds."""
+
+    session_id: Id
+    query: str
+    limit: SearchLimit = 20
+    before: Id | None = None
+    kinds: list[HistoryKind] | None = None
+
+
+class HistoryHit(Dense, kw_only=True):
+    """One matching part, best first. ``tool`` is null for text and reasoning parts; ``time``
+    is its message's creation time; ``score`` grows with relevance."""
+
+    session_id: Id
+    message_id: Id
+    part_id: Id
+    role: str
+    tool: str | None
+    time: int
+    snippet: str
+    score: float
+
+
+class HistorySearchResult(Dense, kw_only=True):
+    hits: list[HistoryHit]
+
+
+class HistoryExpandParams(Base, kw_only=True):
+    """A part's original content (a pruned output in full), or with no ``partID`` every indexed
+    part of the message in order; paged by characters. ``sessionID`` ``"*"``: wherever the
+    message is."""
+
+    session_id: Id
+    message_id: Id
+    part_id: Id | None = None
+    offset: Annotated[int, msgspec.Meta(ge=0)] = 0
+    max_chars: ExpandChars = 20_000
+
+
+class HistoryExpandResult(Dense, kw_only=True):
+    """``content`` is ``[offset, offset + maxChars)`` of the whole; ``nextOffset`` is null at
+    the end."""
+
+    message_id: Id
+    part_id: Id | None
+    role: str
+    content: str
+    offset: int
+    total: int
+    next_offset: int | None

@@ -106,6 +106,13 @@ class GroupCommit:
         # Could another op join one submitted now? The server answers this (requests still
         # waiting for their first step); by default always "yes", which only costs latency.
         self.may_join: Callable[[], bool] = lambda: True
+        # Run on the connection inside every transaction just before it commits (SQLite: the
+        # history index's flush, ``sqlite.flush_history``); an error fails the batch as any
+        # statement's would.
+        self.before_commit: Callable[[sqlite3.Connection], None] | None = None
+        # How many times the estimated pages a commit really writes (an index the database
+        # keeps beside the rows, such as the history index, writes about as much again).
+        self.page_factor = 1
         self.commits = 0  # observable for tests and benchmarks: batches committed
         self.inline_commits = 0  # of which committed on the event loop
         self.solo_commits = 0  # of which committed at once in the caller's own step
@@ -202,7 +209,7 @@ class GroupCommit:
                 resolve(op, outcome)
             self._after()
         else:
-            self._start_job(self._commit_off_loop(batch, _pages(rows, payload)))
+            self._start_job(self._commit_off_loop(batch, _pages(rows, payload, self.page_factor)))
 
     def _start_job(self, job: Coroutine[Any, Any, None]) -> None:
         """Run ``job`` (it uses aiosqlite's thread); the writer is busy until it ends."""
@@ -232,14 +239,14 @@ class GroupCommit:
         self, batch: list[Op], rows: int, payload: int
     ) -> list[BaseException | None]:
         try:
-            outcomes, commits = _apply(self._db._conn, batch)
+            outcomes, commits = _apply(self._db._conn, batch, self.before_commit)
         except Exception as exc:  # not an SQLite error: a bug; fail the batch, keep serving
             log.exception("writer batch failed")
             _rollback(self._db._conn)
             return [exc] * len(batch)
         self.commits += commits
         self.inline_commits += commits
-        self._wal_pages += _pages(rows, payload)
+        self._wal_pages += _pages(rows, payload, self.page_factor)
         return outcomes
 
     async def _commit_off_loop(self, batch: list[Op], pages: int) -> None:
@@ -247,7 +254,7 @@ class GroupCommit:
         # batch. ``_execute`` is aiosqlite's queue-a-callable primitive behind its public API.
         try:
             outcomes, commits = await self._db._execute(  # type: ignore[no-untyped-call]
-                _apply, self._db._conn, batch
+                _apply, self._db._conn, batch, self.before_commit
             )
         except BaseException as exc:  # cancelled, or a bug: fail the batch, keep serving
             if not isinstance(exc, asyncio.CancelledError):
@@ -319,10 +326,10 @@ class GroupCommit:
             self._quiet.set()
 
 
-def _pages(rows: int, payload: int) -> int:
+def _pages(rows: int, payload: int, factor: int = 1) -> int:
     """WAL pages a commit writes, roughly: the payload's 4 KiB pages, index entries packed
     several to a page, and the few interior/index pages every commit touches."""
-    return payload // 4096 + rows // 8 + 3
+    return (payload // 4096 + rows // 8 + 3) * factor
 
 
 def _fits_inline(rows: int, payload: int) -> bool:
@@ -342,7 +349,11 @@ def _size(batch: list[Op]) -> tuple[int, int]:
     return rows, payload
 
 
-def _apply(conn: sqlite3.Connection, batch: list[Op]) -> tuple[list[BaseException | None], int]:
+def _apply(
+    conn: sqlite3.Connection,
+    batch: list[Op],
+    before_commit: Callable[[sqlite3.Connection], None] | None = None,
+) -> tuple[list[BaseException | None], int]:
     """Commit ``batch`` in one transaction; if anything fails, roll back and commit each op
     alone, so that exactly the failing ops fail and nothing of theirs is stored.
 
@@ -355,6 +366,8 @@ def _apply(conn: sqlite3.Connection, batch: list[Op]) -> tuple[list[BaseExceptio
             batch[0].rowcounts = _run_op(conn, batch[0])
         else:
             _run_grouped(conn, batch)
+        if before_commit is not None:
+            before_commit(conn)
         conn.commit()  # the transaction began implicitly at the first write
         return [None] * len(batch), 1
     except Exception:
@@ -364,6 +377,8 @@ def _apply(conn: sqlite3.Connection, batch: list[Op]) -> tuple[list[BaseExceptio
     for op in batch:
         try:
             op.rowcounts = _run_op(conn, op)
+            if before_commit is not None:
+                before_commit(conn)
             conn.commit()
             commits += 1
             outcomes.append(None)

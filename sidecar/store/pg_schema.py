@@ -18,6 +18,81 @@ from sidecar.store.schema import SCHEMA_VERSION
 # A fixed key for ``pg_advisory_xact_lock`` while migrating ("sidecar" in ASCII).
 MIGRATION_LOCK = 0x73696465636172
 
+# History search (``history/search``): each indexed part's text in ``history``, written by
+# triggers in the part's own transaction (so an acknowledged write is searchable at once) and
+# deleted with it (a foreign key, cascading from sessions and messages too). Words go through
+# a ``simple`` tsvector with a GIN index (ranked by ``ts_rank``); where words are not enough
+# (part of a path or an identifier, a term the parser keeps whole) a trigram GIN index
+# (pg_trgm, shipped with PostgreSQL's own package) answers ``ILIKE '%term%'``. The session id
+# is indexed too, so a one-session search ANDs the two bitmaps. Parts stored before are
+# indexed after the upgrade (``BACKFILL_CHUNK``).
+HISTORY_INDEX = """
+    CREATE EXTENSION IF NOT EXISTS pg_trgm;
+
+    CREATE TABLE history (
+        part_id TEXT COLLATE "C" PRIMARY KEY REFERENCES parts (id) ON DELETE CASCADE,
+        session_id TEXT COLLATE "C" NOT NULL,
+        body TEXT NOT NULL,
+        tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('simple', body)) STORED
+    );
+    CREATE INDEX history_words ON history USING gin (tsv);
+    CREATE INDEX history_by_session ON history (session_id);
+    CREATE INDEX history_trigrams ON history USING gin (body gin_trgm_ops);
+
+    CREATE FUNCTION sidecar_history_body(p_type TEXT, p_data TEXT) RETURNS TEXT
+    LANGUAGE plpgsql IMMUTABLE AS $$
+    DECLARE
+        d JSONB;
+    BEGIN
+        IF p_type NOT IN ('text', 'reasoning', 'tool') THEN
+            RETURN NULL;
+        END IF;
+        d := p_data::jsonb;
+        IF p_type <> 'tool' THEN
+            RETURN coalesce(d->>'text', '');
+        END IF;
+        RETURN concat_ws(E'\n', d->>'tool',
+            (SELECT string_agg(v, ' ') FROM jsonb_each_text(
+                CASE WHEN jsonb_typeof(d->'state'->'input') = 'object'
+                THEN d->'state'->'input' ELSE '{}'::jsonb END) AS e(k, v)),
+            d->'state'->>'title', d->'state'->>'output', d->'state'->>'error');
+    END $$;
+
+    CREATE FUNCTION sidecar_history() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        b TEXT;
+    BEGIN
+        b := sidecar_history_body(NEW.type, NEW.data);
+        IF b IS NULL THEN
+            IF TG_OP = 'UPDATE' THEN
+                DELETE FROM history WHERE part_id = NEW.id;
+            END IF;
+        ELSE
+            INSERT INTO history (part_id, session_id, body) VALUES (NEW.id, NEW.session_id, b)
+            ON CONFLICT (part_id) DO UPDATE SET body = excluded.body;
+        END IF;
+        RETURN NULL;
+    END $$;
+
+    CREATE TRIGGER parts_history AFTER INSERT OR UPDATE OF data, type ON parts
+    FOR EACH ROW EXECUTE FUNCTION sidecar_history();
+
+    CREATE TABLE history_backfill (
+        done TEXT COLLATE "C" NOT NULL,
+        upto TEXT COLLATE "C" NOT NULL
+    );
+    INSERT INTO history_backfill (done, upto)
+    SELECT '', id FROM parts ORDER BY id DESC LIMIT 1;
+"""
+
+# ``schema.BACKFILL_CHUNK`` for PostgreSQL: the parts whose id is in ``(?, ?]``.
+BACKFILL_CHUNK = """
+    INSERT INTO history (part_id, session_id, body)
+    SELECT id, session_id, sidecar_history_body(type, data) FROM parts
+    WHERE id > ? AND id <= ? AND type IN ('text', 'reasoning', 'tool')
+    ON CONFLICT (part_id) DO UPDATE SET body = excluded.body
+"""
+
 MIGRATIONS: list[str] = [
     # 1: sessions, messages, parts
     """
@@ -157,6 +232,8 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX compactions_by_session ON compactions (session_id, created, message_id);
     """,
+    # 4: the history search index
+    HISTORY_INDEX,
 ]
 
 assert len(MIGRATIONS) == SCHEMA_VERSION, "a migration is missing from one backend"

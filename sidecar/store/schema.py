@@ -8,6 +8,98 @@ from __future__ import annotations
 
 from sidecar.store.url import CannotOpen
 
+
+# The text of a part that ``history/search`` finds (text, reasoning, a tool's name, input,
+# title, output and error), as SQL over a ``parts`` row named ``row``: the index flush and the
+# first-open backfill compute it the same way. A tool's input is its JSON text with the
+# escapes ``\n``, ``\t`` and ``\"`` turned back into what they stand for, so an escaped newline
+# in a command does not glue two words (a ``json_tree`` walk did the same at several times
+# the cost of the whole insert).
+def history_body(row: str) -> str:
+    """The indexed text of the ``parts`` row ``row`` (``NULL`` for kinds not indexed)."""
+    tool_input = f"json_extract({row}.data, '$.state.input')"
+    for escape, plain in (("\\n", "char(10)"), ("\\t", "char(9)"), ('\\"', "'\"'")):
+        tool_input = f"replace({tool_input}, '{escape}', {plain})"
+    return (
+        f"CASE {row}.type WHEN 'text' THEN json_extract({row}.data, '$.text') "
+        f"WHEN 'reasoning' THEN json_extract({row}.data, '$.text') "
+        f"WHEN 'tool' THEN coalesce(json_extract({row}.data, '$.tool'), '') || char(10) || "
+        f"coalesce({tool_input}, '') || char(10) || "
+        f"coalesce(json_extract({row}.data, '$.state.title'), '') || char(10) || "
+        f"coalesce(json_extract({row}.data, '$.state.output'), '') || "
+        f"coalesce(json_extract({row}.data, '$.state.error'), '') END"
+    )
+
+
+# History search (``history/search``): an FTS5 index over every part's text, its rowid the
+# part's rowid (an upsert keeps it). Triggers only note a written part in ``history_dirty``
+# (a plain b-tree insert); the writer indexes what is noted with one ``INSERT ... SELECT`` per
+# group commit, just before that commit (``HISTORY_FLUSH``, run by ``commit.GroupCommit``), so
+# an acknowledged write is searchable at once, at a fraction of a per-row FTS5 insert's cost
+# (each FTS5 statement has a fixed cost several times a short part's tokens'), and a part
+# streamed in many updates is indexed once per commit, not once per update. A deleted part
+# (or the session or message it went with, by cascade) leaves the index in its own statement.
+# ``unicode61`` splits at ``_``, ``/``, ``.`` and ``:``, and a search term is matched as a
+# phrase of its words, so ``test_parse_header``, ``src/pkg/mod.py`` and
+# ``ModuleNotFoundError`` are found as typed. ``sid`` is the part's session id in hex, one
+# token whatever the id holds: a search of one session matches it in the index (``sid : <hex>
+# AND ...``), so it costs what that session holds, not what the whole database does.
+# Parts stored before are indexed after the upgrade (``BACKFILL_CHUNK``).
+HISTORY_INDEX = """
+    CREATE VIRTUAL TABLE history_fts USING fts5 (
+        body, sid, tokenize = "unicode61 remove_diacritics 2"
+    );
+    CREATE TABLE history_dirty (rid INTEGER PRIMARY KEY, old INTEGER NOT NULL);
+    CREATE TRIGGER history_on_insert AFTER INSERT ON parts
+    WHEN NEW.type IN ('text', 'reasoning', 'tool')
+    BEGIN
+        INSERT INTO history_dirty (rid, old) SELECT NEW.rowid, 0
+        WHERE NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = NEW.rowid);
+    END;
+    CREATE TRIGGER history_on_update AFTER UPDATE OF data, type ON parts
+    BEGIN
+        INSERT INTO history_dirty (rid, old) SELECT NEW.rowid, 1
+        WHERE NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = NEW.rowid);
+    END;
+    CREATE TRIGGER history_on_delete AFTER DELETE ON parts
+    BEGIN
+        DELETE FROM history_dirty WHERE rid = OLD.rowid;
+        DELETE FROM history_fts WHERE rowid = OLD.rowid;
+    END;
+    CREATE TABLE history_backfill (done INTEGER NOT NULL, upto INTEGER NOT NULL);
+    INSERT INTO history_backfill (done, upto)
+    SELECT 0, rowid FROM parts ORDER BY rowid DESC LIMIT 1;
+"""
+
+#: What is noted for the index: nothing (``NULL``), only new parts (0), or also parts that
+#: may have an entry already (1). (Asked before every commit: a plain-table probe.)
+HISTORY_PENDING = "SELECT max(old) FROM history_dirty"
+#: Out of the index: the old entries of rewritten parts (``old = 1``; a part first written in
+#: this transaction has none).
+HISTORY_FLUSH_OLD = (
+    "DELETE FROM history_fts WHERE rowid IN (SELECT rid FROM history_dirty WHERE old = 1)"
+)
+#: The noted parts' current text into the index (a part now of a kind not indexed stays out),
+#: in the transaction about to commit.
+HISTORY_FLUSH = (
+    f"INSERT INTO history_fts (rowid, body, sid) "
+    f"SELECT parts.rowid, {history_body('parts')}, hex(parts.session_id) "
+    # CROSS JOIN keeps the noted rows the outer loop: with the filter on ``parts`` the
+    # planner would otherwise scan every part at every commit.
+    "FROM history_dirty CROSS JOIN parts ON parts.rowid = history_dirty.rid "
+    "WHERE parts.type IN ('text', 'reasoning', 'tool')",
+    "DELETE FROM history_dirty",
+)
+
+# The parts stored before the index existed: ``Store.backfill_history`` indexes them by rowid
+# in chunks (each one op of the group commit, so writes go on meanwhile), recording how far
+# it got in ``history_backfill`` and dropping the row at the end.
+BACKFILL_CHUNK = f"""
+    INSERT INTO history_fts (rowid, body, sid)
+    SELECT parts.rowid, {history_body("parts")}, hex(parts.session_id) FROM parts
+    WHERE parts.rowid > ? AND parts.rowid <= ? AND parts.type IN ('text', 'reasoning', 'tool')
+"""
+
 MIGRATIONS: list[str] = [
     # 1: sessions, messages, parts
     """
@@ -84,6 +176,8 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX compactions_by_session ON compactions (session_id, created, message_id);
     """,
+    # 4: the history search index
+    HISTORY_INDEX,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

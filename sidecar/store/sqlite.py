@@ -24,7 +24,14 @@ from sidecar.store.backend import (
 )
 from sidecar.store.cache import WindowCache
 from sidecar.store.commit import TRUNCATE_WAIT_MS, WAL_SIZE_LIMIT, GroupCommit
-from sidecar.store.schema import MIGRATIONS, SCHEMA_VERSION, check_readable
+from sidecar.store.schema import (
+    HISTORY_FLUSH,
+    HISTORY_FLUSH_OLD,
+    HISTORY_PENDING,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    check_readable,
+)
 from sidecar.store.url import CannotOpen
 
 # Rows fetched per round trip when a read streams (it stops early when over budget).
@@ -118,6 +125,8 @@ class SqliteBackend:
         commit_inline = synchronous.upper() in ("OFF", "NORMAL")
         wal = f"{path}-wal" if path != ":memory:" else None
         commit = GroupCommit(wdb, inline=commit_inline, checkpointer=cdb, wal_path=wal)
+        commit.before_commit = flush_history
+        commit.page_factor = 2  # the history index: its text again, and an FTS5 segment
         commit.start()
         backend = cls(path, rdb, commit, wdb, cdb)
         backend._inline = inline
@@ -259,6 +268,17 @@ class SqliteReader(ReadOnly):
     async def stream(self, sql: str, args: Sequence[Any]) -> AsyncIterator[Chunks]:
         async with self._reader.execute(sql, args) as cursor:
             yield _Chunks(cursor)
+
+
+def flush_history(conn: sqlite3.Connection) -> None:
+    """Index the parts this transaction wrote (``schema.HISTORY_FLUSH``), if it wrote any."""
+    pending = conn.execute(HISTORY_PENDING).fetchone()[0]
+    if pending is None:
+        return
+    if pending:
+        conn.execute(HISTORY_FLUSH_OLD)
+    for sql in HISTORY_FLUSH:
+        conn.execute(sql)
 
 
 class _Chunks:

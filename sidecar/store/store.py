@@ -8,7 +8,10 @@ No compaction logic lives here: the store answers range queries the engine asks.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -16,7 +19,14 @@ from typing import Any, NamedTuple
 import msgspec
 
 import sidecar.store.holder as holder
-from sidecar.errors import Conflict, InvalidParams, TooLarge, UnknownMessage, UnknownSession
+from sidecar.errors import (
+    Conflict,
+    InvalidParams,
+    TooLarge,
+    Unavailable,
+    UnknownMessage,
+    UnknownSession,
+)
 from sidecar.model.config import DEFAULT_MAX_REPLY_BYTES
 from sidecar.model.conversation import is_finished_summary
 from sidecar.model.jsonguard import deeper_than, flatten_deep
@@ -26,6 +36,7 @@ from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
 from sidecar.store.backend import Backend, Done, Statement
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
+from sidecar.store.history import Hit, backfill, search
 from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
 
 log = logging.getLogger("sidecar.store")
@@ -206,6 +217,10 @@ class Store:
         backend.watch(self.cache)
         # The largest window or page a read loads (the server sets ``server.maxReplyBytes``).
         self.max_read_bytes = DEFAULT_MAX_REPLY_BYTES
+        # The first-open indexing of history (``start_history_backfill``), and who hears its
+        # progress ``(indexed, total)`` (the server: ``$/progress`` to every client).
+        self._backfill: asyncio.Future[None] | None = None
+        self.on_backfill: Callable[[int, int], None] | None = None
 
     @property
     def backend(self) -> Backend:
@@ -233,10 +248,45 @@ class Store:
         """
         from sidecar.store.opener import open_backend
 
-        return cls(await open_backend(db, synchronous=synchronous, readonly=readonly))
+        store = cls(await open_backend(db, synchronous=synchronous, readonly=readonly))
+        if not readonly:
+            store.start_history_backfill()
+        return store
 
     async def close(self) -> None:
+        task = self._backfill
+        if task is not None and not task.done():
+            task.cancel()  # how far it got is stored: the next open resumes there
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         await self._db.close()
+
+    def start_history_backfill(self) -> None:
+        """Index, in the background, the parts a database upgraded to the search index held
+        (``history.backfill``); searches wait for it, so they never see a partial index."""
+        self._backfill = asyncio.ensure_future(self._run_backfill())
+
+    async def _run_backfill(self) -> None:
+        started = time.monotonic()
+
+        def report(indexed: int, total: int) -> None:
+            if self.on_backfill is not None:
+                self.on_backfill(indexed, total)
+
+        try:
+            total = await backfill(self._db, report)
+        except Exception as exc:
+            if isinstance(exc, Unavailable):
+                log.warning("history index: backfill stopped (%s); the next open resumes", exc)
+            else:
+                log.exception("history index: backfill failed; the next open resumes")
+            return
+        if total:
+            log.warning(
+                "history index: indexed %d stored parts in %.1f s",
+                total,
+                time.monotonic() - started,
+            )
 
     @property
     def commits(self) -> int:
@@ -520,6 +570,30 @@ class Store:
         counts = await self._db.submit(statements, needs_counts=True)
         self.cache.invalidate(session_id)
         return counts[-1]
+
+    # -- history (search, expand) -------------------------------------------------------------
+
+    async def search_history(
+        self,
+        session_id: str | None,
+        query: str,
+        limit: int,
+        before: Key | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[Hit]:
+        """The parts of one session (``None``: all) matching ``query``, best first (after the
+        first-open indexing, if one is running)."""
+        task = self._backfill
+        if task is not None and not task.done():
+            await asyncio.shield(task)
+        return await search(self._db, session_id, query, limit, before, kinds)
+
+    async def part_rows(self, message_id: str) -> list[tuple[str, str]]:
+        """``(part id, JSON)`` of a message's parts, in order."""
+        rows = await self._db.query(
+            "SELECT id, data FROM parts WHERE message_id = ? ORDER BY id", (message_id,)
+        )
+        return [(r[0], r[1]) for r in rows]
 
     async def barrier(self) -> None:
         """Return once every write queued before this call has committed (or failed): an

@@ -146,3 +146,14 @@ def test_status_runs_without_loading_pygls(tmp_path: Path) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
     )
     assert done.stdout.strip().splitlines()[-1] == "False False", done.stderr
+
+
+def test_every_package_is_in_the_distribution() -> None:
+    """``pip install .`` (the README's quick start) ships only the packages pyproject lists."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in PACKAGE.rglob("__init__.py")}
+    assert found - listed == set()

@@ -299,12 +299,12 @@ async def test_stress_the_writer_connection_is_never_used_by_two_threads_at_once
     overlaps: list[str] = []
     real_apply = commit_mod._apply
 
-    def guarded(conn: sqlite3.Connection, batch: list[commit_mod.Op]) -> Any:
+    def guarded(conn: sqlite3.Connection, batch: list[commit_mod.Op], *rest: Any) -> Any:
         if not in_use.acquire(blocking=False):
             overlaps.append(threading.current_thread().name)
-            return real_apply(conn, batch)
+            return real_apply(conn, batch, *rest)
         try:
-            return real_apply(conn, batch)
+            return real_apply(conn, batch, *rest)
         finally:
             in_use.release()
 

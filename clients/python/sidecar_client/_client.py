@@ -33,6 +33,8 @@ from sidecar.model.rpc import (
     CompactionsResult,
     CompactResult,
     ContextResult,
+    HistoryExpandResult,
+    HistorySearchResult,
     OverflowResult,
     Pin,
     PinsResult,
@@ -875,6 +877,50 @@ class Client:
 
     async def unrevert(self, session_id: str) -> Session:
         return await self.request("session/unrevert", {"sessionID": session_id}, Session)
+
+    # -- typed helpers: history ----------------------------------------------------------------
+
+    async def search_history(
+        self,
+        session_id: str,
+        query: str,
+        *,
+        limit: int | None = None,
+        before: str | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> HistorySearchResult:
+        """``history/search``: ``session_id`` ``"*"`` searches every session."""
+        params = _clean(
+            {
+                "sessionID": session_id,
+                "query": query,
+                "limit": limit,
+                "before": before,
+                "kinds": list(kinds) if kinds is not None else None,
+            }
+        )
+        return await self.request("history/search", params, HistorySearchResult)
+
+    async def expand_history(
+        self,
+        session_id: str,
+        message_id: str,
+        part_id: str | None = None,
+        *,
+        offset: int | None = None,
+        max_chars: int | None = None,
+    ) -> HistoryExpandResult:
+        """``history/expand``: a message's (or one part's) original content, one page."""
+        params = _clean(
+            {
+                "sessionID": session_id,
+                "messageID": message_id,
+                "partID": part_id,
+                "offset": offset,
+                "maxChars": max_chars,
+            }
+        )
+        return await self.request("history/expand", params, HistoryExpandResult)
 
 
 # -- constructors ------------------------------------------------------------------------------

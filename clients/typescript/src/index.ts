@@ -28,6 +28,10 @@ import type {
   CompactResult,
   Config,
   ContextResult,
+  HistoryExpandParams,
+  HistoryExpandResult,
+  HistorySearchParams,
+  HistorySearchResult,
   InitializeParams,
   InitializeResult,
   Message,
@@ -794,6 +798,22 @@ export class SidecarClient {
   }
   removePart(sessionID: string, messageID: string, partID: string): Promise<null> {
     return this.request("part/remove", { sessionID, messageID, partID });
+  }
+  /** Full-text search of the stored history (`sessionID` "*": every session), best first. */
+  searchHistory(
+    sessionID: string,
+    query: string,
+    options: Omit<HistorySearchParams, "sessionID" | "query"> = {},
+  ): Promise<HistorySearchResult> {
+    return this.request("history/search", { sessionID, query, ...options });
+  }
+  /** A message's (or one part's) original content, one page of characters. */
+  expandHistory(
+    sessionID: string,
+    messageID: string,
+    options: Omit<HistoryExpandParams, "sessionID" | "messageID"> = {},
+  ): Promise<HistoryExpandResult> {
+    return this.request("history/expand", { sessionID, messageID, ...options });
   }
   getConfig(): Promise<Config> {
     return this.request("config/get", {});

@@ -186,6 +186,22 @@ export interface Protocol {
       result: null;
     };
     /**
+     * full-text search of stored history; sessionID "*" searches every session
+     */
+    "history/search": {
+      direction: "client->daemon";
+      params: HistorySearchParams;
+      result: HistorySearchResult;
+    };
+    /**
+     * a message's or part's original content, paged by characters
+     */
+    "history/expand": {
+      direction: "client->daemon";
+      params: HistoryExpandParams;
+      result: HistoryExpandResult;
+    };
+    /**
      * the effective config, secrets redacted
      */
     "config/get": {
@@ -1077,6 +1093,75 @@ export interface PartRemoveParams {
   partID: string;
 }
 /**
+ * ``sessionID`` ``"*"`` searches every session; ``before`` (a message id) limits the search
+ *     to what precedes that message; ``kinds`` to those part kinds.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "HistorySearchParams".
+ */
+export interface HistorySearchParams {
+  sessionID: string;
+  query: string;
+  limit?: number;
+  before?: string | null;
+  kinds?: ("reasoning" | "text" | "tool")[] | null;
+}
+/**
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "HistorySearchResult".
+ */
+export interface HistorySearchResult {
+  hits: HistoryHit[];
+}
+/**
+ * One matching part, best first. ``tool`` is null for text and reasoning parts; ``time``
+ *     is its message's creation time; ``score`` grows with relevance.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "HistoryHit".
+ */
+export interface HistoryHit {
+  sessionID: string;
+  messageID: string;
+  partID: string;
+  role: string;
+  tool: string | null;
+  time: number;
+  snippet: string;
+  score: number;
+}
+/**
+ * A part's original content (a pruned output in full), or with no ``partID`` every indexed
+ *     part of the message in order; paged by characters. ``sessionID`` ``"*"``: wherever the
+ *     message is.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "HistoryExpandParams".
+ */
+export interface HistoryExpandParams {
+  sessionID: string;
+  messageID: string;
+  partID?: string | null;
+  offset?: number;
+  maxChars?: number;
+}
+/**
+ * ``content`` is ``[offset, offset + maxChars)`` of the whole; ``nextOffset`` is null at
+ *     the end.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "HistoryExpandResult".
+ */
+export interface HistoryExpandResult {
+  messageID: string;
+  partID: string | null;
+  role: string;
+  content: string;
+  offset: number;
+  total: number;
+  nextOffset: number | null;
+}
+/**
  * This interface was referenced by `Protocol`'s JSON-Schema
  * via the `definition` "Config".
  */
@@ -1107,6 +1192,7 @@ export interface CompactionConfig {
   pruneMinimum?: number;
   protectedTools?: string[];
   outputTokenMax?: number;
+  recallHint?: boolean;
   timeBudget?: number;
   prunedStub?: "informative" | "opencode";
   verifySummary?: boolean;

@@ -55,6 +55,23 @@ test("writes notify the client and messages read back in order", async (t) => {
   await client.removeMessage(sessionID, user.id).then(() => removed);
 });
 
+test("searchHistory finds a stored part and expandHistory reads it back in pages", async (t) => {
+  const client = await spawnDaemon(t);
+  const { id: sessionID } = await client.createSession();
+  const user = await client.updateMessage({ role: "user", sessionID });
+  const text = "ModuleNotFoundError raised in src/pkg/mod.py by test_parse_header";
+  const part = await client.updatePart({ type: "text", sessionID, messageID: user.id, text });
+  const { hits } = await client.searchHistory(sessionID, "src/pkg/mod.py", { limit: 5 });
+  assert.deepEqual(hits.map((h) => [h.messageID, h.partID, h.role, h.tool]), [
+    [user.id, part.id, "user", null],
+  ]);
+  const page = await client.expandHistory(sessionID, user.id, { partID: part.id, maxChars: 20 });
+  assert.equal(page.content, text.slice(0, 20));
+  assert.equal(page.total, text.length);
+  assert.equal(page.nextOffset, 20);
+  assert.deepEqual((await client.searchHistory("*", "nothing_like_this")).hits, []);
+});
+
 test("onRequest answers compaction/compacting and summarizer/complete", async (t) => {
   const client = await spawnDaemon(t, {
     capabilities: { compactingHook: true, summarizer: true },

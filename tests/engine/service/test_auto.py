@@ -392,3 +392,22 @@ async def test_summary_budget_is_capped_by_the_model_window(store: Store) -> Non
     req = await _first_compaction(tiny, model=ModelRef(provider_id="acme", model_id="tiny"))
     # never above the model's output limit
     assert req.max_tokens == 2_000 - estimate(req.ledger) - 1
+
+
+@pytest.mark.parametrize("hint", [False, True])
+async def test_recall_hint_adds_one_line_to_the_summary_only_when_asked(
+    store: Store, hint: bool
+) -> None:
+    from sidecar.engine.compactor import RECALL_HINT
+
+    h = Harness(store, {"compaction": {"recallHint": True}} if hint else None)
+    assert h.cfg.compaction.recall_hint is hint
+    s = await h.session()
+    u = await h.user(s.id, "Fix main.py please")
+    a = await h.assistant(s.id, u.id, input_tokens=OVER)
+    h.engine.message_stored(a)
+    await h.settle()
+    window = await load_window(store, s)
+    [text] = [p for p in window[1].parts if isinstance(p, TextPart)]
+    assert text.text.endswith(RECALL_HINT) is hint
+    assert text.text.count("history_search") == (1 if hint else 0)

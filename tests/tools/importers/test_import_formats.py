@@ -292,3 +292,29 @@ def test_a_folder_of_session_logs(tmp_path: Path, capsys: pytest.CaptureFixture[
     empty.mkdir()
     with pytest.raises(ImportFailure, match="without OpenCode storage"):
         read(empty)
+
+
+def test_imported_history_is_searchable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``import`` indexes as it writes: every text and tool part it stored is found."""
+    db = tmp_path / "s.db"
+    row = _import(capsys, db, TRANSCRIPT)
+    history = _history(db, row["sessionID"])
+    tool = next(p for m in history for p in m.parts if isinstance(p, ToolPart))
+    needle = next(w for w in json.dumps(tool.state.input).split('"') if len(w) > 8)
+
+    async def search() -> list[Any]:
+        store = await Store.open(db)
+        try:
+            return await store.search_history(row["sessionID"], needle, 20)
+        finally:
+            await store.close()
+
+    hits = asyncio.run(search())
+    assert tool.id in [h[2] for h in hits]
+    conn = sqlite3.connect(db)
+    indexed = conn.execute("SELECT count(*) FROM history_fts").fetchone()[0]
+    stored = conn.execute(
+        "SELECT count(*) FROM parts WHERE type IN ('text', 'reasoning', 'tool')"
+    ).fetchone()[0]
+    conn.close()
+    assert indexed == stored > 0

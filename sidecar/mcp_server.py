@@ -1,0 +1,388 @@
+"""``compaction-sidecar mcp``: the daemon's history and compaction as Model Context Protocol
+tools, on stdio, for any MCP-capable agent.
+
+It is a client of the shared background daemon (joined, or started, as ``connect`` does, through
+``sidecar_client.connect_shared``), so it sees the sessions the editor's frontend writes. Built
+on the official ``mcp`` SDK's low-level server: the four tools below, each with a JSON input
+schema and a description written for a model. A failure (no such session, the daemon cannot
+be reached, bad arguments) is an MCP tool error (``isError``) with a message that says what to
+do, never a protocol error or a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sidecar import __version__
+
+log = logging.getLogger("sidecar.mcp")
+
+NAME = "compaction-sidecar"
+
+SEARCH_DESCRIPTION = (
+    "Search the full earlier history of this coding session, including everything that "
+    "context compaction removed from your window: old messages behind a summary, pruned tool "
+    "outputs, your earlier reasoning and tool calls. Use it when the summary mentions "
+    "something you need in detail (an exact error message, a file path, a command and its "
+    "output, an identifier, a decision) or when you suspect you already did something. The "
+    "query matches words and code terms as typed (test_parse_header, parseHeader, "
+    "src/pkg/mod.py, ModuleNotFoundError); every term must match; put a phrase in double "
+    "quotes to match it in order. Returns the best hits first, each with messageID and partID "
+    "(pass them to history_expand to read the full content), the role, the tool name for tool "
+    "calls, the time and a short snippet."
+)
+EXPAND_DESCRIPTION = (
+    "Read the original, complete content of a message or one of its parts from the session's "
+    "stored history, as found by history_search: full tool outputs (also those pruned from "
+    "your context), full text and reasoning. Give the messageID (and the partID for one part) "
+    "from a history_search hit. Long content is returned in pages: when nextOffset is not "
+    "null, call again with offset set to it to read on."
+)
+STATUS_DESCRIPTION = (
+    "Report how full the context window of the session is: tokens in the current window, the "
+    "usable input budget of the model, how many tokens remain before the next automatic "
+    "compaction, and when the last compaction happened with the size of its summary. Use it to "
+    "decide whether to compact now or to keep large outputs out of the conversation."
+)
+COMPACT_DESCRIPTION = (
+    "Compact the session's conversation now: older turns are replaced by a summary, which "
+    "frees context space, while the full history stays searchable with history_search. Use it "
+    "before starting a large new task, or when context_status shows little room left. "
+    "instructions, if given, are appended to the summary writer's prompt (what to keep in "
+    "detail, for example the open bugs and the files involved)."
+)
+
+SESSION_PROP = {
+    "type": "string",
+    "description": "Session id; default: the most recently active session.",
+}
+
+TOOLS_SPEC: dict[str, tuple[str, dict[str, Any]]] = {
+    "history_search": (
+        SEARCH_DESCRIPTION,
+        {
+            "type": "object",
+            "properties": {
+                "query": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": 'Words, code terms or a "quoted phrase" to look for.',
+                },
+                "session": SESSION_PROP,
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 50,
+                    "default": 10,
+                    "description": "How many hits to return (default 10).",
+                },
+            },
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+    ),
+    "history_expand": (
+        EXPAND_DESCRIPTION,
+        {
+            "type": "object",
+            "properties": {
+                "messageID": {"type": "string", "description": "From a history_search hit."},
+                "partID": {
+                    "type": "string",
+                    "description": "One part of the message; omit for the whole message.",
+                },
+                "offset": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "default": 0,
+                    "description": "Character offset to start at (a previous nextOffset).",
+                },
+            },
+            "required": ["messageID"],
+            "additionalProperties": False,
+        },
+    ),
+    "context_status": (
+        STATUS_DESCRIPTION,
+        {
+            "type": "object",
+            "properties": {"session": SESSION_PROP},
+            "additionalProperties": False,
+        },
+    ),
+    "compact_now": (
+        COMPACT_DESCRIPTION,
+        {
+            "type": "object",
+            "properties": {
+                "session": SESSION_PROP,
+                "instructions": {
+                    "type": "string",
+                    "description": "Extra guidance appended to the summary writer's prompt.",
+                },
+            },
+            "additionalProperties": False,
+        },
+    ),
+}
+
+#: Characters of content one ``history_expand`` call returns.
+EXPAND_PAGE = 20_000
+
+
+class ToolFailure(Exception):
+    """A tool call that failed for a reason the model should read (an MCP tool error)."""
+
+
+@dataclass
+class Options:
+    socket: Path | None = None
+    db: str | None = None
+    config: Path | None = None
+    idle_exit: float | None = None
+    log_level: str | None = None
+    log_file: Path | None = None
+
+
+class Tools:
+    """The tools' logic over one daemon connection (joined on first use, again if lost)."""
+
+    def __init__(self, options: Options) -> None:
+        self._options = options
+        self._client: Any = None
+        self._lock = asyncio.Lock()
+
+    async def client(self) -> Any:
+        from sidecar_client import connect_shared
+
+        async with self._lock:
+            if self._client is None or self._client.closed:
+                o = self._options
+                try:
+                    self._client = await connect_shared(
+                        o.socket,
+                        db=o.db,
+                        config=o.config,
+                        idle_exit=o.idle_exit,
+                        log_level=o.log_level,
+                        log_file=o.log_file,
+                    )
+                except (ConnectionError, OSError) as exc:
+                    raise ToolFailure(
+                        f"cannot reach the compaction-sidecar daemon: {exc}"
+                    ) from None
+            return self._client
+
+    async def close(self) -> None:
+        if self._client is not None and not self._client.closed:
+            await self._client.close()
+
+    async def call(self, name: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        run = self._table().get(name)
+        if run is None:
+            raise ToolFailure(f"unknown tool {name!r}; the tools are {', '.join(TOOLS_SPEC)}")
+        _check_args(name, args)
+        from sidecar_client import RpcError
+
+        try:
+            return await run(args)
+        except RpcError as exc:
+            raise ToolFailure(exc.message) from None
+        except (ConnectionError, OSError) as exc:
+            raise ToolFailure(f"lost the compaction-sidecar daemon: {exc}") from None
+
+    def _table(self) -> dict[str, Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]]:
+        return {
+            "history_search": self.history_search,
+            "history_expand": self.history_expand,
+            "context_status": self.context_status,
+            "compact_now": self.compact_now,
+        }
+
+    async def session(self, given: Any) -> str:
+        """The session named, or the most recently active one."""
+        if isinstance(given, str) and given:
+            return given
+        client = await self.client()
+        best: tuple[int, str] | None = None
+        cursor: str | None = None
+        while True:
+            params: dict[str, Any] = {"limit": 500}
+            if cursor:
+                params["cursor"] = cursor
+            page = await client.request("session/list", params)
+            for s in page["sessions"]:
+                key = (int(s.get("time", {}).get("updated", 0)), str(s["id"]))
+                if best is None or key > best:
+                    best = key
+            cursor = page.get("nextCursor")
+            if not cursor:
+                break
+        if best is None:
+            raise ToolFailure("there is no session yet: the daemon has stored no conversation")
+        return best[1]
+
+    async def history_search(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        client = await self.client()
+        sid = await self.session(args.get("session"))
+        result = await client.request(
+            "history/search",
+            {"sessionID": sid, "query": args["query"], "limit": int(args.get("limit", 10))},
+        )
+        return {"session": sid, "hits": result["hits"]}
+
+    async def history_expand(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        client = await self.client()
+        params: dict[str, Any] = {
+            "sessionID": "*",
+            "messageID": args["messageID"],
+            "offset": int(args.get("offset", 0)),
+            "maxChars": EXPAND_PAGE,
+        }
+        if args.get("partID"):
+            params["partID"] = args["partID"]
+        result: dict[str, Any] = await client.request("history/expand", params)
+        return result
+
+    async def context_status(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        client = await self.client()
+        sid = await self.session(args.get("session"))
+        over = await client.request("session/overflow", {"sessionID": sid})
+        window = await client.request("session/context", {"sessionID": sid})
+        count, usable = int(over["count"]), int(over["usable"])
+        summary = _last_summary(window["messages"])
+        return {
+            "session": sid,
+            "windowTokens": count,
+            "estimatedWindowTokens": window["estimatedTokens"],
+            "usableInput": usable,
+            "tokensUntilCompaction": max(0, usable - count) if over["known"] else None,
+            "overflow": over["overflow"],
+            "modelLimitsKnown": over["known"],
+            "lastCompaction": summary,
+        }
+
+    async def compact_now(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        client = await self.client()
+        sid = await self.session(args.get("session"))
+        params: dict[str, Any] = {"sessionID": sid}
+        if args.get("instructions"):
+            params["instructions"] = args["instructions"]
+        result = await client.request("session/compact", params, timeout=None)
+        if result.get("error"):
+            raise ToolFailure(f"the compaction failed: {result['error']}")
+        return {"session": sid, **result}
+
+
+def _last_summary(messages: list[Any]) -> dict[str, Any] | None:
+    """The summary at the head of the window, if the session was compacted."""
+    for entry in messages:
+        info = entry.get("info", {}) if isinstance(entry, dict) else {}
+        if info.get("role") == "assistant" and info.get("summary"):
+            chars = sum(
+                len(p.get("text", "")) for p in entry.get("parts", []) if p.get("type") == "text"
+            )
+            return {
+                "messageID": info.get("id"),
+                "time": info.get("time", {}).get("completed")
+                or info.get("time", {}).get("created"),
+                "summaryChars": chars,
+                "summaryTokensEstimate": (chars + 3) // 4,
+            }
+    return None
+
+
+def _check_args(name: str, args: Mapping[str, Any]) -> None:
+    """The input schema's rules, with messages naming the argument."""
+    schema = TOOLS_SPEC[name][1]
+    props: dict[str, Any] = schema["properties"]
+    for key in schema.get("required", []):
+        if key not in args:
+            raise ToolFailure(f"{name}: the argument {key!r} is required")
+    for key, value in args.items():
+        spec = props.get(key)
+        if spec is None:
+            raise ToolFailure(f"{name}: unknown argument {key!r}; use {', '.join(props)}")
+        if spec["type"] == "string":
+            if not isinstance(value, str):
+                raise ToolFailure(f"{name}: {key!r} must be a string")
+            if len(value) < spec.get("minLength", 0) or (
+                spec.get("minLength") and not value.strip()
+            ):
+                raise ToolFailure(f"{name}: {key!r} must not be empty")
+        elif spec["type"] == "integer":
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ToolFailure(f"{name}: {key!r} must be an integer")
+            low, high = spec.get("minimum"), spec.get("maximum")
+            if (low is not None and value < low) or (high is not None and value > high):
+                raise ToolFailure(f"{name}: {key!r} must be between {low} and {high or 'any'}")
+
+
+def build_server(tools: Tools) -> Any:
+    """The low-level MCP server with the four tools."""
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+
+    listed = [
+        types.Tool(name=name, description=description, input_schema=schema)
+        for name, (description, schema) in TOOLS_SPEC.items()
+    ]
+
+    async def list_tools(_ctx: Any, _params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=listed)
+
+    async def call_tool(_ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        try:
+            result = await tools.call(params.name, params.arguments or {})
+        except ToolFailure as exc:
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=str(exc))], is_error=True
+            )
+        except Exception as exc:  # a bug: still one clear tool error, the server keeps going
+            log.exception("tool %s failed", params.name)
+            return types.CallToolResult(
+                content=[
+                    types.TextContent(
+                        type="text", text=f"internal error in {params.name}: {type(exc).__name__}"
+                    )
+                ],
+                is_error=True,
+            )
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=json.dumps(result, indent=1))],
+            structured_content=result,
+        )
+
+    return Server(
+        NAME,
+        version=__version__,
+        instructions=(
+            "Tools over this coding session's stored history and context window: "
+            "history_search finds what compaction removed; history_expand reads it in full."
+        ),
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+async def serve(options: Options) -> None:
+    from mcp.server.stdio import stdio_server
+
+    tools = Tools(options)
+    server = build_server(tools)
+    try:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+    finally:
+        await tools.close()
+
+
+def main(options: Options) -> int:
+    asyncio.run(serve(options))
+    return 0
