@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from tests.service.harness import RecordingHost
 
 from sidecar.engine import render
 from sidecar.engine.compactor import Compactor, Outcome, Request
@@ -52,6 +51,7 @@ from sidecar.model.tokens import CacheTokens, Tokens
 from sidecar.store import Store
 from sidecar.summarizers.base import Progress, SummaryRequest, SummaryResult
 from sidecar.summarizers.extractive import ExtractiveSummarizer
+from tests.engine.service.harness import RecordingHost
 
 enc = msgspec.json.encode
 MODEL = ModelRef(provider_id="test", model_id="collapse-model")
