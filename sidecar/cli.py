@@ -172,6 +172,24 @@ def run_serve(args: argparse.Namespace) -> int:
 # -- the shared background daemon: connect, status, stop ---------------------------------------
 
 
+def _attach_options(p: argparse.ArgumentParser, socket_help: str) -> None:
+    """Where the shared daemon is, and how to start it when none runs (connect, mcp)."""
+    p.add_argument("--socket", type=Path, help=socket_help)
+    p.add_argument(
+        "--db",
+        help="SQLite file or postgresql:// URL, for a daemon this starts (default: user data dir)",
+    )
+    p.add_argument("--config", type=Path, help="config file, for a daemon this starts")
+    p.add_argument(
+        "--idle-exit",
+        type=positive_float,
+        default=DEFAULT_IDLE_EXIT,
+        metavar="SECONDS",
+        help=f"a daemon this starts exits after this long with no client "
+        f"(default {DEFAULT_IDLE_EXIT:g})",
+    )
+
+
 def add_shared_daemon(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     socket_help = "the daemon's unix socket (default: compaction-sidecar/daemon.sock in the "
     socket_help += "user runtime dir)"
@@ -180,20 +198,7 @@ def add_shared_daemon(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="bridge stdio to the shared background daemon, starting it if none runs "
         "(what an editor spawns instead of serve)",
     )
-    connect.add_argument("--socket", type=Path, help=socket_help)
-    connect.add_argument(
-        "--db",
-        help="SQLite file or postgresql:// URL, for a daemon this starts (default: user data dir)",
-    )
-    connect.add_argument("--config", type=Path, help="config file, for a daemon this starts")
-    connect.add_argument(
-        "--idle-exit",
-        type=positive_float,
-        default=DEFAULT_IDLE_EXIT,
-        metavar="SECONDS",
-        help=f"a daemon this starts exits after this long with no client "
-        f"(default {DEFAULT_IDLE_EXIT:g})",
-    )
+    _attach_options(connect, socket_help)
     from sidecar.shared_daemon import paths
 
     _log_options(connect, log_default=str(paths.default_log_path()))
@@ -209,20 +214,7 @@ def add_shared_daemon(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="Model Context Protocol server on stdio (history_search, history_expand, "
         "context_status, compact_now) over the shared background daemon",
     )
-    mcp.add_argument("--socket", type=Path, help=socket_help)
-    mcp.add_argument(
-        "--db",
-        help="SQLite file or postgresql:// URL, for a daemon this starts (default: user data dir)",
-    )
-    mcp.add_argument("--config", type=Path, help="config file, for a daemon this starts")
-    mcp.add_argument(
-        "--idle-exit",
-        type=positive_float,
-        default=DEFAULT_IDLE_EXIT,
-        metavar="SECONDS",
-        help=f"a daemon this starts exits after this long with no client "
-        f"(default {DEFAULT_IDLE_EXIT:g})",
-    )
+    _attach_options(mcp, socket_help)
     _log_options(mcp)
     mcp.set_defaults(run=run_mcp)
 
