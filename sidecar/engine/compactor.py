@@ -289,6 +289,32 @@ class _Plan:
             model=self.model,
         )
 
+    def marker(self, auto: bool, overflow: bool, tail: Sequence[WithParts]) -> WithParts:
+        """The compaction marker: a user message with its compaction part, pointing back at
+        the first message of ``tail`` when one is kept after the summary."""
+        info = self.user_message()
+        part = CompactionPart(
+            id=new_id("prt"),
+            session_id=self.sid,
+            message_id=info.id,
+            auto=auto,
+            overflow=True if overflow else None,
+            tail_start_id=tail[0].info.id if tail else None,
+        )
+        return WithParts(info=info, parts=[part])
+
+    def continue_message(self) -> WithParts:
+        """The synthetic user message an automatic compaction ends with."""
+        info = self.user_message()
+        part = TextPart(
+            id=new_id("prt"),
+            session_id=self.sid,
+            message_id=info.id,
+            text=CONTINUE_TEXT,
+            synthetic=True,
+        )
+        return WithParts(info=info, parts=[part])
+
 
 def _check_smaller(req: Request, before: int, after: int) -> None:
     """A summary that does not make the context smaller is a failure, and says why."""
@@ -500,11 +526,8 @@ class Compactor:
         if plan.cut is None:
             return None
         fp = fingerprint(plan.window, plan.cut)
-        marker = plan.user_message()
-        marker_part = CompactionPart(
-            id=new_id("prt"), session_id=plan.sid, message_id=marker.id, auto=True, overflow=True
-        )
-        appended = WithParts(info=marker, parts=[marker_part])
+        appended = plan.marker(auto=True, overflow=True, tail=[])
+        marker = appended.info
         if plan.standard:
             plan.history.append(appended)
         token = f"prepare-{marker.id}"
@@ -566,15 +589,8 @@ class Compactor:
         if not any(Key(m.info.time.created, m.info.id) == prepared.cut for m in plan.window):
             return None
         after_cut = [m for m in plan.window if Key(m.info.time.created, m.info.id) > prepared.cut]
-        marker = plan.user_message()
-        marker_part = CompactionPart(
-            id=new_id("prt"),
-            session_id=plan.sid,
-            message_id=marker.id,
-            auto=req.auto,
-            overflow=True if req.overflow else None,
-            tail_start_id=after_cut[0].info.id if after_cut else None,
-        )
+        head = plan.marker(req.auto, bool(req.overflow), after_cut)
+        marker, marker_part = head.info, head.parts[0]
         created = plan.clock()
         done = msgspec.structs.replace(
             prepared.summary,
@@ -583,7 +599,7 @@ class Compactor:
         )
         text = [p for p in prepared.parts if isinstance(p, TextPart)]
         heads = [
-            WithParts(info=marker, parts=[marker_part]),
+            head,
             WithParts(info=done, parts=list(text)),
         ]
         window_after = filter_compacted([*after_cut, *heads])
@@ -602,19 +618,11 @@ class Compactor:
         end = Key(done.time.created, done.id)
         continue_id = None
         if req.auto:
-            cont = plan.user_message()
-            continue_id = cont.id
-            messages.append(cont)
-            parts.append(
-                TextPart(
-                    id=new_id("prt"),
-                    session_id=plan.sid,
-                    message_id=cont.id,
-                    text=CONTINUE_TEXT,
-                    synthetic=True,
-                )
-            )
-            end = Key(cont.time.created, cont.id)
+            cont = plan.continue_message()
+            continue_id = cont.info.id
+            messages.append(cont.info)
+            parts.extend(cont.parts)
+            end = Key(cont.info.time.created, cont.info.id)
         await self._put(messages, parts)  # one transaction: all of it or nothing
         heads[1] = WithParts(info=done, parts=list(prepared.parts))
         record = await self._diagnose(
@@ -700,17 +708,8 @@ class Compactor:
         )
 
     async def _append_marker(self, req: Request, plan: _Plan) -> WithParts:
-        marker = plan.user_message()
-        marker_part = CompactionPart(
-            id=new_id("prt"),
-            session_id=plan.sid,
-            message_id=marker.id,
-            auto=req.auto,
-            overflow=True if req.overflow else None,
-            tail_start_id=plan.tail[0].info.id if plan.tail else None,
-        )
-        await self._put([marker], [marker_part])
-        appended = WithParts(info=marker, parts=[marker_part])
+        appended = plan.marker(req.auto, bool(req.overflow), plan.tail)
+        await self._put([appended.info], appended.parts)
         if plan.standard:
             # The new marker is sent too, as user "What did we do so far?" before the prompt.
             plan.history.append(appended)
@@ -933,16 +932,9 @@ class Compactor:
 
     async def _append_continue(self, plan: _Plan) -> Key:
         """The synthetic user message an automatic compaction ends with."""
-        cont = plan.user_message()
-        cont_part = TextPart(
-            id=new_id("prt"),
-            session_id=plan.sid,
-            message_id=cont.id,
-            text=CONTINUE_TEXT,
-            synthetic=True,
-        )
-        await self._put([cont], [cont_part])
-        return Key(cont.time.created, cont.id)
+        cont = plan.continue_message()
+        await self._put([cont.info], cont.parts)
+        return Key(cont.info.time.created, cont.info.id)
 
     async def _previous_summaries(self, sid: str, n: int) -> list[str]:
         if n <= 0:
