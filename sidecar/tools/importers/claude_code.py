@@ -23,7 +23,7 @@ from sidecar.tools.importers.common import (
     iso_ms,
     read_jsonl,
     text_title,
-    want_int,
+    usage_tokens,
     want_obj,
     want_str,
 )
@@ -33,6 +33,14 @@ RECORD_TYPES = frozenset(
     {"user", "assistant", "system", "summary", "file-history-snapshot", "queue-operation"}
 )
 _FINISH = {"tool_use": "tool-calls", "end_turn": "stop", "max_tokens": "length"}
+
+# An Anthropic ``usage`` object: input, output, cache-read and cache-write counts.
+USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+)
 
 
 def looks_like(first: dict[str, Any]) -> bool:
@@ -258,7 +266,7 @@ class _Reader:
             }
             self.assistant[key] = (info, self.d.message(info, n))
         info, parts = self.assistant[key]
-        info["tokens"] = _tokens(usage, where)
+        info["tokens"] = usage_tokens(usage, where, USAGE_KEYS)
         if stop := want_str(msg, "stop_reason", where, "message.stop_reason"):
             info["finish"] = _FINISH.get(stop, stop)
         info["time"]["completed"] = max(info["time"]["completed"], ts or 0)
@@ -268,20 +276,3 @@ class _Reader:
         assistant_blocks(
             self.d, parts, info, content, where, self.calls, tool="tool_use", args="input"
         )
-
-
-def _tokens(usage: dict[str, Any], where: str) -> dict[str, Any]:
-    """An Anthropic ``usage`` object as a message's ``tokens``."""
-
-    def count(key: str) -> int:
-        return want_int(usage, key, where, f"message.usage.{key}")
-
-    return {
-        "input": count("input_tokens"),
-        "output": count("output_tokens"),
-        "reasoning": 0,
-        "cache": {
-            "read": count("cache_read_input_tokens"),
-            "write": count("cache_creation_input_tokens"),
-        },
-    }

@@ -333,6 +333,22 @@ def want_int(obj: dict[str, Any], key: str, where: str, name: str | None = None)
     return int(value)
 
 
+def usage_tokens(
+    usage: dict[str, Any], where: str, keys: tuple[str, str, str, str]
+) -> dict[str, Any]:
+    """A provider's ``usage`` object as a message's ``tokens``; ``keys`` names its input,
+    output, cache-read and cache-write counts (each checked by ``want_int``)."""
+    read_in, read_out, cache_read, cache_write = (
+        want_int(usage, key, where, f"message.usage.{key}") for key in keys
+    )
+    return {
+        "input": read_in,
+        "output": read_out,
+        "reasoning": 0,
+        "cache": {"read": cache_read, "write": cache_write},
+    }
+
+
 def want_num(obj: dict[str, Any], key: str, where: str, name: str | None = None) -> float:
     value = obj.get(key)
     if value is None:

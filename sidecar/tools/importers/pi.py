@@ -23,7 +23,7 @@ from sidecar.tools.importers.common import (
     iso_ms,
     read_jsonl,
     text_title,
-    want_int,
+    usage_tokens,
     want_num,
     want_obj,
     want_str,
@@ -37,6 +37,9 @@ _ROLES = frozenset(
     {"user", "assistant", "toolResult", "bashExecution", "custom", "compactionSummary"}
     | {"branchSummary", "hookMessage"}
 )
+
+# pi-ai's ``usage``: input, output, cache-read and cache-write counts.
+USAGE_KEYS = ("input", "output", "cacheRead", "cacheWrite")
 
 
 def looks_like(first: dict[str, Any]) -> bool:
@@ -214,7 +217,7 @@ class _Reader:
             "providerID": self.provider,
             "modelID": self.model,
             "time": {"created": created, "completed": created},
-            "tokens": _tokens(usage, where),
+            "tokens": usage_tokens(usage, where, USAGE_KEYS),
             "cost": want_num(cost, "total", where, "message.usage.cost.total"),
             "finish": _FINISH.get(str(stop), "stop"),
         }
@@ -280,17 +283,3 @@ def _user_text(role: str, msg: dict[str, Any], where: str) -> str:
     if role == "compactionSummary":
         return want_str(msg, "summary", where, "message.summary")
     return _text(msg.get("content"), where)  # user, custom_message, custom, hookMessage
-
-
-def _tokens(usage: dict[str, Any], where: str) -> dict[str, Any]:
-    """pi-ai's ``usage`` as a message's ``tokens``."""
-
-    def count(key: str) -> int:
-        return want_int(usage, key, where, f"message.usage.{key}")
-
-    return {
-        "input": count("input"),
-        "output": count("output"),
-        "reasoning": 0,
-        "cache": {"read": count("cacheRead"), "write": count("cacheWrite")},
-    }
