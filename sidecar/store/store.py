@@ -744,11 +744,7 @@ class Store:
         """Pages of messages walking backwards from ``end`` (exclusive); each page newest first."""
         cursor = end
         while True:
-            cond = "m.session_id = ?"
-            args: list[Any] = [session_id]
-            if cursor is not None:
-                cond += " AND (m.created, m.id) < (?, ?)"
-                args += [cursor.created, cursor.id]
+            cond, args = _older_than(session_id, cursor)
             msgs = list(
                 await self._db.query(
                     f"SELECT m.id, m.data, m.created FROM messages m WHERE {cond} "
@@ -796,11 +792,7 @@ class Store:
         light: tuple[str, str] | None = _LIGHT_SQL.get(self._db.kind)
         cursor = end
         while True:
-            cond = "m.session_id = ?"
-            args: list[Any] = [session_id]
-            if cursor is not None:
-                cond += " AND (m.created, m.id) < (?, ?)"
-                args += [cursor.created, cursor.id]
+            cond, args = _older_than(session_id, cursor)
             if light is None:  # a backend without the JSON functions: decode the rows
                 async for decoded in self.newest_first(session_id, cursor, page):
                     yield [_light_of(m) for m in decoded]
@@ -1064,6 +1056,17 @@ _LIGHT_SQL: dict[str, tuple[str, str]] = {
         lambda col, path: f"({col}::jsonb #>> '{{{','.join(path.split('.'))}}}')", "'0'"
     ),
 }
+
+
+def _older_than(session_id: str, cursor: Key | None) -> tuple[str, list[Any]]:
+    """The condition on messages ``m`` of a backwards walk: the session's, before ``cursor``."""
+    if cursor is None:
+        return "m.session_id = ?", [session_id]
+    return "m.session_id = ? AND (m.created, m.id) < (?, ?)", [
+        session_id,
+        cursor.created,
+        cursor.id,
+    ]
 
 
 _cached_part = Decoded(decode_part)
