@@ -398,6 +398,33 @@ class ForgetfulModel:
             writer.close()
 
 
+def assistant_turn(
+    t: Transcript, index: int, sid: str, parent: str, created: int, prompt: int, model: ModelRef
+) -> tuple[AssistantMessage, list[Part]]:
+    """Transcript message ``index`` as a finished assistant step: ``tool-calls`` when it
+    called tools and another assistant step follows, its prompt tokens the window's size."""
+    m = t.messages[index]
+    mid = new_id("msg")
+    parts = [to_part(p, sid, mid, created) for p in m.parts]
+    nxt = t.messages[index + 1] if index + 1 < len(t.messages) else None
+    tools = any(p.type == "tool" for p in m.parts)
+    finish = "tool-calls" if tools and nxt and nxt.role == "assistant" else "stop"
+    output = sum(estimate(p.text) for p in m.parts)
+    info = AssistantMessage(
+        id=mid,
+        session_id=sid,
+        parent_id=parent,
+        time=MessageTime(created=created, completed=created + 1),
+        provider_id=model.provider_id,
+        model_id=model.model_id,
+        mode="build",
+        agent="build",
+        finish=finish,
+        tokens=Tokens(input=prompt, output=output, cache=CacheTokens()),
+    )
+    return info, parts
+
+
 def to_part(p: TPart, sid: str, mid: str, t: int) -> Part:
     pid = new_id("prt")
     if p.type == "text":
@@ -493,24 +520,7 @@ async def replay(t: Transcript, args: argparse.Namespace, stub: Stub = "opencode
                     parts = [to_part(p, sid, info.id, created) for p in m.parts]
                 else:
                     prompt = size(await window())
-                    mid = new_id("msg")
-                    parts = [to_part(p, sid, mid, created) for p in m.parts]
-                    nxt = t.messages[index + 1] if index + 1 < len(t.messages) else None
-                    tools = any(p.type == "tool" for p in m.parts)
-                    finish = "tool-calls" if tools and nxt and nxt.role == "assistant" else "stop"
-                    output = sum(estimate(p.text) for p in m.parts)
-                    info = AssistantMessage(
-                        id=mid,
-                        session_id=sid,
-                        parent_id=parent,
-                        time=MessageTime(created=created, completed=created + 1),
-                        provider_id=model.provider_id,
-                        model_id=model.model_id,
-                        mode="build",
-                        agent="build",
-                        finish=finish,
-                        tokens=Tokens(input=prompt, output=output, cache=CacheTokens()),
-                    )
+                    info, parts = assistant_turn(t, index, sid, parent, created, prompt, model)
                 written.append(WithParts(info=info, parts=parts))
                 await store.put_many([(info, _enc(info))], [(p, _enc(p)) for p in parts])
                 if isinstance(info, AssistantMessage):

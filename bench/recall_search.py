@@ -40,18 +40,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from _host import Host  # bench/ is the script's own directory on sys.path
-from recall import DEFAULT_DIR, _enc, norm, to_part, window_text
+from recall import DEFAULT_DIR, _enc, assistant_turn, norm, to_part, window_text
 
 from sidecar.engine.compactor import Request
 from sidecar.engine.service import Engine
-from sidecar.engine.tokens import estimate, estimate_messages
+from sidecar.engine.tokens import estimate_messages
 from sidecar.engine.window import load_window
 from sidecar.model.config import build
 from sidecar.model.ids import new_id, now_ms
 from sidecar.model.messages import AssistantMessage, MessageTime, ModelRef, UserMessage
 from sidecar.model.parts import Part, ReasoningPart, TextPart, ToolCompleted, ToolError, ToolPart
 from sidecar.model.session import Session, SessionTime
-from sidecar.model.tokens import CacheTokens, Tokens
 from sidecar.replay.transcript import Transcript, load
 from sidecar.store import Store
 from sidecar.store.sqlite import flush_history
@@ -110,27 +109,7 @@ async def replay(store: Store, t: Transcript, context: int, output: int) -> Repl
                 parts = [to_part(p, sid, info.id, created) for p in m.parts]
             else:
                 prompt = estimate_messages(await load_window(store, session))
-                mid = new_id("msg")
-                parts = [to_part(p, sid, mid, created) for p in m.parts]
-                nxt = t.messages[index + 1] if index + 1 < len(t.messages) else None
-                tools = any(p.type == "tool" for p in m.parts)
-                finish = "tool-calls" if tools and nxt and nxt.role == "assistant" else "stop"
-                info = AssistantMessage(
-                    id=mid,
-                    session_id=sid,
-                    parent_id=parent,
-                    time=MessageTime(created=created, completed=created + 1),
-                    provider_id=model.provider_id,
-                    model_id=model.model_id,
-                    mode="build",
-                    agent="build",
-                    finish=finish,
-                    tokens=Tokens(
-                        input=prompt,
-                        output=sum(estimate(p.text) for p in m.parts),
-                        cache=CacheTokens(),
-                    ),
-                )
+                info, parts = assistant_turn(t, index, sid, parent, created, prompt, model)
             out.parts.extend(parts)
             await store.put_many([(info, _enc(info))], [(p, _enc(p)) for p in parts])
             if isinstance(info, AssistantMessage):
