@@ -170,6 +170,7 @@ class _Mailbox:
 # -- calls -------------------------------------------------------------------------------------
 
 
+@dataclasses.dataclass(eq=False)
 class Call(Generic[T]):
     """An in-flight request. ``await call`` gives its result (or raises ``RpcError``).
 
@@ -177,21 +178,12 @@ class Call(Generic[T]):
     the request; a late reply is ignored.
     """
 
-    def __init__(
-        self,
-        client: Client,
-        request_id: int,
-        method: str,
-        future: asyncio.Future[tuple[bool, Any]],
-        result_type: type[T] | None,
-        timeout: float | None,
-    ) -> None:
-        self.id = request_id
-        self.method = method
-        self._client = client
-        self._future = future
-        self._result_type = result_type
-        self._timeout = timeout
+    id: int
+    method: str
+    _client: Client = dataclasses.field(repr=False)
+    _future: asyncio.Future[tuple[bool, Any]] = dataclasses.field(repr=False)
+    _result_type: type[T] | None = dataclasses.field(repr=False)
+    _timeout: float | None = dataclasses.field(repr=False)
 
     def done(self) -> bool:
         return self._future.done()
@@ -313,7 +305,7 @@ class Client:
         self._write(Request(JSONRPC, request_id, method, UNSET if params is None else params))
         self._pending[request_id] = (method, fut)
         wait = self.default_timeout if timeout is UNSET else timeout
-        return Call(self, request_id, method, fut, result_type, wait)
+        return Call(request_id, method, self, fut, result_type, wait)
 
     def reserve_call(
         self,
@@ -332,7 +324,7 @@ class Client:
         fut: asyncio.Future[tuple[bool, Any]] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = (method, fut)
         wait = self.default_timeout if timeout is UNSET else timeout
-        return Call(self, request_id, method, fut, result_type, wait)
+        return Call(request_id, method, self, fut, result_type, wait)
 
     @overload
     async def request(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import socket
 import sys
@@ -21,24 +22,20 @@ from typing import IO
 STREAM_LIMIT = 1 << 20
 
 
+@dataclasses.dataclass(eq=False)
 class StreamTransport:
-    """One duplex byte stream to the daemon, with the daemon's process when we spawned it."""
+    """One duplex byte stream to the daemon, with the daemon's process when we spawned it.
 
-    def __init__(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        *,
-        process: asyncio.subprocess.Process | None = None,
-        stderr_file: IO[bytes] | None = None,
-        address: str | None = None,
-    ) -> None:
-        self.reader = reader
-        self.writer = writer
-        self.process = process
-        self.address = address
-        self._stderr_file = stderr_file
-        self._stderr_final = ""
+    ``stderr_file`` is where a spawned daemon writes its stderr (``stderr_text()``).
+    """
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    _: dataclasses.KW_ONLY
+    process: asyncio.subprocess.Process | None = None
+    stderr_file: IO[bytes] | None = None
+    address: str | None = None
+    _stderr_final: str = dataclasses.field(default="", init=False)
 
     def write(self, data: bytes) -> None:
         if self.writer.is_closing():
@@ -60,7 +57,7 @@ class StreamTransport:
 
     def stderr_text(self) -> str:
         """Everything the spawned daemon wrote to stderr so far ("" for sockets)."""
-        f = self._stderr_file
+        f = self.stderr_file
         if f is None or f.closed:
             return self._stderr_final
         # pread: the daemon shares this file's offset, which must not move under it.
@@ -69,9 +66,9 @@ class StreamTransport:
 
     def release(self) -> None:
         """Close the stderr file, keeping its text for ``stderr_text()``."""
-        if self._stderr_file is not None and not self._stderr_file.closed:
+        if self.stderr_file is not None and not self.stderr_file.closed:
             self._stderr_final = self.stderr_text()
-            self._stderr_file.close()
+            self.stderr_file.close()
 
 
 def daemon_command(db_path: str | os.PathLike[str], extra_args: Sequence[str] = ()) -> list[str]:
