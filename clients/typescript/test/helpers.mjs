@@ -6,6 +6,8 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { spawnSidecar } from "../dist/index.js";
 
+export { turn } from "./turn.mjs";
+
 /** The Python that has the daemon installed (.ci/run sets it to the venv's). */
 export const PYTHON = process.env.SIDECAR_PYTHON || "python3";
 export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
@@ -62,24 +64,4 @@ export async function listeningDaemon(t, dir, address, env = {}) {
     proc.once("exit", (code) => fail(new Error(`daemon exited (${code}) before listening: ${log}`)));
   });
   return proc;
-}
-
-/** One user turn and the assistant's reply, as a frontend writes them. */
-export async function turn(client, sessionID, model, text, tokens) {
-  const user = await client.updateMessage({ role: "user", sessionID, model });
-  await client.updatePart({ type: "text", sessionID, messageID: user.id, text });
-  const assistant = await client.updateMessage({
-    role: "assistant",
-    sessionID,
-    parentID: user.id,
-    providerID: model.providerID,
-    modelID: model.modelID,
-  });
-  await client.updatePart({
-    type: "text",
-    sessionID,
-    messageID: assistant.id,
-    text: `Answer to: ${text}. ` + "Details of the work done. ".repeat(200),
-  });
-  return client.updateMessage({ ...assistant, finish: "stop", tokens });
 }

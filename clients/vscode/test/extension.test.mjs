@@ -9,6 +9,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { test } from "node:test";
 import { connectSidecar } from "compaction-sidecar-client";
+import { turn } from "../../typescript/test/turn.mjs";
 import { PYTHON, setup } from "./daemon.mjs";
 
 const HERE = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -141,31 +142,9 @@ test("activate, the status bar, Compact now, the history view and deactivate", a
   const agent = await connectSidecar({ socket });
   t.after(() => agent.dispose());
   const { id: sessionID } = await agent.createSession({ title: "agent" });
-  const user = await agent.updateMessage({ role: "user", sessionID, model: MODEL });
-  await agent.updatePart({
-    type: "text",
-    sessionID,
-    messageID: user.id,
-    text: "Refactor src/app.py",
-  });
-  const a = await agent.updateMessage({
-    role: "assistant",
-    sessionID,
-    parentID: user.id,
-    ...MODEL,
-  });
-  await agent.updatePart({
-    type: "text",
-    sessionID,
-    messageID: a.id,
-    text: "Done. " + "Work. ".repeat(300),
-  });
   const measured = vscode.statusText((text) => text.includes("3.2k"));
-  await agent.updateMessage({
-    ...a,
-    finish: "stop",
-    tokens: { input: 3000, output: 200, reasoning: 0, cache: { read: 0, write: 0 } },
-  });
+  const tokens = { input: 3000, output: 200, reasoning: 0, cache: { read: 0, write: 0 } };
+  await turn(agent, sessionID, MODEL, "Refactor src/app.py", tokens);
   assert.equal(await measured, "$(dashboard) 3.2k / 7.0k (46%)");
 
   // "Compact now", then the history view holds it, with its summary under it.

@@ -6,6 +6,7 @@ import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { connectSidecar } from "compaction-sidecar-client";
 import logic from "../dist/logic.js";
+import { turn } from "../../typescript/test/turn.mjs";
 import { PYTHON, REPO, setup } from "./daemon.mjs";
 
 const { SidecarController, formatStatus, formatEntry, commandCandidates } = logic;
@@ -36,25 +37,6 @@ async function start(t, env, settings) {
   const controller = await SidecarController.start(settings, rec.sink, { env, cwd: REPO });
   t.after(() => controller.dispose());
   return { controller, ...rec };
-}
-
-/** One user turn and the assistant's finished reply, as the agent writes them. */
-async function turn(agent, sessionID, model, text, t) {
-  const user = await agent.updateMessage({ role: "user", sessionID, model });
-  await agent.updatePart({ type: "text", sessionID, messageID: user.id, text });
-  const a = await agent.updateMessage({
-    role: "assistant",
-    sessionID,
-    parentID: user.id,
-    ...model,
-  });
-  await agent.updatePart({
-    type: "text",
-    sessionID,
-    messageID: a.id,
-    text: `Done: ${text}. ` + "Work. ".repeat(300),
-  });
-  return agent.updateMessage({ ...a, finish: "stop", tokens: t });
 }
 
 test("the client bundled is the one in ../typescript, installed from its packed tarball", async () => {
