@@ -28,9 +28,7 @@ import type {
   CompactResult,
   Config,
   ContextResult,
-  HistoryExpandParams,
   HistoryExpandResult,
-  HistorySearchParams,
   HistorySearchResult,
   InitializeParams,
   InitializeResult,
@@ -42,7 +40,6 @@ import type {
   Protocol,
   PruneResult,
   Session,
-  SessionCompactParams,
   SessionCreateParams,
   SessionList,
   SessionListParams,
@@ -748,7 +745,7 @@ export class SidecarClient {
   }
   compact(
     sessionID: string,
-    options: Omit<SessionCompactParams, "sessionID"> = {},
+    options: Omit<ParamsOf<"session/compact">, "sessionID"> = {},
   ): Promise<CompactResult> {
     return this.request("session/compact", { sessionID, ...options });
   }
@@ -803,7 +800,7 @@ export class SidecarClient {
   searchHistory(
     sessionID: string,
     query: string,
-    options: Omit<HistorySearchParams, "sessionID" | "query"> = {},
+    options: Omit<ParamsOf<"history/search">, "sessionID" | "query"> = {},
   ): Promise<HistorySearchResult> {
     return this.request("history/search", { sessionID, query, ...options });
   }
@@ -811,7 +808,7 @@ export class SidecarClient {
   expandHistory(
     sessionID: string,
     messageID: string,
-    options: Omit<HistoryExpandParams, "sessionID" | "messageID"> = {},
+    options: Omit<ParamsOf<"history/expand">, "sessionID" | "messageID"> = {},
   ): Promise<HistoryExpandResult> {
     return this.request("history/expand", { sessionID, messageID, ...options });
   }
