@@ -286,12 +286,7 @@ async def backfill(db: Backend, report: BackfillReport) -> int:
         )
         end = nxt[0][0] if nxt else upto
         last = end == upto
-        statements: list[Statement] = []
-        if not pg:  # a part rewritten since the upgrade was indexed by its trigger already
-            statements.append(
-                ("DELETE FROM history_fts WHERE rowid > ? AND rowid <= ?", [(done, end)])
-            )
-        statements.append((chunk_sql, [(done, end)]))
+        statements: list[Statement] = [(chunk_sql, [(done, end)])]
         if last:
             statements.append(("DELETE FROM history_backfill WHERE upto = ?", [(upto,)]))
         else:

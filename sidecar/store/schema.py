@@ -31,21 +31,10 @@ def history_body(row: str) -> str:
     )
 
 
-# History search (``history/search``): an FTS5 index over every part's text, its rowid the
-# part's rowid (an upsert keeps it). Triggers only note a written part in ``history_dirty``
-# (a plain b-tree insert); the writer indexes what is noted with one ``INSERT ... SELECT`` per
-# group commit, just before that commit (``HISTORY_FLUSH``, run by ``commit.GroupCommit``), so
-# an acknowledged write is searchable at once, at a fraction of a per-row FTS5 insert's cost
-# (each FTS5 statement has a fixed cost several times a short part's tokens'), and a part
-# streamed in many updates is indexed once per commit, not once per update. A deleted part
-# (or the session or message it went with, by cascade) leaves the index in its own statement.
-# ``unicode61`` splits at ``_``, ``/``, ``.`` and ``:``, and a search term is matched as a
-# phrase of its words, so ``test_parse_header``, ``src/pkg/mod.py`` and
-# ``ModuleNotFoundError`` are found as typed. ``sid`` is the part's session id in hex, one
-# token whatever the id holds: a search of one session matches it in the index (``sid : <hex>
-# AND ...``), so it costs what that session holds, not what the whole database does.
-# Parts stored before are indexed after the upgrade (``BACKFILL_CHUNK``).
-HISTORY_INDEX = """
+# History search (``history/search``), first form (migration 4): an FTS5 index holding its own
+# copy of every indexed text, re-indexed on every rewrite of a part. Kept as it was run, so a
+# database older than it upgrades through it; migration 5 replaces it (``HISTORY_INDEX``).
+_HISTORY_INDEX_4 = """
     CREATE VIRTUAL TABLE history_fts USING fts5 (
         body, sid, tokenize = "unicode61 remove_diacritics 2"
     );
@@ -71,14 +60,89 @@ HISTORY_INDEX = """
     SELECT 0, rowid FROM parts ORDER BY rowid DESC LIMIT 1;
 """
 
-#: What is noted for the index: nothing (``NULL``), only new parts (0), or also parts that
-#: may have an entry already (1). (Asked before every commit: a plain-table probe.)
-HISTORY_PENDING = "SELECT max(old) FROM history_dirty"
-#: Out of the index: the old entries of rewritten parts (``old = 1``; a part first written in
-#: this transaction has none).
-HISTORY_FLUSH_OLD = (
-    "DELETE FROM history_fts WHERE rowid IN (SELECT rid FROM history_dirty WHERE old = 1)"
+# History search (``history/search``): an FTS5 index over every part's text, its rowid the
+# part's rowid (an upsert keeps it). The index holds no copy of the text: its content is the
+# view ``history_src`` over ``parts`` (an FTS5 "external content" table), so the store is
+# not twice its size. Such an index is told what to forget: a part's entry is removed with
+# the exact text it was indexed with (the ``'delete'`` command), which is the part's last
+# committed text, i.e. ``OLD`` at its first rewrite in a transaction.
+#
+# When a part is written, triggers note it in ``history_dirty`` (a plain b-tree insert), and
+# the writer indexes what is noted with one ``INSERT ... SELECT`` per group commit, just
+# before that commit (``HISTORY_FLUSH``, run by ``commit.GroupCommit``): an acknowledged
+# write is searchable at once, and a part streamed in many updates is indexed once per
+# commit. A rewrite that leaves the indexed text as it was (a prune's ``compacted`` mark, a
+# finish time) touches nothing: a 60 KB output is tokenized once, when it arrives.
+#
+# Which parts the index holds: those of an indexed kind, minus the ones noted in
+# ``history_dirty`` (written in this transaction, indexed at its commit), minus the ones the
+# first-open backfill has still to reach (``history_backfill``: rowids in ``(done, upto]``;
+# those are the backfill's alone, whatever is written to them meanwhile). Removing an entry
+# the index does not hold would corrupt it, hence the same three conditions in each trigger.
+#
+# ``unicode61`` splits at ``_``, ``/``, ``.`` and ``:``, and a search term is matched as a
+# phrase of its words, so ``test_parse_header``, ``src/pkg/mod.py`` and
+# ``ModuleNotFoundError`` are found as typed. ``sid`` is the part's session id in hex, one
+# token whatever the id holds: a search of one session matches it in the index (``sid : <hex>
+# AND ...``), so it costs what that session holds, not what the whole database does.
+_INDEXED = "('text', 'reasoning', 'tool')"
+_NOT_BACKFILL = (
+    "NOT EXISTS (SELECT 1 FROM history_backfill WHERE {row}.rowid > done AND {row}.rowid <= upto)"
 )
+_HELD = (
+    "{row}.type IN " + _INDEXED + " AND "
+    "NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = {row}.rowid) AND " + _NOT_BACKFILL
+)
+_FORGET = (
+    "INSERT INTO history_fts (history_fts, rowid, body, sid) "
+    "SELECT 'delete', OLD.rowid, {body}, hex(OLD.session_id) WHERE {held};"
+)
+# (``NOT EXISTS``, not ``OR IGNORE``: in a trigger fired by an upsert, the upsert's own
+# conflict handling overrides the trigger statement's.)
+_NOTE = (
+    "INSERT INTO history_dirty (rid) SELECT NEW.rowid "
+    "WHERE NEW.type IN " + _INDEXED + " AND " + _NOT_BACKFILL.format(row="NEW") + " AND "
+    "NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = NEW.rowid);"
+)
+HISTORY_INDEX = f"""
+    DROP TRIGGER IF EXISTS history_on_insert;
+    DROP TRIGGER IF EXISTS history_on_update;
+    DROP TRIGGER IF EXISTS history_on_delete;
+    DROP TABLE IF EXISTS history_fts;
+    DROP TABLE IF EXISTS history_dirty;
+    DROP TABLE IF EXISTS history_backfill;
+    CREATE VIEW history_src AS
+    SELECT rowid AS rid, {history_body("parts")} AS body, hex(session_id) AS sid
+    FROM parts WHERE type IN {_INDEXED};
+    CREATE VIRTUAL TABLE history_fts USING fts5 (
+        body, sid, content = 'history_src', content_rowid = 'rid',
+        tokenize = "unicode61 remove_diacritics 2"
+    );
+    CREATE TABLE history_dirty (rid INTEGER PRIMARY KEY);
+    CREATE TABLE history_backfill (done INTEGER NOT NULL, upto INTEGER NOT NULL);
+    INSERT INTO history_backfill (done, upto)
+    SELECT 0, rowid FROM parts ORDER BY rowid DESC LIMIT 1;
+    CREATE TRIGGER history_on_insert AFTER INSERT ON parts
+    WHEN NEW.type IN {_INDEXED}
+    BEGIN
+        {_NOTE}
+    END;
+    CREATE TRIGGER history_on_update AFTER UPDATE OF data, type ON parts
+    WHEN {history_body("OLD")} IS NOT {history_body("NEW")}
+    BEGIN
+        {_FORGET.format(body=history_body("OLD"), held=_HELD.format(row="OLD"))}
+        {_NOTE}
+    END;
+    CREATE TRIGGER history_on_delete AFTER DELETE ON parts
+    WHEN OLD.type IN {_INDEXED}
+    BEGIN
+        {_FORGET.format(body=history_body("OLD"), held=_HELD.format(row="OLD"))}
+        DELETE FROM history_dirty WHERE rid = OLD.rowid;
+    END;
+"""
+
+#: Is anything noted for the index? (Asked before every commit: a plain-table probe.)
+HISTORY_PENDING = "SELECT 1 FROM history_dirty LIMIT 1"
 #: The noted parts' current text into the index (a part now of a kind not indexed stays out),
 #: in the transaction about to commit.
 HISTORY_FLUSH = (
@@ -87,17 +151,18 @@ HISTORY_FLUSH = (
     # CROSS JOIN keeps the noted rows the outer loop: with the filter on ``parts`` the
     # planner would otherwise scan every part at every commit.
     "FROM history_dirty CROSS JOIN parts ON parts.rowid = history_dirty.rid "
-    "WHERE parts.type IN ('text', 'reasoning', 'tool')",
+    f"WHERE parts.type IN {_INDEXED}",
     "DELETE FROM history_dirty",
 )
 
 # The parts stored before the index existed: ``Store.backfill_history`` indexes them by rowid
 # in chunks (each one op of the group commit, so writes go on meanwhile), recording how far
-# it got in ``history_backfill`` and dropping the row at the end.
+# it got in ``history_backfill`` and dropping the row at the end. No trigger touches the index
+# entry of a part in the range still to do, so a chunk only adds.
 BACKFILL_CHUNK = f"""
     INSERT INTO history_fts (rowid, body, sid)
     SELECT parts.rowid, {history_body("parts")}, hex(parts.session_id) FROM parts
-    WHERE parts.rowid > ? AND parts.rowid <= ? AND parts.type IN ('text', 'reasoning', 'tool')
+    WHERE parts.rowid > ? AND parts.rowid <= ? AND parts.type IN {_INDEXED}
 """
 
 MIGRATIONS: list[str] = [
@@ -176,7 +241,9 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX compactions_by_session ON compactions (session_id, created, message_id);
     """,
-    # 4: the history search index
+    # 4: the history search index, first form
+    _HISTORY_INDEX_4,
+    # 5: the history search index without its own copy of the text (indexed anew)
     HISTORY_INDEX,
 ]
 

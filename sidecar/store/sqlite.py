@@ -26,7 +26,6 @@ from sidecar.store.cache import WindowCache
 from sidecar.store.commit import TRUNCATE_WAIT_MS, WAL_SIZE_LIMIT, GroupCommit
 from sidecar.store.schema import (
     HISTORY_FLUSH,
-    HISTORY_FLUSH_OLD,
     HISTORY_PENDING,
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -272,11 +271,8 @@ class SqliteReader(ReadOnly):
 
 def flush_history(conn: sqlite3.Connection) -> None:
     """Index the parts this transaction wrote (``schema.HISTORY_FLUSH``), if it wrote any."""
-    pending = conn.execute(HISTORY_PENDING).fetchone()[0]
-    if pending is None:
+    if conn.execute(HISTORY_PENDING).fetchone() is None:
         return
-    if pending:
-        conn.execute(HISTORY_FLUSH_OLD)
     for sql in HISTORY_FLUSH:
         conn.execute(sql)
 

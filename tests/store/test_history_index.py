@@ -16,7 +16,7 @@ from sidecar.store.sqlite import _split
 
 PARTS = 2 * history.CHUNK_PARTS + 7  # three chunks
 #: The schema version before the index's migration.
-BEFORE = lite.MIGRATIONS.index(lite.HISTORY_INDEX)
+BEFORE = lite.MIGRATIONS.index(lite._HISTORY_INDEX_4)
 
 
 def _rows() -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
@@ -55,7 +55,7 @@ async def _old_database(db: str | Path) -> None:
             "DROP FUNCTION sidecar_history(); DROP FUNCTION sidecar_history_body(TEXT, TEXT); "
             f"UPDATE schema_version SET version = {BEFORE}"
         )
-        assert BEFORE == len(pg.MIGRATIONS) - 1, "the downgrade above undoes the last one only"
+        assert pg.MIGRATIONS[BEFORE + 1 :] == ["SELECT 1"], "the downgrade undoes migration 4 only"
         await pconn.execute("INSERT INTO sessions VALUES ($1, $2, $3, $4, $5)", *session)
         await pconn.executemany(
             "INSERT INTO messages VALUES ($1, $2, $3, $4, $5, $6, $7)", messages

@@ -1,0 +1,206 @@
+"""SQLite's history index keeps no copy of the text, so it must be told exactly what to forget:
+whatever mix of writes, rewrites that leave the text alone (a prune's mark), kind changes,
+deletions (by cascade too), rolled-back transactions and a first-open backfill running
+between them, the index ends equal to the parts (FTS5's own check against its content), and
+a search finds each part by its current text only."""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from sidecar.store import schema
+from sidecar.store.sqlite import _split, flush_history
+from sidecar.store.statements import UPSERT_PART
+
+KINDS = ("text", "reasoning", "tool", "step-start")
+
+
+def _open(path: Path, version: int) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    have = conn.execute("SELECT version FROM schema_version").fetchone()
+    start = have[0] if have else 0
+    if not have:
+        conn.execute("INSERT INTO schema_version VALUES (0)")
+    for target in range(start + 1, version + 1):
+        conn.execute("BEGIN")
+        for stmt in _split(schema.MIGRATIONS[target - 1]):
+            conn.execute(stmt)
+        conn.execute("UPDATE schema_version SET version = ?", (target,))
+        conn.execute("COMMIT")
+    return conn
+
+
+def _data(kind: str, word: str, compacted: int | None = None) -> str:
+    if kind == "tool":
+        state = {"status": "completed", "input": {"cmd": f"run {word}"}, "output": f"out {word}"}
+        if compacted is not None:
+            state["time"] = {"compacted": compacted}
+        return json.dumps({"type": "tool", "tool": "bash", "state": state})
+    if kind == "step-start":
+        return json.dumps({"type": kind})
+    return json.dumps({"type": kind, "text": f"said {word}"})
+
+
+class World:
+    """The parts as the test believes them to be, beside the database."""
+
+    def __init__(self, conn: sqlite3.Connection, rng: random.Random) -> None:
+        self.conn = conn
+        self.rng = rng
+        self.serial = 0
+        self.messages: dict[str, str] = {}  # message id -> session id
+
+    def word(self) -> str:
+        self.serial += 1
+        return f"w{self.serial:05d}z"
+
+    def message(self) -> str:
+        session = f"ses_{self.rng.randrange(3)}"
+        mid = f"msg_{self.serial:05d}"
+        self.serial += 1
+        self.conn.execute("INSERT OR IGNORE INTO sessions VALUES (?, NULL, 1, 1, '{}')", (session,))
+        self.conn.execute(
+            "INSERT INTO messages (id, session_id, created, role, parent_id, summary_ok, data) "
+            "VALUES (?, ?, ?, 'assistant', NULL, 0, '{}')",
+            (mid, session, self.serial),
+        )
+        self.messages[mid] = session
+        return mid
+
+    def parts(self) -> list[tuple[str, str, str, str]]:
+        return self.conn.execute("SELECT id, message_id, session_id, type FROM parts").fetchall()
+
+    def write(self, pid: str, mid: str, kind: str, data: str) -> None:
+        self.conn.execute(UPSERT_PART, (pid, mid, self.messages[mid], kind, data))
+
+    def step(self) -> None:
+        rng = self.rng
+        parts = self.parts()
+        op = rng.random()
+        if op < 0.35 or not parts:
+            mid = rng.choice(list(self.messages)) if self.messages and rng.random() < 0.7 else None
+            mid = mid or self.message()
+            kind = rng.choice(KINDS)
+            self.write(f"prt_{self.word()}", mid, kind, _data(kind, self.word()))
+            return
+        pid, mid, _, kind = rng.choice(parts)
+        if op < 0.55:  # new text, same kind
+            self.write(pid, mid, kind, _data(kind, self.word()))
+        elif op < 0.7:  # a prune's mark: the indexed text stays as it is
+            self.conn.execute(
+                "UPDATE parts SET data = json_set(data, '$.state.time.compacted', ?) WHERE id = ?",
+                (self.serial, pid),
+            )
+        elif op < 0.8:  # another kind, maybe one not indexed
+            new = rng.choice(KINDS)
+            self.write(pid, mid, new, _data(new, self.word()))
+        elif op < 0.9:
+            self.conn.execute("DELETE FROM parts WHERE id = ?", (pid,))
+        elif op < 0.95:
+            self.conn.execute("DELETE FROM messages WHERE id = ?", (mid,))
+            self.messages.pop(mid, None)
+        else:
+            session = self.messages[mid]
+            self.conn.execute("DELETE FROM sessions WHERE id = ?", (session,))
+            self.messages = {m: s for m, s in self.messages.items() if s != session}
+
+    def backfill_chunk(self) -> bool:
+        """One chunk of the first-open backfill, as ``history.backfill`` runs it."""
+        row = self.conn.execute("SELECT done, upto FROM history_backfill").fetchone()
+        if row is None:
+            return False
+        done, upto = row
+        end = min(upto, done + self.rng.randrange(1, 8))
+        self.conn.execute(schema.BACKFILL_CHUNK, (done, end))
+        if end == upto:
+            self.conn.execute("DELETE FROM history_backfill")
+        else:
+            self.conn.execute("UPDATE history_backfill SET done = ?", (end,))
+        return True
+
+
+def _check(conn: sqlite3.Connection) -> None:
+    conn.execute("INSERT INTO history_fts (history_fts, rank) VALUES ('integrity-check', 1)")
+    rows = conn.execute("SELECT rowid, type, data, session_id FROM parts").fetchall()
+    for rowid, kind, data, session in rows:
+        if kind == "step-start":
+            continue
+        found = conn.execute(
+            "SELECT rowid FROM history_fts WHERE history_fts MATCH ?",
+            ('"' + _word_of(data) + '"',),
+        ).fetchall()
+        assert found == [(rowid,)], (rowid, kind, data)
+        hexsid = session.encode().hex().upper()
+        hits = conn.execute(
+            "SELECT count(*) FROM history_fts WHERE history_fts MATCH ?",
+            (f'sid : {hexsid} AND "{_word_of(data)}"',),
+        ).fetchone()
+        assert hits == (1,)
+
+
+def _word_of(data: str) -> str:
+    return next(w for w in data.replace('"', " ").replace("}", " ").split() if w.endswith("z"))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_index_stays_equal_to_the_parts(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    path = tmp_path / "h.db"
+    # Parts stored by a version before the index's current form (v4, its first form, holds
+    # entries of its own), then upgraded: the backfill runs between the later writes.
+    conn = _open(path, schema.MIGRATIONS.index(schema._HISTORY_INDEX_4) + 1)
+    world = World(conn, rng)
+    conn.execute("BEGIN")
+    for _ in range(40):
+        world.step()
+    flush_history(conn)
+    conn.execute("COMMIT")
+    conn.close()
+    conn = _open(path, schema.SCHEMA_VERSION)
+    world.conn = conn
+    assert conn.execute("SELECT count(*) FROM history_backfill").fetchone() == (1,)
+    for _ in range(60):  # transactions
+        conn.execute("BEGIN")
+        for _ in range(rng.randrange(1, 6)):
+            world.step()
+            if rng.random() < 0.2:
+                world.backfill_chunk()
+        if rng.random() < 0.15:
+            conn.execute("ROLLBACK")
+            world.messages = dict(conn.execute("SELECT id, session_id FROM messages").fetchall())
+            continue
+        flush_history(conn)
+        conn.execute("COMMIT")
+    conn.execute("BEGIN")
+    while world.backfill_chunk():
+        pass
+    flush_history(conn)
+    conn.execute("COMMIT")
+    _check(conn)
+    conn.close()
+
+
+def test_a_rewrite_that_leaves_the_text_alone_does_not_touch_the_index(tmp_path: Path) -> None:
+    conn = _open(tmp_path / "h.db", schema.SCHEMA_VERSION)
+    world = World(conn, random.Random(0))
+    conn.execute("BEGIN")
+    mid = world.message()
+    world.write("prt_a", mid, "tool", _data("tool", "alpha1z"))
+    flush_history(conn)
+    conn.execute("COMMIT")
+    changes = conn.total_changes
+    conn.execute("BEGIN")
+    world.write("prt_a", mid, "tool", _data("tool", "alpha1z", compacted=5))
+    assert conn.execute("SELECT count(*) FROM history_dirty").fetchone() == (0,)
+    # The upsert itself, and nothing in the index's tables.
+    assert conn.total_changes == changes + 1
+    flush_history(conn)
+    conn.execute("COMMIT")
+    _check(conn)
