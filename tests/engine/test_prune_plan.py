@@ -1,4 +1,4 @@
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import msgspec
 import pytest
@@ -111,14 +111,26 @@ def test_parts_are_walked_newest_first_within_a_message() -> None:
     assert p.tokens_saved == 55_000
 
 
-def test_summary_message_stops_the_walk_lazily() -> None:
+@pytest.mark.parametrize(
+    ("older", "stop", "newer"),
+    [
+        (50_000, lambda s: s.compact()[1], 25_000),
+        (30_000, lambda s: s.turn(tool(output=chars(1_000), compacted=123)), 20_000),
+    ],
+    ids=["summary message", "compacted output"],
+)
+def test_the_walk_stops_lazily_at(
+    older: int, stop: Callable[[Session], WithParts], newer: int
+) -> None:
+    """A finished summary, or an output pruned before, ends the whole walk: nothing older is
+    even read."""
     s = Session()
-    before = s.turn(tool(output=chars(50_000)))
-    _, summary = s.compact()
+    before = s.turn(tool(output=chars(older)))
+    boundary = stop(s)
     b = s.turn(tool(output=chars(45_000)))
-    s.turn(tool(output=chars(25_000)))
+    s.turn(tool(output=chars(newer)))
     with_recent_turns(s)
-    p = plan(guarded(s.newest_first(), summary.info.id), CFG)
+    p = plan(guarded(s.newest_first(), boundary.info.id), CFG)
     assert p == PrunePlan([tool_of(b).id], 45_000, True, [tool_of(b)])
     assert tool_of(before).id not in p.part_ids
 
@@ -149,18 +161,6 @@ def test_protected_tools_are_skipped_and_not_counted() -> None:
     # skill 50k crosses with bash: 80k; read is protected now.
     assert custom.part_ids == [tool_of(msg, 1).id]
     assert custom.tokens_saved == 50_000
-
-
-def test_compacted_output_stops_the_whole_walk() -> None:
-    s = Session()
-    oldest = s.turn(tool(output=chars(30_000)))
-    boundary = s.turn(tool(output=chars(1_000), compacted=123))
-    b = s.turn(tool(output=chars(45_000)))
-    s.turn(tool(output=chars(20_000)))
-    with_recent_turns(s)
-    p = plan(guarded(s.newest_first(), boundary.info.id), CFG)
-    assert p == PrunePlan([tool_of(b).id], 45_000, True, [tool_of(b)])
-    assert tool_of(oldest).id not in p.part_ids
 
 
 def test_compacted_output_stops_before_older_parts_of_its_message() -> None:
