@@ -59,9 +59,23 @@ async def test_non_numeric_content_length_is_32700_and_serving_continues(
     await still_serving(shared)
 
 
-async def test_header_line_without_colon_is_32700(shared: Client) -> None:
-    shared.send_raw(b"this is not a header\r\n\r\n")
-    await shared.wait_for_error(error_with(PARSE_ERROR, "malformed header"))
+@pytest.mark.parametrize(
+    ("raw", "code", "needle"),
+    [
+        (b"this is not a header\r\n\r\n", PARSE_ERROR, "malformed header"),
+        (
+            rpc_frame(b'{"jsonrpc": "2.0", "id": null, "method": "session/list"}'),
+            INVALID_REQUEST,
+            "id",
+        ),
+    ],
+    ids=["header line without colon is 32700", "request with null id is 32600"],
+)
+async def test_bad_input_without_a_usable_id_gets_its_error(
+    shared: Client, raw: bytes, code: int, needle: str
+) -> None:
+    shared.send_raw(raw)
+    await shared.wait_for_error(error_with(code, needle))
     await still_serving(shared)
 
 
@@ -99,12 +113,6 @@ async def test_wrong_or_missing_jsonrpc_version_is_32600_for_that_id(
     assert err.value.code == INVALID_REQUEST
     assert err.value.request_id == call.id
     assert "jsonrpc" in err.value.message
-    await still_serving(shared)
-
-
-async def test_request_with_null_id_is_32600(shared: Client) -> None:
-    shared.send_frame(b'{"jsonrpc": "2.0", "id": null, "method": "session/list"}')
-    await shared.wait_for_error(error_with(INVALID_REQUEST, "id"))
     await still_serving(shared)
 
 

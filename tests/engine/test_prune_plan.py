@@ -76,9 +76,21 @@ def test_one_token_over_the_minimum_commits() -> None:
     assert (p.part_ids, p.tokens_saved, p.commit) == ([tool_of(old).id], 20_001, True)
 
 
-def test_exactly_the_protect_budget_is_protected() -> None:
+@pytest.mark.parametrize(
+    "turns",
+    [
+        [[tool(output=chars(40_000))]],
+        [
+            [tool(status="error", error=chars(50_000)), tool(status="running")],
+            [tool(output=chars(40_000))],
+        ],
+    ],
+    ids=["exactly the protect budget is protected", "unfinished tools are ignored"],
+)
+def test_nothing_to_prune(turns: list[list[ToolPart]]) -> None:
     s = Session()
-    s.turn(tool(output=chars(40_000)))
+    for parts in turns:
+        s.turn(*parts)
     with_recent_turns(s)
     assert plan(s.newest_first(), CFG) == PrunePlan([], 0, False)
 
@@ -180,14 +192,6 @@ def test_compacted_protected_tool_does_not_stop() -> None:
     s.turn(tool("skill", chars(5), compacted=1), tool(output=chars(40_000)))
     with_recent_turns(s)
     assert plan(s.newest_first(), CFG).part_ids == [tool_of(old).id]
-
-
-def test_unfinished_tools_are_ignored() -> None:
-    s = Session()
-    s.turn(tool(status="error", error=chars(50_000)), tool(status="running"))
-    s.turn(tool(output=chars(40_000)))
-    with_recent_turns(s)
-    assert plan(s.newest_first(), CFG) == PrunePlan([], 0, False)
 
 
 def test_custom_thresholds() -> None:
