@@ -162,6 +162,30 @@ def serve_command(db: Path) -> list[str]:
     return [sys.executable, "-m", "sidecar", "serve", "--db", str(db)]
 
 
+def serve_requests(
+    where: Path,
+    ending: str,
+    *,
+    stdin_kind: str,
+    stdout_kind: str,
+    env: dict[str, str],
+    timeout: float = 120.0,
+) -> tuple[Path, int, bytes, list[str]]:
+    """``run_requests`` against ``serve`` on a new database ``where/s.db``: (the database, exit
+    status, stderr, what was wrong with the replies)."""
+    db = where / "s.db"
+    code, err, problems = run_requests(
+        serve_command(db),
+        ending,
+        stdin_kind=stdin_kind,
+        stdout_kind=stdout_kind,
+        where=where,
+        env=env,
+        timeout=timeout,
+    )
+    return db, code, err, problems
+
+
 def connect_command(socket: str | Path) -> list[str]:
     return [sys.executable, "-m", "sidecar", "connect", "--socket", str(socket)]
 
