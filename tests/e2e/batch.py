@@ -162,27 +162,11 @@ def serve_command(db: Path) -> list[str]:
     return [sys.executable, "-m", "sidecar", "serve", "--db", str(db)]
 
 
-def serve_requests(
-    where: Path,
-    ending: str,
-    *,
-    stdin_kind: str,
-    stdout_kind: str,
-    env: dict[str, str],
-    timeout: float = 120.0,
-) -> tuple[Path, int, bytes, list[str]]:
-    """``run_requests`` against ``serve`` on a new database ``where/s.db``: (the database, exit
-    status, stderr, what was wrong with the replies)."""
+def serve_requests(where: Path, ending: str, **how: Any) -> tuple[Path, int, bytes, list[str]]:
+    """``run_requests`` against ``serve`` on a new database ``where/s.db`` (``how``: the stdin
+    and stdout kinds, env, timeout): (the database, exit status, stderr, what was wrong)."""
     db = where / "s.db"
-    code, err, problems = run_requests(
-        serve_command(db),
-        ending,
-        stdin_kind=stdin_kind,
-        stdout_kind=stdout_kind,
-        where=where,
-        env=env,
-        timeout=timeout,
-    )
+    code, err, problems = run_requests(serve_command(db), ending, where=where, **how)
     return db, code, err, problems
 
 
