@@ -56,24 +56,20 @@ def test_all_parts_beyond_the_budget_are_candidates() -> None:
     assert tool_of(c).id not in p.part_ids
 
 
-def test_exactly_the_minimum_does_not_commit() -> None:
+@pytest.mark.parametrize(
+    ("tokens", "commit"),
+    [(20_000, False), (20_001, True)],
+    ids=["exactly the minimum does not commit", "one token over the minimum commits"],
+)
+def test_the_minimum_decides_the_commit(tokens: int, commit: bool) -> None:
     s = Session()
-    old = s.turn(tool(output=chars(20_000)))
+    old = s.turn(tool(output=chars(tokens)))
     s.turn(tool(output=chars(40_000)))
     with_recent_turns(s)
     p = plan(s.newest_first(), CFG)
     assert p.part_ids == [tool_of(old).id]
-    assert p.tokens_saved == 20_000
-    assert p.commit is False
-
-
-def test_one_token_over_the_minimum_commits() -> None:
-    s = Session()
-    old = s.turn(tool(output=chars(20_001)))
-    s.turn(tool(output=chars(40_000)))
-    with_recent_turns(s)
-    p = plan(s.newest_first(), CFG)
-    assert (p.part_ids, p.tokens_saved, p.commit) == ([tool_of(old).id], 20_001, True)
+    assert p.tokens_saved == tokens
+    assert p.commit is commit
 
 
 @pytest.mark.parametrize(
