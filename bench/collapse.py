@@ -34,6 +34,7 @@ from typing import Any
 
 import msgspec
 from _host import Host  # bench/ is the script's own directory on sys.path
+from recall import replay_args, to_part
 
 from sidecar.engine import ledger
 from sidecar.engine.service import Engine
@@ -51,21 +52,13 @@ from sidecar.model.messages import (
 )
 from sidecar.model.parts import (
     Part,
-    ReasoningPart,
-    TextPart,
-    ToolCompleted,
-    ToolError,
-    ToolPart,
-    ToolTime,
 )
 from sidecar.model.session import Session, SessionTime
 from sidecar.model.tokens import CacheTokens, Tokens
-from sidecar.replay.transcript import TMessage, TPart, Transcript, load
+from sidecar.replay.transcript import TMessage, Transcript, load
 from sidecar.store import Store
 
 enc = msgspec.json.encode
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DIR = ROOT.parent / "shared" / "transcripts"
 NAMED = (
     "pi-before-compaction",
     "pi-large-session",
@@ -125,27 +118,6 @@ class Replay:
         self.written.update({p.id: r for p, r in zip(parts, raws, strict=True)})
         await self.store.put_many([(info, raw)], list(zip(parts, raws, strict=True)))
 
-    def part(self, p: TPart, sid: str, mid: str, t: int) -> Part:
-        pid = new_id("prt")
-        if p.type == "text":
-            return TextPart(id=pid, session_id=sid, message_id=mid, text=p.text)
-        if p.type == "reasoning":
-            return ReasoningPart(id=pid, session_id=sid, message_id=mid, text=p.text)
-        time_ = ToolTime(start=t, end=t)
-        state: ToolCompleted | ToolError
-        if p.status == "error":
-            state = ToolError(input=p.input, error=p.output or "Tool execution aborted", time=time_)
-        else:
-            state = ToolCompleted(input=p.input, output=p.output, title=p.tool, time=time_)
-        return ToolPart(
-            id=pid,
-            session_id=sid,
-            message_id=mid,
-            call_id=p.callID or new_id("prt"),
-            tool=p.tool,
-            state=state,
-        )
-
     async def context(self, session: Session, raws: dict[str, str] | None = None) -> Any:
         return await load_window(self.store, session, raws)
 
@@ -175,12 +147,12 @@ class Replay:
                     agent="build",
                 )
                 parent = info_u.id
-                await self.put(info_u, [self.part(p, sid, info_u.id, created) for p in m.parts])
+                await self.put(info_u, [to_part(p, sid, info_u.id, created) for p in m.parts])
                 continue
             window = await self.context(session)
             prompt = estimate_messages(window)
             mid = new_id("msg")
-            parts = [self.part(p, sid, mid, created) for p in m.parts]
+            parts = [to_part(p, sid, mid, created) for p in m.parts]
             nxt: TMessage | None = t.messages[index + 1] if index + 1 < len(t.messages) else None
             has_tools = any(p.type == "tool" for p in m.parts)
             finish = (
@@ -358,10 +330,7 @@ def summary_line(r: Result, window: int) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--context", type=int, default=64_000)
-    ap.add_argument("--output", type=int, default=8_000)
-    ap.add_argument("--transcripts", type=Path, default=DEFAULT_DIR)
+    ap = replay_args(__doc__, 64_000, 8_000)
     ap.add_argument("--min-messages", type=int, default=100)
     ap.add_argument("--prune", action="store_true", help="also prune at turn ends")
     args = ap.parse_args()

@@ -53,15 +53,8 @@ def serve_runs(repeat: int) -> tuple[int, int, list[str]]:
     cases = itertools.product(batch.ENDINGS, ("file", "pipe"), ("file", "pipe"), range(repeat))
     for ending, stdin_kind, stdout_kind, n in cases:
         with tempfile.TemporaryDirectory(prefix="eoi-") as tmp:
-            where = Path(tmp)
-            db = where / "s.db"
-            code, err, problems = batch.run_requests(
-                batch.serve_command(db),
-                ending,
-                stdin_kind=stdin_kind,
-                stdout_kind=stdout_kind,
-                where=where,
-                env=_env(),
+            db, code, err, problems = batch.serve_requests(
+                Path(tmp), ending, stdin_kind=stdin_kind, stdout_kind=stdout_kind, env=_env()
             )
             if code != 0:
                 problems.append(f"exit status {code}")

@@ -425,6 +425,25 @@ def assistant_turn(
     return info, parts
 
 
+class Clock:
+    """Creation times for replayed messages: ascending, never behind the wall clock, and after
+    everything the engine stored (a compaction stamps what it adds with its own clock)."""
+
+    def __init__(self, engine: Engine, store: Store, sid: str, start: int) -> None:
+        self.engine, self.store, self.sid, self.last = engine, store, sid, start
+
+    def tick(self) -> int:
+        self.last = max(self.last + 1, now_ms())
+        return self.last
+
+    async def settle(self) -> None:
+        """Let the engine finish its automatic work, then move past what it stored."""
+        await self.engine.settle()
+        msgs = await self.store.window(self.sid)
+        if msgs:
+            self.last = max(self.last, max(m.info.time.created for m in msgs))
+
+
 def to_part(p: TPart, sid: str, mid: str, t: int) -> Part:
     pid = new_id("prt")
     if p.type == "text":
@@ -477,22 +496,11 @@ async def replay(t: Transcript, args: argparse.Namespace, stub: Stub = "opencode
                 id=new_id("ses"), title=t.session, time=SessionTime(created=now, updated=now)
             )
             await store.put_session(session)
-            sid, parent, last = session.id, "", now
-
-            def tick() -> int:
-                nonlocal last
-                last = max(last + 1, now_ms())
-                return last
+            sid, parent = session.id, ""
+            clock = Clock(engine, store, sid, now)
 
             async def window() -> list[WithParts]:
                 return list(await load_window(store, session))
-
-            async def settle() -> None:
-                nonlocal last
-                await engine.settle()
-                msgs = await store.window(sid)
-                if msgs:
-                    last = max(last, max(m.info.time.created for m in msgs))
 
             def size(msgs: list[WithParts]) -> int:  # as sent: informative stubs included
                 return estimate_messages(msgs) + render.stub_extra(msgs, stub)
@@ -506,7 +514,7 @@ async def replay(t: Transcript, args: argparse.Namespace, stub: Stub = "opencode
                         run.errors.append(str(params.error))
 
             for index, m in enumerate(t.messages):
-                created = tick()
+                created = clock.tick()
                 info: UserMessage | AssistantMessage
                 if m.role == "user":
                     info = UserMessage(
@@ -528,14 +536,14 @@ async def replay(t: Transcript, args: argparse.Namespace, stub: Stub = "opencode
                     seen = len(host.events)
                     engine.message_stored(info)
                     engine.end_turn(sid)  # as the runner's session/idle does
-                    await settle()
+                    await clock.settle()
                     count(seen, before, size(await window()))
             # The closing compaction: the window a fresh session would start from.
             before = size(await window())
             seen = len(host.events)
             if not args.no_closing:
                 await engine.compact(Request(session_id=sid))
-                await settle()
+                await clock.settle()
             final = await window()
             run.final = size(final)
             count(seen, before, run.final)
@@ -590,11 +598,17 @@ def _cells(figures: dict[str, tuple[int, int]]) -> tuple[str, bool]:
     return ", ".join(cells), ok
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--context", type=int, default=32_000)
-    ap.add_argument("--output", type=int, default=4_000)
+def replay_args(doc: str, context: int, output: int) -> argparse.ArgumentParser:
+    """The options of every transcript-replay bench: the model's window and the transcripts."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--context", type=int, default=context)
+    ap.add_argument("--output", type=int, default=output)
     ap.add_argument("--transcripts", type=Path, default=DEFAULT_DIR)
+    return ap
+
+
+def main() -> None:
+    ap = replay_args(__doc__, 32_000, 4_000)
     ap.add_argument(
         "--no-closing",
         action="store_true",

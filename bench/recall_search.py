@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from _host import Host  # bench/ is the script's own directory on sys.path
-from recall import DEFAULT_DIR, _enc, assistant_turn, norm, to_part, window_text
+from recall import Clock, _enc, assistant_turn, norm, replay_args, to_part, window_text
 
 from sidecar.engine.compactor import Request
 from sidecar.engine.service import Engine
@@ -82,24 +82,13 @@ async def replay(store: Store, t: Transcript, context: int, output: int) -> Repl
     now = now_ms()
     session = Session(id=new_id("ses"), title=t.session, time=SessionTime(created=now, updated=now))
     await store.put_session(session)
-    sid, parent, last = session.id, "", now
+    sid, parent = session.id, ""
+    clock = Clock(engine, store, sid, now)
     out = Replayed(t.session, sid, "")
-
-    def tick() -> int:
-        nonlocal last
-        last = max(last + 1, now_ms())
-        return last
-
-    async def settle() -> None:
-        nonlocal last
-        await engine.settle()
-        msgs = await store.window(sid)
-        if msgs:
-            last = max(last, max(m.info.time.created for m in msgs))
 
     try:
         for index, m in enumerate(t.messages):
-            created = tick()
+            created = clock.tick()
             info: UserMessage | AssistantMessage
             if m.role == "user":
                 info = UserMessage(
@@ -114,9 +103,9 @@ async def replay(store: Store, t: Transcript, context: int, output: int) -> Repl
             await store.put_many([(info, _enc(info))], [(p, _enc(p)) for p in parts])
             if isinstance(info, AssistantMessage):
                 engine.message_stored(info)
-                await settle()
+                await clock.settle()
         await engine.compact(Request(session_id=sid))
-        await settle()
+        await clock.settle()
         out.window = norm(window_text(await load_window(store, session)))
     finally:
         await engine.close()
@@ -336,10 +325,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--context", type=int, default=32_000)
-    ap.add_argument("--output", type=int, default=4_000)
-    ap.add_argument("--transcripts", type=Path, default=DEFAULT_DIR)
+    ap = replay_args(__doc__, 32_000, 4_000)
     ap.add_argument("--sample", type=int, default=200)
     ap.add_argument("--parts", type=int, default=1_000_000)
     ap.add_argument("--like", type=int, default=40)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.paths import ROOT
 
 #: Citations of material outside the repository.
 OUTSIDE = re.compile(r"\bDESIGN\b|\.\./shared\b|opencode-facts")

@@ -11,7 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import ROOT
+
 PACKAGE = ROOT / "sidecar"
 
 

@@ -162,6 +162,14 @@ def serve_command(db: Path) -> list[str]:
     return [sys.executable, "-m", "sidecar", "serve", "--db", str(db)]
 
 
+def serve_requests(where: Path, ending: str, **how: Any) -> tuple[Path, int, bytes, list[str]]:
+    """``run_requests`` against ``serve`` on a new database ``where/s.db`` (``how``: the stdin
+    and stdout kinds, env, timeout): (the database, exit status, stderr, what was wrong)."""
+    db = where / "s.db"
+    code, err, problems = run_requests(serve_command(db), ending, where=where, **how)
+    return db, code, err, problems
+
+
 def connect_command(socket: str | Path) -> list[str]:
     return [sys.executable, "-m", "sidecar", "connect", "--socket", str(socket)]
 

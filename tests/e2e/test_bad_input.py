@@ -7,6 +7,7 @@ Errors the daemon cannot attribute to a request (framing, unparsable JSON) come 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable
 
 import pytest
 from sidecar_client import Client, RpcError
@@ -23,6 +24,14 @@ INVALID_PARAMS = -32602
 
 def error_with(code: int, text: str = "") -> object:
     return lambda e: e.code == code and text in e.message
+
+
+async def rejected(call: Awaitable[object], code: int, needle: str) -> None:
+    """``call`` fails with ``code`` and a message naming ``needle``."""
+    with pytest.raises(RpcError) as err:
+        await call
+    assert err.value.code == code
+    assert needle in err.value.message
 
 
 async def still_serving(client: Client) -> None:
@@ -50,9 +59,23 @@ async def test_non_numeric_content_length_is_32700_and_serving_continues(
     await still_serving(shared)
 
 
-async def test_header_line_without_colon_is_32700(shared: Client) -> None:
-    shared.send_raw(b"this is not a header\r\n\r\n")
-    await shared.wait_for_error(error_with(PARSE_ERROR, "malformed header"))
+@pytest.mark.parametrize(
+    ("raw", "code", "needle"),
+    [
+        (b"this is not a header\r\n\r\n", PARSE_ERROR, "malformed header"),
+        (
+            rpc_frame(b'{"jsonrpc": "2.0", "id": null, "method": "session/list"}'),
+            INVALID_REQUEST,
+            "id",
+        ),
+    ],
+    ids=["header line without colon is 32700", "request with null id is 32600"],
+)
+async def test_bad_input_without_a_usable_id_gets_its_error(
+    shared: Client, raw: bytes, code: int, needle: str
+) -> None:
+    shared.send_raw(raw)
+    await shared.wait_for_error(error_with(code, needle))
     await still_serving(shared)
 
 
@@ -93,17 +116,10 @@ async def test_wrong_or_missing_jsonrpc_version_is_32600_for_that_id(
     await still_serving(shared)
 
 
-async def test_request_with_null_id_is_32600(shared: Client) -> None:
-    shared.send_frame(b'{"jsonrpc": "2.0", "id": null, "method": "session/list"}')
-    await shared.wait_for_error(error_with(INVALID_REQUEST, "id"))
-    await still_serving(shared)
-
-
 async def test_unknown_method_is_32601(shared: Client) -> None:
-    with pytest.raises(RpcError) as err:
-        await shared.request("session/doesNotExist", {})
-    assert err.value.code == METHOD_NOT_FOUND
-    assert "session/doesNotExist" in err.value.message
+    await rejected(
+        shared.request("session/doesNotExist", {}), METHOD_NOT_FOUND, "session/doesNotExist"
+    )
     await still_serving(shared)
 
 
@@ -121,40 +137,36 @@ async def test_missing_params_key_is_fine_when_all_params_are_optional(shared: C
 
 
 async def test_missing_params_key_names_the_required_field(shared: Client) -> None:
-    with pytest.raises(RpcError) as err:
-        await shared.request("session/get")
-    assert err.value.code == INVALID_PARAMS
-    assert "sessionID" in err.value.message
-    with pytest.raises(RpcError) as err:
-        await shared.request("part/remove", {"sessionID": "s", "messageID": "m"})
-    assert err.value.code == INVALID_PARAMS
-    assert "partID" in err.value.message
+    await rejected(shared.request("session/get"), INVALID_PARAMS, "sessionID")
+    await rejected(
+        shared.request("part/remove", {"sessionID": "s", "messageID": "m"}),
+        INVALID_PARAMS,
+        "partID",
+    )
 
 
 async def test_wrong_type_names_the_path(shared: Client) -> None:
-    with pytest.raises(RpcError) as err:
-        await shared.request("session/get", {"sessionID": 5})
-    assert err.value.code == INVALID_PARAMS
-    assert "$.sessionID" in err.value.message
+    await rejected(shared.request("session/get", {"sessionID": 5}), INVALID_PARAMS, "$.sessionID")
 
     session = await shared.create_session()
-    with pytest.raises(RpcError) as err:
-        await put_message(shared, user_message(session.id, role=5))
-    assert err.value.code == INVALID_PARAMS
-    assert "$.message.role" in err.value.message
+    await rejected(
+        put_message(shared, user_message(session.id, role=5)), INVALID_PARAMS, "$.message.role"
+    )
 
-    with pytest.raises(RpcError) as err:
-        await put_message(shared, user_message(session.id, role="robot"))
-    assert err.value.code == INVALID_PARAMS
-    assert "$.message.role" in err.value.message
+    await rejected(
+        put_message(shared, user_message(session.id, role="robot")),
+        INVALID_PARAMS,
+        "$.message.role",
+    )
 
-    with pytest.raises(RpcError) as err:
-        await put_message(shared, user_message(session.id, time={"created": "yesterday"}))
-    assert err.value.code == INVALID_PARAMS
-    assert "$.message.time.created" in err.value.message
+    await rejected(
+        put_message(shared, user_message(session.id, time={"created": "yesterday"})),
+        INVALID_PARAMS,
+        "$.message.time.created",
+    )
 
-    with pytest.raises(RpcError) as err:
-        await put_part(
+    await rejected(
+        put_part(
             shared,
             {
                 "sessionID": session.id,
@@ -164,24 +176,23 @@ async def test_wrong_type_names_the_path(shared: Client) -> None:
                 "tool": "bash",
                 "state": {"status": "exploded", "input": {}},
             },
-        )
-    assert err.value.code == INVALID_PARAMS
-    assert "$.part.state.status" in err.value.message
+        ),
+        INVALID_PARAMS,
+        "$.part.state.status",
+    )
 
-    with pytest.raises(RpcError) as err:
-        await shared.request("session/list", {"limit": "ten"})
-    assert err.value.code == INVALID_PARAMS
-    assert "$.limit" in err.value.message
+    await rejected(shared.request("session/list", {"limit": "ten"}), INVALID_PARAMS, "$.limit")
     # Nothing invalid was stored.
     assert (await stored(shared, session.id)).messages == []
 
 
 async def test_config_update_wrong_type_names_the_path(shared: Client) -> None:
     before = await shared.get_config()
-    with pytest.raises(RpcError) as err:
-        await shared.update_config({"compaction": {"auto": "yes please"}})
-    assert err.value.code == INVALID_PARAMS
-    assert "$.config.compaction.auto" in err.value.message
+    await rejected(
+        shared.update_config({"compaction": {"auto": "yes please"}}),
+        INVALID_PARAMS,
+        "$.config.compaction.auto",
+    )
     assert await shared.get_config() == before  # a rejected update changes nothing
 
 

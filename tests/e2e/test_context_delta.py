@@ -44,6 +44,14 @@ async def turn(client: Client, sid: str, text: str, output: int = 0) -> tuple[st
     return user["id"], reply["id"]
 
 
+async def session_of(client: Client, *, turns: int, output: int) -> str:
+    """A new session of ``turns`` turns ("step 0", "step 1", ...); returns its id."""
+    sid = (await client.create_session()).id
+    for i in range(turns):
+        await turn(client, sid, f"step {i}", output=output)
+    return sid
+
+
 def encoded(messages: list[Any]) -> bytes:
     return msgspec.json.encode(messages)
 
@@ -63,9 +71,7 @@ async def refreshed(client: Client, window: ContextWindow) -> object:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 async def test_appends_come_as_a_delta_that_assembles_the_window(shared: Client, fmt: str) -> None:
-    sid = (await shared.create_session()).id
-    for i in range(4):
-        await turn(shared, sid, f"step {i}", output=200)
+    sid = await session_of(shared, turns=4, output=200)
     window = shared.window(sid, fmt)
     first = await window.refresh()
     assert first.delta is False or first.delta is msgspec.UNSET
@@ -118,9 +124,7 @@ async def test_a_prune_gets_the_full_window(shared: Client, fmt: str) -> None:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 async def test_a_compaction_gets_the_full_window(shared: Client, fmt: str) -> None:
-    sid = (await shared.create_session()).id
-    for i in range(3):
-        await turn(shared, sid, f"step {i}", output=100)
+    sid = await session_of(shared, turns=3, output=100)
     window = shared.window(sid, fmt)
     await window.refresh()
     await shared.compact(sid)

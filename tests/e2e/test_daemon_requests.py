@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from client_writer import CLIENT_WRITER
 from sidecar_client import Client
 from wire import put_message, put_part, stored
 
@@ -37,10 +38,7 @@ async def test_compacting_hook_is_asked_during_compaction(spawner: Spawner) -> N
 
 
 async def test_client_summarizer_writes_the_summary(spawner: Spawner) -> None:
-    client = await spawner(
-        capabilities={"summarizer": True},
-        initialization_options={"summarizer": {"provider": "client"}},
-    )
+    client = await spawner(**CLIENT_WRITER)
     asked: list[Any] = []
 
     async def summarize(params: Any) -> Any:

@@ -29,13 +29,11 @@ def test_serve_answers_every_request_read_before_end_of_input(
     stdin_kind: str,
     stdout_kind: str,
 ) -> None:
-    db = tmp_path / "s.db"
-    code, err, problems = batch.run_requests(
-        batch.serve_command(db),
+    db, code, err, problems = batch.serve_requests(
+        tmp_path,
         ending,
         stdin_kind=stdin_kind,
         stdout_kind=stdout_kind,
-        where=tmp_path,
         env=merged_env(daemon_env),
         timeout=GUARD,
     )

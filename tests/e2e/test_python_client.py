@@ -25,9 +25,10 @@ from sidecar_client import (
 )
 from sidecar_client._transport import merged_env
 
+from tests.paths import ROOT
+
 from .conftest import Spawner
 
-ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "clients" / "python" / "README.md"
 
 

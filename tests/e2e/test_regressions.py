@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
+from client_writer import CLIENT_WRITER, HeldWriter
 from sidecar_client import RpcError, spawn
 
 from .conftest import Spawner
@@ -49,25 +48,15 @@ async def test_a_client_cannot_set_the_daemons_server_limits(spawner: Spawner) -
 
 
 async def test_cancel_request_cancels_an_in_flight_request(spawner: Spawner) -> None:
-    client = await spawner(
-        capabilities={"summarizer": True},
-        initialization_options={"summarizer": {"provider": "client"}},
-    )
-    entered = asyncio.Event()
-    release = asyncio.Event()
-
-    async def summarize(params: Any) -> Any:
-        entered.set()
-        await release.wait()
-        return {"text": "late summary"}
-
-    client.on_request("summarizer/complete", summarize)
+    client = await spawner(**CLIENT_WRITER)
+    held = HeldWriter("late summary")
+    client.on_request("summarizer/complete", held)
     session_id = await small_conversation(client)
     call = client.call("session/compact", {"sessionID": session_id})
-    await entered.wait()
+    await held.asked.wait()
     client.notify("$/cancelRequest", {"id": call.id})
     await client.list_sessions()  # the cancel has been read by now
-    release.set()
+    held.release.set()
     with pytest.raises(RpcError) as err:
         await call
     assert err.value.code == -32800

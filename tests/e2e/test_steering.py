@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from client_writer import CLIENT_WRITER, HeldWriter
 from sidecar_client import Client, ConnectionClosed, RpcError
 from wire import put_message, put_part, stored
 
@@ -564,28 +565,18 @@ async def test_uncompact_restore_pruned_gives_back_the_outputs(spawner: Spawner)
 
 
 async def test_uncompact_is_refused_while_compacting(unix_daemon: SocketDaemon) -> None:
-    writer = await unix_daemon.connect(
-        capabilities={"summarizer": True},
-        initialization_options={"summarizer": {"provider": "client"}},
-    )
+    writer = await unix_daemon.connect(**CLIENT_WRITER)
     other = await unix_daemon.connect()
-    release = asyncio.Event()
-    asked = asyncio.Event()
-
-    async def write(params: Any) -> dict[str, Any]:
-        asked.set()
-        await release.wait()
-        return {"text": "summary"}
-
-    writer.on_request("summarizer/complete", write)
+    held = HeldWriter()
+    writer.on_request("summarizer/complete", held)
     sid = (await writer.create_session()).id
     await turn(writer, sid, "x")
     running = asyncio.ensure_future(writer.request("session/compact", {"sessionID": sid}))
-    await asyncio.wait_for(asked.wait(), 30)
+    await asyncio.wait_for(held.asked.wait(), 30)
     with pytest.raises(RpcError) as err:
         await other.request("session/uncompact", {"sessionID": sid})
     assert err.value.code == -32044
-    release.set()
+    held.release.set()
     result = await running
     assert result["status"] == "continue"
     undone = await other.request("session/uncompact", {"sessionID": sid})

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from client_writer import CLIENT_WRITER, HeldWriter
 from pgcluster import execute
 from sidecar_client import Call, Client, ConnectionClosed, RpcError
 from wire import put_message, put_part, stored
@@ -767,19 +768,9 @@ async def test_f10_write_through_one_daemon_is_in_the_others_context(spawner: Sp
 
 
 async def test_f10_two_daemons_never_compact_one_session_twice(spawner: Spawner) -> None:
-    options: dict[str, Any] = {
-        "capabilities": {"summarizer": True},
-        "initialization_options": {"summarizer": {"provider": "client"}},
-    }
-    a = await spawner(**options)
-    b = await spawner(**options)
-    release = asyncio.Event()
-    a_started = asyncio.Event()
-
-    async def a_summary(params: Any) -> dict[str, Any]:
-        a_started.set()
-        await release.wait()
-        return {"text": "summary by A"}
+    a = await spawner(**CLIENT_WRITER)
+    b = await spawner(**CLIENT_WRITER)
+    a_summary = HeldWriter("summary by A")
 
     async def b_summary(params: Any) -> dict[str, Any]:
         return {"text": "summary by B"}
@@ -792,9 +783,9 @@ async def test_f10_two_daemons_never_compact_one_session_twice(spawner: Spawner)
     await b.context(session.id)  # B has the session cached too
 
     in_a: Call[Any] = a.call("session/compact", {"sessionID": session.id})
-    await asyncio.wait_for(a_started.wait(), 20)
+    await asyncio.wait_for(a_summary.asked.wait(), 20)
     in_b = await outcome(b.call("session/compact", {"sessionID": session.id}))
-    release.set()
+    a_summary.release.set()
     done_a = await outcome(in_a)
     assert not isinstance(done_a, RpcError), done_a
     if isinstance(in_b, RpcError):

@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from client_writer import CLIENT_WRITER
 from sidecar_client import Client, RpcError
 from wire import put_message, put_part, stored
 
@@ -181,10 +182,7 @@ async def test_turn_end_prunes_and_disable_prune_env(start: Spawn) -> None:
 
 
 async def test_client_summarizer_and_cancel(start: Spawn) -> None:
-    c = await start(
-        capabilities={"summarizer": True},
-        initialization_options={"summarizer": {"provider": "client"}},
-    )
+    c = await start(**CLIENT_WRITER)
     gate = asyncio.Event()
     started = asyncio.Event()
     calls: list[Any] = []

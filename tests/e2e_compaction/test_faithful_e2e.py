@@ -111,13 +111,20 @@ class Writer:
         a.update(finish="stop", tokens=tokens)
         return user, a
 
+    async def finished_turn(
+        self, text: str, *, tokens: dict[str, Any], output: str | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``turn`` and then its finishing write."""
+        user, a = await self.turn(text, tokens=tokens, output=output)
+        await put_message(self.c, a)
+        return user, a
+
 
 async def test_pipelined_context_behind_an_overflowing_write_is_compacted(start: Spawn) -> None:
     c = await start()
     sid = (await c.create_session()).id
     w = Writer(c, sid, MODEL, None)
-    _, a = await w.turn("Refactor src/app.py", tokens=usage(5_000), output="x" * 4_000)
-    await put_message(c, a)
+    _, a = await w.finished_turn("Refactor src/app.py", tokens=usage(5_000), output="x" * 4_000)
     _, a = await w.turn("Now add tests", tokens=usage(180_000))
     write = c.call("message/update", {"message": a})
     read = c.call("session/context", {"sessionID": sid, "format": "openai"})
@@ -140,8 +147,7 @@ async def test_replay_without_usage_never_serves_a_window_over_the_limit(start: 
     sizes: list[int] = []
     for i in range(12):
         # ~6k tokens of tool output a turn, and the server never reports usage.
-        _, a = await w.turn(f"step {i}", tokens=NO_USAGE, output=f"{i} " * 12_000)
-        await put_message(c, a)
+        await w.finished_turn(f"step {i}", tokens=NO_USAGE, output=f"{i} " * 12_000)
         ctx = await c.request("session/context", {"sessionID": sid, "format": "openai"})
         assert ctx["estimatedTokens"] <= usable, (i, ctx["estimatedTokens"])
         assert ctx["overflow"] is False
@@ -161,8 +167,7 @@ async def test_auto_compaction_off_truncates_one_huge_output_else_says_overflow(
     sid = (await c.create_session()).id
     w = Writer(c, sid, SMALL_MODEL, None)
     # One output alone larger than the window: cut in the rendering only, stored data intact.
-    _, a = await w.turn("huge", tokens=NO_USAGE, output="y" * 200_000)
-    await put_message(c, a)
+    await w.finished_turn("huge", tokens=NO_USAGE, output="y" * 200_000)
     ctx = await c.request("session/context", {"sessionID": sid, "format": "openai"})
     assert ctx["estimatedTokens"] <= 20_000 and ctx["overflow"] is False
     assert "[Tool output truncated to fit the context window" in json.dumps(ctx["messages"])
@@ -177,8 +182,7 @@ async def test_auto_compaction_off_truncates_one_huge_output_else_says_overflow(
     assert raw["estimatedTokens"] > 20_000 and raw["truncatedPartIDs"] == []
     # Many ordinary outputs: nothing to cut, no compaction allowed: said, not served silently.
     for i in range(40):
-        _, a = await w.turn(f"step {i}", tokens=NO_USAGE, output=f"{i} " * 700)
-        await put_message(c, a)
+        await w.finished_turn(f"step {i}", tokens=NO_USAGE, output=f"{i} " * 700)
     ctx = await c.request("session/context", {"sessionID": sid})
     assert ctx["overflow"] is True and ctx["usable"] == 20_000
     assert not c.notifications("session/compacted")
@@ -193,10 +197,9 @@ async def test_2023_timestamps_compact_three_times_and_keep_every_later_message(
     later: list[str] = []
     for i in range(12):
         over = i % 4 == 3
-        user, a = await w.turn(
+        user, a = await w.finished_turn(
             f"step {i}", tokens=usage(180_000 if over else 5_000), output="z" * 2_000
         )
-        await put_message(c, a)
         later += [user["id"], a["id"]]
         if over:
             later = []  # compacted away: the summary stands for them
@@ -219,8 +222,7 @@ async def test_a_message_without_a_time_sorts_after_the_compaction_it_follows(
     c = await start()
     sid = (await c.create_session()).id
     w = Writer(c, sid, MODEL, time.time_ns() // 1_000_000 + 600_000)  # ten minutes ahead
-    _, a = await w.turn("step", tokens=usage(180_000), output="z" * 2_000)
-    await put_message(c, a)
+    await w.finished_turn("step", tokens=usage(180_000), output="z" * 2_000)
     await c.request("session/idle", {"sessionID": sid})
     assert len(c.notifications("session/compacted")) == 1
     late = await put_message(c, {"role": "user", "sessionID": sid, "model": dict(MODEL)})
@@ -234,8 +236,7 @@ async def test_a_write_behind_the_boundary_is_reported(start: Spawn) -> None:
     c = await start()
     sid = (await c.create_session()).id
     w = Writer(c, sid, MODEL, T2023)
-    _, a = await w.turn("step", tokens=usage(180_000), output="z" * 2_000)
-    await put_message(c, a)
+    _, a = await w.finished_turn("step", tokens=usage(180_000), output="z" * 2_000)
     await c.context(sid)
     # Same millisecond as the compacted turn, after it by id: before the daemon's marker.
     late = {

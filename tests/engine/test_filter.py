@@ -1,4 +1,7 @@
+from typing import Any
+
 import msgspec
+import pytest
 
 from sidecar.engine.filter import filter_compacted, find_boundary
 
@@ -14,31 +17,29 @@ def test_no_compaction_keeps_everything() -> None:
     assert filter_compacted([]) == []
 
 
-def test_finished_summary_cuts_at_the_marker() -> None:
+@pytest.mark.parametrize(("eras", "boundary"), [(1, 2), (2, 6)])
+def test_the_latest_finished_summary_cuts_at_its_marker(eras: int, boundary: int) -> None:
+    """One compaction cuts at its marker; of two, the latest wins."""
     s = Session()
-    s.turn("old")
-    marker, summary = s.compact()
-    cont = s.user("Continue if you have next steps")
+    for era in range(eras):
+        s.turn(f"era {era}")
+        marker, summary = s.compact()
+    prompt = s.user("Continue if you have next steps")
     reply = s.assistant("more")
     out = filter_compacted(s.messages)
-    assert ids(out) == [marker.info.id, summary.info.id, cont.info.id, reply.info.id]
-    assert find_boundary(s.messages) == 2
+    assert ids(out) == [marker.info.id, summary.info.id, prompt.info.id, reply.info.id]
+    assert find_boundary(s.messages) == boundary
 
 
-def test_unfinished_summary_cuts_nothing() -> None:
+@pytest.mark.parametrize(
+    "attempt", [{"finish": None}, {"error": "APIError"}], ids=["unfinished", "errored"]
+)
+def test_an_unfinished_or_errored_summary_cuts_nothing(attempt: dict[str, Any]) -> None:
     s = Session()
     s.turn("old")
-    s.compact(finish=None)
+    s.compact(**attempt)
     # Nothing is cut, and the pending marker/summary are not shown either: a compaction in
     # progress (or failed) must not change what the model sees.
-    assert ids(filter_compacted(s.messages)) == ids(s.messages[:2])
-    assert find_boundary(s.messages) is None
-
-
-def test_errored_summary_cuts_nothing() -> None:
-    s = Session()
-    s.turn("old")
-    s.compact(error="APIError")
     assert ids(filter_compacted(s.messages)) == ids(s.messages[:2])
     assert find_boundary(s.messages) is None
 
@@ -74,19 +75,6 @@ def test_summary_must_come_after_its_marker() -> None:
         early, info=msgspec.structs.replace(early.info, parent_id=marker.info.id)
     )
     assert find_boundary(s.messages) is None
-
-
-def test_latest_of_two_compactions_wins() -> None:
-    s = Session()
-    s.turn("first era")
-    s.compact()
-    s.turn("second era")
-    marker2, summary2 = s.compact()
-    prompt = s.user("third era")
-    last = s.assistant("ok")
-    out = filter_compacted(s.messages)
-    assert ids(out) == [marker2.info.id, summary2.info.id, prompt.info.id, last.info.id]
-    assert find_boundary(s.messages) == 6
 
 
 def test_failed_newer_compaction_falls_back_to_the_older_one() -> None:

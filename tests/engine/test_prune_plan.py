@@ -1,4 +1,4 @@
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import msgspec
 import pytest
@@ -56,29 +56,37 @@ def test_all_parts_beyond_the_budget_are_candidates() -> None:
     assert tool_of(c).id not in p.part_ids
 
 
-def test_exactly_the_minimum_does_not_commit() -> None:
+@pytest.mark.parametrize(
+    ("tokens", "commit"),
+    [(20_000, False), (20_001, True)],
+    ids=["exactly the minimum does not commit", "one token over the minimum commits"],
+)
+def test_the_minimum_decides_the_commit(tokens: int, commit: bool) -> None:
     s = Session()
-    old = s.turn(tool(output=chars(20_000)))
+    old = s.turn(tool(output=chars(tokens)))
     s.turn(tool(output=chars(40_000)))
     with_recent_turns(s)
     p = plan(s.newest_first(), CFG)
     assert p.part_ids == [tool_of(old).id]
-    assert p.tokens_saved == 20_000
-    assert p.commit is False
+    assert p.tokens_saved == tokens
+    assert p.commit is commit
 
 
-def test_one_token_over_the_minimum_commits() -> None:
+@pytest.mark.parametrize(
+    "turns",
+    [
+        [[tool(output=chars(40_000))]],
+        [
+            [tool(status="error", error=chars(50_000)), tool(status="running")],
+            [tool(output=chars(40_000))],
+        ],
+    ],
+    ids=["exactly the protect budget is protected", "unfinished tools are ignored"],
+)
+def test_nothing_to_prune(turns: list[list[ToolPart]]) -> None:
     s = Session()
-    old = s.turn(tool(output=chars(20_001)))
-    s.turn(tool(output=chars(40_000)))
-    with_recent_turns(s)
-    p = plan(s.newest_first(), CFG)
-    assert (p.part_ids, p.tokens_saved, p.commit) == ([tool_of(old).id], 20_001, True)
-
-
-def test_exactly_the_protect_budget_is_protected() -> None:
-    s = Session()
-    s.turn(tool(output=chars(40_000)))
+    for parts in turns:
+        s.turn(*parts)
     with_recent_turns(s)
     assert plan(s.newest_first(), CFG) == PrunePlan([], 0, False)
 
@@ -111,14 +119,26 @@ def test_parts_are_walked_newest_first_within_a_message() -> None:
     assert p.tokens_saved == 55_000
 
 
-def test_summary_message_stops_the_walk_lazily() -> None:
+@pytest.mark.parametrize(
+    ("older", "stop", "newer"),
+    [
+        (50_000, lambda s: s.compact()[1], 25_000),
+        (30_000, lambda s: s.turn(tool(output=chars(1_000), compacted=123)), 20_000),
+    ],
+    ids=["summary message", "compacted output"],
+)
+def test_the_walk_stops_lazily_at(
+    older: int, stop: Callable[[Session], WithParts], newer: int
+) -> None:
+    """A finished summary, or an output pruned before, ends the whole walk: nothing older is
+    even read."""
     s = Session()
-    before = s.turn(tool(output=chars(50_000)))
-    _, summary = s.compact()
+    before = s.turn(tool(output=chars(older)))
+    boundary = stop(s)
     b = s.turn(tool(output=chars(45_000)))
-    s.turn(tool(output=chars(25_000)))
+    s.turn(tool(output=chars(newer)))
     with_recent_turns(s)
-    p = plan(guarded(s.newest_first(), summary.info.id), CFG)
+    p = plan(guarded(s.newest_first(), boundary.info.id), CFG)
     assert p == PrunePlan([tool_of(b).id], 45_000, True, [tool_of(b)])
     assert tool_of(before).id not in p.part_ids
 
@@ -151,18 +171,6 @@ def test_protected_tools_are_skipped_and_not_counted() -> None:
     assert custom.tokens_saved == 50_000
 
 
-def test_compacted_output_stops_the_whole_walk() -> None:
-    s = Session()
-    oldest = s.turn(tool(output=chars(30_000)))
-    boundary = s.turn(tool(output=chars(1_000), compacted=123))
-    b = s.turn(tool(output=chars(45_000)))
-    s.turn(tool(output=chars(20_000)))
-    with_recent_turns(s)
-    p = plan(guarded(s.newest_first(), boundary.info.id), CFG)
-    assert p == PrunePlan([tool_of(b).id], 45_000, True, [tool_of(b)])
-    assert tool_of(oldest).id not in p.part_ids
-
-
 def test_compacted_output_stops_before_older_parts_of_its_message() -> None:
     s = Session()
     msg = s.turn(
@@ -180,14 +188,6 @@ def test_compacted_protected_tool_does_not_stop() -> None:
     s.turn(tool("skill", chars(5), compacted=1), tool(output=chars(40_000)))
     with_recent_turns(s)
     assert plan(s.newest_first(), CFG).part_ids == [tool_of(old).id]
-
-
-def test_unfinished_tools_are_ignored() -> None:
-    s = Session()
-    s.turn(tool(status="error", error=chars(50_000)), tool(status="running"))
-    s.turn(tool(output=chars(40_000)))
-    with_recent_turns(s)
-    assert plan(s.newest_first(), CFG) == PrunePlan([], 0, False)
 
 
 def test_custom_thresholds() -> None:

@@ -6,7 +6,6 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 from typing import get_args
 
 from sidecar.model.rpc import Event
@@ -21,8 +20,8 @@ from sidecar.protocol.methods import (
 )
 from sidecar.protocol.schema import schema_json
 from sidecar.server.dispatch import routes
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "sidecar" / "protocol" / "schema.json"
 # Handled inside the JSON-RPC protocol itself, before any route (they must work in any state).
 PROTOCOL_LEVEL = {"exit", "$/cancelRequest"}

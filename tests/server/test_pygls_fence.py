@@ -20,8 +20,8 @@ from pygls.server import JsonRPCServer
 
 from sidecar.server import protocol as fence
 from sidecar.server.protocol import SidecarProtocol, new_protocol
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 FENCE = ROOT / "sidecar" / "server" / "protocol.py"
 
 #: Private methods the fence overrides: pygls calls them with these parameters.

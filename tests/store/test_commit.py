@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,16 @@ from sidecar.store import Store
 from sidecar.store import commit as commit_mod
 
 enc = msgspec.json.encode
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    """A store on ``s.db`` in the test's folder (the tests count its parts from outside)."""
+    store = await Store.open(tmp_path / "s.db")
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 async def _seed(store: Store) -> None:
@@ -41,71 +52,57 @@ def _count_parts(path: Path) -> int:
         return int(db.execute("SELECT count(*) FROM parts").fetchone()[0])
 
 
-async def test_a_write_nothing_could_join_commits_before_the_caller_yields(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "s.db")
-    try:
-        await _seed(store)
-        store.set_may_join(lambda: False)
-        w = store.backend._commit
-        solo = w.solo_commits
-        ran: list[int] = []
-        asyncio.get_running_loop().call_soon(ran.append, 1)
-        await _text(store, "prt_1")
-        assert ran == []  # the write never gave the loop a turn
-        assert w.solo_commits == solo + 1
-        assert _count_parts(tmp_path / "s.db") == 1  # committed: another connection sees it
-    finally:
-        await store.close()
+async def test_a_write_nothing_could_join_commits_before_the_caller_yields(
+    tmp_path: Path, store: Store
+) -> None:
+    await _seed(store)
+    store.set_may_join(lambda: False)
+    w = store.backend._commit
+    solo = w.solo_commits
+    ran: list[int] = []
+    asyncio.get_running_loop().call_soon(ran.append, 1)
+    await _text(store, "prt_1")
+    assert ran == []  # the write never gave the loop a turn
+    assert w.solo_commits == solo + 1
+    assert _count_parts(tmp_path / "s.db") == 1  # committed: another connection sees it
 
 
 async def test_a_solo_write_fails_like_a_queued_one_and_the_writer_goes_on(
-    tmp_path: Path,
+    tmp_path: Path, store: Store
 ) -> None:
-    store = await Store.open(tmp_path / "s.db")
+    await _seed(store)
+    store.set_may_join(lambda: False)
     try:
-        await _seed(store)
-        store.set_may_join(lambda: False)
-        try:
-            await _text(store, "prt_bad", mid="msg_missing")
-        except UnknownMessage as exc:
-            assert "msg_missing" in str(exc)
-        else:  # pragma: no cover - the assertion below reports it
-            raise AssertionError("a part of an unknown message was stored")
-        await _text(store, "prt_ok")
-        assert _count_parts(tmp_path / "s.db") == 1
-    finally:
-        await store.close()
+        await _text(store, "prt_bad", mid="msg_missing")
+    except UnknownMessage as exc:
+        assert "msg_missing" in str(exc)
+    else:  # pragma: no cover - the assertion below reports it
+        raise AssertionError("a part of an unknown message was stored")
+    await _text(store, "prt_ok")
+    assert _count_parts(tmp_path / "s.db") == 1
 
 
-async def test_while_others_may_join_writes_queue_and_group(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "s.db")
-    try:
-        await _seed(store)
-        w = store.backend._commit
-        store.set_may_join(lambda: True)
-        solo, commits = w.solo_commits, w.commits
-        await asyncio.gather(*[_text(store, f"prt_{i:03}") for i in range(50)])
-        assert w.solo_commits == solo
-        assert w.commits - commits == 1  # all fifty in one inline group commit
-    finally:
-        await store.close()
+async def test_while_others_may_join_writes_queue_and_group(store: Store) -> None:
+    await _seed(store)
+    w = store.backend._commit
+    store.set_may_join(lambda: True)
+    solo, commits = w.solo_commits, w.commits
+    await asyncio.gather(*[_text(store, f"prt_{i:03}") for i in range(50)])
+    assert w.solo_commits == solo
+    assert w.commits - commits == 1  # all fifty in one inline group commit
 
 
-async def test_large_batches_commit_on_aiosqlites_thread(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "s.db")
-    try:
-        await _seed(store)
-        w = store.backend._commit
-        commits, inline = w.commits, w.inline_commits
-        n = commit_mod.INLINE_MAX_ROWS + 50
-        await asyncio.gather(*[_text(store, f"prt_{i:04}") for i in range(n)])
-        assert w.commits - commits == 1 and w.inline_commits == inline
-        assert _count_parts(tmp_path / "s.db") == n
-        # A large payload alone also goes off the loop.
-        await _text(store, "prt_big", "y" * (commit_mod.INLINE_MAX_BYTES + 1))
-        assert w.commits - commits == 2 and w.inline_commits == inline
-    finally:
-        await store.close()
+async def test_large_batches_commit_on_aiosqlites_thread(tmp_path: Path, store: Store) -> None:
+    await _seed(store)
+    w = store.backend._commit
+    commits, inline = w.commits, w.inline_commits
+    n = commit_mod.INLINE_MAX_ROWS + 50
+    await asyncio.gather(*[_text(store, f"prt_{i:04}") for i in range(n)])
+    assert w.commits - commits == 1 and w.inline_commits == inline
+    assert _count_parts(tmp_path / "s.db") == n
+    # A large payload alone also goes off the loop.
+    await _text(store, "prt_big", "y" * (commit_mod.INLINE_MAX_BYTES + 1))
+    assert w.commits - commits == 2 and w.inline_commits == inline
 
 
 async def test_full_durability_never_commits_on_the_loop(tmp_path: Path) -> None:
@@ -150,19 +147,15 @@ async def test_checkpoints_run_from_the_writer_not_sqlite_auto_checkpoint(
     assert _count_parts(path) == 1300
 
 
-async def test_writes_do_not_wait_for_a_running_checkpoint(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "s.db")
-    try:
-        await _seed(store)
-        store.set_may_join(lambda: False)
-        w = store.backend._commit
-        w._start_checkpoint()
-        await _text(store, "prt_1")
-        assert w._checkpointing is not None  # still running: the write did not wait for it
-        await w.settle()
-        assert w._checkpointing is None and w.checkpoints == 1
-    finally:
-        await store.close()
+async def test_writes_do_not_wait_for_a_running_checkpoint(store: Store) -> None:
+    await _seed(store)
+    store.set_may_join(lambda: False)
+    w = store.backend._commit
+    w._start_checkpoint()
+    await _text(store, "prt_1")
+    assert w._checkpointing is not None  # still running: the write did not wait for it
+    await w.settle()
+    assert w._checkpointing is None and w.checkpoints == 1
 
 
 async def test_close_waits_for_queued_writes(tmp_path: Path) -> None:
@@ -176,119 +169,105 @@ async def test_close_waits_for_queued_writes(tmp_path: Path) -> None:
     assert _count_parts(tmp_path / "s.db") == n
 
 
-async def test_a_cancelled_caller_still_gets_its_write_committed(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "s.db")
-    try:
-        await _seed(store)
-        store.set_may_join(lambda: True)
-        task = asyncio.ensure_future(_text(store, "prt_1"))
-        await asyncio.sleep(0)  # queued
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await _text(store, "prt_2")  # behind it in the queue: once it is done, so is prt_1
-        assert _count_parts(tmp_path / "s.db") == 2
-    finally:
-        await store.close()
+async def test_a_cancelled_caller_still_gets_its_write_committed(
+    tmp_path: Path, store: Store
+) -> None:
+    await _seed(store)
+    store.set_may_join(lambda: True)
+    task = asyncio.ensure_future(_text(store, "prt_1"))
+    await asyncio.sleep(0)  # queued
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await _text(store, "prt_2")  # behind it in the queue: once it is done, so is prt_1
+    assert _count_parts(tmp_path / "s.db") == 2
 
 
-async def test_put_part_then_calls_back_after_the_commit(tmp_path: Path) -> None:
-    store = await Store.open(tmp_path / "s.db")
-    try:
-        await _seed(store)
-        seen: list[tuple[int, BaseException | None]] = []
+async def test_put_part_then_calls_back_after_the_commit(tmp_path: Path, store: Store) -> None:
+    await _seed(store)
+    seen: list[tuple[int, BaseException | None]] = []
 
-        def then(_: None, exc: BaseException | None) -> None:
-            seen.append((_count_parts(tmp_path / "s.db"), exc))
+    def then(_: None, exc: BaseException | None) -> None:
+        seen.append((_count_parts(tmp_path / "s.db"), exc))
 
-        for i in range(3):
-            p = TextPart(id=f"prt_{i}", session_id="ses_1", message_id="msg_1", text="x")
-            store.put_part_then(p, enc(p), then)
-        bad = TextPart(id="prt_bad", session_id="ses_1", message_id="msg_nope", text="x")
-        store.put_part_then(bad, enc(bad), then)
-        assert seen == []  # queued, not yet committed
-        commits = store.commits
-        store.commit_queued()  # what the end of a read does: commit them now
-        assert store.commits > commits
-        # Each callback ran after its part was visible to another connection.
-        assert [n for n, _ in seen[:3]] == [3, 3, 3] and all(e is None for _, e in seen[:3])
-        assert isinstance(seen[3][1], UnknownMessage) and "msg_nope" in str(seen[3][1])
-        # The window cache saw the writes.
-        assert [p.id for p in (await store.window("ses_1"))[0].parts] == ["prt_0", "prt_1", "prt_2"]
-    finally:
-        await store.close()
+    for i in range(3):
+        p = TextPart(id=f"prt_{i}", session_id="ses_1", message_id="msg_1", text="x")
+        store.put_part_then(p, enc(p), then)
+    bad = TextPart(id="prt_bad", session_id="ses_1", message_id="msg_nope", text="x")
+    store.put_part_then(bad, enc(bad), then)
+    assert seen == []  # queued, not yet committed
+    commits = store.commits
+    store.commit_queued()  # what the end of a read does: commit them now
+    assert store.commits > commits
+    # Each callback ran after its part was visible to another connection.
+    assert [n for n, _ in seen[:3]] == [3, 3, 3] and all(e is None for _, e in seen[:3])
+    assert isinstance(seen[3][1], UnknownMessage) and "msg_nope" in str(seen[3][1])
+    # The window cache saw the writes.
+    assert [p.id for p in (await store.window("ses_1"))[0].parts] == ["prt_0", "prt_1", "prt_2"]
 
 
-async def test_the_wal_stays_bounded_under_a_steady_stream_of_writes(tmp_path: Path) -> None:
+async def test_the_wal_stays_bounded_under_a_steady_stream_of_writes(
+    tmp_path: Path, store: Store
+) -> None:
     """Checkpoints run beside the writes; every few, one holds them so the WAL can restart."""
-    store = await Store.open(tmp_path / "s.db")
-    try:
-        await _seed(store)
-        w = store.backend._commit
-        seen: list[int] = []
-        i = 0
-        while w.checkpoints < 8:
-            batch = range(i, i + 64)
-            i += 64
-            await asyncio.gather(*[_text(store, f"prt_{n:07}", "x" * 200) for n in batch])
-            if not seen or seen[-1] != w.wal_frames:
-                seen.append(w.wal_frames)
-        await w.settle()
-        limit = commit_mod.WAL_RESTART_FRAMES + 2 * commit_mod.CHECKPOINT_PAGES
-        assert max(seen) < limit, seen
-        assert _count_parts(tmp_path / "s.db") == i
-    finally:
-        await store.close()
+    await _seed(store)
+    w = store.backend._commit
+    seen: list[int] = []
+    i = 0
+    while w.checkpoints < 8:
+        batch = range(i, i + 64)
+        i += 64
+        await asyncio.gather(*[_text(store, f"prt_{n:07}", "x" * 200) for n in batch])
+        if not seen or seen[-1] != w.wal_frames:
+            seen.append(w.wal_frames)
+    await w.settle()
+    limit = commit_mod.WAL_RESTART_FRAMES + 2 * commit_mod.CHECKPOINT_PAGES
+    assert max(seen) < limit, seen
+    assert _count_parts(tmp_path / "s.db") == i
 
 
-async def test_the_wal_file_is_cut_back_while_the_daemon_runs(tmp_path: Path) -> None:
+async def test_the_wal_file_is_cut_back_while_the_daemon_runs(tmp_path: Path, store: Store) -> None:
     """Large writes (a turn's tool outputs) grow the WAL file; once the writer has been idle
     (it checkpoints then) the next write restarts the WAL and ``journal_size_limit`` cuts the
     file back, instead of it keeping its largest size until shutdown."""
-    store = await Store.open(tmp_path / "s.db")
     wal = tmp_path / "s.db-wal"
-    try:
-        await _seed(store)
-        w = store.backend._commit
-        big = "y" * 60_000
-        for n in range(100):  # ~6 MB, as 100 turns of 60 KB outputs
-            await asyncio.gather(*[_text(store, f"prt_{n:04}_{k}", big) for k in range(2)])
-        await w.settle()  # idle: the last writes are checkpointed
-        assert w.checkpoints > 0
-        await _text(store, "prt_last", "small")
-        assert wal.stat().st_size <= commit_mod.WAL_SIZE_LIMIT
-        assert _count_parts(tmp_path / "s.db") == 201
-    finally:
-        await store.close()
+    await _seed(store)
+    w = store.backend._commit
+    big = "y" * 60_000
+    for n in range(100):  # ~6 MB, as 100 turns of 60 KB outputs
+        await asyncio.gather(*[_text(store, f"prt_{n:04}_{k}", big) for k in range(2)])
+    await w.settle()  # idle: the last writes are checkpointed
+    assert w.checkpoints > 0
+    await _text(store, "prt_last", "small")
+    assert wal.stat().st_size <= commit_mod.WAL_SIZE_LIMIT
+    assert _count_parts(tmp_path / "s.db") == 201
 
 
-async def test_a_long_lived_reader_delays_the_wal_truncation_but_no_write(tmp_path: Path) -> None:
+async def test_a_long_lived_reader_delays_the_wal_truncation_but_no_write(
+    tmp_path: Path, store: Store
+) -> None:
     """Another process holding a read snapshot keeps checkpoints from copying past it: writes
     go on (a refused truncation is retried a checkpoint interval later, not before every
     write), and once the reader is gone the WAL file is cut back as usual."""
-    store = await Store.open(tmp_path / "s.db")
     wal = tmp_path / "s.db-wal"
     big = "y" * 60_000
-    try:
-        await _seed(store)
-        w = store.backend._commit
-        reader = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
-        reader.execute("BEGIN")
-        reader.execute("SELECT count(*) FROM parts").fetchone()  # holds its snapshot
-        for n in range(60):  # ~3.6 MB behind the reader's snapshot
-            await _text(store, f"prt_a{n:03}", big)
-        assert wal.stat().st_size > commit_mod.WAL_RESTART_BYTES
-        reader.execute("COMMIT")
-        reader.close()
-        for n in range(4):
-            await _text(store, f"prt_b{n:03}", big)
-        await w.settle()
-        await _text(store, "prt_last", "small")
-        await w.settle()
-        await _text(store, "prt_last2", "small")
-        assert wal.stat().st_size <= commit_mod.WAL_SIZE_LIMIT
-        assert _count_parts(tmp_path / "s.db") == 66
-    finally:
-        await store.close()
+    await _seed(store)
+    w = store.backend._commit
+    reader = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM parts").fetchone()  # holds its snapshot
+    for n in range(60):  # ~3.6 MB behind the reader's snapshot
+        await _text(store, f"prt_a{n:03}", big)
+    assert wal.stat().st_size > commit_mod.WAL_RESTART_BYTES
+    reader.execute("COMMIT")
+    reader.close()
+    for n in range(4):
+        await _text(store, f"prt_b{n:03}", big)
+    await w.settle()
+    await _text(store, "prt_last", "small")
+    await w.settle()
+    await _text(store, "prt_last2", "small")
+    assert wal.stat().st_size <= commit_mod.WAL_SIZE_LIMIT
+    assert _count_parts(tmp_path / "s.db") == 66
 
 
 async def test_stress_the_writer_connection_is_never_used_by_two_threads_at_once(
@@ -332,22 +311,16 @@ async def test_stress_the_writer_connection_is_never_used_by_two_threads_at_once
         await store.close()
 
 
-async def test_a_checkpoint_never_clears_the_flag_of_a_batch_on_the_thread(
-    tmp_path: Path,
-) -> None:
-    store = await Store.open(tmp_path / "s.db")
-    try:
-        w = store.backend._commit
-        w._busy = True  # as while a batch is being committed on aiosqlite's thread
-        w.wal_frames = commit_mod.WAL_RESTART_FRAMES  # a checkpoint would like to hold writes
-        w._wal_pages = commit_mod.CHECKPOINT_PAGES
-        w._after()
-        running = w._checkpointing
-        assert running is not None
-        await running
-        assert w._busy  # still the batch's: inline commits must keep waiting for it
-        w._busy = False
-        w._after()
-        await w.settle()
-    finally:
-        await store.close()
+async def test_a_checkpoint_never_clears_the_flag_of_a_batch_on_the_thread(store: Store) -> None:
+    w = store.backend._commit
+    w._busy = True  # as while a batch is being committed on aiosqlite's thread
+    w.wal_frames = commit_mod.WAL_RESTART_FRAMES  # a checkpoint would like to hold writes
+    w._wal_pages = commit_mod.CHECKPOINT_PAGES
+    w._after()
+    running = w._checkpointing
+    assert running is not None
+    await running
+    assert w._busy  # still the batch's: inline commits must keep waiting for it
+    w._busy = False
+    w._after()
+    await w.settle()

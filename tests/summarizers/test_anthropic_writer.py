@@ -10,16 +10,9 @@ import httpx
 import pytest
 
 from sidecar.model.config import SummarizerConfig
+from sidecar.summarizers import base as prompts
 from sidecar.summarizers.anthropic import PLACEHOLDER_USER, AnthropicSummarizer
-from sidecar.summarizers.base import (
-    DEFAULT_PROMPT,
-    MERGE_INSTRUCTION,
-    NO_TOOLS,
-    REFERENCE_INSTRUCTION,
-    EmptySummaryError,
-    SummaryError,
-    SummaryRequest,
-)
+from sidecar.summarizers.base import EmptySummaryError, SummaryError, SummaryRequest
 from sidecar.summarizers.factory import build_summarizer
 
 from .helpers import SleepRecorder, assistant, summary_request, user, writer_config
@@ -153,10 +146,13 @@ async def test_exact_request_streaming_and_usage(
     assert body["stream"] is True
     assert "tools" not in body and "tool_choice" not in body
     assert "Provide a detailed but concise summary of the conversation." in body["system"]
-    assert NO_TOOLS in body["system"]
+    assert prompts.NO_TOOLS in body["system"]
     messages = body["messages"]
     assert messages[:2] == RENDERED_ENDS_ASSISTANT
-    assert messages[2] == {"role": "user", "content": [{"type": "text", "text": DEFAULT_PROMPT}]}
+    assert messages[2] == {
+        "role": "user",
+        "content": [{"type": "text", "text": prompts.DEFAULT_PROMPT}],
+    }
 
 
 async def test_prompt_joins_a_trailing_user_message(
@@ -168,7 +164,7 @@ async def test_prompt_joins_a_trailing_user_message(
     assert [m["role"] for m in messages] == ["user", "assistant", "user"]
     last = messages[-1]["content"]
     assert last[0]["type"] == "tool_result"
-    assert last[-1] == {"type": "text", "text": DEFAULT_PROMPT}
+    assert last[-1] == {"type": "text", "text": prompts.DEFAULT_PROMPT}
     # The request's own rendered list was not mutated.
     assert RENDERED_ENDS_USER[-1]["content"][-1]["type"] == "tool_result"
 
@@ -193,10 +189,13 @@ async def test_reference_previous_and_leading_assistant(
     assert messages[1] == rendered[0]
     blocks = messages[2]["content"]
     assert messages[2]["role"] == "user" and len(blocks) == 3
-    assert blocks[0]["text"].startswith(REFERENCE_INSTRUCTION)
+    assert blocks[0]["text"].startswith(prompts.REFERENCE_INSTRUCTION)
     assert "please also add docs" in blocks[0]["text"]
-    assert blocks[1]["text"].startswith(MERGE_INSTRUCTION) and "EARLIER ONE" in blocks[1]["text"]
-    assert blocks[2]["text"] == DEFAULT_PROMPT
+    assert (
+        blocks[1]["text"].startswith(prompts.MERGE_INSTRUCTION)
+        and "EARLIER ONE" in blocks[1]["text"]
+    )
+    assert blocks[2]["text"] == prompts.DEFAULT_PROMPT
 
 
 async def test_base_url_with_v1_suffix(server: ScriptedServer, http: httpx.AsyncClient) -> None:

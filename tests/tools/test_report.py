@@ -51,6 +51,20 @@ def _assert_self_contained(html: str, page: _Page) -> None:
             assert name not in attrs
 
 
+def _session(
+    title: str, *, messages: int, estimated_tokens: int = 0, compactions: int = 0
+) -> SessionSummary:
+    """The header of a hand-made inspection (id ``ses_1``, no last activity)."""
+    return SessionSummary(
+        id="ses_1",
+        title=title,
+        messages=messages,
+        estimated_tokens=estimated_tokens,
+        compactions=compactions,
+        last_activity=0,
+    )
+
+
 def test_report_structure(compacted: tuple[Path, str], tmp_path: Path) -> None:
     db, sid = compacted
     out = tmp_path / "r.html"
@@ -84,9 +98,7 @@ def test_report_structure(compacted: tuple[Path, str], tmp_path: Path) -> None:
 def test_untrusted_text_is_escaped() -> None:
     evil = '<script>alert("x")</script>'
     ins = Inspection(
-        session=SessionSummary(
-            id="ses_1", title=evil, messages=2, estimated_tokens=10, compactions=1, last_activity=0
-        ),
+        session=_session(evil, messages=2, estimated_tokens=10, compactions=1),
         window=100,
         turns=[
             TurnPoint(turn=1, message_id="m1", time=1, context_tokens=50),
@@ -115,14 +127,7 @@ def test_untrusted_text_is_escaped() -> None:
 @pytest.mark.parametrize("turns", [0, 1])
 def test_tiny_sessions_render(turns: int) -> None:
     ins = Inspection(
-        session=SessionSummary(
-            id="ses_1",
-            title="t",
-            messages=turns,
-            estimated_tokens=0,
-            compactions=0,
-            last_activity=0,
-        ),
+        session=_session("t", messages=turns),
         turns=[TurnPoint(turn=1, message_id="m", time=1, context_tokens=5)][:turns],
     )
     page = _parse(render(ins))

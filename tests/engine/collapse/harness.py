@@ -11,7 +11,6 @@ import contextlib
 import itertools
 import tempfile
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +18,10 @@ import msgspec
 
 from sidecar.engine import render
 from sidecar.engine.compactor import Compactor, Outcome, Request
-from sidecar.engine.service import Engine
 from sidecar.engine.tokens import estimate_messages
 from sidecar.engine.window import load_window
 from sidecar.model.config import Config, build
+from sidecar.model.conversation import compaction_part, is_marker, is_summary
 from sidecar.model.ids import new_id, now_ms
 from sidecar.model.messages import (
     AssistantMessage,
@@ -33,7 +32,6 @@ from sidecar.model.messages import (
     WithParts,
 )
 from sidecar.model.parts import (
-    CompactionPart,
     Part,
     ReasoningPart,
     StepFinishPart,
@@ -52,6 +50,8 @@ from sidecar.store import Store
 from sidecar.summarizers.base import Progress, SummaryRequest, SummaryResult
 from sidecar.summarizers.extractive import ExtractiveSummarizer
 from tests.engine.service.harness import RecordingHost
+
+from .specs import StepSpec, ToolSpec, TurnSpec
 
 enc = msgspec.json.encode
 MODEL = ModelRef(provider_id="test", model_id="collapse-model")
@@ -91,28 +91,6 @@ async def fresh_store() -> AsyncIterator[Store]:
 
 
 # -- session specs -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    tool: str  # bash | read | edit | write | grep
-    status: str  # completed | error | pending | running
-    size: int  # output (or error) characters
-    file: int  # which file an edit/write/read touches
-
-
-@dataclass(frozen=True)
-class StepSpec:
-    text: int  # characters of assistant text (0: none)
-    tools: tuple[ToolSpec, ...]
-    reasoning: bool = False
-    error: str | None = None  # e.g. "MessageAbortedError", "APIError"
-
-
-@dataclass(frozen=True)
-class TurnSpec:
-    user: int  # characters of the user prompt
-    steps: tuple[StepSpec, ...]
 
 
 def filler(tag: str, n: int) -> str:
@@ -313,23 +291,11 @@ class Writer:
         return out
 
 
-async def settle(engine: Engine) -> None:
-    await engine.settle()
-
-
 # -- checks ------------------------------------------------------------------------------------
 
 
 def size(window: Sequence[WithParts]) -> int:
     return estimate_messages(window)
-
-
-def is_marker(m: WithParts) -> bool:
-    return isinstance(m.info, UserMessage) and any(isinstance(p, CompactionPart) for p in m.parts)
-
-
-def is_summary(m: WithParts) -> bool:
-    return isinstance(m.info, AssistantMessage) and bool(m.info.summary)
 
 
 def check_openai(messages: list[dict[str, Any]]) -> None:
@@ -402,7 +368,8 @@ def check_boundaries(window: Sequence[WithParts], stored_ids: set[str]) -> None:
     assert is_marker(head), "a compacted window starts with its marker"
     assert is_summary(window[1]) and isinstance(window[1].info, AssistantMessage)
     assert window[1].info.parent_id == head.info.id
-    part = next(p for p in head.parts if isinstance(p, CompactionPart))
+    part = compaction_part(head)
+    assert part is not None
     if part.tail_start_id is not None:
         assert part.tail_start_id in stored_ids
         assert part.tail_start_id in {m.info.id for m in window}

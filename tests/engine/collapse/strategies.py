@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from .harness import StepSpec, ToolSpec, TurnSpec
+from .specs import StepSpec, ToolSpec, TurnSpec
 
 tools = st.builds(
     ToolSpec,

@@ -11,24 +11,20 @@ from sidecar.engine.collapse import split
 from sidecar.engine.compactor import Request
 from sidecar.engine.service import Engine
 from sidecar.model.config import Config, build
+from sidecar.model.conversation import is_marker, is_summary
 from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
 from sidecar.model.parts import CompactionPart
 from sidecar.store import Key, Store
 
 from .harness import (
     RecordingHost,
-    StepSpec,
-    ToolSpec,
-    TurnSpec,
     Writer,
     check_boundaries,
     check_rendered,
     config,
-    is_marker,
-    is_summary,
-    settle,
     size,
 )
+from .specs import StepSpec, ToolSpec, TurnSpec
 
 # -- the breakpoint -----------------------------------------------------------------------------
 
@@ -209,7 +205,7 @@ async def _overflowing_turn(w: Writer, engine: Engine, sid: str, n: int) -> list
         sid, user.info.id, StepSpec(text=1200, tools=()), "stop", input_tokens=size(window)
     )
     engine.message_stored(a)
-    await settle(engine)
+    await engine.settle()
     await w.sync_clock(sid)
     return w.host.events[seen:]
 

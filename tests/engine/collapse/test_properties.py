@@ -20,6 +20,7 @@ from sidecar.engine.filter import filter_compacted
 from sidecar.engine.fork import fork
 from sidecar.engine.revert import revert, unrevert
 from sidecar.engine.window import load_window
+from sidecar.model.conversation import is_marker, is_summary
 from sidecar.model.messages import AssistantMessage, WithParts
 from sidecar.model.parts import CompactionPart, TextPart
 from sidecar.store import Key
@@ -28,18 +29,14 @@ from sidecar.summarizers.extractive import FILES_MODIFIED, parse_summary
 from . import strategies as S
 from .harness import (
     RecordingWriter,
-    StepSpec,
-    ToolSpec,
-    TurnSpec,
     Writer,
     check_boundaries,
     check_rendered,
     config,
     fresh_store,
-    is_marker,
-    is_summary,
     size,
 )
+from .specs import StepSpec, ToolSpec, TurnSpec
 
 SETTINGS = settings(
     max_examples=30,

@@ -162,6 +162,27 @@ def _second_line_not_utf8(
     return make
 
 
+def _deep_and_not_utf8(
+    fmt: str,
+    lines: Callable[..., Callable[[Path], Path]],
+    name: str,
+    header: Any,
+    line: Any,
+    word: bytes,
+    broken: bytes,
+) -> list[Case]:
+    """The two line-level hazards of a JSON-lines format with a header: a line nested too
+    deep after a good one (line 3), and a second line that is not UTF-8 (line 2)."""
+    return [
+        Case(f"{fmt}-deep", lines(line, _deep()), [":3:", "deeper"]),
+        Case(
+            f"{fmt}-not-utf8",
+            _second_line_not_utf8(name, header, line, word, broken),
+            [":2:", "UTF-8"],
+        ),
+    ]
+
+
 TR_USER = {"role": "user", "parts": [{"type": "text", "text": "hi"}]}
 
 # -- OpenCode export and storage -------------------------------------------------------------------
@@ -492,12 +513,7 @@ CASES: list[Case] = [
         _pi(_pi_msg("e1", None, {"role": "bashExecution", "command": 5, "output": ""})),
         [":2:", "command"],
     ),
-    Case("pi-deep", _pi(PI_OK_USER, _deep()), [":3:", "deeper"]),
-    Case(
-        "pi-not-utf8",
-        _second_line_not_utf8("pi.jsonl", PI_HEADER, PI_OK_USER, b"hello", b"he\xc3\x28llo"),
-        [":2:", "UTF-8"],
-    ),
+    *_deep_and_not_utf8("pi", _pi, "pi.jsonl", PI_HEADER, PI_OK_USER, b"hello", b"he\xc3\x28llo"),
     # transcript
     Case(
         "tr-valid",
@@ -517,12 +533,7 @@ CASES: list[Case] = [
         [":1:"],
         ["--format", "transcript"],
     ),
-    Case("tr-deep", _tr(TR_USER, _deep()), [":3:", "deeper"]),
-    Case(
-        "tr-not-utf8",
-        _second_line_not_utf8("t.jsonl", TR_HEADER, TR_USER, b"hi", b"h\xffi"),
-        [":2:", "UTF-8"],
-    ),
+    *_deep_and_not_utf8("tr", _tr, "t.jsonl", TR_HEADER, TR_USER, b"hi", b"h\xffi"),
     Case(
         "tr-truncated",
         lambda d: (
