@@ -51,13 +51,8 @@ class OpenAISummarizer(HttpSummarizer):
     def url(self) -> str:
         return f"{self.base_url}/chat/completions"
 
-    def headers(self) -> dict[str, str]:
-        headers = {"content-type": "application/json", "accept": "text/event-stream"}
-        headers.update(self.cfg.headers or {})
-        key = self.api_key()
-        if key:  # local servers (Ollama, llama.cpp) take no key: no header at all
-            headers["authorization"] = f"Bearer {key}"
-        return headers
+    def key_header(self, key: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {key}"}
 
     def body(self, req: SummaryRequest, *, token_field: str = "max_tokens") -> dict[str, Any]:
         messages = [{"role": "system", "content": with_no_tools(req.system)}, *chat_messages(req)]
@@ -72,22 +67,19 @@ class OpenAISummarizer(HttpSummarizer):
     async def summarize(
         self, req: SummaryRequest, progress: Progress | None = None
     ) -> SummaryResult:
-        async def consume(resp: httpx.Response) -> StreamState:
-            return await self._consume(resp, progress)
-
         body = self.body(req)
         try:
-            state = await self.post(self.url, self.headers(), body, consume)
+            state = await self.post(body, progress)
         except SummaryError as exc:
             # Newer OpenAI models reject ``max_tokens`` and want ``max_completion_tokens``.
             if exc.status != 400 or "max_completion_tokens" not in exc.message:
                 raise
             log.info("openai: retrying the summary with max_completion_tokens")
             body = self.body(req, token_field="max_completion_tokens")
-            state = await self.post(self.url, self.headers(), body, consume)
+            state = await self.post(body, progress)
         return self.result(state, req, body)
 
-    async def _consume(self, resp: httpx.Response, progress: Progress | None) -> StreamState:
+    async def consume(self, resp: httpx.Response, progress: Progress | None) -> StreamState:
         state = StreamState(progress)
         if is_json_response(resp):  # a server that ignored "stream": true
             raw = await read_capped(resp, JSON_BODY_CAP)
