@@ -143,36 +143,17 @@ class _Reader:
         self, n: int, rec: dict[str, Any], uuid: str, ts: int | None, where: str
     ) -> None:
         meta = want_obj(rec, "compactMetadata", where)
-        d = self.d
-        marker: dict[str, Any] = {
-            "id": f"msg_{uuid}",
-            "role": "user",
-            "time": {"created": d.tick(ts)},
-        }
-        parts = d.message(marker, n)
-        d.part(parts, marker, {"type": "compaction", "auto": meta.get("trigger") != "manual"})
-        self.marker = marker
-        self.last_user = marker["id"]
+        auto = meta.get("trigger") != "manual"
+        self.marker, _ = self.d.compaction(f"msg_{uuid}", self.d.tick(ts), auto, n)
+        self.last_user = self.marker["id"]
 
     def _compact_summary(
         self, n: int, msg: dict[str, Any], uuid: str, ts: int | None, where: str
     ) -> None:
         assert self.marker is not None
-        d = self.d
-        at = d.tick(ts)
-        reply: dict[str, Any] = {
-            "id": f"msg_{uuid}",
-            "role": "assistant",
-            "parentID": self.marker["id"],
-            "providerID": "anthropic",
-            "modelID": "",
-            "mode": "compaction",
-            "summary": True,
-            "time": {"created": at, "completed": at},
-            "finish": "stop",
-        }
+        at = self.d.tick(ts)
         text = _result_text(msg.get("content"), where, "message.content")
-        d.part(d.message(reply, n), reply, {"type": "text", "text": text})
+        self.d.summary(f"msg_{uuid}", self.marker, ("anthropic", ""), at, text, n)
         self.marker = None
 
     def _user(
@@ -229,12 +210,7 @@ class _Reader:
         images: list[dict[str, Any]],
     ) -> None:
         d = self.d
-        info: dict[str, Any] = {
-            "id": f"msg_{uuid}",
-            "role": "user",
-            "time": {"created": d.tick(ts)},
-        }
-        parts = d.message(info, n)
+        info, parts = d.user_message(f"msg_{uuid}", d.tick(ts), n)
         for t in texts:
             d.part(parts, info, {"type": "text", "text": t})
         for src in images:

@@ -169,6 +169,47 @@ class Draft:
         self.messages.append((info, parts, line))
         return parts
 
+    def user_message(
+        self, mid: str, created: int, line: int, model: dict[str, str] | None = None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Add a user message (``model``: the one it was sent to); returns it and its parts."""
+        info: dict[str, Any] = {"id": mid, "role": "user", "time": {"created": created}}
+        if model is not None:
+            info["model"] = model
+        return info, self.message(info, line)
+
+    def compaction(
+        self, mid: str, created: int, auto: bool, line: int
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Where a compaction starts: a user message (the marker) holding only its compaction
+        part; returns the marker and that part."""
+        marker, parts = self.user_message(mid, created, line)
+        return marker, self.part(parts, marker, {"type": "compaction", "auto": auto})
+
+    def summary(
+        self,
+        mid: str,
+        marker: dict[str, Any],
+        model: tuple[str, str],
+        created: int,
+        text: str,
+        line: int,
+    ) -> None:
+        """A compaction's finished summary: the assistant reply to ``marker`` holding ``text``;
+        ``model`` is (provider, model)."""
+        reply: dict[str, Any] = {
+            "id": mid,
+            "role": "assistant",
+            "parentID": marker["id"],
+            "providerID": model[0],
+            "modelID": model[1],
+            "mode": "compaction",
+            "summary": True,
+            "time": {"created": created, "completed": created},
+            "finish": "stop",
+        }
+        self.part(self.message(reply, line), reply, {"type": "text", "text": text})
+
     def part(
         self, parts: list[dict[str, Any]], info: dict[str, Any], body: dict[str, Any]
     ) -> dict[str, Any]:

@@ -150,34 +150,17 @@ class _Reader:
         if not isinstance(summary, str):  # missing or not text
             raise ImportFailure(f"{where}: compaction: field 'summary': missing")
         d.known(ts, where)
-        marker: dict[str, Any] = {
-            "id": f"msg_{eid}",
-            "role": "user",
-            "time": {"created": d.tick(ts)},
-        }
-        parts = d.message(marker, n)
-        body: dict[str, Any] = {"type": "compaction", "auto": bool(entry.get("auto", True))}
+        auto = bool(entry.get("auto", True))
+        marker, compaction = d.compaction(f"msg_{eid}", d.tick(ts), auto, n)
         kept = entry.get("firstKeptEntryId")
         index = entry.get("firstKeptEntryIndex")  # version 1: an index into the file's entries
         if kept is None and isinstance(index, int) and 0 < index < len(self.entries):
             n_k, e_k = self.entries[index]
             kept = str(e_k.get("id") or f"l{n_k}")
-        compaction = d.part(parts, marker, body)
         if isinstance(kept, str):
             self.pending_tail.append((compaction, kept))
-        at = d.tick(ts)
-        reply: dict[str, Any] = {
-            "id": f"msg_{eid}_summary",
-            "role": "assistant",
-            "parentID": marker["id"],
-            "providerID": self.provider,
-            "modelID": self.model,
-            "mode": "compaction",
-            "summary": True,
-            "time": {"created": at, "completed": at},
-            "finish": "stop",
-        }
-        d.part(d.message(reply, n), reply, {"type": "text", "text": summary})
+        model = (self.provider, self.model)
+        d.summary(f"msg_{eid}_summary", marker, model, d.tick(ts), summary, n)
         self.last_user = marker["id"]
 
     def _message(
@@ -258,10 +241,8 @@ class _Reader:
             return False
         text = _user_text(role, msg, where)
         d = self.d
-        info: dict[str, Any] = {"id": mid, "role": "user", "time": {"created": created}}
-        if self.model:
-            info["model"] = {"providerID": self.provider, "modelID": self.model}
-        parts = d.message(info, n)
+        model = {"providerID": self.provider, "modelID": self.model} if self.model else None
+        info, parts = d.user_message(mid, created, n, model)
         if text:
             d.part(parts, info, {"type": "text", "text": text})
         for block in _images(msg.get("content")):
