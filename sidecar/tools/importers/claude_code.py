@@ -153,7 +153,7 @@ class _Reader:
         assert self.marker is not None
         at = self.d.tick(ts)
         text = _result_text(msg.get("content"), where, "message.content")
-        self.d.summary(f"msg_{uuid}", self.marker, ("anthropic", ""), at, text, n)
+        self.d.summary(f"msg_{uuid}", self.marker["id"], ("anthropic", ""), at, text, n)
         self.marker = None
 
     def _user(

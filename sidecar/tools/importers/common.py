@@ -187,25 +187,19 @@ class Draft:
         return marker, self.part(parts, marker, {"type": "compaction", "auto": auto})
 
     def summary(
-        self,
-        mid: str,
-        marker: dict[str, Any],
-        model: tuple[str, str],
-        created: int,
-        text: str,
-        line: int,
+        self, mid: str, parent: str, model: tuple[str, str], at: int, text: str, line: int
     ) -> None:
-        """A compaction's finished summary: the assistant reply to ``marker`` holding ``text``;
-        ``model`` is (provider, model)."""
+        """A compaction's finished summary: the assistant reply to the marker ``parent``
+        holding ``text``; ``model`` is (provider, model)."""
         reply: dict[str, Any] = {
             "id": mid,
             "role": "assistant",
-            "parentID": marker["id"],
+            "parentID": parent,
             "providerID": model[0],
             "modelID": model[1],
             "mode": "compaction",
             "summary": True,
-            "time": {"created": created, "completed": created},
+            "time": {"created": at, "completed": at},
             "finish": "stop",
         }
         self.part(self.message(reply, line), reply, {"type": "text", "text": text})

@@ -160,7 +160,7 @@ class _Reader:
         if isinstance(kept, str):
             self.pending_tail.append((compaction, kept))
         model = (self.provider, self.model)
-        d.summary(f"msg_{eid}_summary", marker, model, d.tick(ts), summary, n)
+        d.summary(f"msg_{eid}_summary", marker["id"], model, d.tick(ts), summary, n)
         self.last_user = marker["id"]
 
     def _message(
