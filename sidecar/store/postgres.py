@@ -47,7 +47,7 @@ from sidecar.store.pg_commit import (
     unavailable,
 )
 from sidecar.store.pg_schema import MIGRATION_LOCK, MIGRATIONS
-from sidecar.store.schema import SCHEMA_VERSION, check_readable
+from sidecar.store.schema import SCHEMA_VERSION, check_opened
 from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
 from sidecar.store.url import CannotOpen, redact, unreachable
 
@@ -384,15 +384,11 @@ class PostgresReader(ReadOnly):
             )
         except Exception as exc:  # refused, unknown database, authentication, a bad URL...
             raise CannotOpen(f"{redact(dsn)}: cannot connect ({unreachable(dsn, exc)})") from None
-        try:
-            version = await conn.fetchval("SELECT version FROM schema_version")
-            check_readable(redact(dsn), version)
-        except asyncpg.PostgresError as exc:
-            await conn.close()
-            raise CannotOpen(f"{redact(dsn)}: not a compaction-sidecar database ({exc})") from None
-        except BaseException:
-            await conn.close()
-            raise
+
+        async def version() -> int | None:
+            return cast(int | None, await conn.fetchval("SELECT version FROM schema_version"))
+
+        await check_opened(redact(dsn), version, conn.close, asyncpg.PostgresError)
         return cls(dsn, conn)
 
     async def close(self) -> None:
