@@ -292,27 +292,20 @@ class _Plan:
     def marker(self, auto: bool, overflow: bool, tail: Sequence[WithParts]) -> WithParts:
         """The compaction marker: a user message with its compaction part, pointing back at
         the first message of ``tail`` when one is kept after the summary."""
-        info = self.user_message()
-        part = CompactionPart(
-            id=new_id("prt"),
-            session_id=self.sid,
-            message_id=info.id,
-            auto=auto,
-            overflow=True if overflow else None,
-            tail_start_id=tail[0].info.id if tail else None,
+        tail_start_id = tail[0].info.id if tail else None
+        overflowed = True if overflow else None
+        return self._with_part(
+            CompactionPart, auto=auto, overflow=overflowed, tail_start_id=tail_start_id
         )
-        return WithParts(info=info, parts=[part])
 
     def continue_message(self) -> WithParts:
         """The synthetic user message an automatic compaction ends with."""
+        return self._with_part(TextPart, text=CONTINUE_TEXT, synthetic=True)
+
+    def _with_part(self, kind: Callable[..., Part], **fields: Any) -> WithParts:
+        """A new ``user_message`` holding one part of ``kind`` with ``fields``."""
         info = self.user_message()
-        part = TextPart(
-            id=new_id("prt"),
-            session_id=self.sid,
-            message_id=info.id,
-            text=CONTINUE_TEXT,
-            synthetic=True,
-        )
+        part = kind(id=new_id("prt"), session_id=self.sid, message_id=info.id, **fields)
         return WithParts(info=info, parts=[part])
 
 
