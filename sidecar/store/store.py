@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -34,7 +35,7 @@ from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithP
 from sidecar.model.parts import Part, ToolCompleted, ToolPart
 from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
-from sidecar.store.backend import Backend, Done, Statement
+from sidecar.store.backend import Backend, Done, OnIntegrity, Statement
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
 from sidecar.store.history import Hit, backfill, search
 from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
@@ -382,13 +383,8 @@ class Store:
         except InvalidParams as exc:
             then(None, exc)
             return
-
-        def committed(counts: list[int], exc: BaseException | None) -> None:
-            if exc is None:
-                self._message_written(info, row, counts)
-            then(None, exc)
-
-        self._db.submit_then(self._message_statements(info, row), committed, message_error(info))
+        written = functools.partial(self._message_written, info, row)
+        self._submit_then(self._message_statements(info, row), message_error(info), written, then)
 
     def _message_written(self, info: Message, row: tuple[Any, ...], counts: list[int]) -> None:
         if counts[0] > 0:
@@ -410,13 +406,24 @@ class Store:
         except InvalidParams as exc:
             then(None, exc)
             return
+        written = functools.partial(self._part_written, part, row)
+        self._submit_then([(UPSERT_PART, [row])], part_error(part), written, then)
+
+    def _submit_then(
+        self,
+        statements: list[Statement],
+        on_integrity: OnIntegrity,
+        written: Callable[[list[int]], None],
+        then: Done[None],
+    ) -> None:
+        """``submit_then`` that tells ``written`` the row counts of a commit, then ``then``."""
 
         def committed(counts: list[int], exc: BaseException | None) -> None:
             if exc is None:
-                self._part_written(part, row, counts)
+                written(counts)
             then(None, exc)
 
-        self._db.submit_then([(UPSERT_PART, [row])], committed, part_error(part))
+        self._db.submit_then(statements, committed, on_integrity)
 
     def _part_written(self, part: Part, row: tuple[Any, ...], counts: list[int]) -> None:
         if counts[0] > 0:
