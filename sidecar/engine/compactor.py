@@ -410,14 +410,7 @@ class Compactor:
             **_diagnostics(record),
         )
         self._mark_prepared(event, req, cfg, prepared=False)
-        verified = next((p.metadata for p in parts if isinstance(p, TextPart) and p.metadata), None)
-        if verified is not None:  # compaction.verifySummary: why the first summary was rejected
-            rejected = verified.get("rejected")
-            event.rejected = rejected if isinstance(rejected, str) else None
-        self.host.publish(plan.sid, event)
-        message = f"{plan.before} -> {after} tokens"
-        self.host.progress(plan.sid, token, {"kind": "end", "message": message})
-        self._status(plan.sid, "idle")
+        self._announce(plan, token, event, parts, after)
         return Outcome(
             CompactResult(status="continue", summary_message_id=done.id),
             plan.before,
@@ -427,6 +420,25 @@ class Compactor:
             end=end,
             record=record,
         )
+
+    def _announce(
+        self,
+        plan: _Plan,
+        token: str | int,
+        event: CompactedEvent,
+        parts: Sequence[Part],
+        after: int,
+    ) -> None:
+        """A committed compaction: its event (with, under ``compaction.verifySummary``, why the
+        first summary was rejected), the end of its progress, and the session idle again."""
+        verified = next((p.metadata for p in parts if isinstance(p, TextPart) and p.metadata), None)
+        if verified is not None:
+            rejected = verified.get("rejected")
+            event.rejected = rejected if isinstance(rejected, str) else None
+        self.host.publish(plan.sid, event)
+        message = f"{plan.before} -> {after} tokens"
+        self.host.progress(plan.sid, token, {"kind": "end", "message": message})
+        self._status(plan.sid, "idle")
 
     async def _kept(self, req: Request, cfg: Config, plan: _Plan) -> str:
         """The ``## Kept verbatim`` block (``compaction.keep``), bounded by ``maxTokens`` and
@@ -623,15 +635,7 @@ class Compactor:
         )
         event = CompactedEvent(session_id=plan.sid, message_id=done.id, **_diagnostics(record))
         self._mark_prepared(event, req, cfg, prepared=True)
-        verified = next((p.metadata for p in text if p.metadata), None)
-        if verified is not None:
-            rejected = verified.get("rejected")
-            event.rejected = rejected if isinstance(rejected, str) else None
-        self.host.publish(plan.sid, event)
-        self.host.progress(
-            plan.sid, token, {"kind": "end", "message": f"{plan.before} -> {after} tokens"}
-        )
-        self._status(plan.sid, "idle")
+        self._announce(plan, token, event, text, after)
         return Outcome(
             CompactResult(status="continue", summary_message_id=done.id),
             plan.before,
