@@ -26,6 +26,7 @@ import asyncpg
 from sidecar.errors import Unavailable
 from sidecar.store.backend import OnIntegrity, Statement, Then
 from sidecar.store.commit import MAX_BATCH_OPS, Op, resolve
+from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
 
 log = logging.getLogger("sidecar.store")
 
@@ -88,8 +89,27 @@ def pg_sql(sql: str) -> str:
     return "".join(out)
 
 
-# ``pg_schema``'s ``sidecar_write``: the store's ingest statements as one (``postgres.py``).
+# ``pg_schema``'s ``sidecar_write``: the store's ingest statements as one (``_as_writes``).
 WRITE = "SELECT sidecar_write(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+# The store's ingest statements as rows of ``WRITE`` (kind, id, session, message, created,
+# role, parent, summary_ok, type, data), from each statement's own row shape.
+_AS_WRITE: dict[str, Callable[[Sequence[Any]], tuple[Any, ...]]] = {
+    UPSERT_MESSAGE: lambda r: ("message", r[0], r[1], None, r[2], r[3], r[4], r[5], None, r[6]),
+    TOUCH_SESSION: lambda r: ("touch", None, r[1], None, r[0], None, None, None, None, None),
+    UPSERT_PART: lambda r: ("part", r[0], r[2], r[1], None, None, None, None, r[3], r[4]),
+}
+
+
+def _as_writes(statements: list[Statement]) -> list[Statement]:
+    """Messages, session touches and parts as one statement, so that consecutive ops of
+    different kinds still merge into one pipelined ``executemany``."""
+    out: list[Statement] = []
+    for sql, rows in statements:
+        convert = _AS_WRITE.get(sql)
+        out.append((WRITE, [convert(r) for r in rows]) if convert else (sql, rows))
+    return out
 
 
 def _exact(sql: str) -> bool:
@@ -144,7 +164,7 @@ class PgCommit:
     ) -> list[int]:
         if not self._open:
             raise RuntimeError("store is closed")
-        op = _Op(statements, on_integrity=on_integrity, needs_counts=needs_counts)
+        op = _Op(_as_writes(statements), on_integrity=on_integrity, needs_counts=needs_counts)
         op.function = function
         op.future = asyncio.get_running_loop().create_future()
         self._queue(op)
@@ -156,7 +176,7 @@ class PgCommit:
     ) -> None:
         if not self._open:
             raise RuntimeError("store is closed")
-        self._queue(_Op(statements, then=then, on_integrity=on_integrity))
+        self._queue(_Op(_as_writes(statements), then=then, on_integrity=on_integrity))
 
     def _queue(self, op: _Op) -> None:
         self._pending.append(op)
