@@ -410,27 +410,25 @@ class Compactor:
             **_diagnostics(record),
         )
         self._mark_prepared(event, req, cfg, prepared=False)
-        self._announce(plan, token, event, parts, after)
-        return Outcome(
-            CompactResult(status="continue", summary_message_id=done.id),
-            plan.before,
-            after,
-            cut=plan.cut,
-            marker=Key(marker.info.time.created, marker.info.id),
-            end=end,
-            record=record,
-        )
+        marker_key = Key(marker.info.time.created, marker.info.id)
+        return self._finish(plan, token, event, parts, after, marker_key, end, record)
 
-    def _announce(
+    def _finish(
         self,
         plan: _Plan,
         token: str | int,
         event: CompactedEvent,
         parts: Sequence[Part],
         after: int,
-    ) -> None:
+        marker: Key,
+        end: Key,
+        record: CompactionRecord,
+        *,
+        prepared: bool = False,
+    ) -> Outcome:
         """A committed compaction: its event (with, under ``compaction.verifySummary``, why the
-        first summary was rejected), the end of its progress, and the session idle again."""
+        first summary was rejected), the end of its progress, the session idle again, and
+        what the caller is told."""
         verified = next((p.metadata for p in parts if isinstance(p, TextPart) and p.metadata), None)
         if verified is not None:
             rejected = verified.get("rejected")
@@ -439,6 +437,16 @@ class Compactor:
         message = f"{plan.before} -> {after} tokens"
         self.host.progress(plan.sid, token, {"kind": "end", "message": message})
         self._status(plan.sid, "idle")
+        return Outcome(
+            CompactResult(status="continue", summary_message_id=event.message_id),
+            plan.before,
+            after,
+            cut=plan.cut,
+            marker=marker,
+            end=end,
+            record=record,
+            prepared=prepared,
+        )
 
     async def _kept(self, req: Request, cfg: Config, plan: _Plan) -> str:
         """The ``## Kept verbatim`` block (``compaction.keep``), bounded by ``maxTokens`` and
@@ -635,17 +643,8 @@ class Compactor:
         )
         event = CompactedEvent(session_id=plan.sid, message_id=done.id, **_diagnostics(record))
         self._mark_prepared(event, req, cfg, prepared=True)
-        self._announce(plan, token, event, text, after)
-        return Outcome(
-            CompactResult(status="continue", summary_message_id=done.id),
-            plan.before,
-            after,
-            cut=plan.cut,
-            marker=Key(marker.time.created, marker.id),
-            end=end,
-            record=record,
-            prepared=True,
-        )
+        marker_key = Key(marker.time.created, marker.id)
+        return self._finish(plan, token, event, text, after, marker_key, end, record, prepared=True)
 
     async def _plan(self, req: Request, cfg: Config) -> _Plan:
         """What to summarize, what to keep verbatim (collapse), and how it is sent."""
