@@ -18,7 +18,6 @@ from sidecar.summarizers.base import (
     SummaryError,
     SummaryRequest,
     extra_user_texts,
-    with_no_tools,
 )
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -75,7 +74,7 @@ class AnthropicSummarizer(HttpSummarizer):
         return {
             "model": self.model_id,
             "max_tokens": req.max_tokens,
-            "system": with_no_tools(req.system),
+            "system": req.writer_system,
             "messages": anthropic_messages(req),
             "stream": True,
         }

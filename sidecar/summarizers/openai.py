@@ -19,7 +19,6 @@ from sidecar.summarizers.base import (
     SummaryRequest,
     SummaryResult,
     chat_messages,
-    with_no_tools,
 )
 
 log = logging.getLogger("sidecar.summarizers")
@@ -55,7 +54,7 @@ class OpenAISummarizer(HttpSummarizer):
         return {"authorization": f"Bearer {key}"}
 
     def body(self, req: SummaryRequest, *, token_field: str = "max_tokens") -> dict[str, Any]:
-        messages = [{"role": "system", "content": with_no_tools(req.system)}, *chat_messages(req)]
+        messages = [{"role": "system", "content": req.writer_system}, *chat_messages(req)]
         return {
             "model": self.model_id,
             "messages": messages,
