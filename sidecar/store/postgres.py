@@ -196,7 +196,7 @@ class PostgresBackend:
                 await conn.executemany("UPDATE parts SET data = $1 WHERE id = $2", updates)
             return [len(updates)]
 
-        await self._commit.submit([], function=patch)
+        await self._commit.run(patch)
 
     def watch(self, cache: WindowCache) -> None:
         self._cache = cache
