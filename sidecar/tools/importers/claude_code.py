@@ -22,6 +22,7 @@ from sidecar.tools.importers.common import (
     fold_result,
     iso_ms,
     read_jsonl,
+    text_of,
     text_title,
     usage_tokens,
     want_obj,
@@ -47,18 +48,6 @@ def looks_like(first: dict[str, Any]) -> bool:
     return first.get("type") in RECORD_TYPES and (
         "sessionId" in first or "leafUuid" in first or "uuid" in first or "messageId" in first
     )
-
-
-def _result_text(content: Any, where: str, name: str) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    if isinstance(content, list):
-        out = []
-        for i, b in enumerate(content):
-            if isinstance(b, dict) and b.get("type") == "text":
-                out.append(want_str(b, "text", where, f"{name}[{i}].text"))
-        return "\n".join(out)
-    raise ImportFailure(f"{where}: field {name!r}: expected text or a list")
 
 
 def read(path: Path, data: bytes) -> list[Imported]:
@@ -152,7 +141,7 @@ class _Reader:
     ) -> None:
         assert self.marker is not None
         at = self.d.tick(ts)
-        text = _result_text(msg.get("content"), where, "message.content")
+        text = text_of(msg.get("content"), where)
         self.d.summary(f"msg_{uuid}", self.marker["id"], ("anthropic", ""), at, text, n)
         self.marker = None
 
@@ -197,7 +186,7 @@ class _Reader:
                 f"{where}: tool_result: field 'tool_use_id': no tool_use {call!r} before it"
             )
         at = self.d.tick(ts)
-        out = _result_text(b.get("content"), where, f"{at_b}.content")
+        out = text_of(b.get("content"), where, f"{at_b}.content")
         fold_result(part, out, at, b.get("is_error"))
 
     def _user_message(

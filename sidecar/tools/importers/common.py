@@ -516,6 +516,19 @@ def read_jsonl(path: str, data: bytes) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
+def text_of(content: Any, where: str, name: str = "message.content") -> str:
+    """A message's text: a string, or the text blocks of a block list joined by newlines."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        out = []
+        for i, b in enumerate(content):
+            if isinstance(b, dict) and b.get("type") == "text":
+                out.append(want_str(b, "text", where, f"{name}[{i}].text"))
+        return "\n".join(out)
+    raise ImportFailure(f"{where}: field {name!r}: expected text or a list")
+
+
 def text_title(text: str) -> str:
     first = " ".join(text.split())
     return first[:60] + ("…" if len(first) > 60 else "")

@@ -22,6 +22,7 @@ from sidecar.tools.importers.common import (
     fold_result,
     iso_ms,
     read_jsonl,
+    text_of,
     text_title,
     usage_tokens,
     want_num,
@@ -67,18 +68,6 @@ def _path(
         cur = e.get("parentId")
     out.reverse()
     return out
-
-
-def _text(content: Any, where: str, name: str = "message.content") -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    if isinstance(content, list):
-        out = []
-        for i, b in enumerate(content):
-            if isinstance(b, dict) and b.get("type") == "text":
-                out.append(want_str(b, "text", where, f"{name}[{i}].text"))
-        return "\n".join(out)
-    raise ImportFailure(f"{where}: field {name!r}: expected text or a list")
 
 
 def _images(content: Any) -> list[dict[str, Any]]:
@@ -227,7 +216,7 @@ class _Reader:
             raise ImportFailure(
                 f"{where}: toolResult: field 'toolCallId': no call {call!r} before it"
             )
-        fold_result(part, _text(msg.get("content"), where), created, msg.get("isError"))
+        fold_result(part, text_of(msg.get("content"), where), created, msg.get("isError"))
         self.d.tick(None)
         message_id: str = part["messageID"]
         return message_id
@@ -263,4 +252,4 @@ def _user_text(role: str, msg: dict[str, Any], where: str) -> str:
         return want_str(msg, "summary", where, "summary")
     if role == "compactionSummary":
         return want_str(msg, "summary", where, "message.summary")
-    return _text(msg.get("content"), where)  # user, custom_message, custom, hookMessage
+    return text_of(msg.get("content"), where)  # user, custom_message, custom, hookMessage
