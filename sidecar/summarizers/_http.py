@@ -160,9 +160,15 @@ class HttpSummarizer:
     async def summarize(
         self, req: SummaryRequest, progress: Progress | None = None
     ) -> SummaryResult:
-        body = self.body(req)
-        state = await self.post(body, progress)
+        state, body = await self.send(req, progress)
         return self.result(state, req, body)
+
+    async def send(
+        self, req: SummaryRequest, progress: Progress | None
+    ) -> tuple[StreamState, dict[str, Any]]:
+        """The request's body, sent (``post``): what was read and the body that was sent."""
+        body = self.body(req)
+        return await self.post(body, progress), body
 
     async def post(self, body: dict[str, Any], progress: Progress | None) -> StreamState:
         """POST ``body`` to ``url`` with the retry policy; each attempt read by ``consume``."""

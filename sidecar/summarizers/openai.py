@@ -13,13 +13,7 @@ from sidecar.model.tokens import CacheTokens, Tokens
 from sidecar.summarizers._http import HttpSummarizer, StreamState, as_dict, count
 from sidecar.summarizers._retry import JSON_BODY_CAP, is_json_response, iter_sse, read_capped
 from sidecar.summarizers._text import redact, trim
-from sidecar.summarizers.base import (
-    Progress,
-    SummaryError,
-    SummaryRequest,
-    SummaryResult,
-    chat_messages,
-)
+from sidecar.summarizers.base import Progress, SummaryError, SummaryRequest, chat_messages
 
 log = logging.getLogger("sidecar.summarizers")
 
@@ -63,20 +57,18 @@ class OpenAISummarizer(HttpSummarizer):
             token_field: req.max_tokens,
         }
 
-    async def summarize(
-        self, req: SummaryRequest, progress: Progress | None = None
-    ) -> SummaryResult:
-        body = self.body(req)
+    async def send(
+        self, req: SummaryRequest, progress: Progress | None
+    ) -> tuple[StreamState, dict[str, Any]]:
         try:
-            state = await self.post(body, progress)
+            return await super().send(req, progress)
         except SummaryError as exc:
             # Newer OpenAI models reject ``max_tokens`` and want ``max_completion_tokens``.
             if exc.status != 400 or "max_completion_tokens" not in exc.message:
                 raise
             log.info("openai: retrying the summary with max_completion_tokens")
             body = self.body(req, token_field="max_completion_tokens")
-            state = await self.post(body, progress)
-        return self.result(state, req, body)
+            return await self.post(body, progress), body
 
     async def consume(self, resp: httpx.Response, progress: Progress | None) -> StreamState:
         state = StreamState(progress)
