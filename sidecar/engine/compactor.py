@@ -292,27 +292,20 @@ class _Plan:
     def marker(self, auto: bool, overflow: bool, tail: Sequence[WithParts]) -> WithParts:
         """The compaction marker: a user message with its compaction part, pointing back at
         the first message of ``tail`` when one is kept after the summary."""
-        info = self.user_message()
-        part = CompactionPart(
-            id=new_id("prt"),
-            session_id=self.sid,
-            message_id=info.id,
-            auto=auto,
-            overflow=True if overflow else None,
-            tail_start_id=tail[0].info.id if tail else None,
+        tail_start_id = tail[0].info.id if tail else None
+        overflowed = True if overflow else None
+        return self._with_part(
+            CompactionPart, auto=auto, overflow=overflowed, tail_start_id=tail_start_id
         )
-        return WithParts(info=info, parts=[part])
 
     def continue_message(self) -> WithParts:
         """The synthetic user message an automatic compaction ends with."""
+        return self._with_part(TextPart, text=CONTINUE_TEXT, synthetic=True)
+
+    def _with_part(self, kind: Callable[..., Part], **fields: Any) -> WithParts:
+        """A new ``user_message`` holding one part of ``kind`` with ``fields``."""
         info = self.user_message()
-        part = TextPart(
-            id=new_id("prt"),
-            session_id=self.sid,
-            message_id=info.id,
-            text=CONTINUE_TEXT,
-            synthetic=True,
-        )
+        part = kind(id=new_id("prt"), session_id=self.sid, message_id=info.id, **fields)
         return WithParts(info=info, parts=[part])
 
 
@@ -417,8 +410,27 @@ class Compactor:
             **_diagnostics(record),
         )
         self._mark_prepared(event, req, cfg, prepared=False)
+        marker_key = Key(marker.info.time.created, marker.info.id)
+        return self._finish(plan, token, event, parts, after, marker_key, end, record)
+
+    def _finish(
+        self,
+        plan: _Plan,
+        token: str | int,
+        event: CompactedEvent,
+        parts: Sequence[Part],
+        after: int,
+        marker: Key,
+        end: Key,
+        record: CompactionRecord,
+        *,
+        prepared: bool = False,
+    ) -> Outcome:
+        """A committed compaction: its event (with, under ``compaction.verifySummary``, why the
+        first summary was rejected), the end of its progress, the session idle again, and
+        what the caller is told."""
         verified = next((p.metadata for p in parts if isinstance(p, TextPart) and p.metadata), None)
-        if verified is not None:  # compaction.verifySummary: why the first summary was rejected
+        if verified is not None:
             rejected = verified.get("rejected")
             event.rejected = rejected if isinstance(rejected, str) else None
         self.host.publish(plan.sid, event)
@@ -426,13 +438,14 @@ class Compactor:
         self.host.progress(plan.sid, token, {"kind": "end", "message": message})
         self._status(plan.sid, "idle")
         return Outcome(
-            CompactResult(status="continue", summary_message_id=done.id),
+            CompactResult(status="continue", summary_message_id=event.message_id),
             plan.before,
             after,
             cut=plan.cut,
-            marker=Key(marker.info.time.created, marker.info.id),
+            marker=marker,
             end=end,
             record=record,
+            prepared=prepared,
         )
 
     async def _kept(self, req: Request, cfg: Config, plan: _Plan) -> str:
@@ -630,25 +643,8 @@ class Compactor:
         )
         event = CompactedEvent(session_id=plan.sid, message_id=done.id, **_diagnostics(record))
         self._mark_prepared(event, req, cfg, prepared=True)
-        verified = next((p.metadata for p in text if p.metadata), None)
-        if verified is not None:
-            rejected = verified.get("rejected")
-            event.rejected = rejected if isinstance(rejected, str) else None
-        self.host.publish(plan.sid, event)
-        self.host.progress(
-            plan.sid, token, {"kind": "end", "message": f"{plan.before} -> {after} tokens"}
-        )
-        self._status(plan.sid, "idle")
-        return Outcome(
-            CompactResult(status="continue", summary_message_id=done.id),
-            plan.before,
-            after,
-            cut=plan.cut,
-            marker=Key(marker.time.created, marker.id),
-            end=end,
-            record=record,
-            prepared=True,
-        )
+        marker_key = Key(marker.time.created, marker.id)
+        return self._finish(plan, token, event, text, after, marker_key, end, record, prepared=True)
 
     async def _plan(self, req: Request, cfg: Config) -> _Plan:
         """What to summarize, what to keep verbatim (collapse), and how it is sent."""

@@ -15,20 +15,9 @@ from typing import Any, Literal
 
 import msgspec
 
+from sidecar.model import parts
 from sidecar.model.conversation import CLEARED, COMPACTION_TEXT, INTERRUPTED
 from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
-from sidecar.model.parts import (
-    CompactionPart,
-    FilePart,
-    Part,
-    ReasoningPart,
-    StepStartPart,
-    SubtaskPart,
-    TextPart,
-    ToolCompleted,
-    ToolError,
-    ToolPart,
-)
 from sidecar.model.tokens import estimate
 from sidecar.toolcalls import outputs, shell
 from sidecar.toolcalls import vocabulary as tools
@@ -52,7 +41,7 @@ def is_media(mime: str) -> bool:
     return mime.startswith("image/") or mime == "application/pdf"
 
 
-def attached_text(part: FilePart) -> str:
+def attached_text(part: parts.FilePart) -> str:
     return f"[Attached {part.mime}: {part.filename or 'file'}]"
 
 
@@ -62,13 +51,13 @@ Stub = Literal["opencode", "informative"]
 STUB_ARGUMENT_CHARS = 120
 
 
-def stub(part: ToolPart, mode: Stub = "opencode") -> str:
+def stub(part: parts.ToolPart, mode: Stub = "opencode") -> str:
     """What a pruned tool output is sent as. ``opencode``: OpenCode's placeholder.
     ``informative`` (``compaction.prunedStub``): the same words followed, on one line, by the
     tool, its main argument (file or command), its exit status, the output's size and its first
     error line, so the model still knows what the call did and whether it worked."""
     state = part.state
-    if mode == "opencode" or not isinstance(state, ToolCompleted):
+    if mode == "opencode" or not isinstance(state, parts.ToolCompleted):
         return CLEARED
     data = state.input if isinstance(state.input, dict) else {}
     arg = outputs.one_line(tools.main_argument(part.tool, data), STUB_ARGUMENT_CHARS)
@@ -99,17 +88,19 @@ def stub_extra(window: Sequence[WithParts], mode: Stub) -> int:
         estimate(stub(p, mode)) - base
         for m in window
         for p in m.parts
-        if isinstance(p, ToolPart) and isinstance(p.state, ToolCompleted) and p.state.time.compacted
+        if isinstance(p, parts.ToolPart)
+        and isinstance(p.state, parts.ToolCompleted)
+        and p.state.time.compacted
     )
 
 
 # -- parts -------------------------------------------------------------------------------------
 
 
-def _clear(part: Part, mode: Stub = "opencode") -> Part:
-    if isinstance(part, ToolPart):
+def _clear(part: parts.Part, mode: Stub = "opencode") -> parts.Part:
+    if isinstance(part, parts.ToolPart):
         state = part.state
-        if isinstance(state, ToolCompleted) and state.time.compacted:
+        if isinstance(state, parts.ToolCompleted) and state.time.compacted:
             state = msgspec.structs.replace(state, output=stub(part, mode), attachments=None)
             return msgspec.structs.replace(part, state=state)
     return part
@@ -134,7 +125,7 @@ def to_parts(
         raw = raws.get(m.info.id) if raws is not None else None
         return msgspec.Raw(raw.encode()) if raw is not None else msgspec.to_builtins(m.info)
 
-    def part(p: Part) -> Any:
+    def part(p: parts.Part) -> Any:
         cleared = _clear(p, stub)
         raw = raws.get(p.id) if raws is not None and cleared is p else None
         return msgspec.Raw(raw.encode()) if raw is not None else msgspec.to_builtins(cleared)
@@ -166,12 +157,12 @@ class _Call:
     input: dict[str, Any]
     result: str
     is_error: bool
-    attachments: list[FilePart] = field(default_factory=list)
+    attachments: list[parts.FilePart] = field(default_factory=list)
 
 
 @dataclass
 class _User:
-    items: list[str | FilePart]
+    items: list[str | parts.FilePart]
 
 
 @dataclass
@@ -180,7 +171,7 @@ class _Assistant:
     calls: list[_Call] = field(default_factory=list)
 
 
-def _call_id(part: ToolPart) -> str:
+def _call_id(part: parts.ToolPart) -> str:
     return part.call_id or part.id
 
 
@@ -190,40 +181,40 @@ def _sent(msg: WithParts) -> bool:
     if not isinstance(info, AssistantMessage) or info.error is None:
         return True
     return info.error.name == ABORTED and any(
-        not isinstance(p, StepStartPart | ReasoningPart) for p in msg.parts
+        not isinstance(p, parts.StepStartPart | parts.ReasoningPart) for p in msg.parts
     )
 
 
-def _has_text(part: TextPart) -> bool:
+def _has_text(part: parts.TextPart) -> bool:
     # Whitespace-only blocks are rejected by Anthropic and carry nothing for anyone else.
     return not part.ignored and bool(part.text.strip())
 
 
-def _call(part: ToolPart, mode: Stub = "opencode") -> _Call:
+def _call(part: parts.ToolPart, mode: Stub = "opencode") -> _Call:
     state = part.state
     cid, name = _call_id(part), part.tool
-    if isinstance(state, ToolCompleted):
+    if isinstance(state, parts.ToolCompleted):
         if state.time.compacted:
             return _Call(cid, name, state.input, stub(part, mode), False)
         return _Call(cid, name, state.input, state.output, False, list(state.attachments or ()))
-    if isinstance(state, ToolError):
+    if isinstance(state, parts.ToolError):
         return _Call(cid, name, state.input, state.error, True)
     return _Call(cid, name, state.input, INTERRUPTED, True)  # pending/running: never finished
 
 
-def _keeper(window: Sequence[WithParts], sent: Sequence[bool]) -> dict[str, ToolPart]:
+def _keeper(window: Sequence[WithParts], sent: Sequence[bool]) -> dict[str, parts.ToolPart]:
     """Duplicate callIDs (OpenCode #40235): the last part with an id wins, earlier ones vanish."""
-    keeper: dict[str, ToolPart] = {}
+    keeper: dict[str, parts.ToolPart] = {}
     for msg, ok in zip(window, sent, strict=True):
         if ok and isinstance(msg.info, AssistantMessage):
             for part in msg.parts:
-                if isinstance(part, ToolPart):
+                if isinstance(part, parts.ToolPart):
                     keeper[_call_id(part)] = part
     return keeper
 
 
 def _message_turns(
-    msg: WithParts, ok: bool, keeper: Mapping[str, ToolPart], mode: Stub = "opencode"
+    msg: WithParts, ok: bool, keeper: Mapping[str, parts.ToolPart], mode: Stub = "opencode"
 ) -> list[_User | _Assistant]:
     out: list[_User | _Assistant] = []
     if isinstance(msg.info, UserMessage):
@@ -233,13 +224,13 @@ def _message_turns(
     elif ok:
         segment = _Assistant()
         for part in msg.parts:
-            if isinstance(part, StepStartPart):
+            if isinstance(part, parts.StepStartPart):
                 if segment.texts or segment.calls:
                     out.append(segment)
                 segment = _Assistant()
-            elif isinstance(part, TextPart) and _has_text(part):
+            elif isinstance(part, parts.TextPart) and _has_text(part):
                 segment.texts.append(part.text)
-            elif isinstance(part, ToolPart) and keeper.get(_call_id(part)) is part:
+            elif isinstance(part, parts.ToolPart) and keeper.get(_call_id(part)) is part:
                 segment.calls.append(_call(part, mode))
         if segment.texts or segment.calls:
             out.append(segment)
@@ -256,23 +247,23 @@ def _turns(window: Sequence[WithParts], mode: Stub = "opencode") -> list[_User |
     ]
 
 
-def _user_items(parts: Sequence[Part]) -> list[str | FilePart]:
-    items: list[str | FilePart] = []
-    for part in parts:
-        if isinstance(part, TextPart):
+def _user_items(message_parts: Sequence[parts.Part]) -> list[str | parts.FilePart]:
+    items: list[str | parts.FilePart] = []
+    for part in message_parts:
+        if isinstance(part, parts.TextPart):
             if _has_text(part):
                 items.append(part.text)
-        elif isinstance(part, FilePart):
+        elif isinstance(part, parts.FilePart):
             if not is_skipped_file(part.mime):
                 items.append(part)
-        elif isinstance(part, CompactionPart):
+        elif isinstance(part, parts.CompactionPart):
             items.append(COMPACTION_TEXT)
-        elif isinstance(part, SubtaskPart):
+        elif isinstance(part, parts.SubtaskPart):
             items.append(SUBTASK_TEXT)
     return items
 
 
-def _media(part: FilePart, strip_media: bool) -> tuple[str, str] | None:
+def _media(part: parts.FilePart, strip_media: bool) -> tuple[str, str] | None:
     """(kind, mime) when ``part`` can go as media: ("image", ...) or ("pdf", ...)."""
     if strip_media:
         return None
@@ -300,7 +291,7 @@ def _data_url(url: str) -> tuple[str, str] | None:
 # -- OpenAI chat completions -------------------------------------------------------------------
 
 
-def _openai_content(items: Sequence[str | FilePart], strip_media: bool) -> str | list[Any]:
+def _openai_content(items: Sequence[str | parts.FilePart], strip_media: bool) -> str | list[Any]:
     """A plain string when everything is text (lines joined with "\\n", what every
     OpenAI-compatible server accepts), a content-part array only when an image is present."""
     pieces: list[dict[str, Any]] = []
@@ -338,7 +329,7 @@ def to_openai(
     out: list[dict[str, Any]] = []
     for msg, ok in zip(window, sent, strict=True):
         memo = not strip_media and all(
-            keeper.get(_call_id(p)) is p for p in msg.parts if isinstance(p, ToolPart)
+            keeper.get(_call_id(p)) is p for p in msg.parts if isinstance(p, parts.ToolPart)
         )
         key = (id(msg.info), tuple(map(id, msg.parts)), stub)
         if memo:
@@ -385,7 +376,7 @@ def _openai_turn(turn: _User | _Assistant, strip_media: bool) -> list[dict[str, 
 # -- Anthropic Messages ------------------------------------------------------------------------
 
 
-def _anthropic_block(item: str | FilePart, strip_media: bool) -> dict[str, Any]:
+def _anthropic_block(item: str | parts.FilePart, strip_media: bool) -> dict[str, Any]:
     if isinstance(item, str):
         return {"type": "text", "text": item}
     media = _media(item, strip_media)
@@ -434,7 +425,7 @@ def to_anthropic(
             if c.is_error:
                 result["is_error"] = True
             results.append(result)
-        media: list[str | FilePart] = [a for c in turn.calls for a in c.attachments]
+        media: list[str | parts.FilePart] = [a for c in turn.calls for a in c.attachments]
         if media:
             results += [_anthropic_block(i, strip_media) for i in [TOOL_MEDIA_TEXT, *media]]
         add("user", results)

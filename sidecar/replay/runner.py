@@ -67,13 +67,7 @@ def _tool_state(p: TPart, now: int) -> dict[str, Any]:
             "error": p.output or "Tool execution aborted",
             "time": {"start": now, "end": now},
         }
-    return {
-        "status": "completed",
-        "input": p.input,
-        "output": p.output,
-        "title": p.tool,
-        "time": {"start": now, "end": now},
-    }
+    return p.completed_state(now)
 
 
 def _part(p: TPart, sid: str, mid: str, now: int) -> dict[str, Any]:

@@ -17,6 +17,16 @@ class TPart(msgspec.Struct, kw_only=True):
     output: str = ""
     status: Literal["completed", "error"] = "completed"
 
+    def completed_state(self, at: int) -> dict[str, Any]:
+        """OpenCode's ``completed`` tool state for this tool part, run at ``at``."""
+        return {
+            "status": "completed",
+            "input": self.input,
+            "output": self.output,
+            "title": self.tool,
+            "time": {"start": at, "end": at},
+        }
+
 
 class TTokens(msgspec.Struct, kw_only=True):
     input: int = 0

@@ -53,12 +53,9 @@ async def _ask(sock: Path, method: str) -> tuple[dict[str, Any], Any]:
 def status(sock: Path, *, as_json: bool) -> int:
     try:
         info, _ = asyncio.run(_ask(sock, "daemon/status"))
-    except NotRunning as exc:
-        if as_json:
+    except (NotRunning, Refused) as exc:
+        if as_json and isinstance(exc, NotRunning):
             print(json.dumps({"running": False, "socket": str(sock)}))
-        print(f"compaction-sidecar: {exc}", file=sys.stderr)
-        return 1
-    except Refused as exc:
         print(f"compaction-sidecar: {exc}", file=sys.stderr)
         return 1
     if as_json:

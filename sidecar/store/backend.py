@@ -120,12 +120,7 @@ class ReadOnly:
     def _refuse(self) -> ReadOnlyStore:
         return ReadOnlyStore(f"{self.display} is open read-only")
 
-    async def submit(
-        self,
-        statements: list[Statement],
-        on_integrity: OnIntegrity | None = None,
-        needs_counts: bool = False,
-    ) -> list[int]:
+    async def submit(self, *args: Any, **kwargs: Any) -> list[int]:
         raise self._refuse()
 
     def submit_then(

@@ -72,7 +72,68 @@ class Op:
     rowcounts: list[int] = field(default_factory=list)
 
 
-class GroupCommit:
+class Committer:
+    """What both group commits (``GroupCommit`` here, ``pg_commit.PgCommit``) do alike: ops
+    refused once stopped, queued (``_queue``), awaited, and a way to wait for quiet."""
+
+    _open: bool
+    _quiet: asyncio.Event  # nothing pending, nothing running
+    #: The class of an op, and what its statements become on the way in (PostgreSQL's: ops
+    #: that may run a function, statements merged into one ``WRITE``).
+    _op_type: type[Op] = Op
+    _prepare: Callable[[list[Statement]], list[Statement]] = staticmethod(lambda s: s)
+
+    async def settle(self) -> None:
+        """Wait until nothing is queued, committing or checkpointing."""
+        await self._quiet.wait()
+
+    async def submit(
+        self,
+        statements: list[Statement],
+        on_integrity: OnIntegrity | None = None,
+        needs_counts: bool = False,
+    ) -> list[int]:
+        """Commit one atomic op; returns once it is durable.
+
+        With ``needs_counts`` the op is not merged with others, so the rows changed by each of
+        its statements can be returned.
+        """
+        return await self._await_commit(self._op(statements, None, on_integrity, needs_counts))
+
+    def submit_then(
+        self, statements: list[Statement], then: Then, on_integrity: OnIntegrity | None = None
+    ) -> None:
+        """Queue an op without waiting: ``then`` is called once it is committed or has failed.
+
+        For callers that have no task of their own (the deferred ingest handlers); the op
+        joins the next group commit, which ``commit_queued`` can bring forward.
+        """
+        self._queue(self._op(statements, then, on_integrity))
+
+    def _op(
+        self,
+        statements: list[Statement],
+        then: Then | None,
+        on_integrity: OnIntegrity | None,
+        needs_counts: bool = False,
+    ) -> Op:
+        if not self._open:
+            raise RuntimeError("store is closed")
+        return self._op_type(self._prepare(statements), None, then, on_integrity, needs_counts)
+
+    async def _await_commit(self, op: Op) -> list[int]:
+        """Queue ``op`` and wait for its commit."""
+        op.future = asyncio.get_running_loop().create_future()
+        self._queue(op)
+        # Not shielded: a cancelled caller stops waiting, but its queued op still commits.
+        await op.future
+        return op.rowcounts
+
+    def _queue(self, op: Op) -> None:
+        raise NotImplementedError
+
+
+class GroupCommit(Committer):
     """Owns the writer connection; ``inline`` lets batches commit on the event loop.
 
     The connection must have been opened with ``check_same_thread=False`` for ``inline``, and
@@ -132,24 +193,8 @@ class GroupCommit:
         self._open = False
         await self.settle()
 
-    async def settle(self) -> None:
-        """Wait until nothing is queued, committing or checkpointing."""
-        await self._quiet.wait()
-
-    async def submit(
-        self,
-        statements: list[Statement],
-        on_integrity: OnIntegrity | None = None,
-        needs_counts: bool = False,
-    ) -> list[int]:
-        """Commit one atomic op; returns once it is durable.
-
-        With ``needs_counts`` the op is not merged with others, so the rows changed by each of
-        its statements can be returned.
-        """
-        if not self._open:
-            raise RuntimeError("store is closed")
-        op = Op(statements, None, None, on_integrity, needs_counts)
+    async def _await_commit(self, op: Op) -> list[int]:
+        """At once in the caller's step when nothing else could join it, else queued."""
         if self._inline and not self._busy and not self._pending and not self.may_join():
             size = _size([op])
             if _fits_inline(*size):
@@ -159,28 +204,10 @@ class GroupCommit:
                 if outcome is not None:
                     raise outcome
                 return op.rowcounts
-        op.future = asyncio.get_running_loop().create_future()
+        return await super()._await_commit(op)
+
+    def _queue(self, op: Op) -> None:
         self._pending.append(op)
-        self._quiet.clear()
-        self._schedule()
-        # Not shielded: a cancelled caller stops waiting, but its queued op still commits.
-        await op.future
-        return op.rowcounts
-
-    def submit_then(
-        self,
-        statements: list[Statement],
-        then: Then,
-        on_integrity: OnIntegrity | None = None,
-    ) -> None:
-        """Queue an op without waiting: ``then`` is called once it is committed or has failed.
-
-        For callers that have no task of their own (the deferred ingest handlers); the op
-        joins the next group commit, which ``commit_queued`` can bring forward.
-        """
-        if not self._open:
-            raise RuntimeError("store is closed")
-        self._pending.append(Op(statements, None, then, on_integrity))
         self._quiet.clear()
         self._schedule()
 

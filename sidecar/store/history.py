@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -104,8 +105,9 @@ async def search(
     if not terms:
         return []
     pool = max(limit * POOL_FACTOR, POOL_MIN)
+    scope = _Scope(session_id, before, kinds)
     if db.kind == "postgresql":
-        rows = await _search_pg(db, session_id, terms, pool, before, kinds)
+        rows = await _search_pg(db, scope, terms, pool)
     else:
         span = None
         if session_id is not None:
@@ -115,10 +117,10 @@ async def search(
         # One session: its matches, newest first up to SESSION_CAP, ranked here (``bm25``
         # would count each term's matches over the whole database for its weights).
         size = pool if span is None else SESSION_CAP
-        rows = await _search_sqlite(db, session_id, [" ".join(terms)], size, before, kinds, span)
+        rows = await _search_sqlite(db, scope, [" ".join(terms)], size, span)
         if len(terms) > 1 or len(rows) >= size:
             seen = {r[2] for r in rows}
-            more = await _search_sqlite(db, session_id, terms, size, before, kinds, span)
+            more = await _search_sqlite(db, scope, terms, size, span)
             rows += [r for r in more if r[2] not in seen]
         if span is not None:
             rows = _scored(rows, terms)
@@ -133,14 +135,33 @@ Row = tuple[str, str, str, str, str | None, int, str, float]
 """``Hit`` with the part's whole indexed text in place of the snippet."""
 
 
+@dataclass(frozen=True)
+class _Scope:
+    """The parts a search may return: one session's (None: every session's), older than
+    ``before``, of ``kinds`` (None: all)."""
+
+    session_id: str | None
+    before: Key | None
+    kinds: Sequence[str] | None
+
+    def where(
+        self, sql: str, args: list[Any], session_column: str = "p.session_id"
+    ) -> tuple[str, list[Any]]:
+        """``sql`` and ``args`` narrowed to the scope."""
+        if self.session_id is not None:
+            sql += f" AND {session_column} = ?"
+            args.append(self.session_id)
+        if self.kinds:
+            sql += " AND p.type IN (" + ",".join("?" * len(self.kinds)) + ")"
+            args.extend(self.kinds)
+        if self.before is not None:
+            sql += " AND (m.created, m.id) < (?, ?)"
+            args += [self.before.created, self.before.id]
+        return sql, args
+
+
 async def _search_sqlite(
-    db: Backend,
-    session_id: str | None,
-    terms: Sequence[str],
-    limit: int,
-    before: Key | None,
-    kinds: Sequence[str] | None,
-    span: tuple[int, int] | None = None,
+    db: Backend, scope: _Scope, terms: Sequence[str], limit: int, span: tuple[int, int] | None
 ) -> list[Row]:
     sql = (
         "SELECT p.session_id, p.message_id, p.id, m.role, "
@@ -150,14 +171,14 @@ async def _search_sqlite(
         "JOIN messages m ON m.id = p.message_id WHERE history_fts MATCH ?"
     )
     match = _fts_query(terms)
-    if session_id is not None:
-        match = f"sid : {session_id.encode().hex().upper()} AND ({match})"
+    if scope.session_id is not None:
+        match = f"sid : {scope.session_id.encode().hex().upper()} AND ({match})"
     args: list[Any] = [match]
     if span is not None:
         sql = sql.replace("bm25(history_fts, 1.0, 0.0)", "0")
         sql += " AND history_fts.rowid BETWEEN ? AND ?"
         args += list(span)
-    sql, args = _filters(sql, args, session_id, before, kinds)
+    sql, args = scope.where(sql, args)
     if span is None:
         sql += " ORDER BY bm25(history_fts, 1.0, 0.0) LIMIT ?"
     else:
@@ -201,34 +222,7 @@ async def _rowid_span(db: Backend, session_id: str) -> tuple[int, int] | None:
     return int(rows[0][0]), int(rows[0][1])
 
 
-def _filters(
-    sql: str,
-    args: list[Any],
-    session_id: str | None,
-    before: Key | None,
-    kinds: Sequence[str] | None,
-    session_column: str = "p.session_id",
-) -> tuple[str, list[Any]]:
-    if session_id is not None:
-        sql += f" AND {session_column} = ?"
-        args.append(session_id)
-    if kinds:
-        sql += " AND p.type IN (" + ",".join("?" * len(kinds)) + ")"
-        args.extend(kinds)
-    if before is not None:
-        sql += " AND (m.created, m.id) < (?, ?)"
-        args += [before.created, before.id]
-    return sql, args
-
-
-async def _search_pg(
-    db: Backend,
-    session_id: str | None,
-    terms: Sequence[str],
-    limit: int,
-    before: Key | None,
-    kinds: Sequence[str] | None,
-) -> list[Row]:
+async def _search_pg(db: Backend, scope: _Scope, terms: Sequence[str], limit: int) -> list[Row]:
     # One tsquery of every term's phrase; substrings (ILIKE ALL) for the trigram index, taken
     # only when every term is long enough for trigrams to narrow the scan.
     words = " && ".join(["phraseto_tsquery('simple', ?)"] * len(terms))
@@ -245,7 +239,7 @@ async def _search_pg(
     args: list[Any] = [patterns, *terms]
     if substr:
         args.append(patterns)
-    sql, args = _filters(sql, args, session_id, before, kinds, "h.session_id")
+    sql, args = scope.where(sql, args, "h.session_id")
     sql += " ORDER BY 8 DESC, m.created DESC LIMIT ?"
     args.append(limit)
     rows = await db.query(sql, args)

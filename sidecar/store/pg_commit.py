@@ -19,13 +19,14 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 
 from sidecar.errors import Unavailable
-from sidecar.store.backend import OnIntegrity, Statement, Then
-from sidecar.store.commit import MAX_BATCH_OPS, Op, resolve
+from sidecar.store.backend import Statement
+from sidecar.store.commit import MAX_BATCH_OPS, Committer, Op, resolve
+from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
 
 log = logging.getLogger("sidecar.store")
 
@@ -88,8 +89,27 @@ def pg_sql(sql: str) -> str:
     return "".join(out)
 
 
-# ``pg_schema``'s ``sidecar_write``: the store's ingest statements as one (``postgres.py``).
+# ``pg_schema``'s ``sidecar_write``: the store's ingest statements as one (``_as_writes``).
 WRITE = "SELECT sidecar_write(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+# The store's ingest statements as rows of ``WRITE`` (kind, id, session, message, created,
+# role, parent, summary_ok, type, data), from each statement's own row shape.
+_AS_WRITE: dict[str, Callable[[Sequence[Any]], tuple[Any, ...]]] = {
+    UPSERT_MESSAGE: lambda r: ("message", r[0], r[1], None, r[2], r[3], r[4], r[5], None, r[6]),
+    TOUCH_SESSION: lambda r: ("touch", None, r[1], None, r[0], None, None, None, None, None),
+    UPSERT_PART: lambda r: ("part", r[0], r[2], r[1], None, None, None, None, r[3], r[4]),
+}
+
+
+def _as_writes(statements: list[Statement]) -> list[Statement]:
+    """Messages, session touches and parts as one statement, so that consecutive ops of
+    different kinds still merge into one pipelined ``executemany``."""
+    out: list[Statement] = []
+    for sql, rows in statements:
+        convert = _AS_WRITE.get(sql)
+        out.append((WRITE, [convert(r) for r in rows]) if convert else (sql, rows))
+    return out
 
 
 def _exact(sql: str) -> bool:
@@ -102,9 +122,12 @@ def _exact(sql: str) -> bool:
     return head.startswith("INSERT") and "DO UPDATE" in head and " WHERE " not in head
 
 
-class PgCommit:
+class PgCommit(Committer):
     """``reconnect`` gives a new connection once the current one is lost; until it succeeds,
     each batch fails with ``Unavailable`` (nothing stored) and the next one tries again."""
+
+    _op_type = _Op
+    _prepare = staticmethod(_as_writes)
 
     def __init__(
         self, conn: asyncpg.Connection, reconnect: Connect | None = None, role: str = "writer"
@@ -132,34 +155,14 @@ class PgCommit:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-    async def settle(self) -> None:
-        await self._quiet.wait()
-
-    async def submit(
-        self,
-        statements: list[Statement],
-        on_integrity: OnIntegrity | None = None,
-        needs_counts: bool = False,
-        function: OpFunction | None = None,
-    ) -> list[int]:
-        if not self._open:
-            raise RuntimeError("store is closed")
-        op = _Op(statements, on_integrity=on_integrity, needs_counts=needs_counts)
+    async def run(self, function: OpFunction) -> list[int]:
+        """Commit ``function`` run on the connection as one op of the group commit."""
+        op = cast(_Op, self._op([], None, None))
         op.function = function
-        op.future = asyncio.get_running_loop().create_future()
-        self._queue(op)
-        await op.future
-        return op.rowcounts
+        return await self._await_commit(op)
 
-    def submit_then(
-        self, statements: list[Statement], then: Then, on_integrity: OnIntegrity | None = None
-    ) -> None:
-        if not self._open:
-            raise RuntimeError("store is closed")
-        self._queue(_Op(statements, then=then, on_integrity=on_integrity))
-
-    def _queue(self, op: _Op) -> None:
-        self._pending.append(op)
+    def _queue(self, op: Op) -> None:
+        self._pending.append(cast(_Op, op))  # made by ``_op``: an ``_Op``
         self._quiet.clear()
         self._wake.set()
 

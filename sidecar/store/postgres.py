@@ -31,15 +31,12 @@ from sidecar.model.ids import now_ms
 from sidecar.store.backend import (
     Chunks,
     EventSink,
-    OnIntegrity,
     ReadOnly,
     Row,
     Statement,
-    Then,
 )
 from sidecar.store.cache import WindowCache
 from sidecar.store.pg_commit import (
-    WRITE,
     PgCommit,
     driver_state,
     outage,
@@ -47,8 +44,7 @@ from sidecar.store.pg_commit import (
     unavailable,
 )
 from sidecar.store.pg_schema import MIGRATION_LOCK, MIGRATIONS
-from sidecar.store.schema import SCHEMA_VERSION, check_readable
-from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
+from sidecar.store.schema import SCHEMA_VERSION, check_opened
 from sidecar.store.url import CannotOpen, redact, unreachable
 
 log = logging.getLogger("sidecar.store")
@@ -90,6 +86,10 @@ class PostgresBackend:
         self._readers = readers
         self._listener: asyncpg.Connection | None = listener
         self._commit = PgCommit(writer, self._connect_writer)
+        # Writes are the group commit's, as they are (it merges the ingest statements into
+        # ``WRITE``): no wrapper to keep in step with it.
+        self.submit = self._commit.submit
+        self.submit_then = self._commit.submit_then
         # Events go out on a connection of their own, without waiting for a WAL flush: an
         # event is not data (the write it reports is committed already), so it should not
         # cost the writer a second durable commit per write.
@@ -177,19 +177,6 @@ class PostgresBackend:
     def commits(self) -> int:
         return self._commit.commits
 
-    async def submit(
-        self,
-        statements: list[Statement],
-        on_integrity: OnIntegrity | None = None,
-        needs_counts: bool = False,
-    ) -> list[int]:
-        return await self._commit.submit(_as_writes(statements), on_integrity, needs_counts)
-
-    def submit_then(
-        self, statements: list[Statement], then: Then, on_integrity: OnIntegrity | None = None
-    ) -> None:
-        self._commit.submit_then(_as_writes(statements), then, on_integrity)
-
     def commit_queued(self) -> None:
         """Nothing to bring forward: the writer task commits as soon as it is free."""
 
@@ -209,7 +196,7 @@ class PostgresBackend:
                 await conn.executemany("UPDATE parts SET data = $1 WHERE id = $2", updates)
             return [len(updates)]
 
-        await self._commit.submit([], function=patch)
+        await self._commit.run(patch)
 
     def watch(self, cache: WindowCache) -> None:
         self._cache = cache
@@ -384,15 +371,11 @@ class PostgresReader(ReadOnly):
             )
         except Exception as exc:  # refused, unknown database, authentication, a bad URL...
             raise CannotOpen(f"{redact(dsn)}: cannot connect ({unreachable(dsn, exc)})") from None
-        try:
-            version = await conn.fetchval("SELECT version FROM schema_version")
-            check_readable(redact(dsn), version)
-        except asyncpg.PostgresError as exc:
-            await conn.close()
-            raise CannotOpen(f"{redact(dsn)}: not a compaction-sidecar database ({exc})") from None
-        except BaseException:
-            await conn.close()
-            raise
+
+        async def version() -> int | None:
+            return cast(int | None, await conn.fetchval("SELECT version FROM schema_version"))
+
+        await check_opened(redact(dsn), version, conn.close, asyncpg.PostgresError)
         return cls(dsn, conn)
 
     async def close(self) -> None:
@@ -416,25 +399,6 @@ class _Chunks:
     async def __aiter__(self) -> AsyncIterator[list[Row]]:
         while chunk := await self._cursor.fetch(CHUNK):
             yield list(chunk)
-
-
-# The store's ingest statements as rows of ``WRITE`` (kind, id, session, message, created,
-# role, parent, summary_ok, type, data), from each statement's own row shape.
-_AS_WRITE: dict[str, Callable[[Sequence[Any]], tuple[Any, ...]]] = {
-    UPSERT_MESSAGE: lambda r: ("message", r[0], r[1], None, r[2], r[3], r[4], r[5], None, r[6]),
-    TOUCH_SESSION: lambda r: ("touch", None, r[1], None, r[0], None, None, None, None, None),
-    UPSERT_PART: lambda r: ("part", r[0], r[2], r[1], None, None, None, None, r[3], r[4]),
-}
-
-
-def _as_writes(statements: list[Statement]) -> list[Statement]:
-    """Messages, session touches and parts as one statement, so that consecutive ops of
-    different kinds still merge into one pipelined ``executemany``."""
-    out: list[Statement] = []
-    for sql, rows in statements:
-        convert = _AS_WRITE.get(sql)
-        out.append((WRITE, [convert(r) for r in rows]) if convert else (sql, rows))
-    return out
 
 
 def _raise_unless_retried(exc: Exception, dropped: bool, *, last: bool) -> None:

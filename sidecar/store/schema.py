@@ -6,6 +6,8 @@ crash mid-upgrade leaves the database at a consistent earlier version.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from sidecar.store.url import CannotOpen
 
 
@@ -265,3 +267,21 @@ def check_readable(display: str, version: int | None) -> None:
             f"{display}: database schema v{version} is newer than this version's "
             f"(v{SCHEMA_VERSION}): read it with a newer compaction-sidecar"
         )
+
+
+async def check_opened(
+    display: str,
+    version: Callable[[], Awaitable[int | None]],
+    close: Callable[[], Awaitable[None]],
+    db_error: type[Exception],
+) -> None:
+    """``check_readable`` on a read-only connection just opened, closing it when the check
+    fails; ``db_error`` (the driver's) means the database is not one of ours."""
+    try:
+        check_readable(display, await version())
+    except db_error as exc:
+        await close()
+        raise CannotOpen(f"{display}: not a compaction-sidecar database ({exc})") from None
+    except BaseException:
+        await close()
+        raise

@@ -29,7 +29,7 @@ from sidecar.store.schema import (
     HISTORY_PENDING,
     MIGRATIONS,
     SCHEMA_VERSION,
-    check_readable,
+    check_opened,
 )
 from sidecar.store.url import CannotOpen
 
@@ -243,16 +243,13 @@ class SqliteReader(ReadOnly):
         except sqlite3.Error as exc:
             raise CannotOpen(f"{file}: cannot open ({exc})") from None
         conn = await aiosqlite.connect(uri, uri=True, isolation_level=None)
-        try:
+
+        async def version() -> int | None:
             await conn.execute("PRAGMA busy_timeout=5000")
             rows = list(await conn.execute_fetchall("SELECT version FROM schema_version"))
-            check_readable(str(file), int(rows[0][0]) if rows else None)
-        except sqlite3.DatabaseError as exc:
-            await conn.close()
-            raise CannotOpen(f"{file}: not a compaction-sidecar database ({exc})") from None
-        except BaseException:
-            await conn.close()
-            raise
+            return int(rows[0][0]) if rows else None
+
+        await check_opened(str(file), version, conn.close, sqlite3.DatabaseError)
         return cls(str(file), conn)
 
     async def close(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -34,7 +35,7 @@ from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithP
 from sidecar.model.parts import Part, ToolCompleted, ToolPart
 from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
-from sidecar.store.backend import Backend, Done, Statement
+from sidecar.store.backend import Backend, Done, OnIntegrity, Statement
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
 from sidecar.store.history import Hit, backfill, search
 from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
@@ -175,6 +176,10 @@ def _session_statement(session: Session) -> Statement:
             )
         ],
     )
+
+
+#: An op's statements, and what its commit's row counts are told to (the cache's update).
+_Write = tuple[list[Statement], Callable[[list[int]], None]]
 
 
 def message_error(info: Message) -> Callable[[Exception], Exception]:
@@ -362,33 +367,19 @@ class Store:
 
     # -- messages and parts --------------------------------------------------------------------
 
-    def _message_statements(self, info: Message, row: tuple[Any, ...]) -> list[Statement]:
-        return [
-            (UPSERT_MESSAGE, [row]),
-            (TOUCH_SESSION, [(info.time.created, info.session_id, info.time.created)]),
-        ]
+    def _message_op(self, info: Message, raw: bytes | str) -> _Write:
+        row = message_row(info, raw)
+        touch = (info.time.created, info.session_id, info.time.created)
+        statements: list[Statement] = [(UPSERT_MESSAGE, [row]), (TOUCH_SESSION, [touch])]
+        return statements, functools.partial(self._message_written, info, row)
 
     async def put_message(self, info: Message, raw: bytes | str) -> None:
-        row = message_row(info, raw)
-        counts = await self._db.submit(
-            self._message_statements(info, row), on_integrity=message_error(info)
-        )
-        self._message_written(info, row, counts)
+        statements, written = self._message_op(info, raw)
+        written(await self._db.submit(statements, on_integrity=message_error(info)))
 
     def put_message_then(self, info: Message, raw: bytes | str, then: Done[None]) -> None:
         """``put_message`` for callers without a task (see ``put_part_then``)."""
-        try:
-            row = message_row(info, raw)
-        except InvalidParams as exc:
-            then(None, exc)
-            return
-
-        def committed(counts: list[int], exc: BaseException | None) -> None:
-            if exc is None:
-                self._message_written(info, row, counts)
-            then(None, exc)
-
-        self._db.submit_then(self._message_statements(info, row), committed, message_error(info))
+        self._submit_then(functools.partial(self._message_op, info, raw), message_error(info), then)
 
     def _message_written(self, info: Message, row: tuple[Any, ...], counts: list[int]) -> None:
         if counts[0] > 0:
@@ -396,27 +387,37 @@ class Store:
         else:  # merged with others: which rows applied is unknown
             self.cache.invalidate(info.session_id)
 
-    async def put_part(self, part: Part, raw: bytes | str) -> None:
+    def _part_op(self, part: Part, raw: bytes | str) -> _Write:
         row = part_row(part, raw)
-        counts = await self._db.submit([(UPSERT_PART, [row])], on_integrity=part_error(part))
-        self._part_written(part, row, counts)
+        return [(UPSERT_PART, [row])], functools.partial(self._part_written, part, row)
+
+    async def put_part(self, part: Part, raw: bytes | str) -> None:
+        statements, written = self._part_op(part, raw)
+        written(await self._db.submit(statements, on_integrity=part_error(part)))
 
     def put_part_then(self, part: Part, raw: bytes | str, then: Done[None]) -> None:
         """``put_part`` for callers without a task: ``then(None, None)`` once the part is
         committed, ``then(None, exc)`` if it could not be (``backend.Done``). Called from the
         writer, right after the commit."""
+        self._submit_then(functools.partial(self._part_op, part, raw), part_error(part), then)
+
+    def _submit_then(
+        self, op: Callable[[], _Write], on_integrity: OnIntegrity, then: Done[None]
+    ) -> None:
+        """``submit_then`` of ``op()``: a row that cannot be stored (``InvalidParams``) fails at
+        once; after a commit the row counts go to the op's own callback, then ``then``."""
         try:
-            row = part_row(part, raw)
+            statements, written = op()
         except InvalidParams as exc:
             then(None, exc)
             return
 
         def committed(counts: list[int], exc: BaseException | None) -> None:
             if exc is None:
-                self._part_written(part, row, counts)
+                written(counts)
             then(None, exc)
 
-        self._db.submit_then([(UPSERT_PART, [row])], committed, part_error(part))
+        self._db.submit_then(statements, committed, on_integrity)
 
     def _part_written(self, part: Part, row: tuple[Any, ...], counts: list[int]) -> None:
         if counts[0] > 0:

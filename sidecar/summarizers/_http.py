@@ -8,8 +8,8 @@ import os
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 import httpx
 import msgspec
@@ -73,6 +73,8 @@ class HttpSummarizer:
     provider_id: str
     model_id: str
     default_base_url: str
+    #: Headers of the provider's API besides the content types and the key.
+    base_headers: ClassVar[Mapping[str, str]] = {}
 
     def __init__(
         self,
@@ -130,18 +132,56 @@ class HttpSummarizer:
             http, self._http = self._http, None
             await http.aclose()
 
-    async def post(
-        self,
-        url: str,
-        headers: dict[str, str],
-        body: dict[str, Any],
-        consume: Callable[[httpx.Response], Awaitable[StreamState]],
-    ) -> StreamState:
+    @property
+    def url(self) -> str:
+        raise NotImplementedError
+
+    def body(self, req: SummaryRequest) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def consume(self, resp: httpx.Response, progress: Progress | None) -> StreamState:
+        """One attempt's response, streamed or not, into a ``StreamState``."""
+        raise NotImplementedError
+
+    def headers(self) -> dict[str, str]:
+        """JSON in, a stream out, the provider's own (``base_headers``), the configured
+        headers, then the key in the provider's header (none when there is no key)."""
+        headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        headers.update(self.base_headers)
+        headers.update(self.cfg.headers or {})
+        key = self.api_key()
+        if key:  # local servers (Ollama, llama.cpp) take no key: no header at all
+            headers.update(self.key_header(key))
+        return headers
+
+    def key_header(self, key: str) -> dict[str, str]:
+        raise NotImplementedError
+
+    async def summarize(
+        self, req: SummaryRequest, progress: Progress | None = None
+    ) -> SummaryResult:
+        state, body = await self.send(req, progress)
+        return self.result(state, req, body)
+
+    async def send(
+        self, req: SummaryRequest, progress: Progress | None
+    ) -> tuple[StreamState, dict[str, Any]]:
+        """The request's body, sent (``post``): what was read and the body that was sent."""
+        body = self.body(req)
+        return await self.post(body, progress), body
+
+    async def post(self, body: dict[str, Any], progress: Progress | None) -> StreamState:
+        """POST ``body`` to ``url`` with the retry policy; each attempt read by ``consume``."""
+
+        async def consume(resp: httpx.Response) -> StreamState:
+            return await self.consume(resp, progress)
+
+        url = self.url
         log.debug("%s summary request: POST %s model=%s", self.provider_id, url, self.model_id)
         return await post_with_retry(
             self.client(),
             url,
-            headers=headers,
+            headers=self.headers(),
             body=_encoder.encode(body),
             consume=consume,
             policy=self.policy,

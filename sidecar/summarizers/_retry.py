@@ -198,6 +198,14 @@ async def post_with_retry(
     timeout = httpx.Timeout(policy.timeout)
     exceeded = f"{where}: deadline of {policy.deadline:g}s exceeded"
 
+    async def once() -> T:
+        """One POST: a non-2xx status is an error carrying its body, a 2xx goes to ``consume``."""
+        async with http.stream("POST", url, headers=headers, content=body, timeout=timeout) as resp:
+            if not 200 <= resp.status_code < 300:
+                raw = await read_capped(resp, ERROR_BODY_CAP)
+                raise status_error(where, resp.status_code, raw, resp.headers, secrets)
+            return await consume(resp)
+
     async def attempt() -> T:
         remaining = policy.deadline - (clock() - start)
         if remaining <= 0:
@@ -205,7 +213,7 @@ async def post_with_retry(
         cm = asyncio.timeout(remaining)
         try:
             async with cm:
-                return await _attempt(http, url, headers, body, consume, timeout, where, secrets)
+                return await once()
         except TimeoutError:
             if not cm.expired():
                 raise
@@ -284,20 +292,3 @@ def _located(exc: SummaryError, where: str) -> SummaryError:
         status=exc.status,
         retry_after=exc.retry_after,
     )
-
-
-async def _attempt(
-    http: httpx.AsyncClient,
-    url: str,
-    headers: dict[str, str],
-    body: bytes,
-    consume: Callable[[httpx.Response], Awaitable[T]],
-    timeout: httpx.Timeout,
-    provider: str,
-    secrets: Sequence[str],
-) -> T:
-    async with http.stream("POST", url, headers=headers, content=body, timeout=timeout) as resp:
-        if not 200 <= resp.status_code < 300:
-            raw = await read_capped(resp, ERROR_BODY_CAP)
-            raise status_error(provider, resp.status_code, raw, resp.headers, secrets)
-        return await consume(resp)

@@ -8,17 +8,9 @@ from typing import Any
 
 import msgspec
 
+from sidecar.model import parts
 from sidecar.model.conversation import CLEARED, INTERRUPTED
 from sidecar.model.messages import AssistantMessage, WithParts
-from sidecar.model.parts import (
-    FilePart,
-    ReasoningPart,
-    SubtaskPart,
-    TextPart,
-    ToolCompleted,
-    ToolError,
-    ToolPart,
-)
 from sidecar.model.tokens import estimate
 
 _WS = re.compile(r"\s+")
@@ -92,23 +84,23 @@ def _cap(text: str, cap: int) -> str:
 
 
 def _part_line(part: object, cap: int) -> str:
-    if isinstance(part, TextPart):
+    if isinstance(part, parts.TextPart):
         return "" if part.ignored or not part.text.strip() else _cap(part.text, cap)
-    if isinstance(part, ReasoningPart):
+    if isinstance(part, parts.ReasoningPart):
         return ""
-    if isinstance(part, ToolPart):
+    if isinstance(part, parts.ToolPart):
         state = part.state
         head = f"tool {part.tool} {_cap(to_json(state.input), cap // 4)}"
-        if isinstance(state, ToolCompleted):
+        if isinstance(state, parts.ToolCompleted):
             if state.time.compacted:
                 return f"{head} -> {CLEARED}"
             return head + " -> " + _cap(state.output, cap)
-        if isinstance(state, ToolError):
+        if isinstance(state, parts.ToolError):
             return head + " -> error: " + _cap(state.error, cap)
         return f"{head} -> {INTERRUPTED}"
-    if isinstance(part, FilePart):
+    if isinstance(part, parts.FilePart):
         return f"file {part.filename or part.mime}"
-    if isinstance(part, SubtaskPart):
+    if isinstance(part, parts.SubtaskPart):
         return f"subtask {part.description or part.prompt}".strip()
     return ""
 

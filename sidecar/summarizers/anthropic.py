@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 import httpx
 import msgspec
@@ -16,9 +17,7 @@ from sidecar.summarizers.base import (
     Progress,
     SummaryError,
     SummaryRequest,
-    SummaryResult,
     extra_user_texts,
-    with_no_tools,
 )
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -60,6 +59,7 @@ class AnthropicSummarizer(HttpSummarizer):
     provider_id = "anthropic"
     wire_format: Literal["anthropic"] = "anthropic"
     default_base_url = DEFAULT_BASE_URL
+    base_headers: ClassVar[Mapping[str, str]] = {"anthropic-version": API_VERSION}
 
     @property
     def url(self) -> str:
@@ -67,38 +67,19 @@ class AnthropicSummarizer(HttpSummarizer):
         base = self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
         return f"{base}/v1/messages"
 
-    def headers(self) -> dict[str, str]:
-        headers = {
-            "content-type": "application/json",
-            "accept": "text/event-stream",
-            "anthropic-version": API_VERSION,
-        }
-        headers.update(self.cfg.headers or {})
-        key = self.api_key()
-        if key:
-            headers["x-api-key"] = key
-        return headers
+    def key_header(self, key: str) -> dict[str, str]:
+        return {"x-api-key": key}
 
     def body(self, req: SummaryRequest) -> dict[str, Any]:
         return {
             "model": self.model_id,
             "max_tokens": req.max_tokens,
-            "system": with_no_tools(req.system),
+            "system": req.writer_system,
             "messages": anthropic_messages(req),
             "stream": True,
         }
 
-    async def summarize(
-        self, req: SummaryRequest, progress: Progress | None = None
-    ) -> SummaryResult:
-        async def consume(resp: httpx.Response) -> StreamState:
-            return await self._consume(resp, progress)
-
-        body = self.body(req)
-        state = await self.post(self.url, self.headers(), body, consume)
-        return self.result(state, req, body)
-
-    async def _consume(self, resp: httpx.Response, progress: Progress | None) -> StreamState:
+    async def consume(self, resp: httpx.Response, progress: Progress | None) -> StreamState:
         state = StreamState(progress)
         usage = _Usage()
         if is_json_response(resp):  # non-streamed reply

@@ -108,6 +108,11 @@ class SummaryRequest(msgspec.Struct, kw_only=True):
     """The artifact ledger block the engine appends to the summary (a writer that lists
     artifacts itself, such as the extractive one, leaves them to it)."""
 
+    @property
+    def writer_system(self) -> str:
+        """``system`` as a model writer sends it: with the no-tools line (``with_no_tools``)."""
+        return with_no_tools(self.system)
+
 
 class SummaryResult(msgspec.Struct):
     text: str

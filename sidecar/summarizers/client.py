@@ -21,7 +21,6 @@ from sidecar.summarizers.base import (
     SummaryRequest,
     SummaryResult,
     chat_messages,
-    with_no_tools,
 )
 
 log = logging.getLogger("sidecar.summarizers")
@@ -41,7 +40,7 @@ class ClientSummarizer:
 
     def params(self, req: SummaryRequest) -> SummarizerCompleteParams:
         return SummarizerCompleteParams(
-            system=with_no_tools(req.system),
+            system=req.writer_system,
             messages=chat_messages(req),
             max_tokens=req.max_tokens,
         )

@@ -13,14 +13,7 @@ from sidecar.model.tokens import CacheTokens, Tokens
 from sidecar.summarizers._http import HttpSummarizer, StreamState, as_dict, count
 from sidecar.summarizers._retry import JSON_BODY_CAP, is_json_response, iter_sse, read_capped
 from sidecar.summarizers._text import redact, trim
-from sidecar.summarizers.base import (
-    Progress,
-    SummaryError,
-    SummaryRequest,
-    SummaryResult,
-    chat_messages,
-    with_no_tools,
-)
+from sidecar.summarizers.base import Progress, SummaryError, SummaryRequest, chat_messages
 
 log = logging.getLogger("sidecar.summarizers")
 
@@ -51,16 +44,11 @@ class OpenAISummarizer(HttpSummarizer):
     def url(self) -> str:
         return f"{self.base_url}/chat/completions"
 
-    def headers(self) -> dict[str, str]:
-        headers = {"content-type": "application/json", "accept": "text/event-stream"}
-        headers.update(self.cfg.headers or {})
-        key = self.api_key()
-        if key:  # local servers (Ollama, llama.cpp) take no key: no header at all
-            headers["authorization"] = f"Bearer {key}"
-        return headers
+    def key_header(self, key: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {key}"}
 
     def body(self, req: SummaryRequest, *, token_field: str = "max_tokens") -> dict[str, Any]:
-        messages = [{"role": "system", "content": with_no_tools(req.system)}, *chat_messages(req)]
+        messages = [{"role": "system", "content": req.writer_system}, *chat_messages(req)]
         return {
             "model": self.model_id,
             "messages": messages,
@@ -69,25 +57,20 @@ class OpenAISummarizer(HttpSummarizer):
             token_field: req.max_tokens,
         }
 
-    async def summarize(
-        self, req: SummaryRequest, progress: Progress | None = None
-    ) -> SummaryResult:
-        async def consume(resp: httpx.Response) -> StreamState:
-            return await self._consume(resp, progress)
-
-        body = self.body(req)
+    async def send(
+        self, req: SummaryRequest, progress: Progress | None
+    ) -> tuple[StreamState, dict[str, Any]]:
         try:
-            state = await self.post(self.url, self.headers(), body, consume)
+            return await super().send(req, progress)
         except SummaryError as exc:
             # Newer OpenAI models reject ``max_tokens`` and want ``max_completion_tokens``.
             if exc.status != 400 or "max_completion_tokens" not in exc.message:
                 raise
             log.info("openai: retrying the summary with max_completion_tokens")
             body = self.body(req, token_field="max_completion_tokens")
-            state = await self.post(self.url, self.headers(), body, consume)
-        return self.result(state, req, body)
+            return await self.post(body, progress), body
 
-    async def _consume(self, resp: httpx.Response, progress: Progress | None) -> StreamState:
+    async def consume(self, resp: httpx.Response, progress: Progress | None) -> StreamState:
         state = StreamState(progress)
         if is_json_response(resp):  # a server that ignored "stream": true
             raw = await read_capped(resp, JSON_BODY_CAP)

@@ -206,26 +206,27 @@ def render(ins: Inspection) -> str:
 
 
 def _compaction_table(ins: Inspection) -> str:
-    if not ins.compactions:
-        return "<h2>Compactions</h2><p>None.</p>"
-    rows = "".join(
+    rows = [
         f"<tr><td>C{i}</td><td>{c.turn}</td><td class='l'>{'auto' if c.auto else 'manual'}</td>"
         f"<td>{c.before:,}</td><td>{c.after:,}</td><td>{len(c.replaced_ids)}</td>"
         f"<td class='l'>{escape(c.writer or '—')}</td>"
         + _diagnostic_cells(c.diagnostics)
         + f"<td class='l'>{_when(c.time)}</td></tr>"
         for i, c in enumerate(ins.compactions, 1)
-    )
-    return (
-        "<h2>Compactions</h2><p class='meta'>before / after: the engine's estimate of the window "
+    ]
+    intro = (
+        "<p class='meta'>before / after: the engine's estimate of the window "
         "a frontend sends, in tokens, just before the compaction and right after its summary "
         "(the figures <code>demo</code> and <code>inspect</code> print); recorded: what the "
         "daemon measured and stored at the compaction (<code>session/compactions</code>).</p>"
-        "<table><tr><th>#</th><th>after turn</th><th class='l'>kind</th>"
+    )
+    head = (
+        "<th>#</th><th>after turn</th><th class='l'>kind</th>"
         "<th>before</th><th>after</th><th>messages replaced</th><th class='l'>written by</th>"
         "<th>recorded before</th><th>recorded after</th><th>summary tokens</th>"
-        "<th>pruned outputs</th><th>ms</th><th class='l'>time</th></tr>" + rows + "</table>"
+        "<th>pruned outputs</th><th>ms</th><th class='l'>time</th>"
     )
+    return _table("Compactions", rows, head, intro)
 
 
 def _diagnostic_cells(d: Diagnostics | None) -> str:
@@ -239,17 +240,20 @@ def _diagnostic_cells(d: Diagnostics | None) -> str:
 
 
 def _prune_table(ins: Inspection) -> str:
-    if not ins.prunes:
-        return "<h2>Prunes</h2><p>None.</p>"
-    rows = "".join(
+    rows = [
         f"<tr><td>{p.turn}</td><td>{len(p.part_ids)}</td><td>{p.tokens_saved:,}</td>"
         f"<td class='l'>{_when(p.time)}</td></tr>"
         for p in ins.prunes
-    )
-    return (
-        "<h2>Prunes</h2><table><tr><th>after turn</th><th>tool outputs</th>"
-        "<th>tokens saved</th><th class='l'>time</th></tr>" + rows + "</table>"
-    )
+    ]
+    head = "<th>after turn</th><th>tool outputs</th><th>tokens saved</th><th class='l'>time</th>"
+    return _table("Prunes", rows, head)
+
+
+def _table(title: str, rows: list[str], head: str, intro: str = "") -> str:
+    """A section: its title, then ``None.`` or the intro and a table of ``rows``."""
+    if not rows:
+        return f"<h2>{title}</h2><p>None.</p>"
+    return f"<h2>{title}</h2>{intro}<table><tr>{head}</tr>" + "".join(rows) + "</table>"
 
 
 def _summaries(ins: Inspection) -> str:

@@ -22,6 +22,7 @@ from sidecar.tools.importers.common import (
     fold_result,
     iso_ms,
     read_jsonl,
+    text_of,
     text_title,
     usage_tokens,
     want_obj,
@@ -47,18 +48,6 @@ def looks_like(first: dict[str, Any]) -> bool:
     return first.get("type") in RECORD_TYPES and (
         "sessionId" in first or "leafUuid" in first or "uuid" in first or "messageId" in first
     )
-
-
-def _result_text(content: Any, where: str, name: str) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    if isinstance(content, list):
-        out = []
-        for i, b in enumerate(content):
-            if isinstance(b, dict) and b.get("type") == "text":
-                out.append(want_str(b, "text", where, f"{name}[{i}].text"))
-        return "\n".join(out)
-    raise ImportFailure(f"{where}: field {name!r}: expected text or a list")
 
 
 def read(path: Path, data: bytes) -> list[Imported]:
@@ -143,36 +132,17 @@ class _Reader:
         self, n: int, rec: dict[str, Any], uuid: str, ts: int | None, where: str
     ) -> None:
         meta = want_obj(rec, "compactMetadata", where)
-        d = self.d
-        marker: dict[str, Any] = {
-            "id": f"msg_{uuid}",
-            "role": "user",
-            "time": {"created": d.tick(ts)},
-        }
-        parts = d.message(marker, n)
-        d.part(parts, marker, {"type": "compaction", "auto": meta.get("trigger") != "manual"})
-        self.marker = marker
-        self.last_user = marker["id"]
+        auto = meta.get("trigger") != "manual"
+        self.marker, _ = self.d.compaction(f"msg_{uuid}", self.d.tick(ts), auto, n)
+        self.last_user = self.marker["id"]
 
     def _compact_summary(
         self, n: int, msg: dict[str, Any], uuid: str, ts: int | None, where: str
     ) -> None:
         assert self.marker is not None
-        d = self.d
-        at = d.tick(ts)
-        reply: dict[str, Any] = {
-            "id": f"msg_{uuid}",
-            "role": "assistant",
-            "parentID": self.marker["id"],
-            "providerID": "anthropic",
-            "modelID": "",
-            "mode": "compaction",
-            "summary": True,
-            "time": {"created": at, "completed": at},
-            "finish": "stop",
-        }
-        text = _result_text(msg.get("content"), where, "message.content")
-        d.part(d.message(reply, n), reply, {"type": "text", "text": text})
+        at = self.d.tick(ts)
+        text = text_of(msg.get("content"), where)
+        self.d.summary(f"msg_{uuid}", self.marker["id"], ("anthropic", ""), at, text, n)
         self.marker = None
 
     def _user(
@@ -216,7 +186,7 @@ class _Reader:
                 f"{where}: tool_result: field 'tool_use_id': no tool_use {call!r} before it"
             )
         at = self.d.tick(ts)
-        out = _result_text(b.get("content"), where, f"{at_b}.content")
+        out = text_of(b.get("content"), where, f"{at_b}.content")
         fold_result(part, out, at, b.get("is_error"))
 
     def _user_message(
@@ -229,12 +199,7 @@ class _Reader:
         images: list[dict[str, Any]],
     ) -> None:
         d = self.d
-        info: dict[str, Any] = {
-            "id": f"msg_{uuid}",
-            "role": "user",
-            "time": {"created": d.tick(ts)},
-        }
-        parts = d.message(info, n)
+        info, parts = d.user_message(f"msg_{uuid}", d.tick(ts), n)
         for t in texts:
             d.part(parts, info, {"type": "text", "text": t})
         for src in images:

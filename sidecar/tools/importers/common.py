@@ -169,6 +169,41 @@ class Draft:
         self.messages.append((info, parts, line))
         return parts
 
+    def user_message(
+        self, mid: str, created: int, line: int, model: dict[str, str] | None = None
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """Add a user message (``model``: the one it was sent to); returns it and its parts."""
+        info: dict[str, Any] = {"id": mid, "role": "user", "time": {"created": created}}
+        if model is not None:
+            info["model"] = model
+        return info, self.message(info, line)
+
+    def compaction(
+        self, mid: str, created: int, auto: bool, line: int
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Where a compaction starts: a user message (the marker) holding only its compaction
+        part; returns the marker and that part."""
+        marker, parts = self.user_message(mid, created, line)
+        return marker, self.part(parts, marker, {"type": "compaction", "auto": auto})
+
+    def summary(
+        self, mid: str, parent: str, model: tuple[str, str], at: int, text: str, line: int
+    ) -> None:
+        """A compaction's finished summary: the assistant reply to the marker ``parent``
+        holding ``text``; ``model`` is (provider, model)."""
+        reply: dict[str, Any] = {
+            "id": mid,
+            "role": "assistant",
+            "parentID": parent,
+            "providerID": model[0],
+            "modelID": model[1],
+            "mode": "compaction",
+            "summary": True,
+            "time": {"created": at, "completed": at},
+            "finish": "stop",
+        }
+        self.part(self.message(reply, line), reply, {"type": "text", "text": text})
+
     def part(
         self, parts: list[dict[str, Any]], info: dict[str, Any], body: dict[str, Any]
     ) -> dict[str, Any]:
@@ -479,6 +514,19 @@ def read_jsonl(path: str, data: bytes) -> list[tuple[int, dict[str, Any]]]:
     if not out:
         raise ImportFailure(f"{path}: empty file")
     return out
+
+
+def text_of(content: Any, where: str, name: str = "message.content") -> str:
+    """A message's text: a string, or the text blocks of a block list joined by newlines."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        out = []
+        for i, b in enumerate(content):
+            if isinstance(b, dict) and b.get("type") == "text":
+                out.append(want_str(b, "text", where, f"{name}[{i}].text"))
+        return "\n".join(out)
+    raise ImportFailure(f"{where}: field {name!r}: expected text or a list")
 
 
 def text_title(text: str) -> str:

@@ -22,6 +22,7 @@ from sidecar.tools.importers.common import (
     fold_result,
     iso_ms,
     read_jsonl,
+    text_of,
     text_title,
     usage_tokens,
     want_num,
@@ -67,18 +68,6 @@ def _path(
         cur = e.get("parentId")
     out.reverse()
     return out
-
-
-def _text(content: Any, where: str, name: str = "message.content") -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    if isinstance(content, list):
-        out = []
-        for i, b in enumerate(content):
-            if isinstance(b, dict) and b.get("type") == "text":
-                out.append(want_str(b, "text", where, f"{name}[{i}].text"))
-        return "\n".join(out)
-    raise ImportFailure(f"{where}: field {name!r}: expected text or a list")
 
 
 def _images(content: Any) -> list[dict[str, Any]]:
@@ -150,34 +139,17 @@ class _Reader:
         if not isinstance(summary, str):  # missing or not text
             raise ImportFailure(f"{where}: compaction: field 'summary': missing")
         d.known(ts, where)
-        marker: dict[str, Any] = {
-            "id": f"msg_{eid}",
-            "role": "user",
-            "time": {"created": d.tick(ts)},
-        }
-        parts = d.message(marker, n)
-        body: dict[str, Any] = {"type": "compaction", "auto": bool(entry.get("auto", True))}
+        auto = bool(entry.get("auto", True))
+        marker, compaction = d.compaction(f"msg_{eid}", d.tick(ts), auto, n)
         kept = entry.get("firstKeptEntryId")
         index = entry.get("firstKeptEntryIndex")  # version 1: an index into the file's entries
         if kept is None and isinstance(index, int) and 0 < index < len(self.entries):
             n_k, e_k = self.entries[index]
             kept = str(e_k.get("id") or f"l{n_k}")
-        compaction = d.part(parts, marker, body)
         if isinstance(kept, str):
             self.pending_tail.append((compaction, kept))
-        at = d.tick(ts)
-        reply: dict[str, Any] = {
-            "id": f"msg_{eid}_summary",
-            "role": "assistant",
-            "parentID": marker["id"],
-            "providerID": self.provider,
-            "modelID": self.model,
-            "mode": "compaction",
-            "summary": True,
-            "time": {"created": at, "completed": at},
-            "finish": "stop",
-        }
-        d.part(d.message(reply, n), reply, {"type": "text", "text": summary})
+        model = (self.provider, self.model)
+        d.summary(f"msg_{eid}_summary", marker["id"], model, d.tick(ts), summary, n)
         self.last_user = marker["id"]
 
     def _message(
@@ -244,7 +216,7 @@ class _Reader:
             raise ImportFailure(
                 f"{where}: toolResult: field 'toolCallId': no call {call!r} before it"
             )
-        fold_result(part, _text(msg.get("content"), where), created, msg.get("isError"))
+        fold_result(part, text_of(msg.get("content"), where), created, msg.get("isError"))
         self.d.tick(None)
         message_id: str = part["messageID"]
         return message_id
@@ -258,10 +230,8 @@ class _Reader:
             return False
         text = _user_text(role, msg, where)
         d = self.d
-        info: dict[str, Any] = {"id": mid, "role": "user", "time": {"created": created}}
-        if self.model:
-            info["model"] = {"providerID": self.provider, "modelID": self.model}
-        parts = d.message(info, n)
+        model = {"providerID": self.provider, "modelID": self.model} if self.model else None
+        info, parts = d.user_message(mid, created, n, model)
         if text:
             d.part(parts, info, {"type": "text", "text": text})
         for block in _images(msg.get("content")):
@@ -282,4 +252,4 @@ def _user_text(role: str, msg: dict[str, Any], where: str) -> str:
         return want_str(msg, "summary", where, "summary")
     if role == "compactionSummary":
         return want_str(msg, "summary", where, "message.summary")
-    return _text(msg.get("content"), where)  # user, custom_message, custom, hookMessage
+    return text_of(msg.get("content"), where)  # user, custom_message, custom, hookMessage

@@ -74,13 +74,7 @@ def read(path: Path, data: bytes) -> list[Imported]:
                 state: dict[str, Any] = (
                     {"status": "error", "input": p.input, "error": p.output or "aborted"}
                     if p.status == "error"
-                    else {
-                        "status": "completed",
-                        "input": p.input,
-                        "output": p.output,
-                        "title": p.tool,
-                        "time": {"start": at, "end": at},
-                    }
+                    else p.completed_state(at)
                 )
                 d.part(
                     parts,
