@@ -78,6 +78,12 @@ class PageCursor(NamedTuple):
         return self.after_part is not None
 
 
+#: At most this much stored JSON text is kept decoded (the Structs hold about as much again):
+#: the windows being served fit many times over, and what a compaction or prune left behind
+#: ages out instead of staying for the life of the daemon.
+DECODED_BYTES = 8 << 20
+
+
 class Decoded:
     """Decoded Structs keyed by row id, each kept with the stored JSON text it came from.
 
@@ -86,25 +92,35 @@ class Decoded:
     ``memcmp``) is far cheaper than decoding it again, and than hashing a 60 KB text as a
     dict key. Checked against the text, it can never serve a stale object. Cached Structs are
     shared: callers must not mutate them (the engine builds changed copies with
-    ``msgspec.structs.replace``).
+    ``msgspec.structs.replace``). Least recently used first out, by the bytes of text held.
     """
 
-    def __init__(self, decode: Callable[[str], Any], limit: int = 100_000) -> None:
+    def __init__(self, decode: Callable[[str], Any], max_bytes: int = DECODED_BYTES) -> None:
         self._decode = decode
-        self._limit = limit
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self._items: dict[str, tuple[str, Any]] = {}
 
     def __call__(self, key: str, data: str) -> Any:
-        found = self._items.get(key)
-        if found is not None and (found[0] is data or found[0] == data):
-            return found[1]
+        items = self._items
+        found = items.pop(key, None)
+        if found is not None:
+            if found[0] is data or found[0] == data:
+                items[key] = found  # now the most recently used
+                return found[1]
+            self._bytes -= len(found[0])
         decoded = self._decode(data)
-        if found is None and len(self._items) >= self._limit:
-            # Drop the oldest half: cheap, and what is in use is read back in soon.
-            for old in list(self._items)[: self._limit // 2]:
-                del self._items[old]
-        self._items[key] = (data, decoded)
+        if len(data) <= self._max_bytes:
+            items[key] = (data, decoded)
+            self._bytes += len(data)
+            while self._bytes > self._max_bytes:
+                self._bytes -= len(items.pop(next(iter(items)))[0])
         return decoded
+
+    @property
+    def held_bytes(self) -> int:
+        """The stored text held (for tests)."""
+        return self._bytes
 
 
 @dataclass

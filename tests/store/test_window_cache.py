@@ -12,7 +12,7 @@ from sidecar.model.messages import MessageTime, UserMessage
 from sidecar.model.parts import TextPart, ToolCompleted, ToolPart, ToolTime
 from sidecar.model.session import Session, SessionTime
 from sidecar.store import Key, Store
-from sidecar.store.cache import WindowCache
+from sidecar.store.cache import Decoded, WindowCache
 
 enc = msgspec.json.encode
 FAR = Key(2**62, "~")  # an explicit end bypasses the cache: a fresh SQLite read
@@ -150,3 +150,38 @@ async def test_a_merged_batch_with_a_conflicting_row_fails_it_alone_and_keeps_th
     assert isinstance(outcomes[0], Conflict) and outcomes[1:] == [None] * 4
     await _check(store, "s")
     assert [m.info.id for m in await store.window("s")] == ["m1", "m2", "m3", "m4"]
+
+
+def test_the_decode_cache_is_bounded_by_the_text_it_holds_and_never_stale() -> None:
+    decodes: list[str] = []
+
+    def decode(data: str) -> str:
+        decodes.append(data)
+        return data.upper()
+
+    cache = Decoded(decode, max_bytes=10_000)
+    texts = {f"p{i}": f"{i:04d}" * 500 for i in range(12)}  # 2,000 characters each
+    for key, text in texts.items():
+        assert cache(key, text) == text.upper()
+    assert cache.held_bytes <= 10_000
+    # The newest five are held: served again without decoding; the oldest was dropped.
+    decodes.clear()
+    for key in list(texts)[-5:]:
+        cache(key, texts[key])
+    assert decodes == []
+    cache("p0", texts["p0"])
+    assert decodes == [texts["p0"]]
+    # A use keeps an entry: p8, used once more, outlives p9 to p11 and p0, which were not.
+    cache("p8", texts["p8"])
+    for i in range(12, 16):
+        cache(f"p{i}", f"{i:04d}" * 500)
+    decodes.clear()
+    cache("p8", texts["p8"])
+    assert decodes == []
+    # A changed text under a known id is decoded again, never served stale.
+    assert cache("p8", "changed") == "CHANGED"
+    assert decodes == ["changed"]
+    # A text larger than the whole bound is decoded, not kept.
+    big = "x" * 20_000
+    assert cache("big", big) == big.upper()
+    assert cache.held_bytes <= 10_000
