@@ -58,7 +58,7 @@ async def walk(
     rkey = await revert_key(store, session)
     plan = prune_plan.Walk(cfg, pinned)
     end: Key | None = None
-    await store.fresh()
+    await store.fresh(session.id)
     cached = store.cached_newest_first(session.id)
     if cached is not None:
         start, msgs = cached

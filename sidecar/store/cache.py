@@ -9,7 +9,11 @@ asks for every turn is served without a query. Correctness rules:
 * a read stores its result only if no write to the session happened while it ran
   (``version``), so a slow read can never overwrite newer state;
 * anything not tracked precisely (compaction appends, forks, revert cleanup, JSON patched in
-  SQL) drops the session's entry, and the next read goes to SQLite.
+  SQL) drops the session's entry, and the next read goes to SQLite;
+* a message new to an entry that starts at a compaction boundary may be one from before the
+  window whose time moved it in, with parts the entry never saw: it is held *unverified*
+  until the next read compares its part count with the store's (``Store._verify``), so the
+  window after a compaction stays cached while the conversation goes on.
 """
 
 from __future__ import annotations
@@ -130,6 +134,8 @@ class _Entry:
     info: dict[str, str] = field(default_factory=dict)
     key_of: dict[str, Key] = field(default_factory=dict)
     parts: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Messages added since the read whose parts are not known to be all here (see above).
+    unverified: set[str] = field(default_factory=set)
 
     def rows(self) -> tuple[list[Row], list[PartRow]]:
         msgs = [(k.id, self.info[k.id]) for k in self.keys]
@@ -170,6 +176,28 @@ class WindowCache:
             (k.id, entry.info[k.id], list(entry.parts[k.id].items())) for k in reversed(entry.keys)
         )
         return entry.start, rows
+
+    def unverified(self, sid: str) -> list[str]:
+        """Messages of the session's entry to check before it is used (see the module)."""
+        entry = self._entries.get(sid)
+        return sorted(entry.unverified) if entry is not None and entry.unverified else []
+
+    def verify(self, sid: str, version: int, stored: dict[str, int]) -> None:
+        """``stored``: the store's part count of each ``unverified`` message, read while the
+        session was at ``version``. The entry's parts of such a message were all written
+        after it was added, so they are a subset of the stored ones: equal counts mean the
+        entry has them all. Otherwise (or after a write raced with the read) it is dropped."""
+        entry = self._entries.get(sid)
+        if entry is None:
+            return
+        if self.version(sid) != version:
+            self.invalidate(sid)
+            return
+        for mid in entry.unverified:
+            if mid in entry.parts and stored.get(mid, 0) != len(entry.parts[mid]):
+                self.invalidate(sid)
+                return
+        entry.unverified.clear()
 
     def put(
         self,
@@ -226,9 +254,8 @@ class WindowCache:
             if key < entry.start:
                 return  # before the window: not part of it
             # Unknown here, but it may be a message from before the window that moved into
-            # it (its time changed), with parts this entry never saw: read it again.
-            self.invalidate(sid)
-            return
+            # it (its time changed), with parts this entry never saw: checked before use.
+            entry.unverified.add(key.id)
         bisect.insort(entry.keys, key)
         entry.info[key.id] = raw
         entry.key_of[key.id] = key
@@ -249,6 +276,7 @@ class WindowCache:
         entry = self._touch(sid)
         if entry is None or mid not in entry.key_of:
             return
+        entry.unverified.discard(mid)
         entry.keys.remove(entry.key_of.pop(mid))
         del entry.info[mid]
         del entry.parts[mid]

@@ -683,6 +683,7 @@ class Store:
         window from ``start`` to the end is served from ``WindowCache`` when it can be.
         """
         await self._db.fresh(self.cache)
+        await self._verify(session_id)
         if end is None and (cached := self.cache.get(session_id, start)) is not None:
             return _assemble(cached[0], cached[1], raws)
         version = self.cache.version(session_id)
@@ -780,9 +781,29 @@ class Store:
         )
         return start, msgs
 
-    async def fresh(self) -> None:
-        """Drop what the cache holds when another process wrote (see ``Backend.fresh``)."""
+    async def fresh(self, session_id: str) -> None:
+        """Drop what the cache holds when another process wrote (see ``Backend.fresh``), and
+        what it cannot vouch for of the session about to be read (``_verify``)."""
         await self._db.fresh(self.cache)
+        await self._verify(session_id)
+
+    async def _verify(self, session_id: str) -> None:
+        """Check the cached window's unverified messages (``WindowCache.verify``): one indexed
+        count of their parts."""
+        ids = self.cache.unverified(session_id)
+        if not ids:
+            return
+        version = self.cache.version(session_id)
+        stored: dict[str, int] = {}
+        for chunk in _chunks(ids, 500):
+            marks = ",".join("?" * len(chunk))
+            rows = await self._db.query_point(
+                f"SELECT message_id, count(*) FROM parts WHERE message_id IN ({marks}) "
+                "GROUP BY message_id",
+                chunk,
+            )
+            stored.update((mid, int(n)) for mid, n in rows)
+        self.cache.verify(session_id, version, stored)
 
     async def light_newest_first(
         self, session_id: str, end: Key | None = None, page: int = PAGE

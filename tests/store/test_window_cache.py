@@ -71,6 +71,32 @@ async def test_second_read_is_a_hit_and_writes_keep_it_exact(store: Store) -> No
     await _check(store, "s")
 
 
+async def test_a_window_from_a_boundary_stays_cached_as_messages_are_added(store: Store) -> None:
+    """After a compaction the window starts at its marker: a new message must not send the
+    next read back to SQLite, and one moved in from before the window (with a part the
+    cache never saw) must still be read exactly."""
+    await store.put_session(Session(id="s", title="", time=SessionTime(created=1, updated=1)))
+    start = Key(10, "")
+    old = UserMessage(id="m0", session_id="s", time=MessageTime(created=5))
+    await store.put_message(old, enc(old))
+    hidden = TextPart(id="p0", session_id="s", message_id="m0", text="before the window")
+    await store.put_part(hidden, enc(hidden))
+    first = UserMessage(id="m1", session_id="s", time=MessageTime(created=10))
+    await store.put_message(first, enc(first))
+    await store.window("s", start)  # read from SQLite: the cache holds it from here
+    new = UserMessage(id="m2", session_id="s", time=MessageTime(created=20))
+    await store.put_message(new, enc(new))
+    part = TextPart(id="p2", session_id="s", message_id="m2", text="new")
+    await store.put_part(part, enc(part))
+    hits = store.cache.hits
+    await _check(store, "s", start)
+    assert store.cache.hits == hits + 1
+    moved = UserMessage(id="m0", session_id="s", time=MessageTime(created=30))
+    await store.put_message(moved, enc(moved))
+    await _check(store, "s", start)
+    assert [p.id for m in await store.window("s", start) for p in m.parts] == ["p2", "p0"]
+
+
 def test_a_read_that_raced_with_a_write_is_not_cached() -> None:
     cache = WindowCache()
     version = cache.version("s")
