@@ -101,7 +101,10 @@ async def pins(store: Store, session_id: str) -> list[tuple[str, str]]:
 
 
 async def pinned_ids(store: Store, session_id: str) -> frozenset[str]:
-    rows = await store.backend.query("SELECT part_id FROM pins WHERE session_id = ?", (session_id,))
+    """Asked by every prune (each turn's end): an indexed read of a few ids, on the loop."""
+    rows = await store.backend.query_point(
+        "SELECT part_id FROM pins WHERE session_id = ?", (session_id,)
+    )
     return frozenset(r[0] for r in rows)
 
 

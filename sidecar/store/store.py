@@ -54,6 +54,8 @@ STORED_MAX_DEPTH = 512
 
 # Rows fetched per round trip when the store walks a session backwards.
 PAGE = 128
+# ``mark_compacted`` reads back at most this many parts on the loop (``query_point``).
+INLINE_READ_BACK = 16
 # A ``session/messages`` page holds at most this many messages and parts (PROTOCOL.md).
 MAX_PAGE_MESSAGES = 10_000
 MAX_PAGE_PARTS = 10_000
@@ -533,9 +535,12 @@ class Store:
             return []
         await self._db.mark_compacted(part_ids, ts)
         got: list[Any] = []
+        # A turn's prune marks a part or two: read them back on the loop (a thread hop costs
+        # more than the read); a large prune reads off the loop.
+        read = self._db.query_point if len(part_ids) <= INLINE_READ_BACK else self._db.query
         for chunk in _chunks(list(part_ids), 500):
             marks = ",".join("?" * len(chunk))
-            rows = await self._db.query(
+            rows = await read(
                 f"SELECT id, data FROM parts WHERE id IN ({marks}) ORDER BY id", chunk
             )
             got.extend(rows)
