@@ -17,6 +17,11 @@ from pathlib import Path
 
 import msgspec
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
 from sidecar.errors import ErrorCode
 from sidecar.protocol.envelopes import JSONRPC, ErrorBody, ErrorResponse
 from sidecar.protocol.framing import FrameReader, encode_frame
@@ -45,6 +50,8 @@ async def run_stdio(app: App) -> int:
     conn = Connection(app)
     # The writer first: a frame already waiting on stdin may need an immediate reply.
     out_fd, in_fd = sys.stdout.fileno(), sys.stdin.fileno()
+    for fd in (out_fd, in_fd):
+        _widen_pipe(fd)
     if _pollable(out_fd):
         w_transport, _ = await loop.connect_write_pipe(conn.write_side, sys.stdout)
         conn.attach(w_transport, w_transport)
@@ -69,6 +76,24 @@ def _pollable(fd: int) -> bool:
     """Whether asyncio's pipe transports (epoll/kqueue) can serve ``fd``."""
     mode = os.fstat(fd).st_mode
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or (stat.S_ISCHR(mode) and os.isatty(fd))
+
+
+# Linux's default pipe holds 64 KiB: a 300 KB ``session/context`` reply then leaves in five
+# writes, each waiting for the client to read the last (a wake-up and a loop turn on both
+# sides). 1 MiB is the unprivileged maximum by default (``/proc/sys/fs/pipe-max-size``); the
+# kernel allocates its pages only as data waits, so an idle pipe costs nothing more.
+PIPE_BYTES = 1 << 20
+
+
+def _widen_pipe(fd: int) -> None:
+    """Make a pipe on ``fd`` hold ``PIPE_BYTES`` (best effort: not a pipe, not Linux, or over
+    the user's pipe quota leaves it as it is)."""
+    setsz = getattr(fcntl, "F_SETPIPE_SZ", None) if fcntl is not None else None
+    if setsz is None:
+        return
+    with contextlib.suppress(OSError):
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            fcntl.fcntl(fd, setsz, PIPE_BYTES)
 
 
 def _read_blocking(fd: int, loop: asyncio.AbstractEventLoop, reader: FrameReader) -> None:
