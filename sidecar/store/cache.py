@@ -22,11 +22,12 @@ import bisect
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
 Row = tuple[str, str]
+T = TypeVar("T")
 PartRow = tuple[str, str, str]  # (message id, part id, JSON)
 
 
@@ -136,6 +137,9 @@ class _Entry:
     parts: dict[str, dict[str, str]] = field(default_factory=dict)
     # Messages added since the read whose parts are not known to be all here (see above).
     unverified: set[str] = field(default_factory=set)
+    # Each message as the store last assembled it (``WindowCache.assembled``), dropped with
+    # every write to that message or its parts.
+    built: dict[str, Any] = field(default_factory=dict)
 
     def rows(self) -> tuple[list[Row], list[PartRow]]:
         msgs = [(k.id, self.info[k.id]) for k in self.keys]
@@ -162,6 +166,28 @@ class WindowCache:
         self._entries.move_to_end(sid)
         self.hits += 1
         return entry.rows()
+
+    def assembled(
+        self, sid: str, start: Key | None, build: Callable[[str, str, list[tuple[str, str]]], T]
+    ) -> list[T] | None:
+        """The window as ``get`` would give it, each message made by ``build(id, JSON,
+        [(part id, JSON), ...])`` only when it (or one of its parts) was written since it was
+        last built: a window read every step re-assembles only its new messages."""
+        entry = self._entries.get(sid)
+        if entry is None or entry.start != start:
+            self.misses += 1
+            return None
+        self._entries.move_to_end(sid)
+        self.hits += 1
+        built = entry.built
+        out: list[T] = []
+        for key in entry.keys:
+            mid = key.id
+            msg = built.get(mid)
+            if msg is None:
+                msg = built[mid] = build(mid, entry.info[mid], list(entry.parts[mid].items()))
+            out.append(msg)
+        return out
 
     def newest_first(
         self, sid: str
@@ -249,6 +275,7 @@ class WindowCache:
             return
         if old is not None:
             entry.info[key.id] = raw
+            entry.built.pop(key.id, None)
             return
         if entry.start is not None:
             if key < entry.start:
@@ -265,6 +292,7 @@ class WindowCache:
         entry = self._touch(sid)
         if entry is None or mid not in entry.info:
             return
+        entry.built.pop(mid, None)
         parts = entry.parts[mid]
         if pid in parts or not parts or pid > next(reversed(parts)):
             parts[pid] = raw  # replaced in place, or appended in id order
@@ -277,6 +305,7 @@ class WindowCache:
         if entry is None or mid not in entry.key_of:
             return
         entry.unverified.discard(mid)
+        entry.built.pop(mid, None)
         entry.keys.remove(entry.key_of.pop(mid))
         del entry.info[mid]
         del entry.parts[mid]
@@ -284,4 +313,5 @@ class WindowCache:
     def part_removed(self, sid: str, mid: str, pid: str) -> None:
         entry = self._touch(sid)
         if entry is not None and mid in entry.parts:
+            entry.built.pop(mid, None)
             entry.parts[mid].pop(pid, None)

@@ -689,7 +689,10 @@ class Store:
         """
         await self._db.fresh(self.cache)
         await self._verify(session_id)
-        if end is None and (cached := self.cache.get(session_id, start)) is not None:
+        if end is None and raws is None:
+            if (window := self.cache.assembled(session_id, start, _assemble_one)) is not None:
+                return window
+        elif end is None and (cached := self.cache.get(session_id, start)) is not None:
             return _assemble(cached[0], cached[1], raws)
         version = self.cache.version(session_id)
         cond = "m.session_id = ?"
@@ -1098,6 +1101,12 @@ def _older_than(session_id: str, cursor: Key | None) -> tuple[str, list[Any]]:
 
 _cached_part = Decoded(decode_part)
 _cached_message = Decoded(decode_message)
+
+
+def _assemble_one(mid: str, data: str, parts: list[tuple[str, str]]) -> WithParts:
+    """One cached message with its parts (``WindowCache.assembled``): shared, like the Structs
+    it holds, so callers must not change it (they build changed copies)."""
+    return WithParts(info=_cached_message(mid, data), parts=[_cached_part(p, d) for p, d in parts])
 
 
 def _assemble(msgs: Any, parts: Any, raws: dict[str, str] | None = None) -> list[WithParts]:

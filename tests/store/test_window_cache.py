@@ -97,6 +97,21 @@ async def test_a_window_from_a_boundary_stays_cached_as_messages_are_added(store
     assert [p.id for m in await store.window("s", start) for p in m.parts] == ["p2", "p0"]
 
 
+async def test_a_cached_window_reassembles_only_the_messages_written_since(store: Store) -> None:
+    await store.put_session(Session(id="s", title="", time=SessionTime(created=1, updated=1)))
+    for i in (1, 2):
+        m = UserMessage(id=f"m{i}", session_id="s", time=MessageTime(created=10 * i))
+        await store.put_message(m, enc(m))
+    await store.window("s")
+    first = await store.window("s")
+    part = TextPart(id="p1", session_id="s", message_id="m2", text="new")
+    await store.put_part(part, enc(part))
+    second = await store.window("s")
+    assert second[0] is first[0]  # untouched: the same object, not assembled again
+    assert second[1] is not first[1] and [p.id for p in second[1].parts] == ["p1"]
+    await _check(store, "s")
+
+
 def test_a_read_that_raced_with_a_write_is_not_cached() -> None:
     cache = WindowCache()
     version = cache.version("s")
