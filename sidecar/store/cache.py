@@ -138,7 +138,7 @@ class _Entry:
     # Messages added since the read whose parts are not known to be all here (see above).
     unverified: set[str] = field(default_factory=set)
     # Each message as the store last assembled it (``WindowCache.assembled``), dropped with
-    # every write to that message or its parts.
+    # every write to that message or its parts; kept for one session at a time.
     built: dict[str, Any] = field(default_factory=dict)
 
     def rows(self) -> tuple[list[Row], list[PartRow]]:
@@ -154,6 +154,7 @@ class WindowCache:
         self._max = max_sessions
         self.hits = 0
         self.misses = 0
+        self._built_for: str | None = None  # the session whose entry keeps ``built``
 
     def version(self, sid: str) -> int:
         return self._versions.get(sid, 0)
@@ -179,6 +180,13 @@ class WindowCache:
             return None
         self._entries.move_to_end(sid)
         self.hits += 1
+        if self._built_for != sid:
+            # One session's assembled window at a time: the decoded Structs weigh about what
+            # their text does, and the decode cache bounds those (``DECODED_BYTES``).
+            old = self._entries.get(self._built_for) if self._built_for is not None else None
+            if old is not None:
+                old.built.clear()
+            self._built_for = sid
         built = entry.built
         out: list[T] = []
         for key in entry.keys:

@@ -112,6 +112,22 @@ async def test_a_cached_window_reassembles_only_the_messages_written_since(store
     await _check(store, "s")
 
 
+async def test_only_one_sessions_window_is_kept_assembled(store: Store) -> None:
+    """The assembled messages (decoded Structs) are kept for the session read last only, so
+    what they hold stays within one window, whatever the number of cached sessions."""
+    for sid in ("s", "t"):
+        await store.put_session(Session(id=sid, title="", time=SessionTime(created=1, updated=1)))
+        m = UserMessage(id=f"{sid}-m", session_id=sid, time=MessageTime(created=10))
+        await store.put_message(m, enc(m))
+        await store.window(sid)  # read from SQLite: cached
+    first = await store.window("s")
+    assert (await store.window("s"))[0] is first[0]
+    await store.window("t")
+    again = await store.window("s")
+    assert again[0] is not first[0]
+    await _check(store, "s")
+
+
 def test_a_read_that_raced_with_a_write_is_not_cached() -> None:
     cache = WindowCache()
     version = cache.version("s")
