@@ -36,7 +36,8 @@ class _Served(NamedTuple):
 
 
 class Revisions:
-    """Windows served, by revision token (per daemon; tokens are never reused)."""
+    """Windows served, by revision token. One per ``Engine``: its tokens carry a random
+    prefix, so a revision from another engine, daemon or run is simply unknown."""
 
     def __init__(self, limit: int = MAX_REVISIONS, max_bytes: int = MAX_REVISION_BYTES) -> None:
         self._served: OrderedDict[str, _Served] = OrderedDict()
@@ -94,8 +95,3 @@ def _common_prefix(old: list[Any], new: list[Any]) -> int:
     while i < n and (old[i] is new[i] or old[i] == new[i]):
         i += 1
     return i
-
-
-REVISIONS = Revisions()
-"""The daemon's revisions (one per process: tokens carry a random prefix, so a revision from
-another daemon or an earlier run is simply unknown)."""

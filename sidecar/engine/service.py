@@ -28,9 +28,9 @@ from typing import Any
 import msgspec
 
 from sidecar.engine import context as context_mod
+from sidecar.engine import delta, prune_run, steer
 from sidecar.engine import fork as fork_mod
 from sidecar.engine import overflow as overflow_mod
-from sidecar.engine import prune_run, steer
 from sidecar.engine import revert as revert_mod
 from sidecar.engine.compactor import Compactor, Outcome, Prepared, Request, fingerprint
 from sidecar.engine.fit import limit_for_window
@@ -130,6 +130,8 @@ class Engine:
         self.host = host
         self.config = config
         self.compactor = Compactor(store, host)
+        # The windows ``session/context`` served, for ``since``.
+        self.revisions = delta.Revisions()
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._by_session: dict[str, set[asyncio.Task[Any]]] = {}

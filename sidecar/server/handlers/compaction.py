@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from sidecar.engine import delta
 from sidecar.engine.compactor import Request
 from sidecar.errors import SidecarError
 from sidecar.model.rpc import (
@@ -27,7 +26,7 @@ async def context(ctx: Context, p: SessionContextParams) -> ContextResult:
     result = await engine.context(
         p.session_id, p.format, ctx.config.current, wait=p.wait, fit=p.fit
     )
-    return delta.REVISIONS.serve(p.session_id, result, p.since)
+    return engine.revisions.serve(p.session_id, result, p.since)
 
 
 async def overflow(ctx: Context, p: SessionOverflowParams) -> OverflowResult:
