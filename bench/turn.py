@@ -5,7 +5,9 @@ The session is ``bench/fixtures/turn_a100p.json``, recorded from OpenCode 1.1.53
 storage after a scripted 100-turn run: every turn reads a ~60 K-character file, usage forced
 over the limit at turn 50, so one automatic compaction; the model's window 200,000 tokens).
 Long strings (the tool outputs) are stored as their lengths and regenerated here as
-file-like lines of exactly that length: the work depends on their size, not their letters.
+file-like lines of exactly that length, of random words as in the files the OpenCode peer's
+driver makes (the history index's cost depends on the words: random ones cost it most,
+about 2.4 ms of indexing per 60 K characters, where Python source takes about 0.65 ms).
 ``python bench/turn.py --record RUN`` makes such a fixture from another OpenCode run.
 
 Per assistant step the client does what a frontend does (as the OpenCode side-by-side
