@@ -93,6 +93,27 @@ BACKFILL_CHUNK = """
     ON CONFLICT (part_id) DO UPDATE SET body = excluded.body
 """
 
+# The trigger's function again, its upsert skipping a row whose text is unchanged: a prune's
+# mark (``time.compacted``) then leaves the row, its tsvector and its trigram entries alone.
+HISTORY_SKIP_SAME = """
+    CREATE OR REPLACE FUNCTION sidecar_history() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        b TEXT;
+    BEGIN
+        b := sidecar_history_body(NEW.type, NEW.data);
+        IF b IS NULL THEN
+            IF TG_OP = 'UPDATE' THEN
+                DELETE FROM history WHERE part_id = NEW.id;
+            END IF;
+        ELSE
+            INSERT INTO history (part_id, session_id, body) VALUES (NEW.id, NEW.session_id, b)
+            ON CONFLICT (part_id) DO UPDATE SET body = excluded.body
+            WHERE history.body IS DISTINCT FROM excluded.body;
+        END IF;
+        RETURN NULL;
+    END $$;
+"""
+
 MIGRATIONS: list[str] = [
     # 1: sessions, messages, parts
     """
@@ -234,8 +255,9 @@ MIGRATIONS: list[str] = [
     """,
     # 4: the history search index
     HISTORY_INDEX,
-    # 5: SQLite's history index stops keeping its own copy of the text; nothing here changes
-    "SELECT 1",
+    # 5: a rewrite that leaves a part's indexed text as it was (a prune's ``compacted`` mark)
+    # no longer rewrites its ``history`` row and that row's index entries
+    HISTORY_SKIP_SAME,
 ]
 
 assert len(MIGRATIONS) == SCHEMA_VERSION, "a migration is missing from one backend"

@@ -8,7 +8,11 @@ import sqlite3
 from pathlib import Path
 
 import asyncpg
+import msgspec
 
+from sidecar.model.messages import MessageTime, UserMessage
+from sidecar.model.parts import ToolPart
+from sidecar.model.session import Session, SessionTime
 from sidecar.store import Store, history
 from sidecar.store import pg_schema as pg
 from sidecar.store import schema as lite
@@ -55,7 +59,7 @@ async def _old_database(db: str | Path) -> None:
             "DROP FUNCTION sidecar_history(); DROP FUNCTION sidecar_history_body(TEXT, TEXT); "
             f"UPDATE schema_version SET version = {BEFORE}"
         )
-        assert pg.MIGRATIONS[BEFORE + 1 :] == ["SELECT 1"], "the downgrade undoes migration 4 only"
+        assert BEFORE == len(pg.MIGRATIONS) - 2, "the downgrade undoes 4 (5 replaces its function)"
         await pconn.execute("INSERT INTO sessions VALUES ($1, $2, $3, $4, $5)", *session)
         await pconn.executemany(
             "INSERT INTO messages VALUES ($1, $2, $3, $4, $5, $6, $7)", messages
@@ -103,5 +107,57 @@ async def test_a_fresh_database_has_nothing_to_index(db: str | Path) -> None:
     try:
         assert await store.search_history(None, "anything", 5) == []
         assert heard == []
+    finally:
+        await store.close()
+
+
+async def _index_state(db: str | Path) -> object:
+    """What the index holds, as stored: SQLite's FTS5 pages, PostgreSQL's row versions."""
+    if isinstance(db, Path):
+        conn = sqlite3.connect(db)
+        try:
+            return conn.execute("SELECT id, block FROM history_fts_data ORDER BY id").fetchall()
+        finally:
+            conn.close()
+    pconn = await asyncpg.connect(db)
+    try:
+        return [tuple(r) for r in await pconn.fetch("SELECT part_id, xmin::text FROM history")]
+    finally:
+        await pconn.close()
+
+
+async def test_a_prune_does_not_rewrite_the_index(db: str | Path) -> None:
+    """A prune's mark leaves the indexed text as it was: the index is not written at all (on
+    SQLite not even the two versions of the row compared), and the output is still found."""
+    store = await Store.open(db)
+    try:
+        await store.put_session(
+            Session(id="ses_p", title="t", time=SessionTime(created=1, updated=1))
+        )
+        user = UserMessage(id="msg_p", session_id="ses_p", time=MessageTime(created=1))
+        await store.put_message(user, msgspec.json.encode(user))
+        raw = json.dumps(
+            {
+                "id": "prt_out",
+                "sessionID": "ses_p",
+                "messageID": "msg_p",
+                "type": "tool",
+                "callID": "c",
+                "tool": "bash",
+                "state": {
+                    "status": "completed",
+                    "input": {"command": "pytest"},
+                    "output": "FAILED tests/test_parse.py::test_parse_header " * 200,
+                    "time": {"start": 1, "end": 2},
+                },
+            }
+        ).encode()
+        await store.put_part(msgspec.json.decode(raw, type=ToolPart), raw)
+        before = await _index_state(db)
+        assert before
+        assert len(await store.mark_compacted(["prt_out"], 99)) == 1
+        assert await _index_state(db) == before
+        hits = await store.search_history("ses_p", "test_parse_header", 5)
+        assert [h[2] for h in hits] == ["prt_out"]
     finally:
         await store.close()
