@@ -74,7 +74,10 @@ _HISTORY_INDEX_4 = """
 # before that commit (``HISTORY_FLUSH``, run by ``commit.GroupCommit``): an acknowledged
 # write is searchable at once, and a part streamed in many updates is indexed once per
 # commit. A rewrite that leaves the indexed text as it was (a prune's ``compacted`` mark, a
-# finish time) touches nothing: a 60 KB output is tokenized once, when it arrives.
+# finish time) touches nothing: a 60 KB output is tokenized once, when it arrives. Comparing
+# the texts parses both versions of the row; a statement known to leave them alone (the
+# prune's ``json_set`` of ``time.compacted``) skips even that by running between
+# ``HISTORY_HOLD`` and ``HISTORY_RELEASE`` in its transaction.
 #
 # Which parts the index holds: those of an indexed kind, minus the ones noted in
 # ``history_dirty`` (written in this transaction, indexed at its commit), minus the ones the
@@ -120,6 +123,7 @@ HISTORY_INDEX = f"""
         body, sid, content = 'history_src', content_rowid = 'rid',
         tokenize = "unicode61 remove_diacritics 2"
     );
+    INSERT INTO history_fts (history_fts, rank) VALUES ('automerge', 16);
     CREATE TABLE history_dirty (rid INTEGER PRIMARY KEY);
     CREATE TABLE history_backfill (done INTEGER NOT NULL, upto INTEGER NOT NULL);
     INSERT INTO history_backfill (done, upto)
@@ -129,8 +133,10 @@ HISTORY_INDEX = f"""
     BEGIN
         {_NOTE}
     END;
+    CREATE TABLE history_hold (held INTEGER PRIMARY KEY);
     CREATE TRIGGER history_on_update AFTER UPDATE OF data, type ON parts
-    WHEN {history_body("OLD")} IS NOT {history_body("NEW")}
+    WHEN NOT EXISTS (SELECT 1 FROM history_hold)
+    AND {history_body("OLD")} IS NOT {history_body("NEW")}
     BEGIN
         {_FORGET.format(body=history_body("OLD"), held=_HELD.format(row="OLD"))}
         {_NOTE}
@@ -143,6 +149,9 @@ HISTORY_INDEX = f"""
     END;
 """
 
+#: Around a statement that changes no part's indexed text (see above).
+HISTORY_HOLD = "INSERT OR IGNORE INTO history_hold (held) VALUES (1)"
+HISTORY_RELEASE = "DELETE FROM history_hold"
 #: Is anything noted for the index? (Asked before every commit: a plain-table probe.)
 HISTORY_PENDING = "SELECT 1 FROM history_dirty LIMIT 1"
 #: The noted parts' current text into the index (a part now of a kind not indexed stays out),

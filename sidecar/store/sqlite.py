@@ -26,7 +26,9 @@ from sidecar.store.cache import WindowCache
 from sidecar.store.commit import TRUNCATE_WAIT_MS, WAL_SIZE_LIMIT, GroupCommit
 from sidecar.store.schema import (
     HISTORY_FLUSH,
+    HISTORY_HOLD,
     HISTORY_PENDING,
+    HISTORY_RELEASE,
     MIGRATIONS,
     SCHEMA_VERSION,
     check_opened,
@@ -159,14 +161,17 @@ class SqliteBackend:
 
     async def mark_compacted(self, part_ids: Sequence[str], ts: int) -> None:
         # A JSON patch in SQL: concurrent edits and unknown fields are kept.
+        # The mark changes no indexed text: the history index's trigger is held meanwhile.
         await self._commit.submit(
             [
+                (HISTORY_HOLD, [()]),
                 (
                     "UPDATE parts SET data = json_set(data, '$.state.time.compacted', ?) "
                     "WHERE id = ? AND type = 'tool' "
                     "AND json_extract(data, '$.state.status') = 'completed'",
                     [(ts, pid) for pid in part_ids],
-                )
+                ),
+                (HISTORY_RELEASE, [()]),
             ]
         )
 
