@@ -18,6 +18,28 @@ from sidecar.store.schema import SCHEMA_VERSION
 # A fixed key for ``pg_advisory_xact_lock`` while migrating ("sidecar" in ASCII).
 MIGRATION_LOCK = 0x73696465636172
 
+# The trigger's function: a part's indexed text into ``history``; its upsert skips a row whose
+# text is unchanged, so a prune's mark (``time.compacted``) leaves the row, its tsvector and
+# its trigram entries alone (migration 5 brings that to databases indexed before).
+HISTORY_FUNCTION = """
+    CREATE OR REPLACE FUNCTION sidecar_history() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        b TEXT;
+    BEGIN
+        b := sidecar_history_body(NEW.type, NEW.data);
+        IF b IS NULL THEN
+            IF TG_OP = 'UPDATE' THEN
+                DELETE FROM history WHERE part_id = NEW.id;
+            END IF;
+        ELSE
+            INSERT INTO history (part_id, session_id, body) VALUES (NEW.id, NEW.session_id, b)
+            ON CONFLICT (part_id) DO UPDATE SET body = excluded.body
+            WHERE history.body IS DISTINCT FROM excluded.body;
+        END IF;
+        RETURN NULL;
+    END $$;
+"""
+
 # History search (``history/search``): each indexed part's text in ``history``, written by
 # triggers in the part's own transaction (so an acknowledged write is searchable at once) and
 # deleted with it (a foreign key, cascading from sessions and messages too). Words go through
@@ -26,7 +48,8 @@ MIGRATION_LOCK = 0x73696465636172
 # (pg_trgm, shipped with PostgreSQL's own package) answers ``ILIKE '%term%'``. The session id
 # is indexed too, so a one-session search ANDs the two bitmaps. Parts stored before are
 # indexed after the upgrade (``BACKFILL_CHUNK``).
-HISTORY_INDEX = """
+HISTORY_INDEX = (
+    """
     CREATE EXTENSION IF NOT EXISTS pg_trgm;
 
     CREATE TABLE history (
@@ -58,21 +81,9 @@ HISTORY_INDEX = """
             d->'state'->>'title', d->'state'->>'output', d->'state'->>'error');
     END $$;
 
-    CREATE FUNCTION sidecar_history() RETURNS trigger LANGUAGE plpgsql AS $$
-    DECLARE
-        b TEXT;
-    BEGIN
-        b := sidecar_history_body(NEW.type, NEW.data);
-        IF b IS NULL THEN
-            IF TG_OP = 'UPDATE' THEN
-                DELETE FROM history WHERE part_id = NEW.id;
-            END IF;
-        ELSE
-            INSERT INTO history (part_id, session_id, body) VALUES (NEW.id, NEW.session_id, b)
-            ON CONFLICT (part_id) DO UPDATE SET body = excluded.body;
-        END IF;
-        RETURN NULL;
-    END $$;
+"""
+    + HISTORY_FUNCTION
+    + """
 
     CREATE TRIGGER parts_history AFTER INSERT OR UPDATE OF data, type ON parts
     FOR EACH ROW EXECUTE FUNCTION sidecar_history();
@@ -84,6 +95,7 @@ HISTORY_INDEX = """
     INSERT INTO history_backfill (done, upto)
     SELECT '', id FROM parts ORDER BY id DESC LIMIT 1;
 """
+)
 
 # ``schema.BACKFILL_CHUNK`` for PostgreSQL: the parts whose id is in ``(?, ?]``.
 BACKFILL_CHUNK = """
@@ -93,26 +105,6 @@ BACKFILL_CHUNK = """
     ON CONFLICT (part_id) DO UPDATE SET body = excluded.body
 """
 
-# The trigger's function again, its upsert skipping a row whose text is unchanged: a prune's
-# mark (``time.compacted``) then leaves the row, its tsvector and its trigram entries alone.
-HISTORY_SKIP_SAME = """
-    CREATE OR REPLACE FUNCTION sidecar_history() RETURNS trigger LANGUAGE plpgsql AS $$
-    DECLARE
-        b TEXT;
-    BEGIN
-        b := sidecar_history_body(NEW.type, NEW.data);
-        IF b IS NULL THEN
-            IF TG_OP = 'UPDATE' THEN
-                DELETE FROM history WHERE part_id = NEW.id;
-            END IF;
-        ELSE
-            INSERT INTO history (part_id, session_id, body) VALUES (NEW.id, NEW.session_id, b)
-            ON CONFLICT (part_id) DO UPDATE SET body = excluded.body
-            WHERE history.body IS DISTINCT FROM excluded.body;
-        END IF;
-        RETURN NULL;
-    END $$;
-"""
 
 MIGRATIONS: list[str] = [
     # 1: sessions, messages, parts
@@ -257,7 +249,7 @@ MIGRATIONS: list[str] = [
     HISTORY_INDEX,
     # 5: a rewrite that leaves a part's indexed text as it was (a prune's ``compacted`` mark)
     # no longer rewrites its ``history`` row and that row's index entries
-    HISTORY_SKIP_SAME,
+    HISTORY_FUNCTION,
 ]
 
 assert len(MIGRATIONS) == SCHEMA_VERSION, "a migration is missing from one backend"
