@@ -159,14 +159,19 @@ class WindowCache:
     def version(self, sid: str) -> int:
         return self._versions.get(sid, 0)
 
-    def get(self, sid: str, start: Key | None) -> tuple[list[Row], list[PartRow]] | None:
+    def _hit(self, sid: str, start: Key | None) -> _Entry | None:
+        """The session's entry if it holds the window starting at ``start`` (counted)."""
         entry = self._entries.get(sid)
         if entry is None or entry.start != start:
             self.misses += 1
             return None
         self._entries.move_to_end(sid)
         self.hits += 1
-        return entry.rows()
+        return entry
+
+    def get(self, sid: str, start: Key | None) -> tuple[list[Row], list[PartRow]] | None:
+        entry = self._hit(sid, start)
+        return None if entry is None else entry.rows()
 
     def assembled(
         self, sid: str, start: Key | None, build: Callable[[str, str, list[tuple[str, str]]], T]
@@ -174,12 +179,9 @@ class WindowCache:
         """The window as ``get`` would give it, each message made by ``build(id, JSON,
         [(part id, JSON), ...])`` only when it (or one of its parts) was written since it was
         last built: a window read every step re-assembles only its new messages."""
-        entry = self._entries.get(sid)
-        if entry is None or entry.start != start:
-            self.misses += 1
+        entry = self._hit(sid, start)
+        if entry is None:
             return None
-        self._entries.move_to_end(sid)
-        self.hits += 1
         if self._built_for != sid:
             # One session's assembled window at a time: the decoded Structs weigh about what
             # their text does, and the decode cache bounds those (``DECODED_BYTES``).
