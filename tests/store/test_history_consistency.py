@@ -194,7 +194,8 @@ def test_the_index_stays_equal_to_the_parts(tmp_path: Path, seed: int) -> None:
     conn.close()
 
 
-def test_a_rewrite_that_leaves_the_text_alone_does_not_touch_the_index(tmp_path: Path) -> None:
+def _one_tool_part(tmp_path: Path) -> tuple[sqlite3.Connection, World, str]:
+    """A database at the current schema holding one indexed tool part, ``prt_a``."""
     conn = _open(tmp_path / "h.db", schema.SCHEMA_VERSION)
     world = World(conn, random.Random(0))
     conn.execute("BEGIN")
@@ -202,6 +203,11 @@ def test_a_rewrite_that_leaves_the_text_alone_does_not_touch_the_index(tmp_path:
     world.write("prt_a", mid, "tool", _data("tool", "alpha1z"))
     flush_history(conn)
     conn.execute("COMMIT")
+    return conn, world, mid
+
+
+def test_a_rewrite_that_leaves_the_text_alone_does_not_touch_the_index(tmp_path: Path) -> None:
+    conn, world, mid = _one_tool_part(tmp_path)
     changes = conn.total_changes
     conn.execute("BEGIN")
     world.write("prt_a", mid, "tool", _data("tool", "alpha1z", compacted=5))
@@ -216,13 +222,7 @@ def test_a_rewrite_that_leaves_the_text_alone_does_not_touch_the_index(tmp_path:
 def test_a_held_rewrite_does_not_even_compare_the_texts(tmp_path: Path) -> None:
     """Between ``HISTORY_HOLD`` and ``HISTORY_RELEASE`` (the store's prune mark) the update
     trigger's condition is not evaluated: neither version of a 60 KB row is parsed."""
-    conn = _open(tmp_path / "h.db", schema.SCHEMA_VERSION)
-    world = World(conn, random.Random(0))
-    conn.execute("BEGIN")
-    mid = world.message()
-    world.write("prt_a", mid, "tool", _data("tool", "alpha1z"))
-    flush_history(conn)
-    conn.execute("COMMIT")
+    conn, _, _ = _one_tool_part(tmp_path)
     calls: list[str] = []
 
     def counting(data: str, path: str) -> object:
