@@ -12,11 +12,11 @@ from sidecar.store.url import CannotOpen
 
 
 # The text of a part that ``history/search`` finds (text, reasoning, a tool's name, input,
-# title, output and error), as SQL over a ``parts`` row named ``row``: the index flush and the
-# first-open backfill compute it the same way. A tool's input is its JSON text with the
-# escapes ``\n``, ``\t`` and ``\"`` turned back into what they stand for, so an escaped newline
-# in a command does not glue two words (a ``json_tree`` walk did the same at several times
-# the cost of the whole insert).
+# title, output and error), as SQL over a ``parts`` row named ``row``: the view the index reads
+# (``history_src``) and the triggers' removals compute it the same way. A tool's input is its
+# JSON text with the escapes ``\n``, ``\t`` and ``\"`` turned back into what they stand for,
+# so an escaped newline in a command does not glue two words (a ``json_tree`` walk did the
+# same at several times the cost of the whole insert).
 def history_body(row: str) -> str:
     """The indexed text of the ``parts`` row ``row`` (``NULL`` for kinds not indexed)."""
     tool_input = f"json_extract({row}.data, '$.state.input')"
@@ -83,7 +83,8 @@ _HISTORY_INDEX_4 = """
 # ``history_dirty`` (written in this transaction, indexed at its commit), minus the ones the
 # first-open backfill has still to reach (``history_backfill``: rowids in ``(done, upto]``;
 # those are the backfill's alone, whatever is written to them meanwhile). Removing an entry
-# the index does not hold would corrupt it, hence the same three conditions in each trigger.
+# the index does not hold would corrupt it (``_FORGET_OLD`` checks all three). What is indexed
+# is always read through ``history_src``, so it is the text a removal gives back.
 #
 # ``unicode61`` splits at ``_``, ``/``, ``.`` and ``:``, and a search term is matched as a
 # phrase of its words, so ``test_parse_header``, ``src/pkg/mod.py`` and
@@ -94,13 +95,14 @@ _INDEXED = "('text', 'reasoning', 'tool')"
 _NOT_BACKFILL = (
     "NOT EXISTS (SELECT 1 FROM history_backfill WHERE {row}.rowid > done AND {row}.rowid <= upto)"
 )
-_HELD = (
-    "{row}.type IN " + _INDEXED + " AND "
-    "NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = {row}.rowid) AND " + _NOT_BACKFILL
-)
-_FORGET = (
+# Forget ``OLD``'s entry if the index holds it: an indexed kind, not noted in this
+# transaction, not left to the backfill.
+_FORGET_OLD = (
     "INSERT INTO history_fts (history_fts, rowid, body, sid) "
-    "SELECT 'delete', OLD.rowid, {body}, hex(OLD.session_id) WHERE {held};"
+    f"SELECT 'delete', OLD.rowid, {history_body('OLD')}, hex(OLD.session_id) "
+    f"WHERE OLD.type IN {_INDEXED} "
+    "AND NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = OLD.rowid) "
+    f"AND {_NOT_BACKFILL.format(row='OLD')};"
 )
 # (``NOT EXISTS``, not ``OR IGNORE``: in a trigger fired by an upsert, the upsert's own
 # conflict handling overrides the trigger statement's.)
@@ -125,6 +127,7 @@ HISTORY_INDEX = f"""
     );
     INSERT INTO history_fts (history_fts, rank) VALUES ('automerge', 16);
     CREATE TABLE history_dirty (rid INTEGER PRIMARY KEY);
+    CREATE TABLE history_hold (held INTEGER PRIMARY KEY);
     CREATE TABLE history_backfill (done INTEGER NOT NULL, upto INTEGER NOT NULL);
     INSERT INTO history_backfill (done, upto)
     SELECT 0, rowid FROM parts ORDER BY rowid DESC LIMIT 1;
@@ -133,18 +136,17 @@ HISTORY_INDEX = f"""
     BEGIN
         {_NOTE}
     END;
-    CREATE TABLE history_hold (held INTEGER PRIMARY KEY);
     CREATE TRIGGER history_on_update AFTER UPDATE OF data, type ON parts
     WHEN NOT EXISTS (SELECT 1 FROM history_hold)
     AND {history_body("OLD")} IS NOT {history_body("NEW")}
     BEGIN
-        {_FORGET.format(body=history_body("OLD"), held=_HELD.format(row="OLD"))}
+        {_FORGET_OLD}
         {_NOTE}
     END;
     CREATE TRIGGER history_on_delete AFTER DELETE ON parts
     WHEN OLD.type IN {_INDEXED}
     BEGIN
-        {_FORGET.format(body=history_body("OLD"), held=_HELD.format(row="OLD"))}
+        {_FORGET_OLD}
         DELETE FROM history_dirty WHERE rid = OLD.rowid;
     END;
 """
@@ -157,12 +159,10 @@ HISTORY_PENDING = "SELECT 1 FROM history_dirty LIMIT 1"
 #: The noted parts' current text into the index (a part now of a kind not indexed stays out),
 #: in the transaction about to commit.
 HISTORY_FLUSH = (
-    f"INSERT INTO history_fts (rowid, body, sid) "
-    f"SELECT parts.rowid, {history_body('parts')}, hex(parts.session_id) "
-    # CROSS JOIN keeps the noted rows the outer loop: with the filter on ``parts`` the
-    # planner would otherwise scan every part at every commit.
-    "FROM history_dirty CROSS JOIN parts ON parts.rowid = history_dirty.rid "
-    f"WHERE parts.type IN {_INDEXED}",
+    "INSERT INTO history_fts (rowid, body, sid) SELECT s.rid, s.body, s.sid "
+    # CROSS JOIN keeps the noted rows the outer loop: with the view's kind filter on ``parts``
+    # the planner would otherwise scan every part at every commit.
+    "FROM history_dirty CROSS JOIN history_src s ON s.rid = history_dirty.rid",
     "DELETE FROM history_dirty",
 )
 
@@ -170,10 +170,9 @@ HISTORY_FLUSH = (
 # in chunks (each one op of the group commit, so writes go on meanwhile), recording how far
 # it got in ``history_backfill`` and dropping the row at the end. No trigger touches the index
 # entry of a part in the range still to do, so a chunk only adds.
-BACKFILL_CHUNK = f"""
+BACKFILL_CHUNK = """
     INSERT INTO history_fts (rowid, body, sid)
-    SELECT parts.rowid, {history_body("parts")}, hex(parts.session_id) FROM parts
-    WHERE parts.rowid > ? AND parts.rowid <= ? AND parts.type IN {_INDEXED}
+    SELECT rid, body, sid FROM history_src WHERE rid > ? AND rid <= ?
 """
 
 MIGRATIONS: list[str] = [
