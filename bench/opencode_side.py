@@ -1,0 +1,191 @@
+"""The daemon beside the real OpenCode on the OpenCode peer's three standard scenarios, with the
+peer driver's own floor measured in the same round.
+
+Per round and scenario, in this order on one machine:
+
+1. OpenCode: the peer's ``drive.py`` runs the scenario against the OpenCode binary given;
+2. daemon: the peer's ``drive_sidecar.py`` replays that OpenCode run into a fresh daemon
+   (``compaction-sidecar serve`` from ``--bin``), timing each turn as the sum of its requests'
+   latencies;
+3. floor: the same replay, once more, through ``bench/_record_proxy.py`` (the real daemon,
+   every reply recorded), then through ``bench/_replay_server.py`` answering each request with
+   those recorded bytes and doing nothing else. What the driver measures there is its own cost
+   and the pipes': encoding each request, and reading, decoding and sorting the same replies
+   (a ``session/context`` window is ~300-700 KB a turn). No daemon, however fast, can show a
+   turn below it in this driver.
+
+Printed per scenario: turn p50 of each, OpenCode ÷ daemon (target >= 25x) and the turn the
+target needs beside the floor (what would be left of it for the daemon's own work); peak RSS
+of each (target >= 15x) and the daemon's RSS right after it started (before any session);
+CPU; storage while
+running. The peer scripts live outside this repository: ``--peer`` (default the ``shared``
+folder next to the repository, or ``$SIDECAR_SHARED``) holds ``opencode-peer/``; ``--opencode``
+is the platform binary (``opencode-linux-x64``'s ``bin/opencode``, see the peer's README).
+
+    python bench/opencode_side.py --opencode PATH [--rounds 1] [--scenarios B30p,A30p,A100p]
+                                  [--bin VENV/bin] [--peer DIR] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from _util import median  # noqa: E402
+
+SCENARIOS = {  # the peer README's standard scenarios (drive.py flags)
+    "B30p": ["--turns", "30", "--context", "60000", "--output", "4000"],
+    "A30p": ["--turns", "30", "--force-overflow-at", "15", "--summarize-at", "25"],
+    "A100p": ["--turns", "100", "--force-overflow-at", "50"],
+}
+TURN_TARGET = 25.0
+RSS_TARGET = 15.0
+
+
+def _peer_dir(given: str | None) -> Path:
+    candidates = [Path(given)] if given else []
+    if os.environ.get("SIDECAR_SHARED"):
+        candidates.append(Path(os.environ["SIDECAR_SHARED"]))
+    candidates += [d / "shared" for d in HERE.parents]
+    for c in candidates:
+        if (c / "opencode-peer" / "drive_sidecar.py").is_file():
+            return c / "opencode-peer"
+    sys.exit("opencode_side: no opencode-peer folder found (give --peer DIR)")
+
+
+def _stand_in(folder: Path, argv: list[str]) -> Path:
+    """A folder whose ``compaction-sidecar`` runs ``argv`` + the driver's arguments."""
+    folder.mkdir(parents=True, exist_ok=True)
+    exe = folder / "compaction-sidecar"
+    exe.write_text("#!/bin/sh\nexec " + " ".join(f"'{a}'" for a in argv) + ' "$@"\n')
+    exe.chmod(0o755)
+    return folder
+
+
+def _run(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+    with log.open("wb") as out:
+        code = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+    if code:
+        sys.exit(f"opencode_side: {' '.join(cmd[:3])} ... exited {code}; see {log}")
+
+
+def _summary(run: Path) -> dict[str, Any]:
+    with (run / "summary.json").open() as f:
+        result: dict[str, Any] = json.load(f)
+    return result
+
+
+def _replay(peer: Path, base: Path, into: str, bin_dir: Path) -> None:
+    """The peer driver's replay of ``base``'s OpenCode run into ``bin_dir``'s daemon."""
+    _run(
+        [sys.executable, str(peer / "drive_sidecar.py"), "--oc-run", str(base / "opencode"),
+         "--workdir", str(base / into), "--bin", str(bin_dir)],
+        base.with_suffix(f".{into}.log"),
+    )  # fmt: skip
+
+
+def one_round(args: argparse.Namespace, peer: Path, tmp: Path, n: int) -> dict[str, Any]:
+    """One round: per scenario, OpenCode, the daemon, the driver's floor."""
+    out: dict[str, Any] = {}
+    real = str(Path(args.bin) / "compaction-sidecar")
+    for name in args.scenarios:
+        base = tmp / f"r{n}-{name}"
+        oc = base / "opencode"
+        _run(
+            [sys.executable, str(peer / "drive.py"), "--opencode", args.opencode,
+             "--workdir", str(oc), *SCENARIOS[name], "--observe", "end", "--settle-ms", "0"],
+            base.with_suffix(".opencode.log"),
+        )  # fmt: skip
+
+        _replay(peer, base, "daemon", Path(args.bin))
+        recorded = base / "replies.json"
+        proxy = [sys.executable, str(HERE / "_record_proxy.py"), str(recorded), real]
+        _replay(peer, base, "record", _stand_in(base / "rec", proxy))
+        server = [sys.executable, str(HERE / "_replay_server.py"), str(recorded)]
+        _replay(peer, base, "floor", _stand_in(base / "rep", server))
+        out[name] = {k: _summary(base / k) for k in ("opencode", "daemon", "floor")}
+    return out
+
+
+def report(rounds: list[dict[str, Any]], scenarios: list[str]) -> None:
+    def med(name: str, who: str, pick: Any) -> float:
+        return median([float(pick(r[name][who])) for r in rounds])
+
+    def p50(s: dict[str, Any]) -> float:
+        return float(s["turn_wall_ms_p50_p90_max"][0])
+
+    def hwm(s: dict[str, Any]) -> float:
+        return float(s["peak_rss_kb_VmHWM"]) / 1024
+
+    for name in scenarios:
+        oc, dm, fl = (med(name, w, p50) for w in ("opencode", "daemon", "floor"))
+        ratio = oc / dm
+        need = oc / TURN_TARGET
+        print(
+            f"{name}: turn p50 OpenCode {oc:.1f} ms, daemon {dm:.1f} ms, ratio {ratio:.1f}x "
+            f"(target >= {TURN_TARGET:.0f}x)  {'OK' if ratio >= TURN_TARGET else 'MISSED'}"
+        )
+        print(
+            f"{name}: driver floor (the daemon's recorded replies, nothing else) turn p50 "
+            f"{fl:.1f} ms; OpenCode ÷ floor {oc / fl:.1f}x, daemon ÷ floor {dm / fl:.1f}; "
+            f"{TURN_TARGET:.0f}x needs a turn <= {need:.2f} ms, {need - fl:.2f} ms above the floor"
+        )
+        ocm, dmm = (med(name, w, hwm) for w in ("opencode", "daemon"))
+        start = med(name, "daemon", lambda s: s["idle_rss_kb_after_start"]) / 1024
+        rss = ocm / dmm
+        print(
+            f"{name}: peak RSS OpenCode {ocm:.0f} MiB, daemon {dmm:.0f} MiB, ratio {rss:.1f}x "
+            f"(target >= {RSS_TARGET:.0f}x)  {'OK' if rss >= RSS_TARGET else 'MISSED'}; "
+            f"{RSS_TARGET:.0f}x needs <= {ocm / RSS_TARGET:.0f} MiB; the daemon right after "
+            f"start (Python, the stack's imports, an empty store) {start:.0f} MiB"
+        )
+        occ, dmc = (med(name, w, lambda s: s["cpu_s"]) for w in ("opencode", "daemon"))
+        ocs = med(name, "opencode", lambda s: s["store_max_while_running_bytes"]) / 1e6
+        dms = med(name, "daemon", lambda s: s["storage_max_while_running_bytes"]) / 1e6
+        print(
+            f"{name}: CPU OpenCode {occ:.2f} s, daemon {dmc:.2f} s, ratio {occ / dmc:.1f}x; "
+            f"storage max while running OpenCode {ocs:.2f} MB, daemon {dms:.2f} MB"
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--opencode", required=True, help="OpenCode's platform binary")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--bin", default=str(Path(sys.executable).parent),
+                    help="folder of the compaction-sidecar to measure")  # fmt: skip
+    ap.add_argument("--peer", help="folder holding opencode-peer/")
+    ap.add_argument("--keep", help="keep the runs in this folder")
+    args = ap.parse_args()
+    args.scenarios = args.scenarios.split(",")
+    unknown = [s for s in args.scenarios if s not in SCENARIOS]
+    if unknown:
+        sys.exit(f"opencode_side: unknown scenario {unknown[0]!r} (known: {', '.join(SCENARIOS)})")
+    peer = _peer_dir(args.peer)
+    tmp = Path(args.keep or tempfile.mkdtemp(prefix="opencode-side-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    print(
+        f"opencode_side: {', '.join(args.scenarios)}; {args.rounds} round(s), medians; "
+        f"{os.cpu_count()} CPUs; each OpenCode run replayed into the daemon, then as the floor",
+        flush=True,
+    )
+    try:
+        rounds = [one_round(args, peer, tmp, n) for n in range(args.rounds)]
+        report(rounds, args.scenarios)
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
