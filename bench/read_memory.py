@@ -23,14 +23,15 @@ session of the same shape (so the code path's imports and first-use caches are n
 to the read), then the daemon's peak RSS is reset (``echo 5 > /proc/PID/clear_refs`` resets
 ``VmHWM`` to the current RSS), ``VmRSS`` is read, the request sent, its whole reply read
 (bytes on the wire: header and body), and ``VmHWM`` read. The read's memory is ``VmHWM``
-minus ``VmRSS`` before. Reads: ``session/context`` in the formats ``parts``, ``openai`` and
-``anthropic`` (the window after the compaction); ``session/messages`` with the defaults
-(the whole history: -32047, as it cannot fit one reply), a first page of ``limit`` 100, a
-first page of the most one page holds (``limit`` and ``partLimit`` 10,000), and a page of
-the same size continued by a ``cursor`` from the middle of the session. Each is done
-``--repeat`` times (default 3, a fresh daemon each) and the median printed. A reply under
-1 MiB gets no verdict: its ratio measures the allocator, not the read; its absolute growth is
-printed.
+minus ``VmRSS`` before: what the read allocated at its peak, including what it leaves in the
+daemon's caches (the window ``session/context`` loads stays cached). Reads:
+``session/context`` in the formats ``parts``, ``openai`` and ``anthropic`` (the window after
+the compaction); ``session/messages`` with the defaults (the whole history: -32047, as it
+cannot fit one reply), a first page of ``limit`` 100, a first page of the most one page holds
+(``limit`` and ``partLimit`` 10,000), and a page of the same size continued by a ``cursor``
+from the middle of the session. Each is done ``--repeat`` times (default 3, a fresh daemon
+each) and the median printed. A reply under 1 MiB gets no verdict: its ratio measures the
+allocator, not the read; its absolute growth is printed.
 
     python bench/read_memory.py [--parts 1000000] [--tail 10000] [--seed-turns 500]
                                 [--repeat 3] [--cache PATH]
