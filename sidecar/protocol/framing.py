@@ -31,8 +31,13 @@ class FrameError(Exception):
         self.message = message
 
 
+def frame_header(length: int) -> bytes:
+    """The header of a frame whose body is ``length`` bytes."""
+    return b"Content-Length: %d\r\n\r\n" % length
+
+
 def encode_frame(body: bytes) -> bytes:
-    return b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
+    return frame_header(len(body)) + body
 
 
 def _no_cap() -> int:

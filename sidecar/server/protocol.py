@@ -60,7 +60,7 @@ from sidecar.protocol.envelopes import (
     Request,
     Response,
 )
-from sidecar.protocol.framing import FrameError, encode_frame
+from sidecar.protocol.framing import FrameError, frame_header
 
 #: The error a handler's failure becomes (its code and message are the reply's).
 RpcError = JsonRpcException
@@ -578,14 +578,20 @@ class SidecarProtocol(JsonRPCProtocol):
         self._write_bytes(body)
 
     def _write_bytes(self, body: bytes, *, reply: bool = False) -> None:
-        """Queue a frame; everything queued in one loop iteration goes out in one write."""
+        """Queue a frame; what is queued in one loop iteration goes out in one write, except
+        that a body of ``_UNCOPIED`` bytes or more is written on its own after its header:
+        joined to it, it would be a third copy of a reply beside its result and its body."""
         if self.writer is None:
             return
-        frame = encode_frame(body)
-        if len(frame) >= _LARGE:
-            self._large_out.append((self._out_bytes, len(frame), reply))
-        self._out.append(frame)
-        self._out_bytes += len(frame)
+        header = frame_header(len(body))
+        size = len(header) + len(body)
+        if size >= _LARGE:
+            self._large_out.append((self._out_bytes, size, reply))
+        if len(body) >= _UNCOPIED:
+            self._out += (header, body)
+        else:
+            self._out.append(header + body)
+        self._out_bytes += size
         if not self._flush_scheduled:
             self._flush_scheduled = True
             try:
@@ -606,7 +612,8 @@ class SidecarProtocol(JsonRPCProtocol):
         self._sent = base + self._out_bytes
         self._out, self._out_bytes = [], 0
         try:
-            writer.write(out[0] if len(out) == 1 else b"".join(out))
+            for piece in _coalesced(out):
+                writer.write(piece)
         except (BrokenPipeError, ConnectionError, RuntimeError):
             log.info("peer is gone; dropping outgoing messages")
             return
@@ -671,6 +678,27 @@ _NO_LIMIT = 1 << 62
 # Frames at least this large are tracked for the stalled-reader rule (``_being_read``); a
 # smaller one the peer is in the middle of is within any ``server.maxOutgoingBytes``.
 _LARGE = 4096
+
+
+# A body this large is written after its header instead of being copied into one frame.
+_UNCOPIED = 1 << 20
+
+
+def _coalesced(out: list[bytes]) -> list[bytes]:
+    """``out`` in as few writes as possible, none copying a body of ``_UNCOPIED`` bytes."""
+    pieces: list[bytes] = []
+    run: list[bytes] = []
+    for piece in out:
+        if len(piece) < _UNCOPIED:
+            run.append(piece)
+            continue
+        if run:
+            pieces.append(run[0] if len(run) == 1 else b"".join(run))
+            run = []
+        pieces.append(piece)
+    if run:
+        pieces.append(run[0] if len(run) == 1 else b"".join(run))
+    return pieces
 
 
 def _buffered(writer: Any) -> int:
