@@ -123,12 +123,12 @@ def to_parts(
 
     def info(m: WithParts) -> Any:
         raw = raws.get(m.info.id) if raws is not None else None
-        return msgspec.Raw(raw.encode()) if raw is not None else msgspec.to_builtins(m.info)
+        return msgspec.Raw(raw) if raw is not None else msgspec.to_builtins(m.info)
 
     def part(p: parts.Part) -> Any:
         cleared = _clear(p, stub)
         raw = raws.get(p.id) if raws is not None and cleared is p else None
-        return msgspec.Raw(raw.encode()) if raw is not None else msgspec.to_builtins(cleared)
+        return msgspec.Raw(raw) if raw is not None else msgspec.to_builtins(cleared)
 
     out: list[dict[str, Any]] = []
     for m in window:

@@ -942,7 +942,7 @@ class Engine:
         if restore_pruned:
             pruned = [pid for r in undone for pid in r.pruned_part_ids]
             for raw in await steer_data.unmark_compacted(self.store, pruned):
-                self.host.publish(session_id, PartUpdatedEvent(part=msgspec.Raw(raw.encode())))
+                self.host.publish(session_id, PartUpdatedEvent(part=msgspec.Raw(raw)))
         self._cuts.pop(session_id, None)
         self._streak.pop(session_id, None)
         return removed

@@ -950,9 +950,9 @@ class Store:
         parts = await self._parts_between(session_id, first, last)
         by_message: dict[str, list[msgspec.Raw]] = {}
         for mid, _, data in parts:
-            by_message.setdefault(mid, []).append(msgspec.Raw(data.encode()))
+            by_message.setdefault(mid, []).append(msgspec.Raw(data))
         out = [
-            StoredMessage(info=msgspec.Raw(data.encode()), parts=by_message.get(mid, []))
+            StoredMessage(info=msgspec.Raw(data), parts=by_message.get(mid, []))
             for mid, data, _ in rows
         ]
         return out, (last.cursor() if more else None)
