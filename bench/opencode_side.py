@@ -134,10 +134,15 @@ def report(rounds: list[dict[str, Any]], scenarios: list[str]) -> None:
             f"{name}: turn p50 OpenCode {oc:.1f} ms, daemon {dm:.1f} ms, ratio {ratio:.1f}x "
             f"(target >= {TURN_TARGET:.0f}x)  {'OK' if ratio >= TURN_TARGET else 'MISSED'}"
         )
+        left = (
+            f"{need - fl:.2f} ms above the floor"
+            if need >= fl
+            else f"{fl - need:.2f} ms below the floor itself"
+        )
         print(
             f"{name}: driver floor (the daemon's recorded replies, nothing else) turn p50 "
             f"{fl:.1f} ms; OpenCode ÷ floor {oc / fl:.1f}x, daemon ÷ floor {dm / fl:.1f}; "
-            f"{TURN_TARGET:.0f}x needs a turn <= {need:.2f} ms, {need - fl:.2f} ms above the floor"
+            f"{TURN_TARGET:.0f}x needs a turn <= {need:.2f} ms, {left}"
         )
         ocm, dmm = (med(name, w, hwm) for w in ("opencode", "daemon"))
         start = med(name, "daemon", lambda s: s["idle_rss_kb_after_start"]) / 1024
