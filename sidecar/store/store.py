@@ -108,11 +108,11 @@ def shallow_json(raw: str | bytes | msgspec.Raw) -> str | bytes:
     return flatten_deep(data, STORED_MAX_DEPTH) if deeper_than(data, STORED_MAX_DEPTH) else data
 
 
-def served(raw: str) -> bytes:
+def served(raw: str) -> msgspec.Raw:
     """Stored JSON as the daemon serves it: as stored, unless it nests past what any client
-    can decode (a row older than the depth check)."""
-    data = shallow_json(raw)
-    return data.encode() if isinstance(data, str) else data
+    can decode (a row older than the depth check). The row's own str when it can be (no copy:
+    an ASCII str's data is its UTF-8)."""
+    return msgspec.Raw(shallow_json(raw))
 
 
 def decode_message(raw: str | bytes) -> Message:
@@ -1154,7 +1154,7 @@ class _Page:
                 self.cursor = PageCursor(Key(created, prev[0]))
                 return False
             self._budget -= len(data)
-            self.messages.append(StoredMessage(info=msgspec.Raw(served(data)), parts=[]))
+            self.messages.append(StoredMessage(info=served(data), parts=[]))
             self._joined += 1
             self._last_part = ""
         return True
@@ -1172,7 +1172,7 @@ class _Page:
             self.cursor = PageCursor(Key(created, mid), self._last_part)
             return False
         self._budget -= len(data)
-        self.messages[-1].parts.append(msgspec.Raw(served(data)))
+        self.messages[-1].parts.append(served(data))
         self._parts += 1
         self._last_part = pid
         return True
