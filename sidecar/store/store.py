@@ -884,9 +884,11 @@ class Store:
         if start is not None:
             cond += " AND (m.created, m.id) " + (">=" if start.inside else ">") + " (?, ?)"
             args += [start.key.created, start.key.id]
+        # The messages' ids and sizes first: their JSON is read once the page has ended, for
+        # the messages on it (a page of 10,000 parts may hold a few hundred of 10,000 listed).
         msgs = list(
             await self._db.query(
-                f"SELECT m.id, m.created, m.data FROM messages m WHERE {cond} "
+                f"SELECT m.id, m.created, length(m.data) FROM messages m WHERE {cond} "
                 "ORDER BY m.created, m.id LIMIT ?",
                 [*args, max_msgs + 1],
             )
@@ -895,6 +897,8 @@ class Store:
         msgs = msgs[:max_msgs]
         if not msgs:
             return [], None
+        if more_msgs and limit is None and part_limit is None:
+            raise _history_too_large(session_id, self.max_read_bytes)
         last = Key(msgs[-1][1], msgs[-1][0])
         parts_sql = (
             f"SELECT p.message_id, p.id, p.data FROM messages m JOIN parts p "
@@ -916,13 +920,13 @@ class Store:
         if nxt is not None and limit is None and part_limit is None:
             # No limit asked: the client expects the whole history, so a cut is an error
             # that says how to page, never a silently partial answer.
-            raise TooLarge(
-                f"the history of session {session_id!r} does not fit one reply (at most "
-                f"{MAX_PAGE_MESSAGES} messages, {MAX_PAGE_PARTS} parts and "
-                f"{self.max_read_bytes} bytes, config server.maxReplyBytes): ask with `limit` "
-                "and/or `partLimit` and page on with each reply's `nextCursor` as `cursor`"
-            )
-        return page.messages, (nxt.encode() if nxt is not None else None)
+            raise _history_too_large(session_id, self.max_read_bytes)
+        infos: dict[str, str] = {}
+        for ids in _chunks(page.message_ids, 500):
+            marks = ",".join("?" * len(ids))
+            rows = await self._db.query(f"SELECT id, data FROM messages WHERE id IN ({marks})", ids)
+            infos.update((mid, data) for mid, data in rows)
+        return page.filled(infos), (nxt.encode() if nxt is not None else None)
 
     async def page_raw(
         self, session_id: str, limit: int | None, cursor: str | None
@@ -1130,31 +1134,34 @@ class _Page:
     Each message joins before its parts. When the next message or part would pass the part
     limit or the byte budget, ``cursor`` says where the next page resumes: after the last
     message joined, or inside the message being read (after its last part here; ``""`` when
-    none of its parts fit, so the next page starts with it again).
+    none of its parts fit, so the next page starts with it again). Messages are counted by
+    their stored size here and their JSON read once the page has ended (``filled``).
     """
 
     def __init__(self, msgs: list[Any], budget: int, max_parts: int) -> None:
-        self._msgs = msgs  # (id, created, data) rows, in order
+        self._msgs = msgs  # (id, created, size) rows, in order
         self._budget = budget
         self._max_parts = max_parts
         self._parts = 0
         self._joined = 0  # messages of ``msgs`` on the page
         self._last_part = ""  # of the newest message on the page
-        self.messages: list[StoredMessage] = []
+        self.message_ids: list[str] = []
+        self._parts_of: list[list[msgspec.Raw]] = []
         self.cursor: PageCursor | None = None
 
     def join_until(self, end: int) -> bool:
         """Join ``msgs[:end]``; False (the page ends before one that does not fit)."""
         while self._joined < end:
-            mid, _, data = self._msgs[self._joined]
-            if len(data) > self._budget:
-                if not self.messages:
-                    raise _too_large(f"message {mid!r}", len(data))
+            mid, _, size = self._msgs[self._joined]
+            if size > self._budget:
+                if not self.message_ids:
+                    raise _too_large(f"message {mid!r}", size)
                 _, created, _ = prev = self._msgs[self._joined - 1]
                 self.cursor = PageCursor(Key(created, prev[0]))
                 return False
-            self._budget -= len(data)
-            self.messages.append(StoredMessage(info=served(data), parts=[]))
+            self._budget -= size
+            self.message_ids.append(mid)
+            self._parts_of.append([])
             self._joined += 1
             self._last_part = ""
         return True
@@ -1166,16 +1173,34 @@ class _Page:
         if not self.join_until(end):
             return False
         if self._parts >= self._max_parts or len(data) > self._budget:
-            if len(data) > self._budget and not self._parts and len(self.messages) == 1:
+            if len(data) > self._budget and not self._parts and len(self.message_ids) == 1:
                 raise _too_large(f"part {pid!r}", len(data))
             _, created, _ = self._msgs[end - 1]
             self.cursor = PageCursor(Key(created, mid), self._last_part)
             return False
         self._budget -= len(data)
-        self.messages[-1].parts.append(served(data))
+        self._parts_of[-1].append(served(data))
         self._parts += 1
         self._last_part = pid
         return True
+
+    def filled(self, infos: Mapping[str, str]) -> list[StoredMessage]:
+        """The page's messages with their JSON (``infos`` by id). One removed since it was
+        listed is left out, with its parts (they went with it)."""
+        return [
+            StoredMessage(info=served(infos[mid]), parts=parts)
+            for mid, parts in zip(self.message_ids, self._parts_of, strict=True)
+            if mid in infos
+        ]
+
+
+def _history_too_large(session_id: str, budget: int) -> TooLarge:
+    return TooLarge(
+        f"the history of session {session_id!r} does not fit one reply (at most "
+        f"{MAX_PAGE_MESSAGES} messages, {MAX_PAGE_PARTS} parts and {budget} bytes, config "
+        "server.maxReplyBytes): ask with `limit` and/or `partLimit` and page on with each "
+        "reply's `nextCursor` as `cursor`"
+    )
 
 
 def _too_large(what: str, size: int) -> TooLarge:

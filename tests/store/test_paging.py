@@ -4,6 +4,7 @@ processes' writes (item 10), against real SQLite files."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -108,6 +109,46 @@ async def test_a_part_larger_than_a_reply_may_hold_is_refused_with_how_to_page(
     store.max_read_bytes = 2000
     with pytest.raises(TooLarge, match="maxReplyBytes"):
         await store.page_messages(SID, None, None, 10)
+
+
+async def test_a_page_reads_the_json_of_the_messages_on_it_only(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory follows the page: of the messages listed for it (up to ``limit``), only those
+    the page ends up holding have their JSON read."""
+    await _session(store, [3] * 50)
+    read: list[str] = []
+    query = store._db.query
+
+    async def seen(sql: str, args: Any = ()) -> list[Any]:
+        rows = await query(sql, args)
+        read.extend(r[-1] for r in rows if isinstance(r[-1], str) and r[-1].startswith("{"))
+        return rows
+
+    monkeypatch.setattr(store._db, "query", seen)
+    page, cursor = await store.page_messages(SID, 50, None, 6)
+    on_page = [msgspec.json.decode(m.info)["id"] for m in page]
+    # Six parts: two whole messages, and the third listed with none of its parts.
+    assert on_page == ["msg_000", "msg_001", "msg_002"] and cursor is not None
+    assert sorted(msgspec.json.decode(r)["id"] for r in read) == on_page
+
+
+async def test_a_history_of_too_many_messages_is_refused_before_anything_is_read(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await _session(store, [1] * 30)
+    monkeypatch.setattr("sidecar.store.store.MAX_PAGE_MESSAGES", 20)
+    streamed: list[str] = []
+    stream = store._db.stream
+
+    def seen(sql: str, args: Any) -> Any:
+        streamed.append(sql)
+        return stream(sql, args)
+
+    monkeypatch.setattr(store._db, "stream", seen)
+    with pytest.raises(TooLarge, match="does not fit one reply"):
+        await store.page_messages(SID, None, None)
+    assert streamed == []
 
 
 async def test_a_window_over_the_read_budget_is_refused_not_loaded(store: Store) -> None:
