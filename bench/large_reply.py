@@ -4,7 +4,8 @@ A shared daemon on a unix socket, default ``server.maxOutgoingBytes`` (64 MiB) a
 ``server.maxReplyBytes`` (128 MiB). One client writes a session of 8 parts of 10 MB; another
 reads it with ``session/messages`` (~80 MB of reply), slowly: 64 KiB at a time with a pause
 between reads (``--rate`` MB/s). Then a session of 14 such parts (~140 MB): -32047, nothing
-of it sent. Prints the reply sizes, the time taken, and the daemon's peak RSS.
+of it sent. Prints the reply sizes, the time taken, and the daemon's RSS before the read and
+its peak during it (``VmHWM`` reset just before).
 
     python bench/large_reply.py [--rate 20]
 """
@@ -70,13 +71,14 @@ async def main(rate: float) -> None:
             for i in range(parts):
                 text = chr(ord("a") + i) * PART
                 await writer_client.update_part(
-                    {"type": "text", "sessionID": sid, "messageID": msg["id"], "text": text}
+                    {"type": "text", "sessionID": sid, "messageID": msg.id, "text": text}
                 )
             sids.append(sid)
         await writer_client.close()
         reader, writer = await asyncio.open_unix_connection(str(sock), limit=1 << 20)
         writer.write(frame(1, "initialize", {"capabilities": {}}))
         await read_frame(reader, 1e6)
+        Path(f"/proc/{proc.pid}/clear_refs").write_text("5")  # the peak from here on
         base = rss_mb(proc.pid)
         start = time.perf_counter()
         writer.write(frame(2, "session/messages", {"sessionID": sids[0]}))

@@ -201,6 +201,8 @@ class FrameReader(asyncio.Protocol):
         self._parser = FrameParser(max_frame_bytes)
         self._transport: asyncio.BaseTransport | None = None
         self.should_hold: Callable[[], bool] = lambda: False
+        # A duplex transport drained: what is held for the peer can go on (``feed``).
+        self.on_writable: Callable[[], None] = lambda: None
         self.held = False
 
     @property
@@ -250,6 +252,7 @@ class FrameReader(asyncio.Protocol):
         self._end_if_read()
 
     def resume_writing(self) -> None:  # a duplex transport drained below its low-water mark
+        self.on_writable()
         self.release()
 
     def eof_received(self) -> bool | None:

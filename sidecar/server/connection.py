@@ -22,7 +22,13 @@ from sidecar.protocol.methods import NOTIFICATION_OF
 from sidecar.server.context import Control
 from sidecar.server.dispatch import bind, routes
 from sidecar.server.hub import Hub
-from sidecar.server.protocol import MethodSpec, SidecarProtocol, Starting, new_protocol
+from sidecar.server.protocol import (
+    FEED_BYTES,
+    MethodSpec,
+    SidecarProtocol,
+    Starting,
+    new_protocol,
+)
 from sidecar.server.settings import ConfigManager
 from sidecar.store import Store
 
@@ -126,6 +132,7 @@ class Connection:
         protocol = self.protocol
         reader.should_hold = lambda: protocol.backlog_over_hold()
         protocol.on_drained = reader.release
+        reader.on_writable = protocol.feed
         self._reader = reader
         return reader
 
@@ -169,9 +176,12 @@ class Connection:
         self.protocol.set_writer(writer)
         low = self.protocol.low_water()
         set_limits = getattr(writer, "set_write_buffer_limits", None)
-        if set_limits is not None and low < (1 << 62):
-            # Told (``resume_writing``) once the peer has read us down to the low-water mark.
-            set_limits(high=low, low=low)
+        if set_limits is not None:
+            # Told (``resume_writing``) once the peer has read us down to the low-water mark,
+            # and at most ``FEED_BYTES`` before all it holds is read (the rest of a large
+            # reply is held back until then; ``SidecarProtocol.feed``).
+            mark = min(low, FEED_BYTES)
+            set_limits(high=mark, low=mark)
         self.app.hub.connections.add(self)
 
     def notify(self, method: str, params: Any) -> None:
@@ -239,6 +249,7 @@ class _WriteSide(asyncio.Protocol):
         self._conn = conn
 
     def resume_writing(self) -> None:
+        self._conn.protocol.feed()
         if self._conn._reader is not None:
             self._conn._reader.release()
 

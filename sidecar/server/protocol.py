@@ -143,6 +143,12 @@ class SidecarProtocol(JsonRPCProtocol):
         self._large_out: list[tuple[int, int, bool]] = []
         self._large: deque[tuple[int, int, bool]] = deque()
         self._sent = 0
+        # What is sent but not yet handed to the transport: a body of ``_UNCOPIED`` bytes or
+        # more, and what queued behind it. The transport gets it ``FEED_BYTES`` at a time as
+        # the peer reads (``feed``): given at once, it would copy all the rest of the body
+        # into its own buffer, a second copy of a large reply while the peer reads it.
+        self._held_out: deque[memoryview] = deque()
+        self._held_out_bytes = 0
         self._hold_at = _NO_LIMIT  # set at each flush (``backlog_over_hold``)
         self._flush_scheduled = False
         # Order (PROTOCOL.md, "Order"): a write that could not queue its store op at once (an async
@@ -459,13 +465,20 @@ class SidecarProtocol(JsonRPCProtocol):
                 fut.set_exception(exc)
 
     def flush_now(self) -> None:
-        """Write what is queued now (closing: the loop may not run the scheduled flush)."""
+        """Write what is queued now, held output included (closing: the loop may not run the
+        scheduled flush, and the transport drains only what it was given)."""
         if self._out:
             self._flush()
+        try:
+            self.feed(everything=True)
+        except (BrokenPipeError, ConnectionError, RuntimeError):
+            self._drop_out()
 
     def drop_held(self) -> None:
-        """The connection is gone: what waited behind a barrier will never run."""
+        """The connection is gone: what waited behind a barrier will never run, and what was
+        held for the peer will never be read."""
         self._held.clear()
+        self._drop_out()
 
     def _handle_reply(self, env: Incoming) -> None:
         if env.id is UNSET or env.id is None or (not len(env.result) and not len(env.error)):
@@ -611,14 +624,22 @@ class SidecarProtocol(JsonRPCProtocol):
             self._large_out = []
         self._sent = base + self._out_bytes
         self._out, self._out_bytes = [], 0
+        held = self._held_out
         try:
             for piece in _coalesced(out):
-                writer.write(piece)
+                if held or len(piece) >= _UNCOPIED:
+                    held.append(memoryview(piece))
+                    self._held_out_bytes += len(piece)
+                else:
+                    writer.write(piece)
+            if held:
+                self.feed()
         except (BrokenPipeError, ConnectionError, RuntimeError):
             log.info("peer is gone; dropping outgoing messages")
+            self._drop_out()
             return
         cap = self.max_outgoing()
-        unread = _buffered(writer)
+        unread = self._unread(writer)
         large = self._large
         if large:  # forget the large frames the peer has read
             done = self._sent - unread
@@ -634,6 +655,7 @@ class SidecarProtocol(JsonRPCProtocol):
                 cap,
             )
             self.writer = None  # nothing more is queued for a peer that is being dropped
+            self._drop_out()
             self.on_stalled()
             return
         low = self.low_water()
@@ -641,6 +663,29 @@ class SidecarProtocol(JsonRPCProtocol):
         self._hold_at = 2 * low - unread
         if unread <= low:
             self.on_drained()
+
+    def feed(self, everything: bool = False) -> None:
+        """Hand the transport what is held here (``_held_out``) while it holds at most
+        ``FEED_BYTES`` unread, so it pauses us and ``feed`` is called again once the peer has
+        read (``resume_writing``); ``everything``: all of it now (closing)."""
+        writer, held = self.writer, self._held_out
+        while held and writer is not None and (everything or _buffered(writer) <= FEED_BYTES):
+            piece = held[0]
+            if len(piece) <= FEED_BYTES or everything:
+                held.popleft()
+            else:
+                held[0], piece = piece[FEED_BYTES:], piece[:FEED_BYTES]
+            self._held_out_bytes -= len(piece)
+            # asyncio's transports take any bytes-like object (pygls types ``write`` as bytes).
+            writer.write(piece)  # type: ignore[arg-type]
+
+    def _drop_out(self) -> None:
+        self._held_out.clear()
+        self._held_out_bytes = 0
+
+    def _unread(self, writer: Any) -> int:
+        """Bytes sent that the peer has not read: the transport's and those held here."""
+        return _buffered(writer) + self._held_out_bytes
 
     def _being_read(self, unread: int) -> int:
         """The unread bytes the stalled-reader rule does not count: the rest of the frame the
@@ -664,7 +709,7 @@ class SidecarProtocol(JsonRPCProtocol):
         if self._out_bytes <= self._hold_at:
             return False
         # The threshold may be stale (the transport drained since the flush): ask it.
-        unread = _buffered(self.writer) if self.writer is not None else 0
+        unread = self._unread(self.writer) if self.writer is not None else 0
         self._hold_at = 2 * self.low_water() - unread
         return self._out_bytes > self._hold_at
 
@@ -680,8 +725,10 @@ _NO_LIMIT = 1 << 62
 _LARGE = 4096
 
 
-# A body this large is written after its header instead of being copied into one frame.
+# A body this large is written after its header instead of being copied into one frame, and
+# handed to the transport ``FEED_BYTES`` at a time as the peer reads it (``feed``).
 _UNCOPIED = 1 << 20
+FEED_BYTES = 1 << 20
 
 
 def _coalesced(out: list[bytes]) -> list[bytes]:

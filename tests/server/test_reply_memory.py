@@ -1,47 +1,90 @@
-"""A large reply is framed without a copy: its body is written after its header, not joined
-with it. A read's memory follows its reply: the result and its encoded body are the two
-copies a reply needs; a third (the framed copy) would make a reply of a 10 MB window cost
-30 MB at once."""
+"""A large reply costs the daemon its result and one encoded body, not more: the body is
+written after its header (not joined with it into a framed copy), and handed to the transport
+a megabyte at a time as the peer reads it (not copied whole into the transport's buffer). A
+read's memory follows its reply: a 10 MB window must not cost 30 or 40 MB at once."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import tracemalloc
+from typing import Any
 
 import msgspec
 
-from sidecar.server.protocol import new_protocol
+from sidecar.server.protocol import FEED_BYTES, SidecarProtocol, new_protocol
 
 from .frames import split_frames
 
 SIZE = 8 << 20
 
 
-class _OneFrame(asyncio.Protocol):
-    """Reads a pipe until one whole frame has arrived."""
+class _Feeds(asyncio.Protocol):
+    """The write side of the pipe: the peer read some, so the protocol may hand over more (as
+    the daemon's stdout does)."""
 
-    def __init__(self, done: asyncio.Future[bytes]) -> None:
+    def __init__(self) -> None:
+        self.proto: SidecarProtocol | None = None
+
+    def resume_writing(self) -> None:
+        assert self.proto is not None
+        self.proto.feed()
+
+
+class _Frames(asyncio.Protocol):
+    """Reads a pipe until ``want`` whole frames have arrived."""
+
+    def __init__(self, want: int, done: asyncio.Future[bytes]) -> None:
         self.data = bytearray()
+        self.want = want
         self.done = done
 
     def data_received(self, data: bytes) -> None:
         self.data += data
-        head, sep, _ = bytes(self.data[:64]).partition(b"\r\n\r\n")
-        if not sep:
-            return
-        whole = len(head) + len(sep) + int(head.split(b":")[1])
-        if len(self.data) >= whole and not self.done.done():
+        if len(split_whole(bytes(self.data))) >= self.want and not self.done.done():
             self.done.set_result(bytes(self.data))
 
 
-async def test_a_large_reply_is_encoded_without_a_framed_copy() -> None:
+def split_whole(data: bytes) -> list[Any]:
+    """The whole frames at the start of ``data``."""
+    whole, at = 0, 0
+    while True:
+        head, sep, _ = data[at : at + 64].partition(b"\r\n\r\n")
+        if not sep:
+            break
+        end = at + len(head) + len(sep) + int(head.split(b":")[1])
+        if end > len(data):
+            break
+        whole, at = end, end
+    return split_frames(data[:whole])
+
+
+async def _pipe() -> tuple[SidecarProtocol, asyncio.WriteTransport, int]:
     loop = asyncio.get_running_loop()
     rfd, wfd = os.pipe()
-    writer, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(wfd, "wb", buffering=0))
+    side = _Feeds()
+    writer, _ = await loop.connect_write_pipe(lambda: side, os.fdopen(wfd, "wb", buffering=0))
     proto = new_protocol()
     proto.initialized = True
     proto.set_writer(writer)
+    side.proto = proto
+    return proto, writer, rfd
+
+
+async def _read(rfd: int, frames: int) -> list[Any]:
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[bytes] = loop.create_future()
+    reader, _ = await loop.connect_read_pipe(
+        lambda: _Frames(frames, done), os.fdopen(rfd, "rb", buffering=0)
+    )
+    try:
+        return split_whole(await asyncio.wait_for(done, 30))
+    finally:
+        reader.close()
+
+
+async def test_a_large_reply_is_encoded_without_a_framed_copy() -> None:
+    proto, writer, rfd = await _pipe()
     result = msgspec.Raw(msgspec.json.encode("x" * SIZE))
     tracemalloc.start()
     try:
@@ -52,14 +95,24 @@ async def test_a_large_reply_is_encoded_without_a_framed_copy() -> None:
     # The encoded body and nothing of its size besides. (msgspec's output buffer is allocated
     # with up to half again the body's length; the part never written is never resident.)
     assert peak < 2 * SIZE, peak
-    done: asyncio.Future[bytes] = loop.create_future()
-    reader, _ = await loop.connect_read_pipe(
-        lambda: _OneFrame(done), os.fdopen(rfd, "rb", buffering=0)
-    )
     try:
-        data = await asyncio.wait_for(done, 30)
+        (reply,) = await _read(rfd, 1)
     finally:
-        reader.close()
         writer.close()
-    (reply,) = split_frames(data)
     assert reply["id"] == 7 and reply["result"] == "x" * SIZE
+
+
+async def test_a_large_reply_is_handed_to_the_transport_as_the_peer_reads_it() -> None:
+    proto, writer, rfd = await _pipe()
+    proto._send_result(7, msgspec.Raw(msgspec.json.encode("x" * SIZE)))
+    proto.notify("thing/updated", {"n": 1})  # queued behind the reply: must stay behind it
+    proto._flush()  # what the loop runs next
+    # Nobody reads yet: the transport holds a megabyte or two, not the rest of the reply.
+    assert writer.get_write_buffer_size() <= 2 * FEED_BYTES
+    assert proto._held_out_bytes > SIZE - 3 * FEED_BYTES  # the rest waits here, uncopied
+    try:
+        reply, note = await _read(rfd, 2)
+    finally:
+        writer.close()
+    assert reply["id"] == 7 and reply["result"] == "x" * SIZE
+    assert note["method"] == "thing/updated"
