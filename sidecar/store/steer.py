@@ -15,7 +15,7 @@ import msgspec
 from sidecar.errors import InvalidParams, UnknownMessage
 from sidecar.model.messages import WithParts
 from sidecar.model.parts import Part
-from sidecar.store.store import Store, _assemble, _cached_part, _chunks, decode_part
+from sidecar.store.store import Store, _assemble, _cached_part, _chunks, decode_part, rows_in
 
 _dict = msgspec.json.Decoder(dict[str, Any])
 _enc = msgspec.json.Encoder()
@@ -70,13 +70,12 @@ async def copy_pins(store: Store, session_id: str, parts: Sequence[tuple[str, st
     is pinned (a fork inherits its source's pins)."""
     if not parts:
         return
-    pinned: set[str] = set()
-    for chunk in _chunks([old for old, _, _ in parts], 500):
-        marks = ",".join("?" * len(chunk))
-        rows = await store.backend.query(
-            f"SELECT part_id FROM pins WHERE part_id IN ({marks})", chunk
-        )
-        pinned.update(r[0] for r in rows)
+    rows = await rows_in(
+        store.backend.query,
+        "SELECT part_id FROM pins WHERE part_id IN ({ids})",
+        [old for old, _, _ in parts],
+    )
+    pinned = {r[0] for r in rows}
     rows_out = [(new, mid, session_id, 0) for old, new, mid in parts if old in pinned]
     if rows_out:
         await store.backend.submit(
@@ -190,14 +189,13 @@ async def unmark_compacted(store: Store, part_ids: Sequence[str]) -> list[str]:
 async def remove_messages(store: Store, session_id: str, ids: Sequence[str]) -> list[str]:
     """Delete these messages of the session (their parts, pins and diagnostics go with them)
     in one transaction; returns the ids that existed, in the order given."""
-    found: set[str] = set()
-    for chunk in _chunks(list(ids), 500):
-        marks = ",".join("?" * len(chunk))
-        rows = await store.backend.query(
-            f"SELECT id FROM messages WHERE session_id = ? AND id IN ({marks})",
-            [session_id, *chunk],
-        )
-        found.update(r[0] for r in rows)
+    rows = await rows_in(
+        store.backend.query,
+        "SELECT id FROM messages WHERE session_id = ? AND id IN ({ids})",
+        ids,
+        session_id,
+    )
+    found = {r[0] for r in rows}
     present = [i for i in ids if i in found]
     if present:
         await store.backend.submit(

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -35,7 +35,7 @@ from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithP
 from sidecar.model.parts import Part, ToolCompleted, ToolPart
 from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
-from sidecar.store.backend import Backend, Done, OnIntegrity, Statement
+from sidecar.store.backend import Backend, Done, OnIntegrity, Row, Statement
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
 from sidecar.store.history import Hit, backfill, search
 from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
@@ -534,16 +534,12 @@ class Store:
         if not part_ids:
             return []
         await self._db.mark_compacted(part_ids, ts)
-        got: list[Any] = []
         # A turn's prune marks a part or two: read them back on the loop (a thread hop costs
         # more than the read); a large prune reads off the loop.
         read = self._db.query_point if len(part_ids) <= INLINE_READ_BACK else self._db.query
-        for chunk in _chunks(list(part_ids), 500):
-            marks = ",".join("?" * len(chunk))
-            rows = await read(
-                f"SELECT id, data FROM parts WHERE id IN ({marks}) ORDER BY id", chunk
-            )
-            got.extend(rows)
+        got = await rows_in(
+            read, "SELECT id, data FROM parts WHERE id IN ({ids}) ORDER BY id", part_ids
+        )
         out = [raw for _, raw in got]
         for pid, raw in got:
             part = _cached_part(pid, raw)
@@ -802,15 +798,13 @@ class Store:
         if not ids:
             return
         version = self.cache.version(session_id)
-        stored: dict[str, int] = {}
-        for chunk in _chunks(ids, 500):
-            marks = ",".join("?" * len(chunk))
-            rows = await self._db.query_point(
-                f"SELECT message_id, count(*) FROM parts WHERE message_id IN ({marks}) "
-                "GROUP BY message_id",
-                chunk,
-            )
-            stored.update((mid, int(n)) for mid, n in rows)
+        rows = await rows_in(
+            self._db.query_point,
+            "SELECT message_id, count(*) FROM parts WHERE message_id IN ({ids}) "
+            "GROUP BY message_id",
+            ids,
+        )
+        stored = {mid: int(n) for mid, n in rows}
         self.cache.verify(session_id, version, stored)
 
     async def light_newest_first(
@@ -921,11 +915,10 @@ class Store:
             # No limit asked: the client expects the whole history, so a cut is an error
             # that says how to page, never a silently partial answer.
             raise _history_too_large(session_id, self.max_read_bytes)
-        infos: dict[str, str] = {}
-        for ids in _chunks(page.message_ids, 500):
-            marks = ",".join("?" * len(ids))
-            rows = await self._db.query(f"SELECT id, data FROM messages WHERE id IN ({marks})", ids)
-            infos.update((mid, data) for mid, data in rows)
+        rows = await rows_in(
+            self._db.query, "SELECT id, data FROM messages WHERE id IN ({ids})", page.message_ids
+        )
+        infos = {mid: data for mid, data in rows}
         return page.filled(infos), (nxt.encode() if nxt is not None else None)
 
     async def page_raw(
@@ -1217,6 +1210,20 @@ def _served_text(data: str) -> str:
 
 def _chunks(items: list[str], size: int) -> list[list[str]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+async def rows_in(
+    read: Callable[[str, Sequence[Any]], Awaitable[list[Row]]],
+    sql: str,
+    ids: Sequence[str],
+    *first: Any,
+) -> list[Row]:
+    """The rows of ``sql`` for ``ids``, asked 500 at a time (a statement's bound values are
+    limited): ``{ids}`` in ``sql`` becomes that many placeholders, after ``first``'s."""
+    out: list[Row] = []
+    for chunk in _chunks(list(ids), 500):
+        out.extend(await read(sql.format(ids=",".join("?" * len(chunk))), [*first, *chunk]))
+    return out
 
 
 class _Tail(msgspec.Struct):
