@@ -1227,7 +1227,8 @@ async def rows_in(
 
 
 class _Tail(msgspec.Struct):
-    tailStartID: str | None = None  # the stored JSON's name
+    tailStartID: str | None = None  # the stored JSON's names: the daemon's (collapse),
+    tail_start_id: str | None = None  # OpenCode >= 1.14's
 
 
 class _Text(msgspec.Struct):
@@ -1239,8 +1240,10 @@ _text_decoder = msgspec.json.Decoder(_Text)
 
 
 def _tail_start(data: str) -> str | None:
-    """A compaction part's ``tailStartID`` (decoded here: the same on every backend)."""
-    tail: str | None = _tail_decoder.decode(shallow_json(data)).tailStartID
+    """A compaction part's ``tailStartID`` or ``tail_start_id`` (decoded here: the same on
+    every backend)."""
+    got = _tail_decoder.decode(shallow_json(data))
+    tail: str | None = got.tailStartID or got.tail_start_id
     return tail
 
 
