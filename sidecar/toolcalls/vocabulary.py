@@ -326,6 +326,8 @@ WRITERS = frozenset(
         "chmod",
         "chown",
         "patch",
+        "ed",
+        "ex",
     }
 )
 _QUIET_GIT = frozenset({"grep", "log", "show", "diff", "status", "blame", "branch", "remote"})
@@ -461,7 +463,7 @@ def classify(cmd: shell.Command) -> CommandKind:
             return "runner"
         return "writer" if writes else "search"
     if prog in VIEWERS:
-        if prog == "sed" and shell.in_place(cmd):
+        if shell.in_place(cmd):
             return "writer"
         return "writer" if writes else "viewer"
     if prog in WRITERS or shell.in_place(cmd):
