@@ -134,6 +134,7 @@ async def summarize(
     stub: render.Stub = "opencode",
     kept: str = "",
     structured: bool = True,
+    task_budget: int = ledger_mod.TASK_BUDGET,
 ) -> SummaryResult:
     """The summary of ``history``, ending with the artifact ledger: ``prior`` (default: the one
     in the newest of ``previous``) extended with ``history``, bounded, appended verbatim after
@@ -146,7 +147,7 @@ async def summarize(
     # budget first, as the ledger's share does; nothing changes when it is empty.
     kept_tokens = ledger_mod.tokens(kept) + 1 if kept else 0
     room = max_tokens - kept_tokens
-    led = ledger_mod.bound(ledger_mod.update(base, history), int(room * LEDGER_SHARE))
+    led = ledger_mod.bound(ledger_mod.update(base, history, task_budget), int(room * LEDGER_SHARE))
     block = ledger_mod.render(led)
     max_tokens = max(MIN_WRITER_TOKENS, room - ledger_mod.tokens(block) - 1)
     previous = [_without_blocks(p) for p in previous]

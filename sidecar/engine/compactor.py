@@ -804,6 +804,7 @@ class Compactor:
                 progress=report,
                 prior=prior,
                 stub=cfg.compaction.pruned_stub,
+                task_budget=cfg.compaction.task_budget,
             )
 
         fallback = cfg.summarizer.fallback if writer.provider_id != "extractive" else None

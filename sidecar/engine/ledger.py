@@ -5,7 +5,8 @@ failed and why, which tests ran, what the user asked. The ledger is that trail, 
 stored parts with no model: files modified (edit/write/patch tools and shell writes, see
 ``sidecar.toolcalls.shell``), files read, failed commands with their exit status and first error
 line, error signatures from tool outputs, tests run with their last status, and the first and the
-latest user request verbatim (bounded).
+latest user request verbatim up to ``compaction.taskBudget`` tokens (the task whole: a request cut
+short loses what the user expects; a cut says where, at a sentence end).
 
 It rolls across compactions: each summary ends with a fenced ``ledger`` block, which the next
 compaction parses back (``parse``) and extends with the newly summarized history (``update``).
@@ -60,7 +61,8 @@ TITLE = "## Artifact ledger"
 PATH_CHARS = 200
 COMMAND_CHARS = 140
 ERROR_CHARS = 160
-REQUEST_CHARS = 600
+TASK_BUDGET = 2_000  # compaction.taskBudget's default (tokens, both requests together)
+SAME = "(the first request again)"
 # Per-kind entry caps (the token bound of ``bound`` applies on top).
 CAPS = {"modified": 400, "read": 400, "failed": 200, "errors": 200, "tests": 100}
 
@@ -150,7 +152,8 @@ def _test_status(code: int | None, output: str, failed: bool) -> str:
 
 
 class _Builder:
-    def __init__(self, base: Ledger) -> None:
+    def __init__(self, base: Ledger, task_budget: int = TASK_BUDGET) -> None:
+        self.task_chars = max(REQUEST_FLOOR, task_budget * 4)
         self.l = msgspec.structs.replace(
             base,
             modified=list(base.modified),
@@ -194,10 +197,10 @@ class _Builder:
                     self.read([name])
         if not texts:
             return
-        text = _line("\n".join(texts), REQUEST_CHARS)
+        text = _line("\n".join(texts), self.task_chars)
         if not self.l.first_request:
-            self.l.first_request = text
-        self.l.latest_request = text
+            self.l.first_request = cut(text, self.task_chars)
+        self.l.latest_request = cut(text, self.task_chars)
 
     def assistant(self, msg: WithParts) -> None:
         for part in msg.parts:
@@ -215,17 +218,21 @@ class _Builder:
         output = state.output if isinstance(state, ToolCompleted) else state.error
         errored = isinstance(state, ToolError)
         paths = tool_paths(data)
-        command = data.get("command")
-        text_action = (
-            isinstance(command, str) and not paths and name not in SHELL_TOOLS and command.strip()
-        )
-        if name in SHELL_TOOLS or (text_action and name not in READ_TOOLS | WRITE_TOOLS):
-            self.shell(shell_script(data), output, state.metadata, errored)
+        kind = tools.tool_kind(part.tool, data)
+        command = shell_script(data) if name not in EDITOR_TOOLS else ""
+        text_action = bool(command.strip()) and not paths and name not in SHELL_TOOLS
+        if kind == "shell" or (text_action and name not in READ_TOOLS | WRITE_TOOLS):
+            self.shell(command, output, state.metadata, errored)
             return
-        if text_action and isinstance(command, str):
+        if kind == "code":
+            self.code(tools.code_text(data), output, state.metadata, errored)
+            return
+        if text_action:
             # SWE-agent style "create reproduce.py" / "open file.py 40": the path is the 2nd word
             words = command.split()
             paths = [words[1]] if len(words) > 1 and words[0] == name else []
+            if paths and re.match(r"^\d+(?::\d+)?$", paths[0]):
+                paths = []  # "edit 287:295": a line range of the open file
         if errored:
             self.signatures(output)
             return
@@ -236,7 +243,7 @@ class _Builder:
             else:
                 self.modified(paths)
                 self._remember(paths, data)
-        elif name in WRITE_TOOLS or "patch" in name:
+        elif kind == "write":
             if not paths:
                 paths = shell.diff_files(tools.patch_text(data))
             if not paths and self.opened and name in ("edit", "insert", "replace", "str_replace"):
@@ -245,10 +252,19 @@ class _Builder:
             self._remember(paths, data)
             if name in ("create", "create_file") and paths:
                 self.opened = paths[-1]
-        elif name in READ_TOOLS:
+        elif kind == "read":
             self.read(paths)
             if paths:
                 self.opened = paths[-1]
+
+    def code(self, code: str, output: str, metadata: dict[str, Any] | None, errored: bool) -> None:
+        """A cell of a live interpreter: its writes, its ``!shell`` lines, its errors."""
+        self.modified(shell.script_writes(code))
+        lines = tools.cell_shell(code)
+        if lines.strip():
+            self.shell(lines, output, metadata, errored)
+        else:
+            self.signatures(output)
 
     def _remember(self, paths: list[str], data: dict[str, Any]) -> None:
         """Keep a whole file written by a tool: a script written now may be run later."""
@@ -275,12 +291,18 @@ class _Builder:
         fx = shell.analyse(command)
         code = exit_status(output, metadata)
         failed = errored or (code is not None and code != 0)
+        if failed and not errored and code == 1 and no_match(fx.commands, output):
+            failed = False  # a search that found nothing did not fail
         written = list(fx.written)
         for path, body in fx.bodies.items():
             self.bodies[path] = body
+        if fx.patches_applied:
+            written += shell.patched_files(output)
         for script, cwd in fx.scripts_run + fx.patches_applied:
             known = self._body(script)
             if known is None:
+                if (script, cwd) in fx.patches_applied and not shell.patched_files(output):
+                    written.append(f"{script} (applied patch)")
                 continue
             # paths inside a script or patch are relative to where it runs, not where it lies
             for target in shell.script_writes(known) + shell.diff_files(known):
@@ -305,16 +327,61 @@ class _Builder:
             self.l.failed.append(entry)
 
 
-def update(base: Ledger, history: Sequence[WithParts]) -> Ledger:
-    """``base`` extended with what ``history`` (oldest first) did; ``base`` is not changed."""
-    b = _Builder(base)
+def no_match(commands: Sequence[shell.Command], output: str) -> bool:
+    """Exit 1 of a call that only searches and shows (``grep``, ``rg``, ``find``): nothing was
+    found, nothing failed -- unless its output says otherwise."""
+    kinds = {tools.classify(c) for c in commands}
+    return "search" in kinds and kinds <= {"search", "viewer"} and not error_signatures(output)
+
+
+def update(base: Ledger, history: Sequence[WithParts], task_budget: int = TASK_BUDGET) -> Ledger:
+    """``base`` extended with what ``history`` (oldest first) did; ``base`` is not changed.
+    The first and latest requests share ``task_budget`` tokens (``fit_task``)."""
+    b = _Builder(base, task_budget)
     for msg in history:
         if isinstance(msg.info, UserMessage):
             b.user(msg)
         else:
             b.assistant(msg)
     _cap(b.l)
+    fit_task(b.l, task_budget)
     return b.l
+
+
+_CUT = " [… cut here: {n:,} more characters of this request not kept]"
+_SENTENCE_END = re.compile(r"[.!?:;](?=\s)|\s(?=[-*•]\s|\d+[.)]\s)")
+
+
+def cut(text: str, chars: int) -> str:
+    """``text`` in at most ``chars`` characters: whole, or cut at the last sentence end that
+    fits (else a word end), followed by a note of where and how much was cut."""
+    if len(text) <= chars:
+        return text
+    room = max(0, chars - len(_CUT.format(n=len(text))))
+    head = text[:room]
+    ends = [m.end() for m in _SENTENCE_END.finditer(head) if m.end() >= room // 2]
+    if ends:
+        head = head[: ends[-1]]
+    elif " " in head[room // 2 :]:
+        head = head[: head.rfind(" ")]
+    head = head.rstrip()
+    return head + _CUT.format(n=len(text) - len(head))
+
+
+def fit_task(led: Ledger, task_budget: int) -> None:
+    """The first and the latest request within ``task_budget`` tokens together: the latest is
+    kept first (it is what the agent was doing), the first keeps at least a quarter of the
+    budget (the goal must not vanish), each cut at a sentence end with a note."""
+    chars = max(2 * REQUEST_FLOOR, task_budget * 4)
+    first, latest = led.first_request, led.latest_request
+    if latest == first:
+        led.first_request = led.latest_request = cut(first, chars)
+        return
+    if len(first) + len(latest) <= chars:
+        return
+    reserve = min(len(first), chars // 4)
+    led.latest_request = cut(latest, max(REQUEST_FLOOR, chars - reserve))
+    led.first_request = cut(first, max(REQUEST_FLOOR, chars - len(led.latest_request)))
 
 
 def _cap(led: Ledger) -> None:
@@ -355,6 +422,8 @@ def _items(led: Ledger, kind: str) -> list[str]:
     if kind == "first":
         return [led.first_request] if led.first_request else []
     if kind == "latest":
+        if led.latest_request and led.latest_request == led.first_request:
+            return [SAME]  # said once
         return [led.latest_request] if led.latest_request else []
     items: list[str] = getattr(led, kind)
     return items
@@ -398,14 +467,15 @@ def bound(led: Ledger, max_tokens: int) -> Ledger:
         if not _evict(out, excess):
             break
     while js_length(render(out)) > limit and (
-        len(out.first_request) > REQUEST_FLOOR or len(out.latest_request) > REQUEST_FLOOR
+        len(out.first_request) > 2 * REQUEST_FLOOR or len(out.latest_request) > 2 * REQUEST_FLOOR
     ):
-        out.first_request = _line(
-            out.first_request, max(REQUEST_FLOOR, len(out.first_request) // 2)
-        )
-        out.latest_request = _line(
-            out.latest_request, max(REQUEST_FLOOR, len(out.latest_request) // 2)
-        )
+        same = out.latest_request == out.first_request
+        for attr in ("first_request", "latest_request"):
+            value = getattr(out, attr)
+            if len(value) > 2 * REQUEST_FLOOR:
+                setattr(out, attr, cut(value, max(2 * REQUEST_FLOOR, len(value) // 2)))
+        if same:
+            out.latest_request = out.first_request
     return out
 
 
@@ -470,7 +540,7 @@ def parse(text: str) -> Ledger | None:
         elif kind == "first":
             led.first_request = item
         elif kind == "latest":
-            led.latest_request = item
+            led.latest_request = led.first_request if item == SAME else item
     return led
 
 

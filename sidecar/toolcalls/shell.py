@@ -750,8 +750,7 @@ def formatter_files(argv: list[str]) -> list[str] | None:
         words = [w for w in argv[1:] if not w.startswith("-")]
         sub = words[0] if words and words[0] in ("check", "format") else ""
         writes = (sub == "format" and not flags & {"--check", "--diff"}) or (
-            sub in ("check", "") and bool(flags & {"--fix", "--fix-only"})
-            and "--diff" not in flags
+            sub in ("check", "") and bool(flags & {"--fix", "--fix-only"}) and "--diff" not in flags
         )
         ops = _operands(argv, _FORMATTER_VALUE)
         return [w for w in (ops[1:] if sub else ops)] if writes else []
