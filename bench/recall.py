@@ -252,6 +252,22 @@ def _only_views(command: str) -> bool:
     return True
 
 
+SEARCH_PROGS = frozenset({"grep", "egrep", "rg", "ag", "find"})
+
+
+def _only_searches(command: str) -> bool:
+    """A call of searches (and viewers) only: its exit 1 means nothing was found."""
+    progs = {
+        next((w for w in seg if "=" not in w), "").rsplit("/", 1)[-1]
+        for seg in _segments(command)
+    }
+    return bool(progs & SEARCH_PROGS) and _only_views(command)
+
+
+def _errors(out: str) -> list[str]:
+    return [ln.strip() for ln in out.splitlines() if ERROR_LINE.match(ln.strip())]
+
+
 def _path(data: dict[str, Any]) -> str:
     for k in PATH_KEYS:
         v = data.get(k)
@@ -293,7 +309,8 @@ def truth(messages: Iterable[TMessage]) -> Truth:
             else:
                 _shell_truth(t, command)
             codes = [int(next(g for g in m.groups() if g)) for m in EXIT_MARK.finditer(out)]
-            if p.status == "error" or (codes and codes[-1] != 0):
+            found_nothing = codes[-1:] == [1] and _only_searches(command) and not _errors(out)
+            if p.status == "error" or (codes and codes[-1] != 0 and not found_nothing):
                 t.add("failed", command.split("\n", 1)[0])
             if p.status == "error" or not _only_views(command):
                 lines = [ln.strip() for ln in out.splitlines() if ERROR_LINE.match(ln.strip())]

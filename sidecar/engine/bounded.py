@@ -147,9 +147,13 @@ async def summarize(
     # budget first, as the ledger's share does; nothing changes when it is empty.
     kept_tokens = ledger_mod.tokens(kept) + 1 if kept else 0
     room = max_tokens - kept_tokens
-    led = ledger_mod.bound(ledger_mod.update(base, history, task_budget), int(room * LEDGER_SHARE))
+    # The task (the first and latest requests, ``task_budget`` tokens at most and never more
+    # than the summary's own budget) comes on top: the artifact kinds keep their share.
+    led = ledger_mod.update(base, history, min(task_budget, max(0, room)))
+    task = ledger_mod.task_tokens(led)
+    led = ledger_mod.bound(led, int(room * LEDGER_SHARE) + task)
     block = ledger_mod.render(led)
-    max_tokens = max(MIN_WRITER_TOKENS, room - ledger_mod.tokens(block) - 1)
+    max_tokens = max(MIN_WRITER_TOKENS, room - (ledger_mod.tokens(block) - task) - 1)
     previous = [_without_blocks(p) for p in previous]
     if structured and fmt != "parts":
         system = f"{system.rstrip()}\n\n{STRUCTURED_SUMMARY}"

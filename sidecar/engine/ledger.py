@@ -63,6 +63,8 @@ COMMAND_CHARS = 140
 ERROR_CHARS = 160
 TASK_BUDGET = 2_000  # compaction.taskBudget's default (tokens, both requests together)
 SAME = "(the first request again)"
+# Of one output's error lines the first and last EDGE are evicted after all the others.
+EDGE = 2
 # Per-kind entry caps (the token bound of ``bound`` applies on top).
 CAPS = {"modified": 400, "read": 400, "failed": 200, "errors": 200, "tests": 100}
 
@@ -89,6 +91,10 @@ class Ledger(msgspec.Struct, kw_only=True):
     first_request: str = ""
     latest_request: str = ""
     dropped: dict[str, int] = msgspec.field(default_factory=dict)
+    # Error signatures from the middle of one output (not among its first or last ``EDGE``):
+    # the first to go when the ledger is over its budget. Not rendered (carried ones count
+    # whole).
+    inner: list[str] = msgspec.field(default_factory=list)
 
     def empty(self) -> bool:
         return not (
@@ -162,6 +168,7 @@ class _Builder:
             errors=list(base.errors),
             tests=list(base.tests),
             dropped=dict(base.dropped),
+            inner=list(base.inner),
         )
         self.bodies: dict[str, str] = {}  # heredoc bodies written to files this cycle
         self.opened = ""  # the last file opened or created (edit tools without a path)
@@ -282,8 +289,16 @@ class _Builder:
         return self.bodies[found[0]] if len(found) == 1 else None
 
     def signatures(self, output: str) -> None:
-        for sig in error_signatures(output):
+        sigs = error_signatures(output)
+        # the root cause and the final word; a line once at an output's edge stays there
+        edges = set(sigs[:EDGE] + sigs[-EDGE:])
+        edges |= {sig for sig in sigs if sig in self.l.errors and sig not in self.l.inner}
+        for sig in sigs:
             _touch(self.l.errors, sig)
+            if sig in self.l.inner:
+                self.l.inner.remove(sig)
+            if sig not in edges:
+                self.l.inner.append(sig)
 
     def shell(
         self, command: str, output: str, metadata: dict[str, Any] | None, errored: bool
@@ -344,6 +359,8 @@ def update(base: Ledger, history: Sequence[WithParts], task_budget: int = TASK_B
         else:
             b.assistant(msg)
     _cap(b.l)
+    kept = set(b.l.errors)
+    b.l.inner = [sig for sig in b.l.inner if sig in kept]
     fit_task(b.l, task_budget)
     return b.l
 
@@ -404,6 +421,8 @@ _HEADINGS = {
     "latest": "Latest user request",
 }
 _KIND_OF = {v: k for k, v in _HEADINGS.items()}
+MORE_ERRORS = "More error lines (from the same outputs)"
+_KIND_OF[MORE_ERRORS] = "inner"
 _HEAD = re.compile(r"^### (.+?)(?: \((\d+) older dropped\))?$")
 _FAILURE = re.compile(r"^\[(.+?)\] (.*?)(?: ⇒ (.*))?$")
 _TEST = re.compile(r"^\[(.+?)\] (.*)$")
@@ -435,13 +454,21 @@ def render(led: Ledger) -> str:
     if led.empty() and not led.dropped:
         return ""
     lines = [TITLE, "", FENCE]
+    inner = set(led.inner)
     for kind, heading in _HEADINGS.items():
         items = _items(led, kind)
         dropped = led.dropped.get(kind, 0)
-        if not items and not dropped:
+        more: list[str] = []
+        if kind == "errors" and inner:
+            more = [i for i in items if i in inner]
+            items = [i for i in items if i not in inner]
+        if not items and not dropped and not more:
             continue
         lines.append(f"### {heading}" + (f" ({dropped} older dropped)" if dropped else ""))
         lines.extend(f"- {item}" for item in items)
+        if more:  # read back as such: they go first again in a later cycle
+            lines.append(f"### {MORE_ERRORS}")
+            lines.extend(f"- {item}" for item in more)
     lines.append("```")
     return "\n".join(lines) + "\n"
 
@@ -453,6 +480,10 @@ def _victim(led: Ledger, kind: str) -> int:
         quoted = {f.error for f in led.failed}
         for i, sig in enumerate(led.errors):
             if sig in quoted:
+                return i
+        inner = set(led.inner)
+        for i, sig in enumerate(led.errors):
+            if sig in inner:
                 return i
     return 0
 
@@ -527,6 +558,9 @@ def parse(text: str) -> Ledger | None:
         item = line[2:]
         if kind in ("modified", "read", "errors"):
             getattr(led, kind).append(item)
+        elif kind == "inner":
+            led.errors.append(item)
+            led.inner.append(item)
         elif kind == "failed":
             m = _FAILURE.match(item)
             if m:
@@ -572,6 +606,12 @@ def latest(summaries: Sequence[str]) -> Ledger:
     )
     _cap(led)
     return led
+
+
+def task_tokens(led: Ledger) -> int:
+    """The estimated size of the ledger's two requests as rendered (what ``taskBudget`` buys)."""
+    lines = [f"### {_HEADINGS[k]}\n- {i}" for k in ("first", "latest") for i in _items(led, k)]
+    return estimate("\n".join(lines)) if lines else 0
 
 
 def tokens(block: str) -> int:
