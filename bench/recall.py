@@ -258,8 +258,7 @@ SEARCH_PROGS = frozenset({"grep", "egrep", "rg", "ag", "find"})
 def _only_searches(command: str) -> bool:
     """A call of searches (and viewers) only: its exit 1 means nothing was found."""
     progs = {
-        next((w for w in seg if "=" not in w), "").rsplit("/", 1)[-1]
-        for seg in _segments(command)
+        next((w for w in seg if "=" not in w), "").rsplit("/", 1)[-1] for seg in _segments(command)
     }
     return bool(progs & SEARCH_PROGS) and _only_views(command)
 

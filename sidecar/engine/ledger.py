@@ -291,7 +291,7 @@ class _Builder:
     def signatures(self, output: str) -> None:
         sigs = error_signatures(output)
         # the root cause and the final word; a line once at an output's edge stays there
-        edges = set(sigs[:EDGE] + sigs[-EDGE:])
+        edges = set(outputs.edge_signatures(output, EDGE)) & set(sigs)
         edges |= {sig for sig in sigs if sig in self.l.errors and sig not in self.l.inner}
         for sig in sigs:
             _touch(self.l.errors, sig)
@@ -406,7 +406,16 @@ def _cap(led: Ledger) -> None:
         items: list[Any] = getattr(led, kind)
         if len(items) > cap:
             led.dropped[kind] = led.dropped.get(kind, 0) + len(items) - cap
-            del items[: len(items) - cap]
+            if kind == "errors":  # the middle of an output's errors goes first
+                over = len(items) - cap
+                inner = set(led.inner)
+                gone = [s for s in items if s in inner][:over]
+                gone += [s for s in items if s not in inner][: over - len(gone)]
+                drop = set(gone)
+                items[:] = [s for s in items if s not in drop]
+                led.inner = [s for s in led.inner if s not in drop]
+            else:
+                del items[: len(items) - cap]
 
 
 # -- rendering, bounding and parsing back -------------------------------------------------------

@@ -101,9 +101,9 @@ _HEADING_LINE = re.compile(r"^(?:#\s|={3,}|-{3,}|_{3,}|Traceback \(most recent c
 BARE = re.compile(r"^(?:error|errors|fatal|failed|fail|failure|exception|panic|err!?)[:!.]*$", re.I)
 
 
-def _ranked(output: str) -> list[tuple[str, int]]:
-    """Every error-signature line of ``output`` with its rank, in order, distinct."""
-    found: dict[str, int] = {}
+def _matches(output: str) -> list[tuple[str, int]]:
+    """Every error-signature line of ``output`` with its rank, in order, repeats included."""
+    found: list[tuple[str, int]] = []
     heading = ""
     for raw in output.splitlines():
         line = raw.strip()
@@ -115,15 +115,31 @@ def _ranked(output: str) -> list[tuple[str, int]]:
         row = _ESLINT_ROW.match(line)
         if row:
             where = f"{heading}:{row.group(1)}" if heading else row.group(1)
-            found.setdefault(_line(f"{where}: error {_WS.sub(' ', row.group(2))}", ERROR_CHARS), 3)
+            found.append((_line(f"{where}: error {_WS.sub(' ', row.group(2))}", ERROR_CHARS), 3))
             continue
         if _NOT_SIGNATURE.search(line) or BARE.match(line):
             continue
         rank = next((r for p, r in _SIGNATURES if p.match(line)), 0)
         if rank:
-            sig = _line(line, ERROR_CHARS)
-            found[sig] = max(rank, found.get(sig, 0))
+            found.append((_line(line, ERROR_CHARS), rank))
+    return found
+
+
+def _ranked(output: str) -> list[tuple[str, int]]:
+    """The distinct error-signature lines of ``output`` (first occurrence order), ranked."""
+    found: dict[str, int] = {}
+    for sig, rank in _matches(output):
+        found[sig] = max(rank, found.get(sig, 0))
     return list(found.items())
+
+
+def edge_signatures(output: str, n: int = 2) -> list[str]:
+    """The first ``n`` error lines of ``output`` and the last ``n`` by last occurrence (a
+    compiler's root cause, an exception after its traceback or a runner's final word)."""
+    found = [sig for sig, _ in _matches(output)]
+    head = list(dict.fromkeys(found))[:n]
+    tail = list(dict.fromkeys(reversed(found)))[:n]
+    return list(dict.fromkeys(head + tail[::-1]))
 
 
 def error_signatures(output: str) -> list[str]:

@@ -662,7 +662,15 @@ def _command(fx: Effects, cmd: Command) -> None:
         _patch(fx, cmd, argv)
     elif prog == "git":
         _git(fx, cmd, argv)
-    elif prog in ("ed", "ex"):
+    else:
+        _program(fx, cmd)
+
+
+def _program(fx: Effects, cmd: Command) -> None:
+    """Programs that write the files they are given (``ed``, formatters) and scripts run."""
+    argv = cmd.argv
+    prog = cmd.program
+    if prog in ("ed", "ex"):
         heredoc = next((r.body for r in cmd.redirects if r.op in ("<<", "<<-")), None)
         if heredoc is None or re.search(r"^\s*(?:w|wq|x)\b", heredoc, re.M):
             for w in _operands(argv, frozenset({"-p"})):
