@@ -39,6 +39,7 @@ from sidecar.model.parts import (
     ToolPart,
 )
 from sidecar.model.tokens import estimate, js_length
+from sidecar.summarizers._text import cut
 from sidecar.summarizers.extractive import ERRORS, FILES_MODIFIED, FILES_READ, parse_summary
 from sidecar.toolcalls import outputs, shell
 from sidecar.toolcalls import vocabulary as tools
@@ -306,7 +307,7 @@ class _Builder:
         fx = shell.analyse(command)
         code = exit_status(output, metadata)
         failed = errored or (code is not None and code != 0)
-        if failed and not errored and code == 1 and no_match(fx.commands, output):
+        if failed and not errored and code == 1 and tools.no_match(fx.commands, output):
             failed = False  # a search that found nothing did not fail
         written = list(fx.written)
         for path, body in fx.bodies.items():
@@ -342,13 +343,6 @@ class _Builder:
             self.l.failed.append(entry)
 
 
-def no_match(commands: Sequence[shell.Command], output: str) -> bool:
-    """Exit 1 of a call that only searches and shows (``grep``, ``rg``, ``find``): nothing was
-    found, nothing failed -- unless its output says otherwise."""
-    kinds = {tools.classify(c) for c in commands}
-    return "search" in kinds and kinds <= {"search", "viewer"} and not error_signatures(output)
-
-
 def update(base: Ledger, history: Sequence[WithParts], task_budget: int = TASK_BUDGET) -> Ledger:
     """``base`` extended with what ``history`` (oldest first) did; ``base`` is not changed.
     The first and latest requests share ``task_budget`` tokens (``fit_task``)."""
@@ -363,26 +357,6 @@ def update(base: Ledger, history: Sequence[WithParts], task_budget: int = TASK_B
     b.l.inner = [sig for sig in b.l.inner if sig in kept]
     fit_task(b.l, task_budget)
     return b.l
-
-
-_CUT = " [… cut here: {n:,} more characters of this request not kept]"
-_SENTENCE_END = re.compile(r"[.!?:;](?=\s)|\s(?=[-*•]\s|\d+[.)]\s)")
-
-
-def cut(text: str, chars: int) -> str:
-    """``text`` in at most ``chars`` characters: whole, or cut at the last sentence end that
-    fits (else a word end), followed by a note of where and how much was cut."""
-    if len(text) <= chars:
-        return text
-    room = max(0, chars - len(_CUT.format(n=len(text))))
-    head = text[:room]
-    ends = [m.end() for m in _SENTENCE_END.finditer(head) if m.end() >= room // 2]
-    if ends:
-        head = head[: ends[-1]]
-    elif " " in head[room // 2 :]:
-        head = head[: head.rfind(" ")]
-    head = head.rstrip()
-    return head + _CUT.format(n=len(text) - len(head))
 
 
 def fit_task(led: Ledger, task_budget: int) -> None:

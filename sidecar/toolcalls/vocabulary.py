@@ -17,7 +17,7 @@ import re
 from typing import Any, Literal
 
 from sidecar.model.conversation import COMPACTION_TEXT, CONTINUE_TEXT, DEFAULT_PROMPT
-from sidecar.toolcalls import shell
+from sidecar.toolcalls import outputs, shell
 
 # -- tool names ---------------------------------------------------------------------------------
 
@@ -623,3 +623,12 @@ def runs_something(commands: list[shell.Command]) -> bool:
     """Whether a call's output is a program's own (its errors are the session's), i.e. not
     only viewers and searches whose output quotes files."""
     return _STRENGTH[call_kind(commands)] >= _STRENGTH["writer"]
+
+
+def no_match(commands: list[shell.Command], output: str) -> bool:
+    """Exit 1 of a call that only searches and shows (``grep``, ``rg``, ``find``): nothing was
+    found, nothing failed -- unless its output says otherwise."""
+    kinds = {classify(c) for c in commands}
+    return (
+        "search" in kinds and kinds <= {"search", "viewer"} and not outputs.error_signatures(output)
+    )
