@@ -254,6 +254,9 @@ class _Builder:
         elif kind == "write":
             if not paths:
                 paths = shell.diff_files(tools.patch_text(data))
+            shown = _OPEN_FILE.search(output) if not paths else None
+            if shown:  # SWE-agent: the tool names the file it edited
+                paths = [shown.group(1)]
             if not paths and self.opened and name in ("edit", "insert", "replace", "str_replace"):
                 paths = [self.opened]
             self.modified(paths)
@@ -404,6 +407,7 @@ _HEADINGS = {
     "latest": "Latest user request",
 }
 _KIND_OF = {v: k for k, v in _HEADINGS.items()}
+_OPEN_FILE = re.compile(r"^\[File: (\S+) \(\d+ lines total\)\]", re.M)
 MORE_ERRORS = "More error lines (from the same outputs)"
 _KIND_OF[MORE_ERRORS] = "inner"
 _HEAD = re.compile(r"^### (.+?)(?: \((\d+) older dropped\))?$")

@@ -139,8 +139,9 @@ class Change:
     reason: str = ""
 
     def scratch(self) -> bool:
-        """Written only to reproduce or probe: created, then run or deleted, never edited."""
-        return self.created and not self.changed_after and (self.deleted or self.runs > 0)
+        """Written only to reproduce or probe: created then deleted, or created and run and
+        never edited again."""
+        return self.created and (self.deleted or (self.runs > 0 and not self.changed_after))
 
     def what(self) -> str:
         said: list[str] = []
@@ -324,8 +325,18 @@ def pair(runs: list[Run], changes: Changes, bare: re.Pattern[str]) -> tuple[list
                 continue
             del open_[key]
             fixes = changes.between(failure.step, run.step)
+            done = [
+                r.what
+                for r in runs
+                if failure.step < r.step < run.step
+                and not r.failed
+                and r.key != run.key
+                and r.what.startswith("`")
+            ]
             if fixes:
                 fix = "after " + "; ".join(_fix(c) for c in fixes[-2:])
+            elif done:
+                fix = f"after {done[-1]}"
             else:
                 fix = "on a rerun"
             line = f"{failure.line(bare)} ⇒ fixed {fix}: {run.what} → {run.outcome}"

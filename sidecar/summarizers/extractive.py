@@ -428,9 +428,18 @@ class _Extractor:
         for script, cwd in fx.scripts_run:
             self.changes.ran(shell.join(cwd, script))
 
+    def _targets(self, name: str, data: dict[str, Any], output: str) -> list[str]:
+        """The files a write-like call names: its path arguments, the files of its diff, the
+        file a SWE-agent text action works on ("[File: f.py ...]" in its output)."""
+        paths = tool_paths(data) or shell.diff_files(patch_text(data))
+        found = _OPEN_FILE.search(output) if not paths else None
+        return paths or ([found.group(1)] if found else _text_action_path(name, data, self.opened))
+
     def _failed_tool(self, part: ToolPart, data: dict[str, Any], error: str) -> None:
-        target = ", ".join(tool_paths(data)[:2]) or self.opened
-        arg = trim(main_argument(part.tool, data), COMMAND_CHARS) or target
+        name = tool_name(part.tool)
+        writes = tool_kind(part.tool, data) == "write"
+        target = ", ".join((self._targets(name, data, "") if writes else tool_paths(data))[:2])
+        arg = target or trim(main_argument(part.tool, data), COMMAND_CHARS)
         self.runs.append(
             _changes.Run(
                 what=f"{part.tool} {arg}".strip(),
@@ -486,20 +495,17 @@ class _Extractor:
             if _EDIT_FAILED.search(state.output[:400]):
                 self._failed_tool(part, data, state.output)
                 return
-            patch = patch_text(data)
-            if not paths:
-                paths = shell.diff_files(patch) or _text_action_path(name, data, self.opened)
-                m = _OPEN_FILE.search(state.output)
-                paths = paths or ([m.group(1)] if m else [])
-            self._wrote(name, data, paths, patch)
+            paths = self._targets(name, data, state.output)
+            self._wrote(name, data, paths, patch_text(data))
+            arg = ", ".join(paths[:2]) or arg
             self.runs.append(
                 _changes.Run(
-                    f"{part.tool} {arg or ', '.join(paths)}".strip(),
+                    f"{part.tool} {arg}".strip(),
                     "ok",
                     "",
                     False,
                     False,
-                    _tool_key(part.tool, data, arg or ", ".join(paths)),
+                    _tool_key(part.tool, data, arg),
                     step=self.step,
                 )
             )
