@@ -729,7 +729,13 @@ async def replay(t: Transcript, args: argparse.Namespace, stub: Stub = "opencode
                 now and in the newest written messages of the same size."""
                 now = await window()
                 asked = probes(t.messages[: upto + 1])
-                _add(run.probes, probe_score(asked, window_text(now, stub)))
+                seen = window_text(now, stub)
+                _add(run.probes, probe_score(asked, seen))
+                if args.show and args.show in t.session:
+                    for k, keys in asked.answers.items():
+                        for a in keys:
+                            if a not in seen:
+                                print(f"   probe {k} at message {upto} missed: {a!r}")
                 room, used, kept = size(now), 0, []
                 for w in reversed(written):
                     cost = estimate_messages([w])

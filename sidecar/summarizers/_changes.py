@@ -24,7 +24,8 @@ from sidecar.toolcalls.vocabulary import classify, is_test
 
 SIDE_CHARS = 80  # each side of an edit's "old -> new"
 REASON_CHARS = 220
-PAIR_CHARS = 420
+PAIR_CHARS = 520
+LAST_ERROR_CHARS = 110
 HOWS = 3  # the commands named per changed file (the newest)
 
 OLD_KEYS = ("oldString", "old_string", "old_str", "search", "old", "old_text")
@@ -248,10 +249,15 @@ class Run:
     full: bool = False  # a test run over the whole suite: answers every test failure
     step: int = 0
     files: tuple[str, ...] = ()  # test files it ran (or that failed in it)
+    acts: bool = False  # it ran or wrote something (not only showed or searched)
+    last_error: str = ""  # the output's last error line, when it is not ``error``
 
-    def line(self, bare: re.Pattern[str]) -> str:
+    def line(self, bare: re.Pattern[str], *, last: bool = False) -> str:
         said = self.error and not bare.match(self.error)  # "error: Error" says nothing
-        return f"{self.what} → {self.outcome}" + (f": {self.error}" if said else "")
+        text = f"{self.what} → {self.outcome}" + (f": {self.error}" if said else "")
+        if last and self.last_error and self.last_error != self.error:
+            text += f" … {trim(self.last_error, LAST_ERROR_CHARS)}"
+        return text
 
 
 _WRAPPER = re.compile(r"^(?:timeout\s+\S+|nice|stdbuf\s+\S+|time)\s+")
@@ -328,18 +334,11 @@ def pair(runs: list[Run], changes: Changes, bare: re.Pattern[str]) -> tuple[list
             done = [
                 r.what
                 for r in runs
-                if failure.step < r.step < run.step
-                and not r.failed
-                and r.key != run.key
-                and r.what.startswith("`")
+                if failure.step < r.step < run.step and not r.failed and r.key != run.key and r.acts
             ]
-            if fixes:
-                fix = "after " + "; ".join(_fix(c) for c in fixes[-2:])
-            elif done:
-                fix = f"after {done[-1]}"
-            else:
-                fix = "on a rerun"
-            line = f"{failure.line(bare)} ⇒ fixed {fix}: {run.what} → {run.outcome}"
+            said = [_fix(c) for c in fixes[-2:]] + [f"running {c}" for c in done[-1:]]
+            fix = "after " + "; ".join(said) if said else "on a rerun"
+            line = f"{failure.line(bare, last=True)} ⇒ fixed {fix}: {run.what} → {run.outcome}"
             resolved.pop(key, None)
             resolved[key] = trim(line, PAIR_CHARS)
     return list(open_.values()), list(resolved.values())

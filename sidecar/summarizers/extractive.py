@@ -403,6 +403,8 @@ class _Extractor:
                 full=_whole_suite(tests),
                 step=self.step,
                 files=_changes.test_files(tests, output) if tests else (),
+                acts=kind in ("writer", "runner", "test"),
+                last_error=(outputs.edge_signatures(output, 1) or [""])[-1] if failed else "",
             )
         )
         self.changes.read(fx.read)
