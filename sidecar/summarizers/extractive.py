@@ -96,8 +96,10 @@ ORDER = (
 PARAGRAPHS = frozenset({OBJECTIVE, LATEST, STATE})
 LEDGER_SECTIONS = (FILES_READ, FILES_MODIFIED, COMMANDS, ERRORS)  # what the ledger carries
 LISTS = tuple(name for name in ORDER if name not in PARAGRAPHS)
-# Trimmed before the paragraphs and before "Files modified", which goes last of all.
+# Trimmed before the paragraphs and before "Files modified", which goes last of all; the
+# fixes and the next steps only once the other lists are gone (what a successor needs most).
 TRIMMABLE = tuple(name for name in LISTS if name != FILES_MODIFIED)
+KEPT_LONGER = frozenset({RESOLVED, NEXT})
 
 # Per-item and per-list caps (the token bound applies on top).
 OBJECTIVE_CHARS = 600
@@ -766,7 +768,9 @@ def _fit(doc: _Doc, max_tokens: int) -> str:
     excess = len(text) - budget  # tracked incrementally, re-checked against the real render
     sizes = {name: _list_chars(doc, name) for name in TRIMMABLE}
     while excess > 0:
-        candidates = [n for n in TRIMMABLE if doc.lists[n]]
+        candidates = [n for n in TRIMMABLE if doc.lists[n] and n not in KEPT_LONGER] or [
+            n for n in TRIMMABLE if doc.lists[n]
+        ]
         if not candidates:
             break
         name = max(candidates, key=lambda n: (sizes[n], -TRIMMABLE.index(n)))
