@@ -171,7 +171,7 @@ class _Builder:
             dropped=dict(base.dropped),
             inner=list(base.inner),
         )
-        self.bodies: dict[str, str] = {}  # heredoc bodies written to files this cycle
+        self.bodies = shell.Bodies()  # files' text written this cycle (heredocs, write tools)
         self.opened = ""  # the last file opened or created (edit tools without a path)
 
     def modified(self, paths: Iterable[str]) -> None:
@@ -243,6 +243,8 @@ class _Builder:
                 paths = []  # "edit 287:295": a line range of the open file
         if errored:
             self.signatures(output)
+            if not error_signatures(output) and output.strip():
+                _touch(self.l.errors, _first_error_line(output))  # the tool's own words
             return
         if name in EDITOR_TOOLS:
             verb = str(data.get("command", "")).lower()
@@ -281,16 +283,7 @@ class _Builder:
         """Keep a whole file written by a tool: a script written now may be run later."""
         content = data.get("content", data.get("file_text"))
         if isinstance(content, str) and len(paths) == 1:
-            self.bodies[paths[0]] = content
-
-    def _body(self, path: str) -> str | None:
-        """The known text of ``path``: same path, or the one file whose path ends like it
-        (``fix.py`` run from an unknown directory, written as ``/testbed/fix.py``)."""
-        if path in self.bodies:
-            return self.bodies[path]
-        tail = "/" + path.lstrip("./")
-        found = [k for k in self.bodies if k.endswith(tail) or path.endswith("/" + k.lstrip("./"))]
-        return self.bodies[found[0]] if len(found) == 1 else None
+            self.bodies.remember(paths[0], content)
 
     def signatures(self, output: str) -> None:
         sigs = error_signatures(output)
@@ -312,20 +305,7 @@ class _Builder:
         failed = errored or (code is not None and code != 0)
         if failed and not errored and code == 1 and tools.no_match(fx.commands, output):
             failed = False  # a search that found nothing did not fail
-        written = list(fx.written)
-        for path, body in fx.bodies.items():
-            self.bodies[path] = body
-        if fx.patches_applied:
-            written += shell.patched_files(output)
-        for script, cwd in fx.scripts_run + fx.patches_applied:
-            known = self._body(script)
-            if known is None:
-                if (script, cwd) in fx.patches_applied and not shell.patched_files(output):
-                    written.append(f"{script} (applied patch)")
-                continue
-            # paths inside a script or patch are relative to where it runs, not where it lies
-            for target in shell.script_writes(known) + shell.diff_files(known):
-                written.append(shell.join(cwd, target))
+        written = self.bodies.writes(fx, output)
         # A failed line surely wrote only its redirection targets (``cat > f <<EOF ... && python
         # f`` that fails in python still created f); a failed ``sed -i`` may have written nothing.
         self.modified(fx.redirected if failed else written)

@@ -297,6 +297,7 @@ class _Extractor:
         self.step = 0
         self.said = ""  # the assistant's text just before the current tool call
         self.opened = ""  # the file an editor without a path works on (SWE-agent)
+        self.bodies = shell.Bodies()  # scripts and patches written, to follow when run
 
     def run(self, history: Sequence[WithParts]) -> None:
         for msg in history:
@@ -411,7 +412,8 @@ class _Extractor:
         )
         self.changes.read(fx.read)
         ok = not (errored or (code is not None and code != 0))
-        written = fx.written if ok else fx.redirected  # a failed line surely wrote only these
+        written = self.bodies.writes(fx, output) if ok else fx.redirected  # a failed line
+        # surely wrote only its redirection targets
         deleted = {
             shell.join(c.cwd, w)
             for c in fx.commands
@@ -536,6 +538,8 @@ class _Extractor:
             (v for k in _changes.CONTENT_KEYS if isinstance(v := data.get(k), str)), None
         )
         verb = str(data.get("command", "")).lower() if name in EDITOR_TOOLS else name
+        if content is not None and len(paths) == 1:
+            self.bodies.remember(paths[0], content)
         for path in paths:
             if content is not None and (verb in _WRITE_VERBS or len(paths) == 1):
                 self.changes.wrote(path, content, self.step, why)

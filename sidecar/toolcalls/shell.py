@@ -808,3 +808,41 @@ def _git(fx: Effects, cmd: Command, argv: list[str]) -> None:
         ops = _operands(args)
         for w in ops:
             fx._add(fx.written, _file(cmd, w))
+
+
+class Bodies:
+    """The text of files the session wrote (heredocs, write tools), so that a script run or a
+    patch applied later is known to write what it names."""
+
+    def __init__(self) -> None:
+        self.texts: dict[str, str] = {}
+
+    def remember(self, path: str, text: str) -> None:
+        self.texts[path] = text
+
+    def find(self, path: str) -> str | None:
+        """The known text of ``path``: same path, or the one file whose path ends like it
+        (``fix.py`` run from an unknown directory, written as ``/testbed/fix.py``)."""
+        if path in self.texts:
+            return self.texts[path]
+        tail = "/" + path.lstrip("./")
+        found = [k for k in self.texts if k.endswith(tail) or path.endswith("/" + k.lstrip("./"))]
+        return self.texts[found[0]] if len(found) == 1 else None
+
+    def writes(self, fx: Effects, output: str) -> list[str]:
+        """The files a command line writes: its own writes, those its output reports patched,
+        and those a known script or patch it runs names (an unknown patch is named itself)."""
+        written = list(fx.written)
+        self.texts.update(fx.bodies)
+        reported = patched_files(output) if fx.patches_applied else []
+        written += reported
+        for script, cwd in fx.scripts_run + fx.patches_applied:
+            known = self.find(script)
+            if known is None:
+                if (script, cwd) in fx.patches_applied and not reported:
+                    written.append(f"{script} (applied patch)")
+                continue
+            # paths inside a script or patch are relative to where it runs, not where it lies
+            for target in script_writes(known) + diff_files(known):
+                written.append(join(cwd, target))
+        return list(dict.fromkeys(written))
