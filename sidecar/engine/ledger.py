@@ -205,7 +205,7 @@ class _Builder:
                     self.read([name])
         if not texts:
             return
-        text = _line("\n".join(texts), self.task_chars)
+        text = _WS.sub(" ", "\n".join(texts)).strip()
         if not self.l.first_request:
             self.l.first_request = cut(text, self.task_chars)
         self.l.latest_request = cut(text, self.task_chars)

@@ -38,6 +38,7 @@ def trim(text: str, limit: int) -> str:
 
 
 _CUT = " [… cut here: {n:,} more characters of this request not kept]"
+_CUT_DONE = re.compile(r" \[… cut here: ([\d,]+) more characters of this request not kept\]$")
 _SENTENCE_END = re.compile(r"[.!?:;](?=\s)|\s(?=[-*•]\s|\d+[.)]\s)")
 
 
@@ -47,15 +48,18 @@ def cut(text: str, chars: int) -> str:
     silent cut in the middle of a sentence."""
     if len(text) <= chars:
         return text
-    room = max(0, chars - len(_CUT.format(n=len(text))))
-    head = text[:room]
+    earlier = _CUT_DONE.search(text)  # cut before: count from the whole request
+    lost = int(earlier.group(1).replace(",", "")) if earlier else 0
+    body = text[: earlier.start()] if earlier else text
+    room = max(0, chars - len(_CUT.format(n=len(body) + lost)))
+    head = body[:room]
     ends = [m.end() for m in _SENTENCE_END.finditer(head) if m.end() >= room // 2]
     if ends:
         head = head[: ends[-1]]
     elif " " in head[room // 2 :]:
         head = head[: head.rfind(" ")]
     head = head.rstrip()
-    return head + _CUT.format(n=len(text) - len(head))
+    return head + _CUT.format(n=len(body) - len(head) + lost)
 
 
 def first_line(text: str, limit: int = 120) -> str:

@@ -686,7 +686,7 @@ def _next_steps(ex: _Extractor) -> list[str]:
     steps: list[str] = []
     if ex.last_is_user and ex.last_user_text:
         steps.append("Answer the latest user request: " + trim(ex.last_user_text, ITEM_CHARS))
-    if ex.todos is not None:
+    if ex.todos:  # a plan with everything done leaves the assistant's intention
         return steps + ex.todos
     intent = ex.intent or _intent(ex.last_assistant_text)
     if not intent and ex.last_assistant_text:
