@@ -9,24 +9,14 @@ import pytest
 from sidecar.engine import ledger
 from sidecar.engine.ledger import Ledger
 from sidecar.model.config import build
-from sidecar.model.messages import WithParts
-from sidecar.summarizers.base import COMPACTION_SYSTEM, DEFAULT_PROMPT, SummaryRequest
-from sidecar.summarizers.extractive import INTENTION, ExtractiveSummarizer, summarize_extractive
+from sidecar.summarizers.extractive import INTENTION, ExtractiveSummarizer
 
-from .helpers import assistant, summarize_bounded, tool, user
+from .helpers import assistant, offline_summary, summarize_bounded, tool, user
 
 CUT = " more characters of this request not kept]"
 
 
-def summary(history: list[WithParts]) -> str:
-    req = SummaryRequest(
-        system=COMPACTION_SYSTEM,
-        prompt=DEFAULT_PROMPT,
-        history=history,
-        rendered=[],
-        max_tokens=4_000,
-    )
-    return summarize_extractive(req)
+summary = offline_summary
 
 
 def section(text: str, name: str) -> list[str]:

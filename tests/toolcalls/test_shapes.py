@@ -9,23 +9,13 @@ from sidecar.engine import ledger
 from sidecar.engine.ledger import Ledger
 from sidecar.model.messages import WithParts
 from sidecar.model.parts import ToolPart
-from sidecar.summarizers.base import COMPACTION_SYSTEM, DEFAULT_PROMPT, SummaryRequest
-from sidecar.summarizers.extractive import summarize_extractive
 from sidecar.toolcalls import outputs
-from tests.summarizers.helpers import assistant, tool, user
+from tests.summarizers.helpers import assistant, offline_summary, tool, user
 
 PATCH = "--- a/src/app.py\n+++ b/src/app.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"
 
 
-def _summary(history: list[WithParts]) -> str:
-    req = SummaryRequest(
-        system=COMPACTION_SYSTEM,
-        prompt=DEFAULT_PROMPT,
-        history=history,
-        rendered=[],
-        max_tokens=4_000,
-    )
-    return summarize_extractive(req)
+_summary = offline_summary
 
 
 def _section(summary: str, name: str) -> str:
