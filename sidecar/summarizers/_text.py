@@ -38,7 +38,8 @@ def trim(text: str, limit: int) -> str:
 
 
 _CUT = " [… cut here: {n:,} more characters of this request not kept]"
-_CUT_DONE = re.compile(r" \[… cut here: ([\d,]+) more characters of this request not kept\]$")
+# The note ``cut`` ends a cut request with (how many characters were left out).
+CUT_NOTE = re.compile(r" \[… cut here: ([\d,]+) more characters of this request not kept\]$")
 _SENTENCE_END = re.compile(r"[.!?:;](?=\s)|\s(?=[-*•]\s|\d+[.)]\s)")
 
 
@@ -48,7 +49,7 @@ def cut(text: str, chars: int) -> str:
     silent cut in the middle of a sentence."""
     if len(text) <= chars:
         return text
-    earlier = _CUT_DONE.search(text)  # cut before: count from the whole request
+    earlier = CUT_NOTE.search(text)  # cut before: count from the whole request
     lost = int(earlier.group(1).replace(",", "")) if earlier else 0
     body = text[: earlier.start()] if earlier else text
     room = max(0, chars - len(_CUT.format(n=len(body) + lost)))

@@ -25,7 +25,15 @@ from sidecar.model.parts import (
     ToolPart,
 )
 from sidecar.model.tokens import Tokens
-from sidecar.summarizers._text import cut, estimate_tokens, first_line, one_line, to_json, trim
+from sidecar.summarizers._text import (
+    CUT_NOTE,
+    cut,
+    estimate_tokens,
+    first_line,
+    one_line,
+    to_json,
+    trim,
+)
 from sidecar.summarizers.base import (
     DEFAULT_PROMPT,
     Progress,
@@ -711,8 +719,9 @@ def _goal(req: SummaryRequest, carried: str, ex: _Extractor) -> str:
 
 def _changed_course(goal: str, latest: str) -> bool:
     """A later request counts when it is not the goal again and says something (3+ words)."""
-    a, b = one_line(goal).lower(), one_line(latest).lower()
-    return bool(b) and len(b.split()) >= 3 and b != a and not a.startswith(b.rstrip("…"))
+    a, b = (CUT_NOTE.sub("", one_line(t)).rstrip("…").lower() for t in (goal, latest))
+    n = min(len(a), len(b))  # either may have been cut: the same request starts the same
+    return bool(b) and len(b.split()) >= 3 and a[:n] != b[:n]
 
 
 # -- rendering and the token bound -------------------------------------------------------------
@@ -889,7 +898,7 @@ def summarize_extractive(req: SummaryRequest) -> str:
     if objective:
         sections.lists[DIRECTIVES].pop(trim(objective, DIRECTIVE_CHARS), None)
     if ex.last_user_text:
-        latest = trim(ex.last_user_text, OBJECTIVE_CHARS)
+        latest = cut(one_line(ex.last_user_text), OBJECTIVE_CHARS)
     if not _changed_course(objective, latest):
         latest = ""
     if latest:
