@@ -1196,6 +1196,7 @@ export interface CompactionConfig {
   timeBudget?: number;
   prunedStub?: "informative" | "opencode";
   verifySummary?: boolean;
+  taskBudget?: number;
   triggerTokens?: number | null;
   keep?: KeepConfig;
   prompt?: string | null;
