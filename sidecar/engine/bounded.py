@@ -148,8 +148,9 @@ async def summarize(
     kept_tokens = ledger_mod.tokens(kept) + 1 if kept else 0
     room = max_tokens - kept_tokens
     # The task (the first and latest requests, ``task_budget`` tokens at most and never more
-    # than the summary's own budget) comes on top: the artifact kinds keep their share.
-    led = ledger_mod.update(base, history, min(task_budget, max(0, room)))
+    # than half the summary's own budget: a small model's summary must still shrink the
+    # window) comes on top: the artifact kinds keep their share.
+    led = ledger_mod.update(base, history, min(task_budget, max(0, room) // 2))
     task = ledger_mod.task_tokens(led)
     led = ledger_mod.bound(led, int(room * LEDGER_SHARE) + task)
     block = ledger_mod.render(led)
