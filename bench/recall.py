@@ -37,6 +37,24 @@ ledger's figures and, on the next line, the baseline's: the newest transcript me
 in as many tokens as the final window. Compression is 1 - window tokens / history tokens;
 "grew" counts compactions after which the context was not smaller.
 
+Beside the ledger recall, **probes** ask what someone continuing the work must know, each
+answered by the history as it stands at a compaction and scored present or absent in the window
+right after that compaction (every automatic one and the closing one), beside keep-newest
+truncation of the same size at the same point (this file's own rules again):
+
+- ``task``: the expected behaviour, a sentence of the first request (the first that says
+  "should", "expected", "must", "instead", ...; else its longest sentence);
+- ``fix-file``: the file that holds the fix: the newest file changed by an edit (edit tools,
+  ``sed -i``, ``patch``) that the session did not create; else the newest file written;
+- ``error-fix``: the newest error that was fixed (a failed command whose later run with the same
+  command passed) and what fixed it (a file changed in between, else a command run in between);
+  both must be in the window;
+- ``todo``: the first unfinished item of the newest todo list (todowrite, TodoWrite,
+  update_plan).
+
+A probe kind is "-" where no compaction had an answer for it. The run ends with one line per
+stub mode summing each kind over every transcript (target: every kind >= 90%).
+
     python bench/recall.py [--context 32000] [--output 4000] [--transcripts DIR] [--no-closing]
                            [--stub opencode|informative|both]
 """
@@ -252,6 +270,21 @@ def _only_views(command: str) -> bool:
     return True
 
 
+SEARCH_PROGS = frozenset({"grep", "egrep", "rg", "ag", "find"})
+
+
+def _only_searches(command: str) -> bool:
+    """A call of searches (and viewers) only: its exit 1 means nothing was found."""
+    progs = {
+        next((w for w in seg if "=" not in w), "").rsplit("/", 1)[-1] for seg in _segments(command)
+    }
+    return bool(progs & SEARCH_PROGS) and _only_views(command)
+
+
+def _errors(out: str) -> list[str]:
+    return [ln.strip() for ln in out.splitlines() if ERROR_LINE.match(ln.strip())]
+
+
 def _path(data: dict[str, Any]) -> str:
     for k in PATH_KEYS:
         v = data.get(k)
@@ -293,7 +326,8 @@ def truth(messages: Iterable[TMessage]) -> Truth:
             else:
                 _shell_truth(t, command)
             codes = [int(next(g for g in m.groups() if g)) for m in EXIT_MARK.finditer(out)]
-            if p.status == "error" or (codes and codes[-1] != 0):
+            found_nothing = codes[-1:] == [1] and _only_searches(command) and not _errors(out)
+            if p.status == "error" or (codes and codes[-1] != 0 and not found_nothing):
                 t.add("failed", command.split("\n", 1)[0])
             if p.status == "error" or not _only_views(command):
                 lines = [ln.strip() for ln in out.splitlines() if ERROR_LINE.match(ln.strip())]
@@ -303,6 +337,177 @@ def truth(messages: Iterable[TMessage]) -> Truth:
         t.add("first", users[0], REQUEST_KEY_CHARS)
         t.add("latest", users[-1], REQUEST_KEY_CHARS)
     return t
+
+
+# -- probes: what someone continuing the work must know (this file's own rules) ----------------
+
+PROBES = ("task", "fix-file", "error-fix", "todo")
+EXPECT = re.compile(
+    r"\b(?:should|expected|expect|must|instead|want|needs? to|ought to|would like|so that|"
+    r"make (?:it|sure)|fails?|crash(?:es)?|wrong)\b",
+    re.I,
+)
+SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+EDIT_TOOL = re.compile(
+    r"^(?:edit|multiedit|multi_edit|str_replace|insert|apply_patch|edit_file)$", re.I
+)
+CREATE_TOOL = re.compile(r"^(?:write|create|create_file|write_file)$", re.I)
+TODO_TOOL = re.compile(r"^(?:todowrite|todo_write|update_plan|update_todos)$", re.I)
+DONE_STATUS = frozenset({"completed", "complete", "done", "cancelled", "canceled"})
+CMD_PREFIX = re.compile(r"^(?:cd\s+\S+\s*(?:&&|;)\s*)+")
+CMD_SUFFIX = re.compile(r"\s*(?:2>&1|\|\s*(?:head|tail)\b.*)\s*$")
+
+
+def expected_sentence(text: str) -> str:
+    """The sentence of a request that says what is expected."""
+    sentences = [norm(x) for x in SENTENCE.split(text) if len(norm(x).split()) >= 5]
+    hits = [x for x in sentences if EXPECT.search(x)]
+    if hits:
+        return hits[0]
+    return max(sentences, key=len, default="")
+
+
+def command_of(command: str) -> str:
+    """A command as "the same command" is told: its text without ``cd ... &&`` and a trailing
+    ``2>&1`` / ``| tail``."""
+    return CMD_SUFFIX.sub("", CMD_PREFIX.sub("", norm(command))).strip()
+
+
+@dataclass
+class Probes:
+    answers: dict[str, list[str]] = field(default_factory=dict)  # kind -> keys, all needed
+
+
+def probes(messages: list[TMessage]) -> Probes:
+    """The probes the history ``messages`` answers."""
+    out = Probes()
+    users = [
+        "\n".join(p.text for p in m.parts if p.type == "text") for m in messages if m.role == "user"
+    ]
+    users = [u for u in users if u.strip() and norm(u) != CONTINUE]
+    if users and (sentence := expected_sentence(users[0])):
+        out.answers["task"] = [key(sentence, REQUEST_KEY_CHARS)]
+    created: set[str] = set()
+    edited: list[str] = []
+    written: list[str] = []
+    runs: list[tuple[str, bool, str, int]] = []  # (command, failed, error line, index)
+    changes: list[tuple[int, str]] = []  # (index, path)
+    todos: list[str] | None = None
+    opened = ""  # SWE-agent text actions: "open f.py" / "create f.py", then "edit 3:4"
+    for i, m in enumerate(messages):
+        for p in (x for x in m.parts if x.type == "tool"):
+            data, ok = p.input, p.status == "completed"
+            words = str(data.get("command", "")).split()
+            if p.tool in ("open", "create") and len(words) > 1 and words[0] == p.tool:
+                opened = words[1]
+            if WRITE_TOOL.match(p.tool) and not _path(data) and words[:1] == [p.tool]:
+                shown = re.search(r"^\[File: (\S+) \(", p.output, re.M)
+                target = shown.group(1) if shown else opened
+                if ok and target and "error" not in p.output.split("\n", 1)[0].lower():
+                    (created.add if p.tool == "create" else edited.append)(target)
+                    written.append(target)
+                    changes.append((i, target))
+                continue
+            if TODO_TOOL.match(p.tool):
+                items = data.get("todos", data.get("plan"))
+                if isinstance(items, list):
+                    todos = [
+                        str(t.get("content", t.get("step", "")))
+                        for t in items
+                        if isinstance(t, dict) and str(t.get("status", "")) not in DONE_STATUS
+                    ]
+                continue
+            path = _path(data)
+            verb = data.get("command")
+            if (
+                ok
+                and path
+                and (
+                    EDIT_TOOL.match(p.tool)
+                    or (EDITOR_TOOL.match(p.tool) and verb in ("str_replace", "insert"))
+                )
+            ):
+                if not p.output.lstrip().upper().startswith("ERROR"):
+                    edited.append(path)
+                    changes.append((i, path))
+                continue
+            if (
+                ok
+                and path
+                and (CREATE_TOOL.match(p.tool) or (EDITOR_TOOL.match(p.tool) and verb == "create"))
+            ):
+                if path not in edited:
+                    created.add(path)
+                written.append(path)
+                changes.append((i, path))
+                continue
+            command = data.get("command") if isinstance(data.get("command"), str) else None
+            if command is None or path:
+                continue
+            t = Truth()
+            _shell_truth(t, command)
+            for target in t.kinds["modified"]:
+                changes.append((i, target))
+                written.append(target)
+                if re.search(r"\bsed\s+-i|\bpatch\b|\bgit apply\b", command):
+                    edited.append(target)
+                elif re.search(
+                    r"(?:>|\btee)\s*\S*" + re.escape(target.rsplit("/", 1)[-1]), command
+                ):
+                    created.add(target)
+            codes = [int(next(g for g in mm.groups() if g)) for mm in EXIT_MARK.finditer(p.output)]
+            errs = _errors(p.output)
+            failed = (
+                p.status == "error"
+                or (codes[-1:] != [0] and bool(codes))
+                or (not codes and bool(errs))
+            )
+            if codes[-1:] == [1] and _only_searches(command) and not errs:
+                failed = False
+            runs.append((command_of(command), failed, errs[-1] if errs else "", i))
+    fix = next((f for f in reversed(edited) if f not in created), "") or next(reversed(written), "")
+    if fix:
+        out.answers["fix-file"] = [key(fix, PATH_KEY_CHARS)]
+    pair = _fixed(runs, changes)
+    if pair:
+        out.answers["error-fix"] = pair
+    if todos:
+        out.answers["todo"] = [key(todos[0], REQUEST_KEY_CHARS)]
+    return out
+
+
+def _fixed(runs: list[tuple[str, bool, str, int]], changes: list[tuple[int, str]]) -> list[str]:
+    """The newest error fixed, and what fixed it: [error key, fix key]."""
+    found: list[str] = []
+    for j, (command, failed, _, at) in enumerate(runs):
+        if failed:
+            continue
+        earlier = [r for r in runs[:j] if r[0] == command]
+        if not earlier or not earlier[-1][1] or not earlier[-1][2]:
+            continue
+        _, _, error, start = earlier[-1]
+        between = [path for i, path in changes if start < i <= at]
+        commands = [
+            r[0]
+            for r in runs
+            if start < r[3] < at and not r[1] and r[0] != command and not _only_views(r[0])
+        ]
+        what = between[-1] if between else (commands[-1] if commands else command)
+        found = [key(error), key(what, PATH_KEY_CHARS if between else KEY_CHARS)]
+    return found
+
+
+def probe_score(p: Probes, text: str) -> dict[str, tuple[int, int]]:
+    return {
+        k: (int(all(a in text for a in p.answers[k])), 1) if k in p.answers else (0, 0)
+        for k in PROBES
+    }
+
+
+def _add(a: dict[str, tuple[int, int]], b: dict[str, tuple[int, int]]) -> None:
+    for k, (hit, total) in b.items():
+        h, t = a.get(k, (0, 0))
+        a[k] = (h + hit, t + total)
 
 
 def window_text(msgs: Iterable[WithParts], stub: Stub = "opencode") -> str:
@@ -471,6 +676,9 @@ class Run:
     ours: dict[str, tuple[int, int]] = field(default_factory=dict)
     base: dict[str, tuple[int, int]] = field(default_factory=dict)
     base_tokens: int = 0
+    probes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    probes_base: dict[str, tuple[int, int]] = field(default_factory=dict)
+    probed: int = 0  # compactions probed
 
 
 async def replay(t: Transcript, args: argparse.Namespace, stub: Stub = "opencode") -> Run:
@@ -505,13 +713,38 @@ async def replay(t: Transcript, args: argparse.Namespace, stub: Stub = "opencode
             def size(msgs: list[WithParts]) -> int:  # as sent: informative stubs included
                 return estimate_messages(msgs) + render.stub_extra(msgs, stub)
 
-            def count(seen: int, before: int, after: int) -> None:
+            def count(seen: int, before: int, after: int) -> bool:
+                compacted = False
                 for method, params in host.events[seen:]:
                     if method == "session/compacted":
                         run.compactions += 1
                         run.grew += after >= before
+                        compacted = True
                     elif method == "session/status" and params.status == "error":
                         run.errors.append(str(params.error))
+                return compacted
+
+            async def probe(upto: int) -> None:
+                """Score the probes the history up to message ``upto`` answers, in the window
+                now and in the newest written messages of the same size."""
+                now = await window()
+                asked = probes(t.messages[: upto + 1])
+                seen = window_text(now, stub)
+                _add(run.probes, probe_score(asked, seen))
+                if args.show and args.show in t.session:
+                    for k, keys in asked.answers.items():
+                        for a in keys:
+                            if a not in seen:
+                                print(f"   probe {k} at message {upto} missed: {a!r}")
+                room, used, kept = size(now), 0, []
+                for w in reversed(written):
+                    cost = estimate_messages([w])
+                    if used + cost > room:
+                        break
+                    kept.append(w)
+                    used += cost
+                _add(run.probes_base, probe_score(asked, window_text(kept[::-1])))
+                run.probed += 1
 
             for index, m in enumerate(t.messages):
                 created = clock.tick()
@@ -537,7 +770,8 @@ async def replay(t: Transcript, args: argparse.Namespace, stub: Stub = "opencode
                     engine.message_stored(info)
                     engine.end_turn(sid)  # as the runner's session/idle does
                     await clock.settle()
-                    count(seen, before, size(await window()))
+                    if count(seen, before, size(await window())):
+                        await probe(index)
             # The closing compaction: the window a fresh session would start from.
             before = size(await window())
             seen = len(host.events)
@@ -546,7 +780,8 @@ async def replay(t: Transcript, args: argparse.Namespace, stub: Stub = "opencode
                 await clock.settle()
             final = await window()
             run.final = size(final)
-            count(seen, before, run.final)
+            if count(seen, before, run.final) or args.no_closing:
+                await probe(len(t.messages) - 1)
             text = window_text(final, stub)
             if args.show and args.show in t.session:
                 for w in final:
@@ -584,16 +819,18 @@ def _enc(value: Any) -> bytes:
     return msgspec.json.encode(value)
 
 
-def _cells(figures: dict[str, tuple[int, int]]) -> tuple[str, bool]:
+def _cells(
+    figures: dict[str, tuple[int, int]], kinds: tuple[str, ...] = KINDS, target: float = 95
+) -> tuple[str, bool]:
     cells = []
     ok = True
-    for k in KINDS:
-        hit, total = figures[k]
+    for k in kinds:
+        hit, total = figures.get(k, (0, 0))
         if total == 0:
             cells.append(f"{k} -")
             continue
         share = 100 * hit / total
-        ok = ok and share >= 95
+        ok = ok and share >= target
         cells.append(f"{k} {share:.0f}% ({hit}/{total})")
     return ", ".join(cells), ok
 
@@ -640,6 +877,8 @@ def main() -> None:
     )
     failed = 0
     stubs: list[Stub] = ["opencode", "informative"] if args.stub == "both" else [args.stub]
+    totals: dict[str, dict[str, tuple[int, int]]] = {st: {} for st in stubs}
+    base_totals: dict[str, dict[str, tuple[int, int]]] = {st: {} for st in stubs}
     for path, stub in ((p, st) for p in paths for st in stubs):
         t = load(path)
         run = asyncio.run(replay(t, args, stub))
@@ -663,8 +902,25 @@ def main() -> None:
             f"{run.name}: baseline keep-newest {run.base_tokens:,} tok, compression "
             f"{base_compress:.1f}%; baseline recall: {base_cells}"
         )
+        probe_cells, _ = _cells(run.probes, PROBES, 90)
+        probe_base, _ = _cells(run.probes_base, PROBES, 90)
+        print(
+            f"{run.name}: probes at {run.probed} compaction(s): {probe_cells}; "
+            f"baseline keep-newest: {probe_base}"
+        )
+        _add(totals[stub], run.probes)
+        _add(base_totals[stub], run.probes_base)
         for e in run.errors[:3]:
             print(f"   error: {e}")
+    for stub in stubs:
+        cells, ok = _cells(totals[stub], PROBES, 90)
+        base_cells, _ = _cells(base_totals[stub], PROBES, 90)
+        print(
+            f"all transcripts [{stub} stubs]: probes {cells}; "
+            f"{'goal met' if ok else 'goal NOT met'} (every kind >= 90%); "
+            f"baseline keep-newest: {base_cells}"
+        )
+        failed += not ok
     if failed:
         sys.exit(1)
 

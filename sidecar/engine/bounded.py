@@ -134,6 +134,7 @@ async def summarize(
     stub: render.Stub = "opencode",
     kept: str = "",
     structured: bool = True,
+    task_budget: int = ledger_mod.TASK_BUDGET,
 ) -> SummaryResult:
     """The summary of ``history``, ending with the artifact ledger: ``prior`` (default: the one
     in the newest of ``previous``) extended with ``history``, bounded, appended verbatim after
@@ -146,9 +147,14 @@ async def summarize(
     # budget first, as the ledger's share does; nothing changes when it is empty.
     kept_tokens = ledger_mod.tokens(kept) + 1 if kept else 0
     room = max_tokens - kept_tokens
-    led = ledger_mod.bound(ledger_mod.update(base, history), int(room * LEDGER_SHARE))
+    # The task (the first and latest requests, ``task_budget`` tokens at most and never more
+    # than half the summary's own budget: a small model's summary must still shrink the
+    # window) comes on top: the artifact kinds keep their share.
+    led = ledger_mod.update(base, history, min(task_budget, max(0, room) // 2))
+    task = ledger_mod.task_tokens(led)
+    led = ledger_mod.bound(led, int(room * LEDGER_SHARE) + task)
     block = ledger_mod.render(led)
-    max_tokens = max(MIN_WRITER_TOKENS, room - ledger_mod.tokens(block) - 1)
+    max_tokens = max(MIN_WRITER_TOKENS, room - (ledger_mod.tokens(block) - task) - 1)
     previous = [_without_blocks(p) for p in previous]
     if structured and fmt != "parts":
         system = f"{system.rstrip()}\n\n{STRUCTURED_SUMMARY}"

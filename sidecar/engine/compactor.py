@@ -887,6 +887,7 @@ class Compactor:
                 progress=report,
                 prior=prior,
                 stub=cfg.compaction.pruned_stub,
+                task_budget=cfg.compaction.task_budget,
             )
 
         fallback = cfg.summarizer.fallback if writer.provider_id != "extractive" else None
@@ -968,7 +969,11 @@ class Compactor:
         request = (led.first_request if led is not None else "") or prior.first_request
 
         def check(r: SummaryResult) -> str | None:
-            return verify.problem(r.text, budget=budget, replaced=replaced, first_request=request)
+            found = ledger.parse(r.text)  # the task rides on top of the summary's budget
+            extra = ledger.task_tokens(found) if found is not None else 0
+            return verify.problem(
+                r.text, budget=budget + extra, replaced=replaced, first_request=request
+            )
 
         first = check(result)
         if first is None:

@@ -5,7 +5,8 @@ failed and why, which tests ran, what the user asked. The ledger is that trail, 
 stored parts with no model: files modified (edit/write/patch tools and shell writes, see
 ``sidecar.toolcalls.shell``), files read, failed commands with their exit status and first error
 line, error signatures from tool outputs, tests run with their last status, and the first and the
-latest user request verbatim (bounded).
+latest user request verbatim up to ``compaction.taskBudget`` tokens (the task whole: a request cut
+short loses what the user expects; a cut says where, at a sentence end).
 
 It rolls across compactions: each summary ends with a fenced ``ledger`` block, which the next
 compaction parses back (``parse``) and extends with the newly summarized history (``update``).
@@ -38,6 +39,7 @@ from sidecar.model.parts import (
     ToolPart,
 )
 from sidecar.model.tokens import estimate, js_length
+from sidecar.summarizers._text import cut
 from sidecar.summarizers.extractive import ERRORS, FILES_MODIFIED, FILES_READ, parse_summary
 from sidecar.toolcalls import outputs, shell
 from sidecar.toolcalls import vocabulary as tools
@@ -60,7 +62,10 @@ TITLE = "## Artifact ledger"
 PATH_CHARS = 200
 COMMAND_CHARS = 140
 ERROR_CHARS = 160
-REQUEST_CHARS = 600
+TASK_BUDGET = 2_000  # compaction.taskBudget's default (tokens, both requests together)
+SAME = "(the first request again)"
+# Of one output's error lines the first and last EDGE are evicted after all the others.
+EDGE = 2
 # Per-kind entry caps (the token bound of ``bound`` applies on top).
 CAPS = {"modified": 400, "read": 400, "failed": 200, "errors": 200, "tests": 100}
 
@@ -87,6 +92,10 @@ class Ledger(msgspec.Struct, kw_only=True):
     first_request: str = ""
     latest_request: str = ""
     dropped: dict[str, int] = msgspec.field(default_factory=dict)
+    # Error signatures from the middle of one output (not among its first or last ``EDGE``):
+    # the first to go when the ledger is over its budget. Not rendered (carried ones count
+    # whole).
+    inner: list[str] = msgspec.field(default_factory=list)
 
     def empty(self) -> bool:
         return not (
@@ -150,7 +159,8 @@ def _test_status(code: int | None, output: str, failed: bool) -> str:
 
 
 class _Builder:
-    def __init__(self, base: Ledger) -> None:
+    def __init__(self, base: Ledger, task_budget: int = TASK_BUDGET) -> None:
+        self.task_chars = max(REQUEST_FLOOR, task_budget * 4)
         self.l = msgspec.structs.replace(
             base,
             modified=list(base.modified),
@@ -159,8 +169,9 @@ class _Builder:
             errors=list(base.errors),
             tests=list(base.tests),
             dropped=dict(base.dropped),
+            inner=list(base.inner),
         )
-        self.bodies: dict[str, str] = {}  # heredoc bodies written to files this cycle
+        self.bodies = shell.Bodies()  # files' text written this cycle (heredocs, write tools)
         self.opened = ""  # the last file opened or created (edit tools without a path)
 
     def modified(self, paths: Iterable[str]) -> None:
@@ -194,10 +205,10 @@ class _Builder:
                     self.read([name])
         if not texts:
             return
-        text = _line("\n".join(texts), REQUEST_CHARS)
+        text = _WS.sub(" ", "\n".join(texts)).strip()
         if not self.l.first_request:
-            self.l.first_request = text
-        self.l.latest_request = text
+            self.l.first_request = cut(text, self.task_chars)
+        self.l.latest_request = cut(text, self.task_chars)
 
     def assistant(self, msg: WithParts) -> None:
         for part in msg.parts:
@@ -215,19 +226,25 @@ class _Builder:
         output = state.output if isinstance(state, ToolCompleted) else state.error
         errored = isinstance(state, ToolError)
         paths = tool_paths(data)
-        command = data.get("command")
-        text_action = (
-            isinstance(command, str) and not paths and name not in SHELL_TOOLS and command.strip()
-        )
-        if name in SHELL_TOOLS or (text_action and name not in READ_TOOLS | WRITE_TOOLS):
-            self.shell(shell_script(data), output, state.metadata, errored)
+        kind = tools.tool_kind(part.tool, data)
+        command = shell_script(data) if name not in EDITOR_TOOLS else ""
+        text_action = bool(command.strip()) and not paths and name not in SHELL_TOOLS
+        if kind == "shell" or (text_action and name not in READ_TOOLS | WRITE_TOOLS):
+            self.shell(command, output, state.metadata, errored)
             return
-        if text_action and isinstance(command, str):
+        if kind == "code":
+            self.code(tools.code_text(data), output, state.metadata, errored)
+            return
+        if text_action:
             # SWE-agent style "create reproduce.py" / "open file.py 40": the path is the 2nd word
             words = command.split()
             paths = [words[1]] if len(words) > 1 and words[0] == name else []
+            if paths and re.match(r"^\d+(?::\d+)?$", paths[0]):
+                paths = []  # "edit 287:295": a line range of the open file
         if errored:
             self.signatures(output)
+            if not error_signatures(output) and output.strip():
+                _touch(self.l.errors, _first_error_line(output))  # the tool's own words
             return
         if name in EDITOR_TOOLS:
             verb = str(data.get("command", "")).lower()
@@ -236,38 +253,49 @@ class _Builder:
             else:
                 self.modified(paths)
                 self._remember(paths, data)
-        elif name in WRITE_TOOLS or "patch" in name:
+        elif kind == "write":
             if not paths:
                 paths = shell.diff_files(tools.patch_text(data))
+            shown = _OPEN_FILE.search(output) if not paths else None
+            if shown:  # SWE-agent: the tool names the file it edited
+                paths = [shown.group(1)]
             if not paths and self.opened and name in ("edit", "insert", "replace", "str_replace"):
                 paths = [self.opened]
             self.modified(paths)
             self._remember(paths, data)
             if name in ("create", "create_file") and paths:
                 self.opened = paths[-1]
-        elif name in READ_TOOLS:
+        elif kind == "read":
             self.read(paths)
             if paths:
                 self.opened = paths[-1]
+
+    def code(self, code: str, output: str, metadata: dict[str, Any] | None, errored: bool) -> None:
+        """A cell of a live interpreter: its writes, its ``!shell`` lines, its errors."""
+        self.modified(shell.script_writes(code))
+        lines = tools.cell_shell(code)
+        if lines.strip():
+            self.shell(lines, output, metadata, errored)
+        else:
+            self.signatures(output)
 
     def _remember(self, paths: list[str], data: dict[str, Any]) -> None:
         """Keep a whole file written by a tool: a script written now may be run later."""
         content = data.get("content", data.get("file_text"))
         if isinstance(content, str) and len(paths) == 1:
-            self.bodies[paths[0]] = content
-
-    def _body(self, path: str) -> str | None:
-        """The known text of ``path``: same path, or the one file whose path ends like it
-        (``fix.py`` run from an unknown directory, written as ``/testbed/fix.py``)."""
-        if path in self.bodies:
-            return self.bodies[path]
-        tail = "/" + path.lstrip("./")
-        found = [k for k in self.bodies if k.endswith(tail) or path.endswith("/" + k.lstrip("./"))]
-        return self.bodies[found[0]] if len(found) == 1 else None
+            self.bodies.remember(paths[0], content)
 
     def signatures(self, output: str) -> None:
-        for sig in error_signatures(output):
+        sigs = error_signatures(output)
+        # the root cause and the final word; a line once at an output's edge stays there
+        edges = set(outputs.edge_signatures(output, EDGE)) & set(sigs)
+        edges |= {sig for sig in sigs if sig in self.l.errors and sig not in self.l.inner}
+        for sig in sigs:
             _touch(self.l.errors, sig)
+            if sig in self.l.inner:
+                self.l.inner.remove(sig)
+            if sig not in edges:
+                self.l.inner.append(sig)
 
     def shell(
         self, command: str, output: str, metadata: dict[str, Any] | None, errored: bool
@@ -275,16 +303,9 @@ class _Builder:
         fx = shell.analyse(command)
         code = exit_status(output, metadata)
         failed = errored or (code is not None and code != 0)
-        written = list(fx.written)
-        for path, body in fx.bodies.items():
-            self.bodies[path] = body
-        for script, cwd in fx.scripts_run + fx.patches_applied:
-            known = self._body(script)
-            if known is None:
-                continue
-            # paths inside a script or patch are relative to where it runs, not where it lies
-            for target in shell.script_writes(known) + shell.diff_files(known):
-                written.append(shell.join(cwd, target))
+        if failed and not errored and code == 1 and tools.no_match(fx.commands, output):
+            failed = False  # a search that found nothing did not fail
+        written = self.bodies.writes(fx, output)
         # A failed line surely wrote only its redirection targets (``cat > f <<EOF ... && python
         # f`` that fails in python still created f); a failed ``sed -i`` may have written nothing.
         self.modified(fx.redirected if failed else written)
@@ -305,16 +326,36 @@ class _Builder:
             self.l.failed.append(entry)
 
 
-def update(base: Ledger, history: Sequence[WithParts]) -> Ledger:
-    """``base`` extended with what ``history`` (oldest first) did; ``base`` is not changed."""
-    b = _Builder(base)
+def update(base: Ledger, history: Sequence[WithParts], task_budget: int = TASK_BUDGET) -> Ledger:
+    """``base`` extended with what ``history`` (oldest first) did; ``base`` is not changed.
+    The first and latest requests share ``task_budget`` tokens (``fit_task``)."""
+    b = _Builder(base, task_budget)
     for msg in history:
         if isinstance(msg.info, UserMessage):
             b.user(msg)
         else:
             b.assistant(msg)
     _cap(b.l)
+    kept = set(b.l.errors)
+    b.l.inner = [sig for sig in b.l.inner if sig in kept]
+    fit_task(b.l, task_budget)
     return b.l
+
+
+def fit_task(led: Ledger, task_budget: int) -> None:
+    """The first and the latest request within ``task_budget`` tokens together: the latest is
+    kept first (it is what the agent was doing), the first keeps at least a quarter of the
+    budget (the goal must not vanish), each cut at a sentence end with a note."""
+    chars = max(2 * REQUEST_FLOOR, task_budget * 4)
+    first, latest = led.first_request, led.latest_request
+    if latest == first:
+        led.first_request = led.latest_request = cut(first, chars)
+        return
+    if len(first) + len(latest) <= chars:
+        return
+    reserve = min(len(first), chars // 4)
+    led.latest_request = cut(latest, max(REQUEST_FLOOR, chars - reserve))
+    led.first_request = cut(first, max(REQUEST_FLOOR, chars - len(led.latest_request)))
 
 
 def _cap(led: Ledger) -> None:
@@ -322,7 +363,16 @@ def _cap(led: Ledger) -> None:
         items: list[Any] = getattr(led, kind)
         if len(items) > cap:
             led.dropped[kind] = led.dropped.get(kind, 0) + len(items) - cap
-            del items[: len(items) - cap]
+            if kind == "errors":  # the middle of an output's errors goes first
+                over = len(items) - cap
+                inner = set(led.inner)
+                gone = [s for s in items if s in inner][:over]
+                gone += [s for s in items if s not in inner][: over - len(gone)]
+                drop = set(gone)
+                items[:] = [s for s in items if s not in drop]
+                led.inner = [s for s in led.inner if s not in drop]
+            else:
+                del items[: len(items) - cap]
 
 
 # -- rendering, bounding and parsing back -------------------------------------------------------
@@ -337,6 +387,9 @@ _HEADINGS = {
     "latest": "Latest user request",
 }
 _KIND_OF = {v: k for k, v in _HEADINGS.items()}
+_OPEN_FILE = re.compile(r"^\[File: (\S+) \(\d+ lines total\)\]", re.M)
+MORE_ERRORS = "More error lines (from the same outputs)"
+_KIND_OF[MORE_ERRORS] = "inner"
 _HEAD = re.compile(r"^### (.+?)(?: \((\d+) older dropped\))?$")
 _FAILURE = re.compile(r"^\[(.+?)\] (.*?)(?: ⇒ (.*))?$")
 _TEST = re.compile(r"^\[(.+?)\] (.*)$")
@@ -355,6 +408,8 @@ def _items(led: Ledger, kind: str) -> list[str]:
     if kind == "first":
         return [led.first_request] if led.first_request else []
     if kind == "latest":
+        if led.latest_request and led.latest_request == led.first_request:
+            return [SAME]  # said once
         return [led.latest_request] if led.latest_request else []
     items: list[str] = getattr(led, kind)
     return items
@@ -366,13 +421,21 @@ def render(led: Ledger) -> str:
     if led.empty() and not led.dropped:
         return ""
     lines = [TITLE, "", FENCE]
+    inner = set(led.inner)
     for kind, heading in _HEADINGS.items():
         items = _items(led, kind)
         dropped = led.dropped.get(kind, 0)
-        if not items and not dropped:
+        more: list[str] = []
+        if kind == "errors" and inner:
+            more = [i for i in items if i in inner]
+            items = [i for i in items if i not in inner]
+        if not items and not dropped and not more:
             continue
         lines.append(f"### {heading}" + (f" ({dropped} older dropped)" if dropped else ""))
         lines.extend(f"- {item}" for item in items)
+        if more:  # read back as such: they go first again in a later cycle
+            lines.append(f"### {MORE_ERRORS}")
+            lines.extend(f"- {item}" for item in more)
     lines.append("```")
     return "\n".join(lines) + "\n"
 
@@ -384,6 +447,10 @@ def _victim(led: Ledger, kind: str) -> int:
         quoted = {f.error for f in led.failed}
         for i, sig in enumerate(led.errors):
             if sig in quoted:
+                return i
+        inner = set(led.inner)
+        for i, sig in enumerate(led.errors):
+            if sig in inner:
                 return i
     return 0
 
@@ -398,14 +465,15 @@ def bound(led: Ledger, max_tokens: int) -> Ledger:
         if not _evict(out, excess):
             break
     while js_length(render(out)) > limit and (
-        len(out.first_request) > REQUEST_FLOOR or len(out.latest_request) > REQUEST_FLOOR
+        len(out.first_request) > 2 * REQUEST_FLOOR or len(out.latest_request) > 2 * REQUEST_FLOOR
     ):
-        out.first_request = _line(
-            out.first_request, max(REQUEST_FLOOR, len(out.first_request) // 2)
-        )
-        out.latest_request = _line(
-            out.latest_request, max(REQUEST_FLOOR, len(out.latest_request) // 2)
-        )
+        same = out.latest_request == out.first_request
+        for attr in ("first_request", "latest_request"):
+            value = getattr(out, attr)
+            if len(value) > 2 * REQUEST_FLOOR:
+                setattr(out, attr, cut(value, max(2 * REQUEST_FLOOR, len(value) // 2)))
+        if same:
+            out.latest_request = out.first_request
     return out
 
 
@@ -457,6 +525,9 @@ def parse(text: str) -> Ledger | None:
         item = line[2:]
         if kind in ("modified", "read", "errors"):
             getattr(led, kind).append(item)
+        elif kind == "inner":
+            led.errors.append(item)
+            led.inner.append(item)
         elif kind == "failed":
             m = _FAILURE.match(item)
             if m:
@@ -470,7 +541,7 @@ def parse(text: str) -> Ledger | None:
         elif kind == "first":
             led.first_request = item
         elif kind == "latest":
-            led.latest_request = item
+            led.latest_request = led.first_request if item == SAME else item
     return led
 
 
@@ -502,6 +573,12 @@ def latest(summaries: Sequence[str]) -> Ledger:
     )
     _cap(led)
     return led
+
+
+def task_tokens(led: Ledger) -> int:
+    """The estimated size of the ledger's two requests as rendered (what ``taskBudget`` buys)."""
+    lines = [f"### {_HEADINGS[k]}\n- {i}" for k in ("first", "latest") for i in _items(led, k)]
+    return estimate("\n".join(lines)) if lines else 0
 
 
 def tokens(block: str) -> int:

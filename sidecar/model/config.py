@@ -88,6 +88,9 @@ class CompactionConfig(Strict, kw_only=True):
     pruned_stub: Literal["opencode", "informative"] = "opencode"
     # Also reject a summary that is too long or drops the task; retry once, then go offline.
     verify_summary: bool = False
+    # Tokens of the artifact ledger's first and latest user requests, kept verbatim (one budget
+    # for both; the latest is kept first when they do not fit; a cut says where).
+    task_budget: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 2_000
     # Steering (PROTOCOL.md "Steering compaction"); every default leaves OpenCode's behaviour.
     trigger_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
     keep: KeepConfig = msgspec.field(default_factory=KeepConfig)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import sidecar.summarizers._changes as _changes
 from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
 from sidecar.model.parts import (
     FilePart,
@@ -24,7 +25,15 @@ from sidecar.model.parts import (
     ToolPart,
 )
 from sidecar.model.tokens import Tokens
-from sidecar.summarizers._text import estimate_tokens, first_line, one_line, to_json, trim
+from sidecar.summarizers._text import (
+    CUT_NOTE,
+    cut,
+    estimate_tokens,
+    first_line,
+    one_line,
+    to_json,
+    trim,
+)
 from sidecar.summarizers.base import (
     DEFAULT_PROMPT,
     Progress,
@@ -33,18 +42,22 @@ from sidecar.summarizers.base import (
 )
 from sidecar.toolcalls import outputs, shell
 from sidecar.toolcalls.vocabulary import (
-    SHELL_TOOLS,
-    TODO_TOOLS,
+    EDITOR_TOOLS,
     call_kind,
+    cell_shell,
     classify,
+    code_text,
     is_machinery,
     is_test,
     main_argument,
+    no_match,
     patch_text,
     shell_script,
+    todo_items,
     tool_kind,
     tool_name,
     tool_paths,
+    unfinished,
 )
 
 PROVIDER_ID = "extractive"
@@ -60,12 +73,14 @@ OBJECTIVE = "Goal"  # the session's first request
 LATEST = "Latest request"  # a later request that changed course
 DIRECTIVES = "User directives"
 CONTEXT = "Additional context"
-DONE = "What was done"  # files changed, each with the tool or command that changed it
+DONE = "What was done"  # each changed file once, with what changed in it and why
+SCRATCH = "Scratch files (reproduce / probe)"  # created, then run or deleted, never edited
 FILES_READ = "Files read"
 FILES_MODIFIED = "Files modified"
 COMMANDS = "Commands run"
 ERRORS = "Errors"
 OPEN = "Open problems"  # failures no later passing run of the same thing answered
+RESOLVED = "Resolved"  # each answered failure with what made it pass
 EARLIER = "Earlier summaries"
 STATE = "Current state"
 NEXT = "Next steps"
@@ -75,11 +90,13 @@ ORDER = (
     DIRECTIVES,
     CONTEXT,
     DONE,
+    SCRATCH,
     FILES_READ,
     FILES_MODIFIED,
     COMMANDS,
     ERRORS,
     OPEN,
+    RESOLVED,
     EARLIER,
     STATE,
     NEXT,
@@ -87,21 +104,24 @@ ORDER = (
 PARAGRAPHS = frozenset({OBJECTIVE, LATEST, STATE})
 LEDGER_SECTIONS = (FILES_READ, FILES_MODIFIED, COMMANDS, ERRORS)  # what the ledger carries
 LISTS = tuple(name for name in ORDER if name not in PARAGRAPHS)
-# Trimmed before the paragraphs and before "Files modified", which goes last of all.
+# Trimmed before the paragraphs and before "Files modified", which goes last of all; the
+# fixes and the next steps only once the other lists are gone (what a successor needs most).
 TRIMMABLE = tuple(name for name in LISTS if name != FILES_MODIFIED)
+KEPT_LONGER = frozenset({RESOLVED, NEXT})
 
 # Per-item and per-list caps (the token bound applies on top).
-OBJECTIVE_CHARS = 400
+OBJECTIVE_CHARS = 600
 DIRECTIVE_CHARS = 300
 STATE_LINE_CHARS = 300
 ITEM_CHARS = 240
 EARLIER_CHARS = 600
 COMMAND_CHARS = 100
-HOWS = 3  # the tools/commands named per changed file (the newest)
 LIST_CAPS = {
     DIRECTIVES: 60,
     CONTEXT: 20,
     DONE: 40,
+    SCRATCH: 15,
+    RESOLVED: 8,
     FILES_READ: 80,
     COMMANDS: 40,
     ERRORS: 25,
@@ -109,7 +129,6 @@ LIST_CAPS = {
     EARLIER: 5,
     NEXT: 8,
 }
-NEXT_FROM_TEXT = 4
 
 _OMITTED = re.compile(r"^\(\d+ older entr(?:y|ies) omitted\)$")
 _HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$")
@@ -119,6 +138,9 @@ _ALIASES = {name.lower(): name for name in ORDER} | {
     "latest user request": LATEST,
     "what we did": DONE,
     "open issues": OPEN,
+    "resolved problems": RESOLVED,
+    "fixed": RESOLVED,
+    "scratch files": SCRATCH,
     "known issues": OPEN,
     "task": OBJECTIVE,
     "objectives": OBJECTIVE,
@@ -218,23 +240,6 @@ def parse_summary(text: str) -> Sections:
     return sections
 
 
-@dataclass
-class _Run:
-    """One finished shell or tool call, as the narrative tells it."""
-
-    what: str  # "`pytest -q`" or "edit src/a.py"
-    outcome: str  # "passed", "exit 1", "error", "ok", "ran"
-    error: str  # its first error line ("" when none)
-    failed: bool
-    test: bool
-    key: str  # what a later run must match to answer a failure
-    full: bool = False  # a test run over the whole suite (no paths): answers every test failure
-
-    def line(self) -> str:
-        said = self.error and not outputs.BARE.match(self.error)  # "error: Error" says nothing
-        return f"{self.what} → {self.outcome}" + (f": {self.error}" if said else "")
-
-
 def _is_plan(sentence: str) -> bool:
     """A sentence that states what comes next: an intent ("Let me ...") or a plan word."""
     text = one_line(sentence)
@@ -274,6 +279,17 @@ def _whole_suite(tests: list[shell.Command]) -> bool:
     )
 
 
+# An edit tool's output that says the edit was not made (OpenHands "ERROR:\nNo replacement was
+# performed", SWE-agent "Your proposed edit has introduced new syntax error(s)").
+_EDIT_FAILED = re.compile(
+    r"\A\s*(?:error\b|failed\b|failure\b)|no replacement was performed|"
+    r"your proposed edit has introduced|edit was not applied",
+    re.I,
+)
+_OPEN_FILE = re.compile(r"^\[File: (\S+) \(\d+ lines total\)\]", re.M)
+_WRITE_VERBS = frozenset({"write", "create", "create_file", "write_file", "writefile"})
+
+
 class _Extractor:
     def __init__(self, sections: Sections) -> None:
         self.s = sections
@@ -281,12 +297,15 @@ class _Extractor:
         self.last_assistant_text: str = ""
         self.last_user_text: str = ""
         self.last_is_user = False
-        self.todos: list[str] | None = None
+        self.todos: list[str] | None = None  # the newest plan's unfinished items
         self.earlier: list[str] = []  # summaries met inline (standard compaction sends them)
-        self.hows: dict[str, list[str]] = {}  # changed file -> the tools/commands, oldest first
-        self.runs: list[_Run] = []  # every finished command or failed tool call, in order
+        self.changes = _changes.Changes()
+        self.runs: list[_changes.Run] = []  # every finished command or tool call, in order
         self.intent: str = ""  # the last thing the assistant said it would do
-        self.plan_text: str = ""  # the newest assistant text that states next steps
+        self.step = 0
+        self.said = ""  # the assistant's text just before the current tool call
+        self.opened = ""  # the file an editor without a path works on (SWE-agent)
+        self.bodies = shell.Bodies()  # scripts and patches written, to follow when run
 
     def run(self, history: Sequence[WithParts]) -> None:
         for msg in history:
@@ -299,13 +318,8 @@ class _Extractor:
             else:
                 self._assistant(msg)
 
-    def changed(self, paths: Iterable[str], how: str) -> None:
-        for path in paths:
-            self.s.add(FILES_MODIFIED, path)
-            hows = self.hows.pop(path, [])
-            if how in hows:
-                hows.remove(how)
-            self.hows[path] = [*hows, how][-HOWS:]
+    def _why(self) -> str:
+        return _changes.reason(self.said)
 
     def _user(self, msg: WithParts) -> None:
         texts: list[str] = []
@@ -332,6 +346,7 @@ class _Extractor:
             self.first_user = joined
         self.last_user_text = joined
         self.last_is_user = True
+        self.said = ""
         for text in texts:
             self.s.add(DIRECTIVES, trim(text, DIRECTIVE_CHARS))
 
@@ -343,17 +358,22 @@ class _Extractor:
             if isinstance(part, TextPart):
                 if not part.ignored and not part.synthetic and part.text.strip():
                     texts.append(part.text)
+                    self.said = part.text
             elif isinstance(part, ToolPart):
+                self.step += 1
                 self._tool(part)
             elif isinstance(part, PatchPart):
-                self.changed((f for f in part.files if f.strip()), "patch")
+                self.step += 1
+                for f in part.files:
+                    if f.strip():
+                        self.changes.by_command(
+                            f, "patch", self.step, self._why(), creates=False, deletes=False
+                        )
         if texts:
             text = "\n".join(texts)
             self.last_assistant_text = text
             self.last_is_user = False
             self.intent = _intent(text) or self.intent
-            if any(_is_plan(c) for c in _SENTENCES.split(text)):
-                self.plan_text = text
         elif any(isinstance(p, ToolPart) for p in msg.parts):
             self.last_is_user = False
         if info.error is not None:
@@ -379,85 +399,203 @@ class _Extractor:
             or (status is not None and status != 0)
             or (status is None and runs and bool(sigs))
         )
-        if not errored and code == 1 and kind in ("viewer", "search") and not sigs:
-            failed = False  # grep found nothing: no problem
+        if not errored and code == 1 and no_match(fx.commands, output):
+            failed = False  # a search found nothing: no problem
         error = outputs.first_error_line(output) if failed else ""
-        first = cmd.split("\n", 1)[0]
+        first = f"`{trim(cmd.split(chr(10), 1)[0], COMMAND_CHARS)}`"
         self.runs.append(
-            _Run(
-                what=f"`{trim(first, COMMAND_CHARS)}`",
+            _changes.Run(
+                what=first,
                 outcome=_shell_outcome(output, status, errored, failed, bool(tests)),
                 error=error,
                 failed=failed,
                 test=bool(tests),
-                key=f"`{trim(first, COMMAND_CHARS)}`",
+                key=_changes.command_key(cmd),
                 full=_whole_suite(tests),
+                step=self.step,
+                files=_changes.test_files(tests, output) if tests else (),
+                acts=kind in ("writer", "runner", "test"),
+                last_error=(outputs.edge_signatures(output, 1) or [""])[-1] if failed else "",
             )
         )
-        if not (errored or (code is not None and code != 0)):
-            self.changed(fx.written, f"`{trim(first, COMMAND_CHARS)}`")
-        else:  # a failed line surely wrote only its redirection targets
-            self.changed(fx.redirected, f"`{trim(first, COMMAND_CHARS)}`")
+        self.changes.read(fx.read)
+        ok = not (errored or (code is not None and code != 0))
+        written = self.bodies.writes(fx, output) if ok else fx.redirected  # a failed line
+        # surely wrote only its redirection targets
+        deleted = {
+            shell.join(c.cwd, w)
+            for c in fx.commands
+            if c.program in ("rm", "unlink")
+            for w in c.argv[1:]
+            if not w.startswith("-")
+        }
+        why = self._why()
+        for path in written:
+            self.changes.by_command(
+                path,
+                first,
+                self.step,
+                why,
+                creates=path in fx.redirected or path in fx.bodies,
+                deletes=path in deleted,
+            )
+        for script, cwd in fx.scripts_run:
+            self.changes.ran(shell.join(cwd, script))
+
+    def _targets(self, name: str, data: dict[str, Any], output: str) -> list[str]:
+        """The files a write-like call names: its path arguments, the files of its diff, the
+        file a SWE-agent text action works on ("[File: f.py ...]" in its output)."""
+        paths = tool_paths(data) or shell.diff_files(patch_text(data))
+        found = _OPEN_FILE.search(output) if not paths else None
+        return paths or ([found.group(1)] if found else _text_action_path(name, data, self.opened))
+
+    def _failed_tool(self, part: ToolPart, data: dict[str, Any], error: str) -> None:
+        name = tool_name(part.tool)
+        writes = tool_kind(part.tool, data) == "write"
+        target = ", ".join((self._targets(name, data, "") if writes else tool_paths(data))[:2])
+        arg = target or trim(main_argument(part.tool, data), COMMAND_CHARS)
+        self.runs.append(
+            _changes.Run(
+                what=f"{part.tool} {arg}".strip(),
+                outcome="error",
+                error=outputs.first_error_line(error) or first_line(error),
+                failed=True,
+                test=False,
+                key=_tool_key(part.tool, data, arg),
+                step=self.step,
+            )
+        )
+        label = f"{part.tool}" + (f" {target}" if target else "")
+        self.s.add(ERRORS, trim(f"{label}: {first_line(error, ITEM_CHARS)}", ITEM_CHARS))
 
     def _tool(self, part: ToolPart) -> None:
         name = tool_name(part.tool)
         state = part.state
         data = state.input if isinstance(state.input, dict) else {}
+        kind = tool_kind(part.tool, data)
+        if name == "think" and isinstance(data.get("thought"), str):
+            self.said = data["thought"]  # OpenHands' think tool: the assistant's reasoning
+            return
         if isinstance(state, ToolError):
-            target = ", ".join(tool_paths(data)[:2])
-            if name in SHELL_TOOLS:
-                cmd = _command(data)
+            if kind in ("shell", "code"):
+                cmd = _command(data) if kind == "shell" else code_text(data)
                 self.s.add(COMMANDS, _command_item(cmd, "error", state.error))
-                self._shell(cmd, state.error, None, True)
+                self._shell(cmd if kind == "shell" else "", state.error, None, True)
             else:
-                arg = trim(main_argument(part.tool, data), COMMAND_CHARS)
-                self.runs.append(
-                    _Run(
-                        what=f"{part.tool} {arg}".strip(),
-                        outcome="error",
-                        error=outputs.first_error_line(state.error) or first_line(state.error),
-                        failed=True,
-                        test=False,
-                        key=_tool_key(part.tool, data, arg),
-                    )
-                )
-            label = f"{part.tool}" + (f" {target}" if target else "")
-            self.s.add(ERRORS, trim(f"{label}: {first_line(state.error, ITEM_CHARS)}", ITEM_CHARS))
+                self._failed_tool(part, data, state.error)
             return
         if not isinstance(state, ToolCompleted):
             return  # pending / running: interrupted, nothing happened for sure
-        if name in SHELL_TOOLS:
+        if kind == "shell" or (kind == "other" and _command(data) and not tool_paths(data)):
             cmd = _command(data)
+            self._text_action(name, cmd, state.output)
             output = "" if state.time.compacted else state.output
             code = outputs.exit_status(state.output, state.metadata)
             failed = code is not None and code != 0
             self.s.add(COMMANDS, _command_item(cmd, f"exit {code}" if failed else "ok", output))
             self._shell(cmd, state.output, code, False)
             return
-        if name in TODO_TOOLS:
-            todos = data.get("todos")
-            if isinstance(todos, list):
-                self.todos = [
-                    trim(str(t.get("content", "")), ITEM_CHARS)
-                    for t in todos
-                    if isinstance(t, dict)
-                    and str(t.get("status", "pending")) not in ("completed", "cancelled", "done")
-                    and str(t.get("content", "")).strip()
-                ]
+        if kind == "code":
+            self._code(code_text(data), state.output, state.metadata)
+            return
+        if kind == "todo":
+            items = todo_items(data)
+            if items is not None:
+                self.todos = [trim(t, ITEM_CHARS) for t in unfinished(items)]
             return
         paths = tool_paths(data)
-        kind = tool_kind(part.tool, data)
+        arg = trim(main_argument(part.tool, data), COMMAND_CHARS)
         if kind == "write":
-            changed = paths or shell.diff_files(patch_text(data))
-            self.changed(changed, part.tool)
-            arg = trim(main_argument(part.tool, data), COMMAND_CHARS)
-            key = _tool_key(part.tool, data, arg)
-            self.runs.append(_Run(f"{part.tool} {arg}", "ok", "", False, False, key))
+            if _EDIT_FAILED.search(state.output[:400]):
+                self._failed_tool(part, data, state.output)
+                return
+            paths = self._targets(name, data, state.output)
+            self._wrote(name, data, paths, patch_text(data))
+            arg = ", ".join(paths[:2]) or arg
+            self.runs.append(
+                _changes.Run(
+                    f"{part.tool} {arg}".strip(),
+                    "ok",
+                    "",
+                    False,
+                    False,
+                    _tool_key(part.tool, data, arg),
+                    step=self.step,
+                )
+            )
+            if paths and name in ("create", "create_file"):
+                self.opened = paths[-1]
         elif kind == "read":
-            arg = trim(main_argument(part.tool, data), COMMAND_CHARS)
+            paths = paths or _text_action_path(name, data, "")
             key = _tool_key(part.tool, data, arg)
-            self.runs.append(_Run(f"{part.tool} {arg}", "ok", "", False, False, key))
+            self.runs.append(_changes.Run(f"{part.tool} {arg}", "ok", "", False, False, key))
             self.s.extend(FILES_READ, paths)
+            self.changes.read(paths)
+            if paths:
+                self.opened = paths[-1]
+
+    def _text_action(self, name: str, cmd: str, output: str) -> None:
+        """SWE-agent's "open f.py" / "create f.py" typed as a command: the file it opens."""
+        words = cmd.split()
+        if len(words) > 1 and words[0] == name and name in ("open", "create", "goto"):
+            self.opened = words[1]
+
+    def _wrote(self, name: str, data: dict[str, Any], paths: list[str], patch: str) -> None:
+        why = self._why()
+        content = next(
+            (v for k in _changes.CONTENT_KEYS if isinstance(v := data.get(k), str)), None
+        )
+        verb = str(data.get("command", "")).lower() if name in EDITOR_TOOLS else name
+        if content is not None and len(paths) == 1:
+            self.bodies.remember(paths[0], content)
+        for path in paths:
+            if content is not None and (verb in _WRITE_VERBS or len(paths) == 1):
+                self.changes.wrote(path, content, self.step, why)
+            elif verb in ("create", "create_file") and content is None:
+                self.changes.wrote(path, "", self.step, why)
+            else:
+                self.changes.edited(path, _changes.edit_change(data, patch), self.step, why)
+
+    def _code(self, code: str, output: str, metadata: dict[str, Any] | None) -> None:
+        """A live interpreter's cell: its shell lines, its writes, its traceback."""
+        lines = cell_shell(code)
+        sigs = outputs.error_signatures(output)
+        failed = "Traceback" in output or any(
+            s.split(":", 1)[0].endswith(("Error", "Exception")) for s in sigs
+        )
+        first = f"`{trim(code.split(chr(10), 1)[0], COMMAND_CHARS)}`"
+        self.s.add(COMMANDS, _command_item(code, "error" if failed else "ok", output))
+        if lines.strip():
+            self._shell(lines, output, 1 if failed else 0, False)
+        else:
+            self.runs.append(
+                _changes.Run(
+                    what=first,
+                    outcome="error" if failed else "ok",
+                    error=outputs.first_error_line(output) if failed else "",
+                    failed=failed,
+                    test=False,
+                    key=first,
+                    step=self.step,
+                )
+            )
+        if not failed:
+            for path in shell.script_writes(code):
+                self.changes.by_command(
+                    path, first, self.step, self._why(), creates=True, deletes=False
+                )
+
+
+def _text_action_path(name: str, data: dict[str, Any], opened: str) -> list[str]:
+    """The file of a SWE-agent text action: "create f.py" names it, "edit 10:12" edits the open
+    file."""
+    command = data.get("command")
+    words = command.split() if isinstance(command, str) else []
+    if len(words) > 1 and words[0] == name and not re.match(r"^\d+(?::\d+)?$", words[1]):
+        return [words[1]]
+    if name in ("edit", "insert", "replace", "str_replace") and opened:
+        return [opened]
+    return []
 
 
 def _command(data: dict[str, Any]) -> str:
@@ -488,28 +626,34 @@ def _command_item(cmd: str, outcome: str, output: str) -> str:
     return f"{head}: {line}" if line else head
 
 
-def _open_problems(ex: _Extractor, carried: Iterable[str]) -> list[str]:
-    """Failures that no later run answered: a later success of the same command or tool call,
-    or (for a failed test run) a later passing run of the whole suite. Failures carried from an
-    earlier summary are answered the same way, by their command."""
-    problems: dict[str, str] = {}
+def _problems(ex: _Extractor, carried: Iterable[str]) -> tuple[list[str], list[str]]:
+    """Open problems (failures no later run answered, those carried from an earlier summary
+    included) and "failure ⇒ fix" pairs for the answered ones."""
+    runs = list(ex.runs)
+    earlier: list[_changes.Run] = []
     for item in carried:
         what = item.split(" → ", 1)[0]
         if what.startswith("`"):
-            problems[what] = item
+            key = _changes.command_key(what.strip("`"))
         else:
             tool, _, arg = what.partition(" ")
-            problems[_tool_key(tool, {}, arg)] = item
-    for run in ex.runs:
-        if run.failed:
-            problems.pop(run.key, None)
-            problems[run.key] = trim(run.line(), ITEM_CHARS)
-            continue
-        problems.pop(run.key, None)
-        if run.test and run.full and run.outcome == "passed":
-            for key in [k for k in problems if k.startswith("`") and _is_test_key(k.strip("`"))]:
-                del problems[key]
-    return list(problems.values())
+            key = _tool_key(tool, {}, arg)
+        is_test = what.startswith("`") and _is_test_key(what.strip("`"))
+        earlier.append(
+            _changes.Run(
+                what=what,
+                outcome=item.split(" → ", 1)[1] if " → " in item else "failed",
+                error="",
+                failed=True,
+                test=is_test,
+                key=key,
+                step=-1,
+            )
+        )
+    still, resolved = _changes.pair(earlier + runs, ex.changes, outputs.BARE)
+    lines = {id(r): item for r, item in zip(earlier, carried, strict=True)}
+    open_ = [lines.get(id(r)) or trim(r.line(outputs.BARE), ITEM_CHARS) for r in still]
+    return open_, resolved
 
 
 def _is_test_key(key: str) -> bool:
@@ -523,12 +667,12 @@ def _state(ex: _Extractor, carried: str) -> str:
     last_test = next((r for r in reversed(ex.runs) if r.test), None)
     last_cmd = next((r for r in reversed(ex.runs) if r.what.startswith("`")), None)
     if last_test is not None:
-        lines.append(f"- Last test run: {trim(last_test.line(), STATE_LINE_CHARS)}")
+        lines.append(f"- Last test run: {trim(last_test.line(outputs.BARE), STATE_LINE_CHARS)}")
     if last_cmd is not None and last_cmd is not last_test:
-        lines.append(f"- Last command: {trim(last_cmd.line(), STATE_LINE_CHARS)}")
-    if ex.hows:
-        path, hows = next(reversed(ex.hows.items()))
-        lines.append(f"- Last change: {trim(path, STATE_LINE_CHARS)} ({hows[-1]})")
+        lines.append(f"- Last command: {trim(last_cmd.line(outputs.BARE), STATE_LINE_CHARS)}")
+    if ex.changes.files:
+        last = next(reversed(ex.changes.files.values()))
+        lines.append(f"- Last change: {trim(last.what(), STATE_LINE_CHARS)}")
     if ex.last_assistant_text:
         lines.append(
             f"- Assistant's last message: {trim(ex.last_assistant_text, STATE_LINE_CHARS)}"
@@ -540,22 +684,24 @@ def _state(ex: _Extractor, carried: str) -> str:
     return "\n".join(lines)
 
 
+INTENTION = "(the assistant's last stated intention, no plan was kept) "
+
+
 def _next_steps(ex: _Extractor) -> list[str]:
+    """The newest plan's unfinished items (todowrite, TodoWrite, update_plan ...); without a
+    plan, the assistant's last stated intention, labelled as such. A user request nobody
+    answered yet comes first."""
     steps: list[str] = []
     if ex.last_is_user and ex.last_user_text:
         steps.append("Answer the latest user request: " + trim(ex.last_user_text, ITEM_CHARS))
-    if ex.todos:
-        steps.extend(ex.todos)
-    if ex.plan_text:
-        found = 0
-        for chunk in _SENTENCES.split(ex.plan_text):
-            line = _ITEM.match(chunk)
-            text = one_line(line.group(1) if line else chunk)
-            if _is_plan(text):
-                steps.append(trim(text, ITEM_CHARS))
-                found += 1
-                if found >= NEXT_FROM_TEXT:
-                    break
+    if ex.todos:  # a plan with everything done leaves the assistant's intention
+        return steps + ex.todos
+    intent = ex.intent or _intent(ex.last_assistant_text)
+    if not intent and ex.last_assistant_text:
+        found = [one_line(c) for c in _SENTENCES.split(ex.last_assistant_text) if _is_plan(c)]
+        intent = found[-1] if found else ""
+    if intent:
+        steps.append(INTENTION + trim(intent, ITEM_CHARS))
     return steps
 
 
@@ -567,14 +713,15 @@ def _goal(req: SummaryRequest, carried: str, ex: _Extractor) -> str:
     else an earlier summary's goal; else the first request in this history."""
     found = _LEDGER_FIRST.search(req.ledger) if req.ledger else None
     if found:
-        return trim(found.group(1), OBJECTIVE_CHARS)
-    return carried or trim(ex.first_user, OBJECTIVE_CHARS)
+        return cut(found.group(1), OBJECTIVE_CHARS)
+    return carried or cut(one_line(ex.first_user), OBJECTIVE_CHARS)
 
 
 def _changed_course(goal: str, latest: str) -> bool:
     """A later request counts when it is not the goal again and says something (3+ words)."""
-    a, b = one_line(goal).lower(), one_line(latest).lower()
-    return bool(b) and len(b.split()) >= 3 and b != a and not a.startswith(b.rstrip("…"))
+    a, b = (CUT_NOTE.sub("", one_line(t)).rstrip("…").lower() for t in (goal, latest))
+    n = min(len(a), len(b))  # either may have been cut: the same request starts the same
+    return bool(b) and len(b.split()) >= 3 and a[:n] != b[:n]
 
 
 # -- rendering and the token bound -------------------------------------------------------------
@@ -634,7 +781,9 @@ def _fit(doc: _Doc, max_tokens: int) -> str:
     excess = len(text) - budget  # tracked incrementally, re-checked against the real render
     sizes = {name: _list_chars(doc, name) for name in TRIMMABLE}
     while excess > 0:
-        candidates = [n for n in TRIMMABLE if doc.lists[n]]
+        candidates = [n for n in TRIMMABLE if doc.lists[n] and n not in KEPT_LONGER] or [
+            n for n in TRIMMABLE if doc.lists[n]
+        ]
         if not candidates:
             break
         name = max(candidates, key=lambda n: (sizes[n], -TRIMMABLE.index(n)))
@@ -742,18 +891,21 @@ def summarize_extractive(req: SummaryRequest) -> str:
         sections.add(CONTEXT, trim(extra, 600))
     # Steps and problems carried over are replaced by the newest ones when there are.
     sections.lists[NEXT] = {}
-    sections.lists[OPEN] = {i: None for i in _open_problems(ex, carried[OPEN])}
+    still, resolved = _problems(ex, carried[OPEN])
+    sections.lists[OPEN] = {i: None for i in still}
+    sections.extend(RESOLVED, resolved)
     objective = _goal(req, objective, ex)
     if objective:
         sections.lists[DIRECTIVES].pop(trim(objective, DIRECTIVE_CHARS), None)
     if ex.last_user_text:
-        latest = trim(ex.last_user_text, OBJECTIVE_CHARS)
+        latest = cut(one_line(ex.last_user_text), OBJECTIVE_CHARS)
     if not _changed_course(objective, latest):
         latest = ""
     if latest:
         sections.lists[DIRECTIVES].pop(trim(latest, DIRECTIVE_CHARS), None)
-    for path, hows in ex.hows.items():
-        sections.add(DONE, f"{path} — {', '.join(hows)}")
+    for change in ex.changes.files.values():
+        sections.add(SCRATCH if change.scratch() else DONE, change.what())
+        sections.add(FILES_MODIFIED, change.path)
     state = _state(ex, state)
     steps = _next_steps(ex) if req.history else []
     sections.extend(NEXT, steps or carried[NEXT])

@@ -40,6 +40,7 @@ class Command:
     redirects: list[Redirect] = field(default_factory=list)
     text: str = ""
     cwd: str = ""  # from a preceding ``cd`` in the same line ("" = unknown / session dir)
+    piped: bool = False  # its input is the previous command's output (``a | b``)
 
     @property
     def program(self) -> str:
@@ -240,7 +241,7 @@ def parse(script: str) -> list[Command]:
             current.cwd = cwd_stack[-1]
             _apply_cd(current, cwd_stack)
             commands.append(current)
-        current, start = Command(words=[]), -1
+        current, start = Command(words=[], piped=tok.value in ("|", "|&")), -1
         if tok.value == "(":
             cwd_stack.append(cwd_stack[-1])
         elif tok.value == ")" and len(cwd_stack) > 1:
@@ -369,6 +370,24 @@ _DIFF_FILE = re.compile(
 )
 
 
+_PATCHED = re.compile(
+    r"^(?:patching file '?([^'\n]+?)'?|Applied patch (?:to )?'?([^'\n]+?)'? cleanly\.?"
+    r"|Applied patch (?:to )?'?([^'\n]+?)'? with conflicts\.?)\s*$",
+    re.M,
+)
+
+
+def patched_files(output: str) -> list[str]:
+    """Files ``patch`` or ``git apply -v`` says it changed ("patching file a.py",
+    "Applied patch a.py cleanly.")."""
+    out: list[str] = []
+    for m in _PATCHED.finditer(output):
+        path = next(g for g in m.groups() if g is not None).strip()
+        if path and path not in out:
+            out.append(path)
+    return out
+
+
 def diff_files(text: str) -> list[str]:
     """Target files named by a unified diff or an apply_patch envelope."""
     out: list[str] = []
@@ -404,11 +423,148 @@ def analyse(script: str) -> Effects:
         commands = parse(script)
     except (RecursionError, IndexError, ValueError):
         return fx
-    fx.commands = commands
-    for cmd in commands:
+    fx.commands = list(commands)
+    _effects(fx, commands, depth=0)
+    return fx
+
+
+def _effects(fx: Effects, commands: list[Command], depth: int) -> None:
+    for i, cmd in enumerate(commands):
         _redirects(fx, cmd)
         _command(fx, cmd)
-    return fx
+        source = commands[i - 1] if cmd.piped and i > 0 else None
+        for inner, found in _started_commands(cmd, source):
+            _command(fx, inner)  # sed -i {} / ed {}: the files found are what it writes
+            _found(fx, found)
+        script = _nested_script(cmd)
+        if script and depth < _MAX_NESTING:
+            nested = [_moved(c, cmd.cwd) for c in parse(script)]
+            fx.commands.extend(nested)
+            _effects(fx, nested, depth + 1)
+
+
+_MAX_NESTING = 4
+SHELLS = frozenset({"bash", "sh", "zsh", "dash", "ksh", "su"})
+FOUND = "{}"  # stands for the files ``find -exec`` / ``xargs`` hand to the command they start
+
+
+def _moved(cmd: Command, cwd: str) -> Command:
+    """``cmd`` of a nested script, its directory seen from the outer command's."""
+    if cwd:
+        cmd.cwd = join(cwd, cmd.cwd) if cmd.cwd else cwd
+    return cmd
+
+
+def _nested_script(cmd: Command) -> str:
+    """The script of ``bash -c "..."`` (``sh -lc``, ``su -c``, ``eval "..."``): "" when none."""
+    argv = cmd.argv
+    if cmd.program == "eval":
+        return " ".join(argv[1:])
+    if cmd.program not in SHELLS:
+        return ""
+    for i, w in enumerate(argv[1:-1], 1):
+        if w.startswith("-") and not w.startswith("--") and w.endswith("c"):
+            return argv[i + 1]
+    return ""
+
+
+def _started_commands(cmd: Command, source: Command | None) -> list[tuple[Command, str]]:
+    """Commands another one starts on files it finds: ``find ... -exec sed -i ... {} \\;`` and
+    ``... | xargs sed -i ...``; each with what the files found are ("src/**/*.py")."""
+    argv = cmd.argv
+    out: list[tuple[Command, str]] = []
+    if cmd.program == "find":
+        found = _find_files(cmd)
+        if "-delete" in argv:
+            out.append((Command(words=["rm", FOUND], cwd=cmd.cwd), found))
+        i = 0
+        while i < len(argv):
+            if argv[i] in ("-exec", "-execdir", "-ok", "-okdir"):
+                j = i + 1
+                while j < len(argv) and argv[j] not in (";", "+"):
+                    j += 1
+                out.append((Command(words=argv[i + 1 : j], cwd=cmd.cwd), found))
+                i = j
+            i += 1
+    elif cmd.program == "xargs":
+        words, placeholder = _xargs_command(argv)
+        if words:
+            if placeholder:
+                words = [w.replace(placeholder, FOUND) for w in words]
+            else:
+                words = [*words, FOUND]
+            found = _listed_files(source) if source is not None else ""
+            out.append((Command(words=words, cwd=cmd.cwd), found or "(files given to xargs)"))
+    return out
+
+
+_XARGS_VALUE = frozenset({"-n", "-L", "-P", "-s", "-d", "-E", "-a", "--max-args", "--delimiter"})
+
+
+def _xargs_command(argv: list[str]) -> tuple[list[str], str]:
+    """The command ``xargs`` starts and its replace string (``-I {}``)."""
+    placeholder = ""
+    i = 1
+    while i < len(argv) and argv[i].startswith("-"):
+        w = argv[i]
+        if w == "-I" and i + 1 < len(argv):
+            placeholder = argv[i + 1]
+            i += 2
+            continue
+        if w.startswith("-I") and len(w) > 2:
+            placeholder = w[2:]
+        elif w in _XARGS_VALUE:
+            i += 1
+        i += 1
+    return argv[i:], placeholder
+
+
+def _find_files(cmd: Command) -> str:
+    """What ``find ROOT -name PATTERN`` finds, as a glob: ``ROOT/**/PATTERN``."""
+    argv = cmd.argv
+    roots: list[str] = []
+    for w in argv[1:]:
+        if w.startswith("-") or w in ("(", "!", "\\("):
+            break
+        roots.append(w)
+    root = join(cmd.cwd, roots[0]) if roots else (cmd.cwd or ".")
+    name = ""
+    for flag in ("-name", "-iname", "-path", "-ipath", "-wholename"):
+        if flag in argv[:-1]:
+            name = argv[argv.index(flag) + 1]
+            break
+    tail = name if flag in ("-name", "-iname") or not name else name.lstrip("./*")
+    base = "" if root in (".", "./") else (root.rstrip("/") or "/")
+    return posixpath.join(base, "**", tail) if tail else posixpath.join(base, "**")
+
+
+def _listed_files(source: Command) -> str:
+    """The files the command before ``| xargs`` lists, as well as it can be told."""
+    if source.program == "find":
+        return _find_files(source)
+    argv = source.argv
+    if source.program in ("grep", "egrep", "rg", "ag", "git"):
+        ops = [w for w in argv[1:] if not w.startswith("-")]
+        if source.program == "git" and ops[:1] == ["grep"]:
+            ops = ops[1:]
+        paths = ops[1:] if len(ops) > 1 else []
+        root = join(source.cwd, paths[0]) if paths else (source.cwd or ".")
+        pattern = ops[0] if ops else ""
+        base = "" if root in (".", "./") else root.rstrip("/") + "/"
+        return f"{base}** (files containing {pattern!r})" if pattern else ""
+    if source.program in ("ls", "echo", "printf", "cat"):
+        return f"(files listed by `{source.text[:60]}`)"
+    return ""
+
+
+def _found(fx: Effects, found: str) -> None:
+    """Put what the started command's ``{}`` stands for in place of it."""
+    for bucket in (fx.written, fx.read):
+        for i, path in enumerate(bucket):
+            if path == FOUND or path.endswith("/" + FOUND):
+                bucket[i] = found
+        deduped = list(dict.fromkeys(bucket))
+        bucket[:] = deduped
 
 
 def _redirects(fx: Effects, cmd: Command) -> None:
@@ -506,30 +662,113 @@ def _command(fx: Effects, cmd: Command) -> None:
         _patch(fx, cmd, argv)
     elif prog == "git":
         _git(fx, cmd, argv)
+    else:
+        _program(fx, cmd)
+
+
+def _program(fx: Effects, cmd: Command) -> None:
+    """Programs that write the files they are given (``ed``, formatters) and scripts run."""
+    argv = cmd.argv
+    prog = cmd.program
+    if prog in ("ed", "ex"):
+        heredoc = next((r.body for r in cmd.redirects if r.op in ("<<", "<<-")), None)
+        if heredoc is None or re.search(r"^\s*(?:w|wq|x)\b", heredoc, re.M):
+            for w in _operands(argv, frozenset({"-p"})):
+                fx._add(fx.written, _file(cmd, w))
+    elif (formatted := formatter_files(argv)) is not None:
+        for w in formatted:
+            fx._add(fx.written, _file(cmd, w))
     elif prog in INTERPRETERS or _PY_VERSION.match(prog):
         ops = _operands(argv, frozenset({"-m", "-c", "-e", "-W", "-X", "--eval", "-r"}))
-        if "-m" in argv or "-c" in argv or "-e" in argv:
+        if "-m" in argv:
+            i = argv.index("-m")
+            formatted = formatter_files(argv[i + 1 :]) if i + 1 < len(argv) else None
+            for w in formatted or ():  # python -m black f.py
+                fx._add(fx.written, _file(cmd, w))
+            return
+        if "-c" in argv or "-e" in argv:
             return
         if ops:
             fx._ran(fx.scripts_run, cmd, _file(cmd, ops[0]))
 
 
 def in_place(cmd: Command) -> bool:
-    """``sed -i`` / ``perl -pi``: the files named are edited, not only read."""
+    """``sed -i`` / ``perl -pi`` / ``gawk -i inplace``: the files named are edited, not only
+    read."""
     prog = cmd.program
+    argv = cmd.argv
+    if prog in ("awk", "gawk"):
+        return any(
+            w in ("-i", "--include") and argv[i + 1 : i + 2] == ["inplace"]
+            for i, w in enumerate(argv[:-1])
+        ) or any(w in ("-iinplace", "--include=inplace") for w in argv)
     return prog in ("sed", "perl") and any(
         w.startswith("-i") or w == "--in-place" or (prog == "perl" and re.match(r"^-\w*i", w))
-        for w in cmd.argv[1:]
+        for w in argv[1:]
     )
 
 
 def _sed(fx: Effects, cmd: Command, into: list[str]) -> None:
-    """sed's (or perl's) file operands: the first is the script unless -e or -f gave it."""
+    """sed's (perl's, awk's) file operands: the first is the script unless -e or -f gave it
+    (awk's ``-i inplace`` names a library, not a file)."""
     argv = cmd.argv
-    ops = _operands(argv, frozenset({"-e", "-f", "--expression", "--file"}))
+    if cmd.program in ("awk", "gawk"):
+        argv = [w for i, w in enumerate(argv) if w != "inplace" or argv[i - 1] != "-i"]
+        argv = [w for w in argv if w not in ("-i", "-iinplace", "--include=inplace")]
+    ops = _operands(argv, frozenset({"-e", "-f", "--expression", "--file", "-v", "-F"}))
     has_script_flag = any(w in ("-e", "--expression", "-f", "--file") for w in argv[1:])
     for w in ops if has_script_flag else ops[1:]:
         fx._add(into, _file(cmd, w))
+
+
+# Formatters and fixers that rewrite the files they are given, with the flag that makes them
+# write (None: they write unless told only to check) and the flags that make them only check.
+_FORMATTERS: dict[str, tuple[frozenset[str] | None, frozenset[str]]] = {
+    "black": (None, frozenset({"--check", "--diff"})),
+    "isort": (None, frozenset({"--check", "--check-only", "-c", "--diff"})),
+    "autopep8": (frozenset({"-i", "--in-place"}), frozenset()),
+    "yapf": (frozenset({"-i", "--in-place"}), frozenset()),
+    "autoflake": (frozenset({"-i", "--in-place"}), frozenset()),
+    "prettier": (frozenset({"--write", "-w"}), frozenset({"--check", "-c"})),
+    "eslint": (frozenset({"--fix"}), frozenset()),
+    "gofmt": (frozenset({"-w"}), frozenset()),
+    "goimports": (frozenset({"-w"}), frozenset()),
+    "rustfmt": (None, frozenset({"--check"})),
+    "clang-format": (frozenset({"-i"}), frozenset()),
+    "shfmt": (frozenset({"-w", "--write"}), frozenset()),
+    "stylua": (None, frozenset({"--check", "-c"})),
+    "biome": (frozenset({"--write", "--apply", "--fix"}), frozenset()),
+}
+_FORMATTER_VALUE = frozenset({"--config", "-c", "--line-length", "-l", "--target-version", "-t"})
+# Runners that start the formatter: "npx prettier", "uv run black", "poetry run ruff".
+_LAUNCHERS = frozenset({"npx", "bunx", "pnpx", "uvx", "pipx", "uv", "poetry", "pipenv", "pnpm"})
+
+
+def formatter_files(argv: list[str]) -> list[str] | None:
+    """The operands a formatter rewrites (``black f.py``, ``ruff check --fix f.py``, ``ruff
+    format f.py``, ``prettier --write f``, ``gofmt -w f``); ``None`` when ``argv`` runs no
+    formatter, ``[]`` when it only checks."""
+    while argv and posixpath.basename(argv[0]) in _LAUNCHERS:
+        argv = [w for w in argv[1:] if w not in ("run", "exec", "dlx", "x", "tool")]
+    if not argv:
+        return None
+    prog = posixpath.basename(argv[0])
+    flags = set(argv[1:])
+    if prog == "ruff":
+        words = [w for w in argv[1:] if not w.startswith("-")]
+        sub = words[0] if words and words[0] in ("check", "format") else ""
+        writes = (sub == "format" and not flags & {"--check", "--diff"}) or (
+            sub in ("check", "") and bool(flags & {"--fix", "--fix-only"}) and "--diff" not in flags
+        )
+        ops = _operands(argv, _FORMATTER_VALUE)
+        return [w for w in (ops[1:] if sub else ops)] if writes else []
+    if prog not in _FORMATTERS:
+        return None
+    needs, checks = _FORMATTERS[prog]
+    if flags & checks or (needs is not None and not flags & needs):
+        return []
+    ops = _operands(argv, _FORMATTER_VALUE)
+    return [w for w in ops if w != "."]
 
 
 def _patch(fx: Effects, cmd: Command, argv: list[str]) -> None:
@@ -569,3 +808,41 @@ def _git(fx: Effects, cmd: Command, argv: list[str]) -> None:
         ops = _operands(args)
         for w in ops:
             fx._add(fx.written, _file(cmd, w))
+
+
+class Bodies:
+    """The text of files the session wrote (heredocs, write tools), so that a script run or a
+    patch applied later is known to write what it names."""
+
+    def __init__(self) -> None:
+        self.texts: dict[str, str] = {}
+
+    def remember(self, path: str, text: str) -> None:
+        self.texts[path] = text
+
+    def find(self, path: str) -> str | None:
+        """The known text of ``path``: same path, or the one file whose path ends like it
+        (``fix.py`` run from an unknown directory, written as ``/testbed/fix.py``)."""
+        if path in self.texts:
+            return self.texts[path]
+        tail = "/" + path.lstrip("./")
+        found = [k for k in self.texts if k.endswith(tail) or path.endswith("/" + k.lstrip("./"))]
+        return self.texts[found[0]] if len(found) == 1 else None
+
+    def writes(self, fx: Effects, output: str) -> list[str]:
+        """The files a command line writes: its own writes, those its output reports patched,
+        and those a known script or patch it runs names (an unknown patch is named itself)."""
+        written = list(fx.written)
+        self.texts.update(fx.bodies)
+        reported = patched_files(output) if fx.patches_applied else []
+        written += reported
+        for script, cwd in fx.scripts_run + fx.patches_applied:
+            known = self.find(script)
+            if known is None:
+                if (script, cwd) in fx.patches_applied and not reported:
+                    written.append(f"{script} (applied patch)")
+                continue
+            # paths inside a script or patch are relative to where it runs, not where it lies
+            for target in script_writes(known) + diff_files(known):
+                written.append(join(cwd, target))
+        return list(dict.fromkeys(written))

@@ -17,7 +17,7 @@ import re
 from typing import Any, Literal
 
 from sidecar.model.conversation import COMPACTION_TEXT, CONTINUE_TEXT, DEFAULT_PROMPT
-from sidecar.toolcalls import shell
+from sidecar.toolcalls import outputs, shell
 
 # -- tool names ---------------------------------------------------------------------------------
 
@@ -125,9 +125,38 @@ SHELL_TOOLS = frozenset(
         "cmd",
         "local_shell",
         "container.exec",
+        "exec_command",
+        "execute_bash",
+        "shell_command",
+        "run_shell_command",
+        "run_bash",
+        "bash_tool",
     }
 )
-TODO_TOOLS = frozenset({"todowrite", "todo_write", "update_todos", "todo"})
+# Tools that run code in a live interpreter (OpenHands' IPython cell, notebooks): the code's
+# writes (``open('f', 'w')``), its ``!shell`` lines and its tracebacks count.
+CODE_TOOLS = frozenset(
+    {
+        "execute_ipython_cell",
+        "ipython",
+        "jupyter",
+        "run_python",
+        "execute_python",
+        "python_exec",
+        "code_interpreter",
+        "run_code",
+        "execute_code",
+    }
+)
+CODE_KEYS = ("code", "source", "cell")
+# Plans: todowrite / TodoWrite (``todos``: content + status), Codex's update_plan (``plan``:
+# step + status), and the like.
+TODO_TOOLS = frozenset(
+    {"todowrite", "todo_write", "update_todos", "todo", "update_plan", "todo_list", "plan"}
+)
+TODO_LIST_KEYS = ("todos", "plan", "items", "tasks", "steps")
+TODO_TEXT_KEYS = ("content", "step", "text", "title", "task", "description")
+_DONE = frozenset({"completed", "complete", "done", "cancelled", "canceled", "skipped"})
 # User texts that are machinery, not requests (OpenCode's own continuation prompts).
 SKIP_USER_TEXTS = frozenset(
     {
@@ -203,14 +232,42 @@ def patch_text(data: dict[str, Any]) -> str:
     return next((v for k in PATCH_KEYS if isinstance(v := data.get(k), str)), "")
 
 
-ToolKind = Literal["read", "write", "search", "shell", "todo", "other"]
+ToolKind = Literal["read", "write", "search", "shell", "code", "todo", "other"]
+
+# Words in the names of tools the table does not know (``mcp__github__create_or_update_file``,
+# ``mcp__ide__getDiagnostics``) that say whether they change or show a file.
+_WRITE_WORDS = re.compile(
+    r"(?:^|[_\-.])(?:write|edit|create|update|replace|patch|insert|append|delete|remove|move|"
+    r"rename|save|put|modify)(?:$|[_\-.]|[A-Z])|(?:write|edit|create|update|replace|patch|insert|"
+    r"append|delete|remove|move|rename|save|modify)(?=[A-Z_]|$)",
+)
+_READ_WORDS = re.compile(
+    r"(?:^|[_\-.])(?:read|view|open|get|cat|show|fetch)(?:$|[_\-.]|[A-Z])|^(?:read|view|open|get)"
+)
+_CONTENT_KEYS = (
+    "content",
+    "contents",
+    "file_text",
+    "new_string",
+    "newString",
+    "new_str",
+    "edits",
+    "text",
+    "diff",
+    "patch",
+)
 
 
 def tool_kind(name: str, data: dict[str, Any]) -> ToolKind:
-    """What a (non-shell-looking) tool call does, from its name and arguments."""
+    """What a (non-shell-looking) tool call does, from its name and arguments. A tool the table
+    does not know (an ``mcp__*`` server's, Codex's ``exec_command``) is judged by its
+    arguments: a command line runs a shell, code runs an interpreter, a file with new content
+    or a diff is a write, a file named by a reading verb is a read."""
     tool = tool_name(name)
     if tool in SHELL_TOOLS:
         return "shell"
+    if tool in CODE_TOOLS:
+        return "code"
     if tool in TODO_TOOLS:
         return "todo"
     if tool in EDITOR_TOOLS:
@@ -222,7 +279,71 @@ def tool_kind(name: str, data: dict[str, Any]) -> ToolKind:
         return "read"
     if tool in SEARCH_TOOLS:
         return "search"
+    return _inferred(name, data)
+
+
+def _inferred(name: str, data: dict[str, Any]) -> ToolKind:
+    raw = name.strip().rsplit("__", 1)[-1]
+    paths = tool_paths(data)
+    if not paths and isinstance(data.get("command", data.get("cmd")), str | list):
+        return "shell" if shell_script(data).strip() else "other"
+    if not paths and any(isinstance(data.get(k), str) for k in CODE_KEYS):
+        return "code"
+    if paths and any(k in data for k in _CONTENT_KEYS):
+        return "write"
+    if shell.diff_files(patch_text(data)):
+        return "write"
+    if paths and _WRITE_WORDS.search(raw):
+        return "write"
+    if paths and _READ_WORDS.search(raw):
+        return "read"
+    if any(isinstance(data.get(k), list) for k in ("todos", "plan")):
+        return "todo"
     return "other"
+
+
+def code_text(data: dict[str, Any]) -> str:
+    """The code a code tool ran ("" when none)."""
+    return next((v for k in CODE_KEYS if isinstance(v := data.get(k), str)), "")
+
+
+_CELL_SHELL = re.compile(r"^\s*!(.+)$", re.M)
+_CELL_MAGIC = re.compile(r"^%%(?:bash|sh|script \w+)\s*\n(.*)", re.S)
+
+
+def cell_shell(code: str) -> str:
+    """The shell lines of an IPython cell: ``!cmd`` lines and a ``%%bash`` cell's body."""
+    magic = _CELL_MAGIC.match(code.lstrip())
+    if magic:
+        return magic.group(1)
+    return "\n".join(m.group(1) for m in _CELL_SHELL.finditer(code))
+
+
+def todo_items(data: dict[str, Any]) -> list[tuple[str, str]] | None:
+    """A plan tool's items as (text, status), in order; ``None`` when ``data`` holds no list."""
+    for key in TODO_LIST_KEYS:
+        value = data.get(key)
+        if isinstance(value, list):
+            out: list[tuple[str, str]] = []
+            for item in value:
+                if isinstance(item, str) and item.strip():
+                    out.append((item, "pending"))
+                elif isinstance(item, dict):
+                    text = next(
+                        (v for k in TODO_TEXT_KEYS if isinstance(v := item.get(k), str)), ""
+                    )
+                    if text.strip():
+                        out.append((text, str(item.get("status", "pending")).lower()))
+            return out
+    return None
+
+
+def unfinished(items: list[tuple[str, str]]) -> list[str]:
+    """The items not done yet: the one in progress first, then the pending ones, in order."""
+    open_ = [(t, st) for t, st in items if st not in _DONE]
+    return [t for t, st in open_ if st in ("in_progress", "in-progress", "active")] + [
+        t for t, st in open_ if st not in ("in_progress", "in-progress", "active")
+    ]
 
 
 def main_argument(name: str, data: dict[str, Any]) -> str:
@@ -326,6 +447,8 @@ WRITERS = frozenset(
         "chmod",
         "chown",
         "patch",
+        "ed",
+        "ex",
     }
 )
 _QUIET_GIT = frozenset({"grep", "log", "show", "diff", "status", "blame", "branch", "remote"})
@@ -461,7 +584,7 @@ def classify(cmd: shell.Command) -> CommandKind:
             return "runner"
         return "writer" if writes else "search"
     if prog in VIEWERS:
-        if prog == "sed" and shell.in_place(cmd):
+        if shell.in_place(cmd):
             return "writer"
         return "writer" if writes else "viewer"
     if prog in WRITERS or shell.in_place(cmd):
@@ -500,3 +623,12 @@ def runs_something(commands: list[shell.Command]) -> bool:
     """Whether a call's output is a program's own (its errors are the session's), i.e. not
     only viewers and searches whose output quotes files."""
     return _STRENGTH[call_kind(commands)] >= _STRENGTH["writer"]
+
+
+def no_match(commands: list[shell.Command], output: str) -> bool:
+    """Exit 1 of a call that only searches and shows (``grep``, ``rg``, ``find``): nothing was
+    found, nothing failed -- unless its output says otherwise."""
+    kinds = {classify(c) for c in commands}
+    return (
+        "search" in kinds and kinds <= {"search", "viewer"} and not outputs.error_signatures(output)
+    )

@@ -195,7 +195,8 @@ async def test_replayed_opencode_run_makes_the_same_decisions(
         assert compacted_at  # each run compacts
 
         # The summary requests: the same messages and max_tokens OpenCode sent. The writer is
-        # asked for OpenCode's budget less what the ledger appended after it takes.
+        # asked for OpenCode's budget less what the ledger appended after it takes (its task,
+        # compaction.taskBudget, excepted).
         page = await c.request("session/messages", {"sessionID": sid})
         ours_made = [m for m in page["messages"] if _daemon_made(m)]
         stored_summaries = [
@@ -213,7 +214,8 @@ async def test_replayed_opencode_run_makes_the_same_decisions(
             stored_ledger = ledger.parse(text)
             assert stored_ledger is not None
             block = ledger.render(stored_ledger)
-            assert ours["max_tokens"] == expected - ledger.tokens(block) - 1
+            task = ledger.task_tokens(stored_ledger)  # the task rides on top of the budget
+            assert ours["max_tokens"] == expected - (ledger.tokens(block) - task) - 1
 
         # Stored shapes OpenCode's readers accept.
         markers = [p for m in ours_made for p in m["parts"] if p["type"] == "compaction"]

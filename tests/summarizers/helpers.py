@@ -118,6 +118,20 @@ def writer_config(provider: dict[str, Any], **fields: Any) -> SummarizerConfig:
     return SummarizerConfig(**{**limits, **provider, **fields})
 
 
+def offline_summary(history: list[WithParts], max_tokens: int = 4_000) -> str:
+    """The offline writer's summary of ``history`` under OpenCode's prompts."""
+    from sidecar.summarizers.extractive import summarize_extractive
+
+    req = SummaryRequest(
+        system=COMPACTION_SYSTEM,
+        prompt=DEFAULT_PROMPT,
+        history=history,
+        rendered=[],
+        max_tokens=max_tokens,
+    )
+    return summarize_extractive(req)
+
+
 def summary_request(defaults: dict[str, Any], **fields: Any) -> SummaryRequest:
     """A request with OpenCode's compaction system prompt and default prompt."""
     prompts = {"system": COMPACTION_SYSTEM, "prompt": DEFAULT_PROMPT}

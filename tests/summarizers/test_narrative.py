@@ -106,8 +106,8 @@ def test_latest_request_only_when_it_changed_course() -> None:
 def test_what_was_done_names_each_file_with_what_changed_it() -> None:
     done = section(summarize_extractive(request(session())), "What was done").splitlines()
     assert done == [
-        "- src/importer.py — edit",
-        "- tests/data.csv — `sed -i 's/,/;/' tests/data.csv`",
+        "- src/importer.py — edited: `a` → `b`",
+        "- tests/data.csv — by `sed -i 's/,/;/' tests/data.csv`",
     ]  # README.md: its write failed, nothing changed
 
 
@@ -134,7 +134,7 @@ def test_current_state_is_the_last_run_change_and_words() -> None:
         "- Last test run: `cd repo && pytest tests/test_importer.py` → exit 1: "
         "ValueError: bad delimiter ';'",
         "- Last command: `python -m mypy src` → ok",
-        "- Last change: tests/data.csv (`sed -i 's/,/;/' tests/data.csv`)",
+        "- Last change: tests/data.csv — by `sed -i 's/,/;/' tests/data.csv`",
         "- Assistant's last message: I'll rewrite read_all() as a generator.",
     ]
     assert all(len(line) <= STATE_LINE_CHARS + 30 for line in state)
@@ -149,12 +149,9 @@ def test_current_state_says_what_the_assistant_said_it_would_do() -> None:
     assert "- Assistant said it would: Now let me run the tests to check it." in state
 
 
-def test_next_steps_are_the_stated_plan_and_open_todos() -> None:
+def test_next_steps_are_the_latest_plans_unfinished_items() -> None:
     steps = section(summarize_extractive(request(session())), "Next steps").splitlines()
-    assert steps == ["- handle quoted fields", "- I'll rewrite read_all() as a generator."]
-    history = session()[:-2]  # the plan stated in the third message is the newest
-    steps = section(summarize_extractive(request(history)), "Next steps").splitlines()
-    assert "- Next I will handle quoted fields in parse_row()." in steps
+    assert steps == ["- handle quoted fields"]  # the plan wins over the last sentence
     assert "- read the importer" not in steps  # a completed todo is no next step
 
 

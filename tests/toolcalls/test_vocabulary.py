@@ -148,7 +148,7 @@ def test_the_ledger_and_the_extractive_writer_share_one_vocabulary() -> None:
     from sidecar.summarizers import extractive
 
     assert ledger_module.SHELL_TOOLS is tools.SHELL_TOOLS
-    assert extractive.SHELL_TOOLS is tools.SHELL_TOOLS
+    assert extractive.tool_kind is tools.tool_kind
     assert extractive.tool_kind is tools.tool_kind
     assert extractive.shell_modified_files("sed -i 's/a/b/' x.py") == ["x.py"]
 

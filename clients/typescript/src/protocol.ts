@@ -1205,6 +1205,7 @@ export interface CompactionConfig {
   timeBudget?: number;
   prunedStub?: "informative" | "opencode";
   verifySummary?: boolean;
+  taskBudget?: number;
   triggerTokens?: number | null;
   keep?: KeepConfig;
   prompt?: string | null;

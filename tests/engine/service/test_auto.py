@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sidecar.engine import ledger
 from sidecar.engine.compactor import Request
 from sidecar.engine.tokens import estimate
 from sidecar.engine.window import load_window
@@ -372,26 +373,34 @@ async def test_collapse_still_merges_previous_summaries(store: Store) -> None:
     assert all(not (isinstance(m.info, AssistantMessage) and m.info.summary) for m in req.history)
 
 
+def _task_tokens(block: str) -> int:
+    found = ledger.parse(block)
+    assert found is not None
+    return ledger.task_tokens(found)
+
+
 async def test_summary_budget_is_capped_by_the_model_window(store: Store) -> None:
     # 16k context, 4k output: usable 12k, so a summary may take 3,000 tokens, not 10,000.
     h = Harness(store, {"models": {"acme/small": {"context": 16_000, "output": 4_000}}})
     req = await _first_compaction(h, model=ModelRef(provider_id="acme", model_id="small"))
-    # The writer gets the budget less what the artifact ledger appended after it takes.
-    ledger_tokens = estimate(req.ledger)
+    # The writer gets the budget less what the artifact ledger appended after it takes; the
+    # task (its first and latest requests, compaction.taskBudget) rides on top of the budget.
+    ledger_tokens = estimate(req.ledger) - _task_tokens(req.ledger)
     assert ledger_tokens > 0
     assert req.max_tokens == 3_000 - ledger_tokens - 1
     big = Harness(store)  # claude-sonnet-4-5: usable 168k, so summaryMaxTokens (10k) rules
     req = await _first_compaction(big)
-    assert req.max_tokens == 10_000 - estimate(req.ledger) - 1
+    assert req.max_tokens == 10_000 - (estimate(req.ledger) - _task_tokens(req.ledger)) - 1
+
     # OpenCode's figure, min(limit.output, 32000): summaryMaxTokens 32000, no share cap.
     oc = Harness(store, {"compaction": {"summaryMaxTokens": 32_000, "summaryShare": 0}})
     req = await _first_compaction(oc)
     # claude-sonnet-4-5's output limit is 64k
-    assert req.max_tokens == 32_000 - estimate(req.ledger) - 1
+    assert req.max_tokens == 32_000 - (estimate(req.ledger) - _task_tokens(req.ledger)) - 1
     tiny = Harness(store, {"models": {"acme/tiny": {"context": 16_000, "output": 2_000}}})
     req = await _first_compaction(tiny, model=ModelRef(provider_id="acme", model_id="tiny"))
     # never above the model's output limit
-    assert req.max_tokens == 2_000 - estimate(req.ledger) - 1
+    assert req.max_tokens == 2_000 - (estimate(req.ledger) - _task_tokens(req.ledger)) - 1
 
 
 @pytest.mark.parametrize("hint", [False, True])
