@@ -1,0 +1,346 @@
+"""The OpenCode plugin in the real OpenCode (1.18.34, headless `opencode serve`), end to end.
+
+Each test scripts a session over OpenCode's HTTP API; every turn asks the fake model to read a
+large file (about 10,000 tokens at the 60,000-token window). What the model was sent is what
+the fake LLM recorded; what the daemon did is what its subscriber heard and what it stored.
+The figures each run observed are printed (`-s` shows them).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agents.fake_llm import FakeLLM, Request, text_of
+from tests.agents.opencode_run import (
+    HOW_TO_INSTALL,
+    OpenCode,
+    Watch,
+    make_files,
+    plugin_entry,
+    sidecar_connect_args,
+    stop_daemon,
+)
+
+WINDOW = 60_000
+OUTPUT = 4_000
+FILE_KB = 40  # a read of one file: about 41,000 characters, 10,300 tokens
+
+
+def _required(var: str) -> Path:
+    value = os.environ.get(var)
+    if value and Path(value).exists():
+        return Path(value)
+    reason = f"${var} is {'not set' if not value else f'{value!r}, missing'}: {HOW_TO_INSTALL}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"the OpenCode end-to-end tests are required under CI: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def opencode_bin() -> Path:
+    """The `opencode-linux-x64` 1.18.34 platform binary."""
+    return _required("SIDECAR_OPENCODE_BIN")
+
+
+@pytest.fixture(scope="module")
+def opencode_plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The plugin's entry file, unpacked from the packed `compaction-sidecar-opencode`."""
+    packed = _required("SIDECAR_OPENCODE_PLUGIN")
+    return plugin_entry(packed, tmp_path_factory.mktemp("opencode-plugin"))
+
+
+@dataclass
+class Run:
+    root: Path
+    llm: FakeLLM
+    oc: OpenCode
+    watch: Watch | None
+
+    def read_turn(self, sid: str, i: int) -> dict[str, Any]:
+        path = self.oc.proj / f"big{i:03d}.txt"
+        return self.oc.say(sid, f"Turn {i}: what is in {path.name}?\n@@tool read {path}")
+
+    def daemon(self, method: str, params: dict[str, Any]) -> Any:
+        assert self.watch is not None
+        return self.watch.run(self.watch.client.request(method, params))
+
+    def summaries(self, sid: str) -> list[str]:
+        """The text of every summary the daemon wrote for the session."""
+        page = self.daemon("session/messages", {"sessionID": sid})["messages"]
+        out = []
+        for m in page:
+            info = m["info"]
+            if info["role"] == "assistant" and info.get("summary") is True:
+                text = "\n".join(p.get("text", "") for p in m["parts"] if p["type"] == "text")
+                out.append(text.strip())
+        return out
+
+
+def carries_summary(req: Request, summaries: list[str]) -> bool:
+    body = req.text()
+    return any(s[:300] in body for s in summaries if s)
+
+
+def tool_results(req: Request) -> dict[str, str]:
+    """call id -> tool output text, for the tool results a request carries."""
+    return {
+        str(m.get("tool_call_id")): text_of(m.get("content"))
+        for m in req.messages
+        if m.get("role") == "tool"
+    }
+
+
+def lacking_tool_result(main: list[Request]) -> list[int]:
+    """Requests that follow a tool call answer without that call's result."""
+    bad = []
+    for prev, req in itertools.pairwise(main):
+        if prev.tool_call is None:
+            continue
+        call_id = f"call_{prev.n:05d}"
+        if call_id not in tool_results(req):
+            bad.append(req.n)
+    return bad
+
+
+@pytest.fixture
+def start(
+    tmp_path: Path, opencode_bin: Path, opencode_plugin: Path
+) -> Iterator[Callable[..., Run]]:
+    runs: list[Run] = []
+
+    def _start(
+        daemon_config: dict[str, Any] | None = None,
+        *,
+        files: int = 12,
+        options: dict[str, Any] | None = None,
+        watch: bool = True,
+        summary_text: str = "SUMMARY {n}: we read several large files.",
+    ) -> Run:
+        root = tmp_path
+        config = None
+        if daemon_config is not None:
+            config = root / "daemon.json"
+            config.write_text(json.dumps(daemon_config))
+        llm = FakeLLM(summary_text=summary_text).start()
+        watcher = Watch(root, config) if watch else None
+        command, args = sidecar_connect_args(root, config)
+        plugin_options = {"command": command, "args": args}
+        plugin_options.update(options or {})
+        oc = OpenCode(
+            binary=opencode_bin,
+            root=root,
+            llm_url=llm.base_url,
+            plugin=opencode_plugin,
+            plugin_options=plugin_options,
+            context=WINDOW,
+            output=OUTPUT,
+        )
+        oc.proj.mkdir(parents=True, exist_ok=True)
+        make_files(oc.proj, files, FILE_KB)
+        run = Run(root, llm, oc, watcher)
+        runs.append(run)
+        oc.start()
+        return run
+
+    yield _start
+    for run in runs:
+        run.oc.stop()
+        if run.watch is not None:
+            run.watch.close()
+        stop_daemon(run.root)
+        run.llm.stop()
+
+
+def test_thirty_turns_at_a_60k_window_run_on_the_daemon(start: Callable[..., Run]) -> None:
+    """Every main request after the first compaction carries the daemon's summary, OpenCode
+    never summarizes, no request goes over the window, every compaction after the first
+    preparation is a prepared one (`compaction.prepare: 0.7`), and no step lacks the tool
+    result the model asked for in the step before."""
+    run = start({"compaction": {"prepare": 0.7}}, files=30)
+    sid = run.oc.new_session()
+    for i in range(1, 31):
+        run.read_turn(sid, i)
+    main = run.llm.requests("main")
+    summaries = run.summaries(sid)
+    records = run.daemon("session/compactions", {"sessionID": sid})["compactions"]
+    events = [e for e in run.watch.compacted() if e["sessionID"] == sid] if run.watch else []
+    first = next(i for i, r in enumerate(main) if carries_summary(r, summaries))
+    without = [r.n for r in main[first:] if not carries_summary(r, summaries)]
+    over = [(r.n, r.prompt_tokens) for r in main if r.prompt_tokens > WINDOW]
+    prepared = [e.get("prepared") for e in events]
+    print(
+        f"opencode 30 turns: {len(main)} main requests, {len(records)} daemon compactions, "
+        f"prepared {prepared}, max prompt tokens {max(r.prompt_tokens for r in main)} "
+        f"(window {WINDOW}), over the window {len(over)}, "
+        f"lacking a tool result {len(lacking_tool_result(main))}"
+    )
+    assert len(main) == 60  # a read step and an answer step per turn
+    assert run.llm.requests("summary") == []
+    ours = run.oc.messages(sid)
+    assert not [m for m in ours if m["info"].get("summary") is True]
+    assert len(records) >= 3
+    assert without == []
+    assert over == []
+    assert lacking_tool_result(main) == []
+    first_prepared = prepared.index(True) if True in prepared else len(prepared)
+    assert first_prepared < len(prepared), prepared
+    assert all(prepared[first_prepared:]), prepared
+
+
+def opencode_ids(run: Run, sid: str) -> list[str]:
+    return [m["info"]["id"] for m in run.oc.messages(sid)]
+
+
+def daemon_ids(run: Run, sid: str) -> tuple[list[str], set[str]]:
+    """The daemon's stored message ids, and those its compactions added."""
+    page = run.daemon("session/messages", {"sessionID": sid})["messages"]
+    records = run.daemon("session/compactions", {"sessionID": sid})["compactions"]
+    added = set()
+    for c in records:
+        added |= {c["messageID"], c["markerID"]} | ({c["continueID"]} - {None})
+    return [m["info"]["id"] for m in page], added
+
+
+def test_restarted_opencode_resyncs_and_the_window_continues(start: Callable[..., Run]) -> None:
+    """OpenCode stopped and started again on the same store: the plugin re-sends what it has,
+    no message is stored twice or lost, and the next request is still the daemon's window."""
+    run = start()
+    sid = run.oc.new_session()
+    for i in range(1, 8):
+        run.read_turn(sid, i)
+    before = len(run.daemon("session/compactions", {"sessionID": sid})["compactions"])
+    assert before >= 1
+    run.oc.stop()
+    run.oc.start()
+    run.llm.clear()
+    for i in range(8, 11):
+        run.read_turn(sid, i)
+    main = run.llm.requests("main")
+    summaries = run.summaries(sid)
+    stored, added = daemon_ids(run, sid)
+    ours = opencode_ids(run, sid)
+    print(
+        f"opencode restart: {len(ours)} OpenCode messages, {len(stored)} stored by the daemon "
+        f"({len(added)} its compactions added), {len(main)} main requests after the restart"
+    )
+    assert len(stored) == len(set(stored))
+    assert [i for i in stored if i not in added] == ours
+    assert all(carries_summary(r, summaries) for r in main)
+    assert lacking_tool_result(main) == []
+
+
+def test_killed_daemon_leaves_the_turn_answered_and_the_next_step_on_the_daemon(
+    start: Callable[..., Run],
+) -> None:
+    """The daemon killed mid-session: the next turn still gets its answer (a step the daemon
+    cannot serve goes out with OpenCode's own messages), and by the turn's next step the
+    window is the daemon's again, from the same store."""
+    run = start()
+    sid = run.oc.new_session()
+    for i in range(1, 8):
+        run.read_turn(sid, i)
+    assert run.watch is not None
+    pid = run.daemon("daemon/status", {})["pid"]
+    summaries = run.summaries(sid)
+    assert summaries
+    run.watch.close()
+    run.watch = None
+    os.kill(pid, signal.SIGKILL)
+    run.llm.clear()
+    answer = run.read_turn(sid, 8)
+    assert answer["info"]["role"] == "assistant" and not answer["info"].get("error")
+    step1, step2 = run.llm.requests("main")
+    ours = [m["info"]["id"] for m in run.oc.messages(sid)]
+    assert carries_summary(step1, summaries) or len(step1.messages) >= 2 * 7
+    assert carries_summary(step2, summaries)
+    assert f"call_{step1.n:05d}" in tool_results(step2)
+    log = run.oc.log_text()
+    print(
+        f"opencode daemon killed: step 1 {'daemon' if carries_summary(step1, summaries) else 'own'}"
+        f" window ({len(step1.messages)} messages), step 2 daemon window "
+        f"({len(step2.messages)} messages), {len(ours)} OpenCode messages"
+    )
+    assert log.count("the daemon's window is unavailable") <= 1
+
+
+def test_unreachable_daemon_sends_opencodes_own_messages_and_logs_once(
+    start: Callable[..., Run],
+) -> None:
+    """A daemon that cannot be started: every turn is answered with OpenCode's own messages
+    and the failure is logged once, not at every step."""
+    run = start(options={"command": "/nonexistent/compaction-sidecar"}, watch=False)
+    sid = run.oc.new_session()
+    for i in range(1, 4):
+        answer = run.read_turn(sid, i)
+        assert not answer["info"].get("error")
+    main = run.llm.requests("main")
+    assert len(main) == 6
+    assert [len(r.messages) for r in main] == sorted(len(r.messages) for r in main)
+    assert run.oc.log_text().count("cannot reach the daemon") == 1
+
+
+def normalized(req: Request, proj: Path) -> list[tuple[str, str]]:
+    """A request's messages without ids and the project's path: (role, text or tool call),
+    the system prompt left out."""
+    out = []
+    for m in req.messages:
+        if m.get("role") == "system":
+            continue
+        calls = [c["function"]["name"] for c in m.get("tool_calls") or []]
+        text = text_of(m.get("content")) + "|".join(calls)
+        out.append((str(m.get("role")), text.replace(str(proj), "PROJ")))
+    return out
+
+
+def test_manual_compact_window_equals_opencodes_next_request(
+    start: Callable[..., Run], tmp_path: Path, opencode_bin: Path, opencode_plugin: Path
+) -> None:
+    """After a manual `/compact` (OpenCode's own compaction, mirrored), the daemon's window is
+    what OpenCode alone sends next: its marker, its summary and its tail. OpenCode alone is
+    the same script run in a second OpenCode without the plugin (its automatic compaction off
+    too, so both histories match)."""
+
+    def script(oc: OpenCode, llm: FakeLLM) -> Request:
+        sid = oc.new_session()
+        for i in range(1, 5):
+            path = oc.proj / f"big{i:03d}.txt"
+            oc.say(sid, f"Turn {i}: what is in {path.name}?\n@@tool read {path}")
+        oc.summarize(sid)
+        llm.clear()
+        oc.say(sid, "And now?")
+        (req,) = llm.requests("main")
+        return req
+
+    run = start(summary_text="SUMMARY: four files were read.")
+    with_plugin = script(run.oc, run.llm)
+    alone_root = tmp_path / "alone"
+    with FakeLLM(summary_text="SUMMARY: four files were read.") as llm:
+        oc = OpenCode(
+            binary=opencode_bin,
+            root=alone_root,
+            llm_url=llm.base_url,
+            plugin=None,
+            plugin_options={},
+            context=WINDOW,
+            output=OUTPUT,
+            extra_config={"compaction": {"auto": False, "prune": False}},
+        )
+        oc.proj.mkdir(parents=True)
+        make_files(oc.proj, 4, FILE_KB)
+        oc.start()
+        try:
+            alone = script(oc, llm)
+        finally:
+            oc.stop()
+    ours, theirs = normalized(with_plugin, run.oc.proj), normalized(alone, oc.proj)
+    print(f"opencode /compact: {len(ours)} messages with the plugin, {len(theirs)} alone")
+    assert ours == theirs
