@@ -260,6 +260,9 @@ def test_killed_daemon_leaves_the_turn_answered_and_the_next_step_on_the_daemon(
     assert answer["info"]["role"] == "assistant" and not answer["info"].get("error")
     step1, step2 = run.llm.requests("main")
     ours = [m["info"]["id"] for m in run.oc.messages(sid)]
+    run.watch = Watch(run.root)
+    before = len(summaries)
+    summaries = run.summaries(sid)
     assert carries_summary(step1, summaries) or len(step1.messages) >= 2 * 7
     assert carries_summary(step2, summaries)
     assert f"call_{step1.n:05d}" in tool_results(step2)
@@ -267,7 +270,8 @@ def test_killed_daemon_leaves_the_turn_answered_and_the_next_step_on_the_daemon(
     print(
         f"opencode daemon killed: step 1 {'daemon' if carries_summary(step1, summaries) else 'own'}"
         f" window ({len(step1.messages)} messages), step 2 daemon window "
-        f"({len(step2.messages)} messages), {len(ours)} OpenCode messages"
+        f"({len(step2.messages)} messages), {len(ours)} OpenCode messages, "
+        f"daemon summaries {before} before the kill, {len(summaries)} after the turn"
     )
     assert log.count("the daemon's window is unavailable") <= 1
 

@@ -132,8 +132,11 @@ export class Bridge {
       });
       const link = new Link(client);
       void client.onClosed.then(() => {
+        // The daemon went away (killed, stopped, restarted): connect again for the next step.
+        if (link.dead) return;
         link.dead = true;
         if (this.link === link) this.link = undefined;
+        void this.connect();
       });
       try {
         await client.updateConfig(OVERLAY);
@@ -171,18 +174,23 @@ export class Bridge {
     return this.connecting;
   }
 
-  /** For a model step: the first connection is waited for; after a lost one, this step goes
-   * out with OpenCode's messages and the next finds the new connection. */
+  /** For a model step: a connection under way (the first one, or the one started when the
+   * last was lost) is waited for; otherwise, once connected before, a new attempt starts and
+   * this step goes out with OpenCode's messages, so a daemon that stays away never makes
+   * every step wait. */
   private async linkForStep(): Promise<Link | undefined> {
     if (this.link && !this.link.dead) return this.link;
-    const pending = this.connect();
-    return this.everConnected ? undefined : pending;
+    if (this.connecting || !this.everConnected) return this.connect();
+    void this.connect();
+    return undefined;
   }
 
+  /** A link that failed a step: closed, and a new connection started for the next step. */
   private drop(link: Link): void {
     link.dead = true;
     if (this.link === link) this.link = undefined;
     void link.client.dispose().catch(() => undefined);
+    void this.connect();
   }
 
   /** For the recall tools: wait for a connection. */
