@@ -180,7 +180,7 @@ def sample(runs: list[Replayed], n: int, seed: int) -> tuple[list[tuple[str, str
 
 async def found_in_top(store: Store, sid: str, query: str) -> tuple[bool, float]:
     start = time.perf_counter()
-    hits = await store.search_history(sid, query, TOP)
+    hits = (await store.search_history(sid, query, TOP)).hits
     took = time.perf_counter() - start
     needle = norm(query)
     for hit in hits:
