@@ -348,3 +348,39 @@ def test_manual_compact_window_equals_opencodes_next_request(
     ours, theirs = normalized(with_plugin, run.oc.proj), normalized(alone, oc.proj)
     print(f"opencode /compact: {len(ours)} messages with the plugin, {len(theirs)} alone")
     assert ours == theirs
+
+
+def test_recall_tool_returns_a_tool_output_compacted_away(start: Callable[..., Run]) -> None:
+    """The model calls the plugin's `history_search` (through the fake LLM): it finds the
+    output of a read that a compaction took out of the window turns earlier, and not the
+    search call itself nor the message asking for it; `history_expand` returns that output."""
+    run = start()
+    sid = run.oc.new_session()
+    for i in range(1, 8):
+        run.read_turn(sid, i)
+    assert run.daemon("session/compactions", {"sessionID": sid})["compactions"]
+    line = "f002 l000100"
+    run.llm.clear()
+    run.oc.say(sid, f'Where did I see {line}?\n@@tool history_search {{"query": "{line}"}}')
+    ask, answer = run.llm.requests("main")
+    assert not [out for out in tool_results(ask).values() if line in out]  # compacted away
+    found = tool_results(answer)[f"call_{ask.n:05d}"]
+    stored = run.daemon("session/messages", {"sessionID": sid})["messages"]
+    parts = {p["id"]: p for m in stored for p in m["parts"]}
+    read_part = next(
+        p
+        for p in parts.values()
+        if p["type"] == "tool" and p["state"]["input"].get("filePath", "").endswith("big002.txt")
+    )
+    asking = next(m["info"]["id"] for m in stored if "Where did I see" in json.dumps(m["parts"]))
+    hits = [h.split(" ", 3) for h in found.splitlines()]
+    print(f"opencode recall: {len(hits)} hits, first {hits[0][:3] if hits else None}")
+    assert [read_part["messageID"], read_part["id"]] in [h[:2] for h in hits]
+    assert all(parts.get(h[1], {}).get("tool") != "history_search" for h in hits)
+    assert all(h[0] != asking for h in hits)
+    run.llm.clear()
+    expand = {"messageID": read_part["messageID"], "partID": read_part["id"], "offset": 0}
+    run.oc.say(sid, f"Show it.\n@@tool history_expand {json.dumps(expand)}")
+    asked, shown = run.llm.requests("main")
+    content = tool_results(shown)[f"call_{asked.n:05d}"]
+    assert line in content
