@@ -125,6 +125,17 @@ def decode_part(raw: str | bytes) -> Part:
     return part
 
 
+def may_keep_prune_mark(part: Part) -> bool:
+    """A completed tool output written without ``state.time.compacted``: if the stored part
+    was pruned and has the same output, the write keeps its mark (``Store.prune_mark_of``)."""
+    return (
+        isinstance(part, ToolPart)
+        and isinstance(part.state, ToolCompleted)
+        and not part.state.time.compacted
+        and bool(part.id)
+    )
+
+
 def _text(raw: bytes | str) -> str:
     return raw if isinstance(raw, str) else raw.decode()
 
@@ -491,6 +502,32 @@ class Store:
             return None
         rows = await self._db.query("SELECT data FROM parts WHERE id = ?", (part_id,))
         return (decode_part(rows[0][0]), rows[0][0]) if rows else None
+
+    async def prune_mark_of(self, part: Part) -> int | None:
+        """The prune mark a write of ``part`` (``may_keep_prune_mark``) keeps: the stored
+        part's ``state.time.compacted`` when it has one and the same output. A mirror that
+        re-sends what its agent stored (after a restart, say) knows nothing of the daemon's
+        prunes; only a changed output, or ``session/uncompact``, makes a pruned output new."""
+        if not isinstance(part, ToolPart) or not isinstance(part.state, ToolCompleted):
+            return None
+        if "\x00" in part.id:
+            return None
+        rows = await self._db.query_point("SELECT data FROM parts WHERE id = ?", (part.id,))
+        if not rows:
+            return None
+        try:
+            old = decode_part(rows[0][0])
+        except (msgspec.DecodeError, msgspec.ValidationError):  # a row no write would make now
+            return None
+        if (
+            isinstance(old, ToolPart)
+            and isinstance(old.state, ToolCompleted)
+            and old.message_id == part.message_id
+            and old.state.time.compacted
+            and old.state.output == part.state.output
+        ):
+            return old.state.time.compacted
+        return None
 
     async def message_key(self, message_id: str) -> Key | None:
         if "\x00" in message_id:
@@ -1239,7 +1276,8 @@ async def rows_in(
 
 
 class _Tail(msgspec.Struct):
-    tailStartID: str | None = None  # the stored JSON's name
+    tailStartID: str | None = None  # the stored JSON's names: the daemon's (collapse),
+    tail_start_id: str | None = None  # OpenCode >= 1.14's
 
 
 class _Text(msgspec.Struct):
@@ -1251,8 +1289,10 @@ _text_decoder = msgspec.json.Decoder(_Text)
 
 
 def _tail_start(data: str) -> str | None:
-    """A compaction part's ``tailStartID`` (decoded here: the same on every backend)."""
-    tail: str | None = _tail_decoder.decode(shallow_json(data)).tailStartID
+    """A compaction part's ``tailStartID`` or ``tail_start_id`` (decoded here: the same on
+    every backend)."""
+    got = _tail_decoder.decode(shallow_json(data))
+    tail: str | None = got.tailStartID or got.tail_start_id
     return tail
 
 
