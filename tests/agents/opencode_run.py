@@ -92,6 +92,9 @@ class OpenCode:
     context: int = 60_000
     output: int = 4_000
     extra_config: dict[str, Any] = field(default_factory=dict)
+    # False: the plugin is a file in the project's `.opencode/plugin/` (options then come
+    # from the environment, `env_extra`), not an entry of opencode.json's `plugin`.
+    plugin_config: bool = True
     env_extra: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     base: str = ""
@@ -120,7 +123,7 @@ class OpenCode:
             "lsp": False,
             "formatter": False,
             "permission": {"bash": "allow", "edit": "allow", "read": "allow"},
-            "plugin": [[self.plugin.as_uri(), self.plugin_options]] if self.plugin else [],
+            "plugin": [[self.plugin.as_uri(), self.plugin_options]] if self.plugin_config else [],
             "provider": {
                 "fake": {
                     "npm": "@ai-sdk/openai-compatible",
@@ -131,6 +134,10 @@ class OpenCode:
             },
         }
         cfg.update(self.extra_config)
+        if self.plugin is not None and not self.plugin_config:
+            folder = self.proj / ".opencode" / "plugin"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "compaction-sidecar.js").write_bytes(self.plugin.read_bytes())
         (self.proj / "opencode.json").write_text(json.dumps(cfg, indent=1))
 
     def start(self, timeout: float = 60) -> None:

@@ -122,6 +122,7 @@ def start(
         *,
         files: int = 12,
         options: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
         watch: bool = True,
         summary_text: str = "SUMMARY {n}: we read several large files.",
     ) -> Run:
@@ -133,7 +134,7 @@ def start(
         llm = FakeLLM(summary_text=summary_text).start()
         watcher = Watch(root, config) if watch else None
         command, args = sidecar_connect_args(root, config)
-        plugin_options = {"command": command, "args": args}
+        plugin_options: dict[str, Any] = {"command": command, "args": args}
         plugin_options.update(options or {})
         oc = OpenCode(
             binary=opencode_bin,
@@ -143,6 +144,8 @@ def start(
             plugin_options=plugin_options,
             context=WINDOW,
             output=OUTPUT,
+            env_extra=env or {},
+            plugin_config=env is None,
         )
         oc.proj.mkdir(parents=True, exist_ok=True)
         make_files(oc.proj, files, FILE_KB)
@@ -280,8 +283,10 @@ def test_unreachable_daemon_sends_opencodes_own_messages_and_logs_once(
     start: Callable[..., Run],
 ) -> None:
     """A daemon that cannot be started: every turn is answered with OpenCode's own messages
-    and the failure is logged once, not at every step."""
-    run = start(options={"command": "/nonexistent/compaction-sidecar"}, watch=False)
+    and the failure is logged once, not at every step. The plugin is a file in the project's
+    `.opencode/plugin/` here, configured through the environment."""
+    env = {"COMPACTION_SIDECAR_COMMAND": "/nonexistent/compaction-sidecar"}
+    run = start(env=env, watch=False)
     sid = run.oc.new_session()
     for i in range(1, 4):
         answer = run.read_turn(sid, i)
@@ -289,7 +294,8 @@ def test_unreachable_daemon_sends_opencodes_own_messages_and_logs_once(
     main = run.llm.requests("main")
     assert len(main) == 6
     assert [len(r.messages) for r in main] == sorted(len(r.messages) for r in main)
-    assert run.oc.log_text().count("cannot reach the daemon") == 1
+    log = run.oc.log_text()
+    assert log.count("cannot reach the daemon (/nonexistent/compaction-sidecar connect)") == 1
 
 
 def normalized(req: Request, proj: Path) -> list[tuple[str, str]]:
