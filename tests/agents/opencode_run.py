@@ -123,7 +123,9 @@ class OpenCode:
             "lsp": False,
             "formatter": False,
             "permission": {"bash": "allow", "edit": "allow", "read": "allow"},
-            "plugin": [[self.plugin.as_uri(), self.plugin_options]] if self.plugin_config else [],
+            "plugin": [[self.plugin.as_uri(), self.plugin_options]]
+            if self.plugin and self.plugin_config
+            else [],
             "provider": {
                 "fake": {
                     "npm": "@ai-sdk/openai-compatible",

@@ -354,6 +354,11 @@ def test_manual_compact_window_equals_opencodes_next_request(
     ours, theirs = normalized(with_plugin, run.oc.proj), normalized(alone, oc.proj)
     print(f"opencode /compact: {len(ours)} messages with the plugin, {len(theirs)} alone")
     assert ours == theirs
+    summary = [i for i, (role, text) in enumerate(ours) if text == "SUMMARY: four files were read."]
+    assert summary and ours[summary[0] - 1][0] == "user"  # the marker, then the summary
+    assert ("user", "Turn 4: what is in big004.txt?\n@@tool read PROJ/big004.txt") in ours[
+        summary[0] :
+    ]  # and OpenCode's kept tail after it
 
 
 def test_recall_tool_returns_a_tool_output_compacted_away(start: Callable[..., Run]) -> None:
