@@ -8,7 +8,9 @@ when the daemon must fill something in (a missing id or creation time) is it re-
 from __future__ import annotations
 
 import asyncio
+import functools
 from asyncio import Future
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -96,13 +98,19 @@ async def _update_keeping_created(ctx: Context, info: Message, raw: bytes, done:
     except Exception as exc:
         done(None, exc)
         return
+    await _answered(functools.partial(_store_message, ctx, info, raw), done)
+
+
+async def _answered(queue: Callable[[Done[Any]], None], done: Done[Any]) -> None:
+    """``queue(reply)`` queues a write read first; return once it is answered, so that the
+    connection's later requests, held behind this task, follow it."""
     answered = asyncio.get_running_loop().create_future()
 
     def reply(result: Any, exc: BaseException | None) -> None:
         done(result, exc)
         answered.set_result(None)
 
-    _store_message(ctx, info, raw, reply)
+    queue(reply)
     await answered
 
 
@@ -174,14 +182,7 @@ async def _update_keeping_mark(ctx: Context, part: Part, raw: bytes, done: Done[
     except Exception as exc:
         done(None, exc)
         return
-    answered = asyncio.get_running_loop().create_future()
-
-    def reply(result: Any, exc: BaseException | None) -> None:
-        done(result, exc)
-        answered.set_result(None)
-
-    _store_part(ctx, part, raw, reply)
-    await answered
+    await _answered(functools.partial(_store_part, ctx, part, raw), done)
 
 
 def _store_part(ctx: Context, part: Part, raw: bytes, done: Done[Any]) -> None:
