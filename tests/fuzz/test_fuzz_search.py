@@ -10,7 +10,8 @@ go out in windows of ``WINDOW``, pipelined, against a session seeded with text, 
 recall parts.
 
 Invariants: the daemon never exits; every request whose id survived gets exactly one reply
-(a frame no longer valid JSON may be answered ``id: null``); no reply is -32603; a result has
+(a frame no longer valid JSON may be answered ``id: null``; an id a mutation turned into one
+of a later request's is allowed that one reply more); no reply is -32603; a result has
 ``hits`` and ``partial``. The summary line (inputs, replies by code, unanswered, exits) is
 printed at the end (``pytest -s``).
 
@@ -121,6 +122,9 @@ class SearchFuzzer:
         self.ids = ids
         self.inputs: collections.Counter[str] = collections.Counter()
         self.unanswered = 0
+        #: Ids a mutated frame turned into another (its reply comes under that id, which a
+        #: later request of ours may have too): the replies that id may get on top of one.
+        self.stray: collections.Counter[Any] = collections.Counter()
 
     def query(self) -> Any:
         r = self.rng.random()
@@ -233,6 +237,8 @@ class SearchFuzzer:
         for call, body in sent:
             parsed = loads(body.decode("utf-8", "surrogateescape"))
             if not isinstance(parsed, dict) or parsed.get("id") != call.id:
+                if isinstance(parsed, dict) and isinstance(parsed.get("id"), int | str):
+                    self.stray[parsed["id"]] += 1
                 call.cancel()
                 continue
             if "method" not in parsed and ("result" in parsed or "error" in parsed):
@@ -256,7 +262,7 @@ class SearchFuzzer:
                 self.unanswered += 1
                 call.cancel()
                 continue
-            assert answers == 1, f"{answers} replies to {body[:300]!r}"
+            assert 1 <= answers <= 1 + self.stray[call.id], f"{answers} replies to {body[:300]!r}"
             ok, payload = call._future.result()
             if ok:
                 result = json.loads(bytes(payload))
