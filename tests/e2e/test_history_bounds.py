@@ -3,6 +3,7 @@ large for PostgreSQL's text-search vector: a real daemon over stdio, on each bac
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -223,3 +224,24 @@ async def test_a_64_mb_output_with_the_frame_limit_raised(spawner: Any) -> None:
         {"server": {"maxFrameBytes": big, "maxOutgoingBytes": big, "maxReplyBytes": big}}
     )
     await large_output_case(client, 64)
+
+
+async def test_a_lone_surrogate_escape_is_answered_under_its_id(shared: Client) -> None:
+    """JSON's grammar allows ``"\\ud800"``; the decoder refuses it. The reply still carries
+    the request's id (found by the search fuzzer: it went out with ``id: null``)."""
+    call = shared.reserve_call(timeout=30)
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": call.id,
+            "method": "history/search",
+            "params": {"sessionID": "*", "query": "fix \ud800 bug"},
+        }
+    ).encode()
+    assert b"\\ud800" in body
+    nulls = len(shared.unsolicited_errors())
+    shared.send_frame(body)
+    with pytest.raises(RpcError) as caught:
+        await call
+    assert caught.value.code == -32700
+    assert len(shared.unsolicited_errors()) == nulls
