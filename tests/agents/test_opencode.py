@@ -12,7 +12,7 @@ import itertools
 import json
 import os
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,13 +111,16 @@ def lacking_tool_result(main: list[Request]) -> list[int]:
     return bad
 
 
-@pytest.fixture
-def start(
-    tmp_path: Path, opencode_bin: Path, opencode_plugin: Path
-) -> Iterator[Callable[..., Run]]:
-    runs: list[Run] = []
+class Runs:
+    """Starts runs under `root` (OpenCode, the fake LLM, the plugin's own daemon, a watcher)
+    and stops them all at the end."""
 
-    def _start(
+    def __init__(self, root: Path, binary: Path, plugin: Path) -> None:
+        self.root, self.binary, self.plugin = root, binary, plugin
+        self.runs: list[Run] = []
+
+    def __call__(
+        self,
         daemon_config: dict[str, Any] | None = None,
         *,
         files: int = 12,
@@ -126,7 +129,7 @@ def start(
         watch: bool = True,
         summary_text: str = "SUMMARY {n}: we read several large files.",
     ) -> Run:
-        root = tmp_path
+        root = self.root
         config = None
         if daemon_config is not None:
             config = root / "daemon.json"
@@ -137,10 +140,10 @@ def start(
         plugin_options: dict[str, Any] = {"command": command, "args": args}
         plugin_options.update(options or {})
         oc = OpenCode(
-            binary=opencode_bin,
+            binary=self.binary,
             root=root,
             llm_url=llm.base_url,
-            plugin=opencode_plugin,
+            plugin=self.plugin,
             plugin_options=plugin_options,
             context=WINDOW,
             output=OUTPUT,
@@ -150,47 +153,85 @@ def start(
         oc.proj.mkdir(parents=True, exist_ok=True)
         make_files(oc.proj, files, FILE_KB)
         run = Run(root, llm, oc, watcher)
-        runs.append(run)
+        self.runs.append(run)
         oc.start()
         return run
 
-    yield _start
-    for run in runs:
-        run.oc.stop()
-        if run.watch is not None:
-            run.watch.close()
-        stop_daemon(run.root)
-        run.llm.stop()
+    def close(self) -> None:
+        for run in self.runs:
+            run.oc.stop()
+            if run.watch is not None:
+                run.watch.close()
+            stop_daemon(run.root)
+            run.llm.stop()
 
 
-def test_thirty_turns_at_a_60k_window_run_on_the_daemon(start: Callable[..., Run]) -> None:
+@pytest.fixture
+def start(tmp_path: Path, opencode_bin: Path, opencode_plugin: Path) -> Iterator[Runs]:
+    runs = Runs(tmp_path, opencode_bin, opencode_plugin)
+    yield runs
+    runs.close()
+
+
+@dataclass
+class LongSession:
+    """30 turns at the 60,000-token window with `compaction.prepare: 0.7`, each reading a
+    file, and what was seen by then (later tests may go on in the same session)."""
+
+    run: Run
+    sid: str
+    main: list[Request]
+    summaries: list[str]
+    records: list[dict[str, Any]]
+    prepared: list[Any]
+    opencode_summaries: int  # summary requests OpenCode sent plus summaries it stored
+
+
+@pytest.fixture(scope="module")
+def long_session(
+    tmp_path_factory: pytest.TempPathFactory, opencode_bin: Path, opencode_plugin: Path
+) -> Iterator[LongSession]:
+    runs = Runs(tmp_path_factory.mktemp("long"), opencode_bin, opencode_plugin)
+    try:
+        run = runs({"compaction": {"prepare": 0.7}}, files=30)
+        sid = run.oc.new_session()
+        for i in range(1, 31):
+            run.read_turn(sid, i)
+        assert run.watch is not None
+        events = [e for e in run.watch.compacted() if e["sessionID"] == sid]
+        yield LongSession(
+            run,
+            sid,
+            run.llm.requests("main"),
+            run.summaries(sid),
+            run.daemon("session/compactions", {"sessionID": sid})["compactions"],
+            [e.get("prepared") for e in events],
+            len(run.llm.requests("summary"))
+            + sum(1 for m in run.oc.messages(sid) if m["info"].get("summary") is True),
+        )
+    finally:
+        runs.close()
+
+
+def test_thirty_turns_at_a_60k_window_run_on_the_daemon(long_session: LongSession) -> None:
     """Every main request after the first compaction carries the daemon's summary, OpenCode
     never summarizes, no request goes over the window, every compaction after the first
     preparation is a prepared one (`compaction.prepare: 0.7`), and no step lacks the tool
     result the model asked for in the step before."""
-    run = start({"compaction": {"prepare": 0.7}}, files=30)
-    sid = run.oc.new_session()
-    for i in range(1, 31):
-        run.read_turn(sid, i)
-    main = run.llm.requests("main")
-    summaries = run.summaries(sid)
-    records = run.daemon("session/compactions", {"sessionID": sid})["compactions"]
-    events = [e for e in run.watch.compacted() if e["sessionID"] == sid] if run.watch else []
+    s = long_session
+    main, summaries, prepared = s.main, s.summaries, s.prepared
     first = next(i for i, r in enumerate(main) if carries_summary(r, summaries))
     without = [r.n for r in main[first:] if not carries_summary(r, summaries)]
     over = [(r.n, r.prompt_tokens) for r in main if r.prompt_tokens > WINDOW]
-    prepared = [e.get("prepared") for e in events]
     print(
-        f"opencode 30 turns: {len(main)} main requests, {len(records)} daemon compactions, "
+        f"opencode 30 turns: {len(main)} main requests, {len(s.records)} daemon compactions, "
         f"prepared {prepared}, max prompt tokens {max(r.prompt_tokens for r in main)} "
         f"(window {WINDOW}), over the window {len(over)}, "
         f"lacking a tool result {len(lacking_tool_result(main))}"
     )
     assert len(main) == 60  # a read step and an answer step per turn
-    assert run.llm.requests("summary") == []
-    ours = run.oc.messages(sid)
-    assert not [m for m in ours if m["info"].get("summary") is True]
-    assert len(records) >= 3
+    assert s.opencode_summaries == 0
+    assert len(s.records) >= 3
     assert without == []
     assert over == []
     assert lacking_tool_result(main) == []
@@ -213,7 +254,7 @@ def daemon_ids(run: Run, sid: str) -> tuple[list[str], set[str]]:
     return [m["info"]["id"] for m in page], added
 
 
-def test_restarted_opencode_resyncs_and_the_window_continues(start: Callable[..., Run]) -> None:
+def test_restarted_opencode_resyncs_and_the_window_continues(start: Runs) -> None:
     """OpenCode stopped and started again on the same store: the plugin re-sends what it has,
     no message is stored twice or lost, and the next request is still the daemon's window."""
     run = start()
@@ -242,7 +283,7 @@ def test_restarted_opencode_resyncs_and_the_window_continues(start: Callable[...
 
 
 def test_killed_daemon_leaves_the_turn_answered_and_the_next_step_on_the_daemon(
-    start: Callable[..., Run],
+    start: Runs,
 ) -> None:
     """The daemon killed mid-session: the next turn still gets its answer (a step the daemon
     cannot serve goes out with OpenCode's own messages), and by the turn's next step the
@@ -280,7 +321,7 @@ def test_killed_daemon_leaves_the_turn_answered_and_the_next_step_on_the_daemon(
 
 
 def test_unreachable_daemon_sends_opencodes_own_messages_and_logs_once(
-    start: Callable[..., Run],
+    start: Runs,
 ) -> None:
     """A daemon that cannot be started: every turn is answered with OpenCode's own messages
     and the failure is logged once, not at every step. The plugin is a file in the project's
@@ -312,7 +353,7 @@ def normalized(req: Request, proj: Path) -> list[tuple[str, str]]:
 
 
 def test_manual_compact_window_equals_opencodes_next_request(
-    start: Callable[..., Run], tmp_path: Path, opencode_bin: Path, opencode_plugin: Path
+    start: Runs, tmp_path: Path, opencode_bin: Path, opencode_plugin: Path
 ) -> None:
     """After a manual `/compact` (OpenCode's own compaction, mirrored), the daemon's window is
     what OpenCode alone sends next: its marker, its summary and its tail. OpenCode alone is
@@ -361,15 +402,12 @@ def test_manual_compact_window_equals_opencodes_next_request(
     ]  # and OpenCode's kept tail after it
 
 
-def test_recall_tool_returns_a_tool_output_compacted_away(start: Callable[..., Run]) -> None:
+def test_recall_tool_returns_a_tool_output_compacted_away(long_session: LongSession) -> None:
     """The model calls the plugin's `history_search` (through the fake LLM): it finds the
-    output of a read that a compaction took out of the window turns earlier, and not the
-    search call itself nor the message asking for it; `history_expand` returns that output."""
-    run = start()
-    sid = run.oc.new_session()
-    for i in range(1, 8):
-        run.read_turn(sid, i)
-    assert run.daemon("session/compactions", {"sessionID": sid})["compactions"]
+    output of a read that a compaction took out of the window many turns earlier, and not the
+    search call itself nor the message asking for it; `history_expand` returns that output.
+    It goes on in the 30-turn session."""
+    run, sid = long_session.run, long_session.sid
     line = "f002 l000100"
     run.llm.clear()
     run.oc.say(sid, f'Where did I see {line}?\n@@tool history_search {{"query": "{line}"}}')
