@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -88,6 +89,32 @@ class Run:
 def carries_summary(req: Request, summaries: list[str]) -> bool:
     body = req.text()
     return any(s[:300] in body for s in summaries if s)
+
+
+TURN = re.compile(r"^Turn (\d+):")
+
+
+def turn_of(req: Request) -> int:
+    """The turn a request is for: the newest `Turn N:` user message it carries."""
+    found = [
+        int(m.group(1))
+        for msg in req.messages
+        if msg.get("role") == "user" and (m := TURN.match(text_of(msg.get("content"))))
+    ]
+    return max(found, default=0)
+
+
+def turn_compacted_first(run: Run, sid: str, marker_id: str) -> int:
+    """The turn the daemon's first compaction came in: the newest `Turn N:` user message
+    stored before its marker."""
+    turn = 0
+    for m in run.daemon("session/messages", {"sessionID": sid})["messages"]:
+        if m["info"]["id"] == marker_id:
+            return turn
+        for p in m["parts"]:
+            found = TURN.match(p.get("text", "")) if m["info"]["role"] == "user" else None
+            turn = int(found.group(1)) if found else turn
+    raise AssertionError(f"marker {marker_id} not stored")
 
 
 def tool_results(req: Request) -> dict[str, str]:
@@ -185,6 +212,7 @@ class LongSession:
     records: list[dict[str, Any]]
     prepared: list[Any]
     opencode_summaries: int  # summary requests OpenCode sent plus summaries it stored
+    first_compacted_turn: int
 
 
 @pytest.fixture(scope="module")
@@ -199,15 +227,17 @@ def long_session(
             run.read_turn(sid, i)
         assert run.watch is not None
         events = [e for e in run.watch.compacted() if e["sessionID"] == sid]
+        records = run.daemon("session/compactions", {"sessionID": sid})["compactions"]
         yield LongSession(
             run,
             sid,
             run.llm.requests("main"),
             run.summaries(sid),
-            run.daemon("session/compactions", {"sessionID": sid})["compactions"],
+            records,
             [e.get("prepared") for e in events],
             len(run.llm.requests("summary"))
             + sum(1 for m in run.oc.messages(sid) if m["info"].get("summary") is True),
+            turn_compacted_first(run, sid, records[0]["markerID"]) if records else 0,
         )
     finally:
         runs.close()
@@ -222,9 +252,13 @@ def test_thirty_turns_at_a_60k_window_run_on_the_daemon(long_session: LongSessio
     main, summaries, prepared = s.main, s.summaries, s.prepared
     first = next(i for i, r in enumerate(main) if carries_summary(r, summaries))
     without = [r.n for r in main[first:] if not carries_summary(r, summaries)]
+    # No request of a turn after the first compaction's goes without a summary either.
+    later = [r.n for r in main if turn_of(r) > s.first_compacted_turn]
+    assert 0 < s.first_compacted_turn < 30 and later and main[first].n <= later[0]
     over = [(r.n, r.prompt_tokens) for r in main if r.prompt_tokens > WINDOW]
     print(
         f"opencode 30 turns: {len(main)} main requests, {len(s.records)} daemon compactions, "
+        f"the first in turn {s.first_compacted_turn}, "
         f"prepared {prepared}, max prompt tokens {max(r.prompt_tokens for r in main)} "
         f"(window {WINDOW}), over the window {len(over)}, "
         f"lacking a tool result {len(lacking_tool_result(main))}"
