@@ -311,6 +311,11 @@ async def _rowid_span(db: Backend, session_id: str) -> tuple[int, int] | None:
     return int(rows[0][0]), int(rows[0][1])
 
 
+#: A tool part's name: the first line of its indexed text (``sidecar_history_body``), so the
+#: part's JSON, a 64 MB output perhaps, is not parsed for it.
+_PG_TOOL = "split_part(h.body, E'\\n', 1)"
+
+
 async def _search_pg(
     db: Backend, scope: _Scope, terms: Sequence[str], limit: int, deadline: float
 ) -> list[Row] | None:
@@ -322,7 +327,7 @@ async def _search_pg(
     match = "h.tsv @@ q.q" + (" OR h.body ILIKE ALL (?::text[])" if substr else "")
     sql = (
         "SELECT p.session_id, p.message_id, p.id, m.role, "
-        "CASE WHEN p.type = 'tool' THEN p.data::jsonb->>'tool' END, m.created, "
+        f"CASE WHEN p.type = 'tool' THEN {_PG_TOOL} END, m.created, "
         f"left(h.body, {RANK_CHARS}), "
         "ts_rank(h.tsv, q.q) + CASE WHEN h.body ILIKE ALL (?::text[]) THEN 1 ELSE 0 END "
         f"FROM (SELECT {words} AS q) q, history h JOIN parts p ON p.id = h.part_id "
@@ -331,7 +336,7 @@ async def _search_pg(
     args: list[Any] = [patterns, *terms]
     if substr:
         args.append(patterns)
-    sql, args = scope.where(sql, args, "p.data::jsonb->>'tool'", "h.session_id")
+    sql, args = scope.where(sql, args, _PG_TOOL, "h.session_id")
     sql += " ORDER BY 8 DESC, m.created DESC LIMIT ?"
     args.append(limit)
     rows = await db.query_within(sql, args, deadline)
