@@ -229,6 +229,8 @@ async def large_output_case(client: Client, megabytes: int, shape: str = "words"
     assert stored[0]["state"]["output"] == output
     hits = await search(client, sid, f"firstwords{megabytes}mb begin")
     assert [h["partID"] for h in hits] == [part["id"]]
+    # The index holds its first 65,536 characters (PROTOCOL.md, "Large parts").
+    assert await search(client, sid, output.split()[-2]) == []
 
 
 async def test_a_64_mb_output_with_the_frame_limit_raised(spawner: Any) -> None:
