@@ -151,7 +151,8 @@ async def search(
                 break
             seen = {r[2] for r in rows}
             rows += [r for r in got if r[2] not in seen]
-    ranked = await asyncio.to_thread(_ranked, rows, query, terms, db.kind != "postgresql")
+    verbatim = verbatim_of(query)
+    ranked = await asyncio.to_thread(_ranked, rows, verbatim, terms, db.kind != "postgresql")
     hits: list[Hit] = []
     cuts: dict[str, Key | None] = {}
     for r in ranked:
@@ -163,18 +164,16 @@ async def search(
             cut = cuts[r[0]]
             if cut is not None and Key(r[5], r[1]) >= cut:
                 continue
-        hits.append(r)
+        hits.append((*r[:6], snippet_of(r[6], [verbatim, *terms]), r[7]))
     return Found(hits, partial)
 
 
-def _ranked(rows: list[Row], query: str, terms: Sequence[str], score: bool) -> list[Hit]:
-    """Candidates best first (verbatim holders first), each with its snippet: off the loop,
-    since it reads up to ``RANK_CHARS`` of each candidate's text."""
+def _ranked(rows: list[Row], verbatim: str, terms: Sequence[str], score: bool) -> list[Row]:
+    """Candidates best first (verbatim holders first): off the loop, since it reads up to
+    ``RANK_CHARS`` of each candidate's text."""
     if score:
         rows = _scored(rows, terms)
-    verbatim = verbatim_of(query)
-    ranked = sorted(rows, key=lambda r: (verbatim not in " ".join(r[6].split()).lower(), -r[7]))
-    return [(*r[:6], snippet_of(r[6], [verbatim, *terms]), r[7]) for r in ranked]
+    return sorted(rows, key=lambda r: (verbatim not in " ".join(r[6].split()).lower(), -r[7]))
 
 
 class _Step(msgspec.Struct):
