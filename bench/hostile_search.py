@@ -41,41 +41,19 @@ async def seed(client: Client, parts: int) -> str:
         user = await client.request(
             "message/update", {"message": {"sessionID": sid, "role": "user"}}
         )
-        calls.append(
-            client.call(
-                "part/update",
-                {
-                    "part": {
-                        "sessionID": sid,
-                        "messageID": user["id"],
-                        "type": "text",
-                        "text": f"fix the bug number {i} in src/mod{i}.py please",
-                    }
-                },
-            )
-        )
-        calls.append(
-            client.call(
-                "part/update",
-                {
-                    "part": {
-                        "sessionID": sid,
-                        "messageID": user["id"],
-                        "type": "tool",
-                        "callID": f"c{i}",
-                        "tool": "bash",
-                        "state": {
-                            "status": "completed",
-                            "input": {"command": "pytest"},
-                            "output": f"fix fix FAILED test_{i} " * 20,
-                            "title": "t",
-                            "metadata": {},
-                            "time": {"start": 1, "end": 2},
-                        },
-                    }
-                },
-            )
-        )
+        base = {"sessionID": sid, "messageID": user["id"]}
+        text = {"type": "text", "text": f"fix the bug number {i} in src/mod{i}.py please"}
+        state = {
+            "status": "completed",
+            "input": {"command": "pytest"},
+            "output": f"fix fix FAILED test_{i} " * 20,
+            "title": "t",
+            "metadata": {},
+            "time": {"start": 1, "end": 2},
+        }
+        tool = {"type": "tool", "callID": f"c{i}", "tool": "bash", "state": state}
+        for part in (text, tool):
+            calls.append(client.call("part/update", {"part": base | part}))
     for call in calls:
         await call
     return sid

@@ -151,7 +151,8 @@ async def search(
                 break
             seen = {r[2] for r in rows}
             rows += [r for r in got if r[2] not in seen]
-    ranked = await asyncio.to_thread(_ranked, rows, query, terms, db.kind != "postgresql")
+    verbatim = verbatim_of(query)
+    ranked = await asyncio.to_thread(_ranked, rows, verbatim, terms, db.kind != "postgresql")
     hits: list[Hit] = []
     cuts: dict[str, Key | None] = {}
     for r in ranked:
@@ -163,18 +164,16 @@ async def search(
             cut = cuts[r[0]]
             if cut is not None and Key(r[5], r[1]) >= cut:
                 continue
-        hits.append(r)
+        hits.append((*r[:6], snippet_of(r[6], [verbatim, *terms]), r[7]))
     return Found(hits, partial)
 
 
-def _ranked(rows: list[Row], query: str, terms: Sequence[str], score: bool) -> list[Hit]:
-    """Candidates best first (verbatim holders first), each with its snippet: off the loop,
-    since it reads up to ``RANK_CHARS`` of each candidate's text."""
+def _ranked(rows: list[Row], verbatim: str, terms: Sequence[str], score: bool) -> list[Row]:
+    """Candidates best first (verbatim holders first): off the loop, since it reads up to
+    ``RANK_CHARS`` of each candidate's text."""
     if score:
         rows = _scored(rows, terms)
-    verbatim = verbatim_of(query)
-    ranked = sorted(rows, key=lambda r: (verbatim not in " ".join(r[6].split()).lower(), -r[7]))
-    return [(*r[:6], snippet_of(r[6], [verbatim, *terms]), r[7]) for r in ranked]
+    return sorted(rows, key=lambda r: (verbatim not in " ".join(r[6].split()).lower(), -r[7]))
 
 
 class _Step(msgspec.Struct):
@@ -311,6 +310,11 @@ async def _rowid_span(db: Backend, session_id: str) -> tuple[int, int] | None:
     return int(rows[0][0]), int(rows[0][1])
 
 
+#: A tool part's name: the first line of its indexed text (``sidecar_history_body``), so the
+#: part's JSON, a 64 MB output perhaps, is not parsed for it.
+_PG_TOOL = "split_part(h.body, E'\\n', 1)"
+
+
 async def _search_pg(
     db: Backend, scope: _Scope, terms: Sequence[str], limit: int, deadline: float
 ) -> list[Row] | None:
@@ -322,7 +326,7 @@ async def _search_pg(
     match = "h.tsv @@ q.q" + (" OR h.body ILIKE ALL (?::text[])" if substr else "")
     sql = (
         "SELECT p.session_id, p.message_id, p.id, m.role, "
-        "CASE WHEN p.type = 'tool' THEN p.data::jsonb->>'tool' END, m.created, "
+        f"CASE WHEN p.type = 'tool' THEN {_PG_TOOL} END, m.created, "
         f"left(h.body, {RANK_CHARS}), "
         "ts_rank(h.tsv, q.q) + CASE WHEN h.body ILIKE ALL (?::text[]) THEN 1 ELSE 0 END "
         f"FROM (SELECT {words} AS q) q, history h JOIN parts p ON p.id = h.part_id "
@@ -331,7 +335,7 @@ async def _search_pg(
     args: list[Any] = [patterns, *terms]
     if substr:
         args.append(patterns)
-    sql, args = scope.where(sql, args, "p.data::jsonb->>'tool'", "h.session_id")
+    sql, args = scope.where(sql, args, _PG_TOOL, "h.session_id")
     sql += " ORDER BY 8 DESC, m.created DESC LIMIT ?"
     args.append(limit)
     rows = await db.query_within(sql, args, deadline)

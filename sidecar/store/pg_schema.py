@@ -13,16 +13,10 @@ changed a session it caches; and ``relay`` holds notifications too large for a `
 
 from __future__ import annotations
 
-from sidecar.store.schema import SCHEMA_VERSION
+from sidecar.store.schema import INDEX_CHARS, SCHEMA_VERSION
 
 # A fixed key for ``pg_advisory_xact_lock`` while migrating ("sidecar" in ASCII).
 MIGRATION_LOCK = 0x73696465636172
-
-#: Characters of a part's text the PostgreSQL index holds (its first ones): a ``tsvector``
-#: holds at most 1 MB, which text of this length cannot exceed (at most ~16 bytes of
-#: lexemes and positions per character, hyphenated or URL-like words at their worst). A
-#: longer text is stored whole and served byte for byte; its index entry is its beginning.
-INDEX_CHARS = 65_536
 
 
 def _history_function(body: str) -> str:
@@ -51,7 +45,8 @@ def _history_function(body: str) -> str:
 
 # As migrations 4 and 5 made it (the whole text: a 1 MB output failed its write).
 HISTORY_FUNCTION = _history_function("sidecar_history_body(NEW.type, NEW.data)")
-# Since migration 6: the first ``INDEX_CHARS`` characters.
+# Since migration 6: the first ``INDEX_CHARS`` characters (``schema.INDEX_CHARS``: a
+# ``tsvector`` holds at most 1 MB, and a 2 MB output failed its write).
 HISTORY_FUNCTION_BOUNDED = _history_function(
     f"left(sidecar_history_body(NEW.type, NEW.data), {INDEX_CHARS})"
 )
@@ -267,7 +262,7 @@ MIGRATIONS: list[str] = [
     # no longer rewrites its ``history`` row and that row's index entries
     HISTORY_FUNCTION,
     # 6: a part's first ``INDEX_CHARS`` characters are indexed, so no text is too large for
-    # the tsvector (the write failed)
+    # the tsvector (the write failed); rows indexed before were all short enough
     HISTORY_FUNCTION_BOUNDED,
 ]
 

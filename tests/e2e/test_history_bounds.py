@@ -186,20 +186,35 @@ async def test_an_errored_step_ends_the_turn(shared: Client) -> None:
 # -- 32.11: outputs larger than PostgreSQL's text-search vector ----------------------------------
 
 
-@pytest.mark.parametrize("megabytes", [1, 2, 16])
+#: Text whose every word is new: a tsvector's worst cases (plain words; hyphenated compounds,
+#: which the parser indexes whole and by each piece; URLs, indexed as url, host and path;
+#: one-character words of three-byte letters).
+SHAPES = {
+    "words": lambda i: f"w{i:x}q",
+    "compounds": lambda i: f"a{i:x}-b{i:x}-c{i:x}",
+    "urls": lambda i: f"http://h{i:x}.io/p{i:x}",
+    "letters": lambda i: chr(0x4E00 + i % 20000) + chr(0xAC00 + i // 20000),
+}
+
+
+@pytest.mark.parametrize(
+    ("megabytes", "shape"),
+    [(1, "words"), (2, "words"), (16, "words"), (1, "compounds"), (1, "urls"), (1, "letters")],
+)
 async def test_a_large_output_is_stored_served_and_searchable(
-    shared: Client, megabytes: int
+    shared: Client, megabytes: int, shape: str
 ) -> None:
-    await large_output_case(shared, megabytes)
+    await large_output_case(shared, megabytes, shape)
 
 
-async def large_output_case(client: Client, megabytes: int) -> None:
+async def large_output_case(client: Client, megabytes: int, shape: str = "words") -> None:
     session = await client.create_session()
     sid = session.id
     u = await put_message(client, user_message(sid))
     a = await put_message(client, assistant_message(sid, u["id"], finish="stop"))
     # Distinct words throughout (the worst case for a tsvector), the first ones findable.
-    words = " ".join(f"w{i:x}q" for i in range(megabytes * 1024 * 1024 // 8))
+    word = SHAPES[shape]
+    words = " ".join(word(i) for i in range(megabytes * 1024 * 1024 // 8))
     output = f"firstwords{megabytes}mb begin here\n" + words
     output = output[: megabytes * 1024 * 1024]
     part = await put_part(client, tool_part(sid, a["id"], "bash", "cat big.log", output))
@@ -214,6 +229,8 @@ async def large_output_case(client: Client, megabytes: int) -> None:
     assert stored[0]["state"]["output"] == output
     hits = await search(client, sid, f"firstwords{megabytes}mb begin")
     assert [h["partID"] for h in hits] == [part["id"]]
+    # The index holds its first 65,536 characters (PROTOCOL.md, "Large parts").
+    assert await search(client, sid, output.split()[-2]) == []
 
 
 async def test_a_64_mb_output_with_the_frame_limit_raised(spawner: Any) -> None:
@@ -223,6 +240,7 @@ async def test_a_64_mb_output_with_the_frame_limit_raised(spawner: Any) -> None:
     client = await spawner.configured(
         {"server": {"maxFrameBytes": big, "maxOutgoingBytes": big, "maxReplyBytes": big}}
     )
+    client.default_timeout = 600  # 8 million distinct words to index on a loaded machine
     await large_output_case(client, 64)
 
 

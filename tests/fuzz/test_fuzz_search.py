@@ -38,7 +38,7 @@ from sidecar_client import Call
 from sidecar_client._transport import spawn_stdio
 from wire import put_message, put_part
 
-from .test_fuzz_stdio import INTERNAL_ERROR, SEED, CountingClient, frame, loads
+from .test_fuzz_stdio import INTERNAL_ERROR, SEED, CountingClient, frame, loads, mutate_bytes
 
 INPUTS = int(os.environ.get("SIDECAR_FUZZ_SEARCH_INPUTS", "1500"))
 WINDOW = 64
@@ -204,17 +204,7 @@ class SearchFuzzer:
             }
         ).encode()
         if self.rng.random() < 0.05:
-            data = bytearray(out)
-            for _ in range(self.rng.randrange(1, 4)):
-                at = self.rng.randrange(len(data))
-                op = self.rng.randrange(3)
-                if op == 0:
-                    data[at] = self.rng.randrange(256)
-                elif op == 1:
-                    data.insert(at, self.rng.randrange(256))
-                else:
-                    del data[at]
-            return "mutated", bytes(data)
+            return "mutated", mutate_bytes(self.rng, out)
         return "params", out
 
     async def window(self, n: int) -> None:
