@@ -235,7 +235,7 @@ class Tools:
             "history/search",
             {"sessionID": sid, "query": args["query"], "limit": int(args.get("limit", 10))},
         )
-        return {"session": sid, "hits": result["hits"]}
+        return {"session": sid, "hits": result["hits"], "partial": result["partial"]}
 
     async def history_expand(self, args: Mapping[str, Any]) -> dict[str, Any]:
         client = await self.client()

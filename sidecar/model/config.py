@@ -139,11 +139,22 @@ class ServerConfig(Strict, kw_only=True):
     max_connections: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 256
 
 
+class HistoryConfig(Strict, kw_only=True):
+    """``history/search`` bounds (daemon-only, like ``server``): what one client's query may
+    cost everyone else. A longer query, or one of more terms, is refused (-32602); a search
+    that runs past its budget returns the hits it has, marked ``partial``."""
+
+    max_query_chars: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1_000
+    max_query_terms: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 32
+    search_budget_ms: Annotated[int, msgspec.Meta(ge=1, le=600_000)] = 2_000
+
+
 class Config(Strict, kw_only=True):
     compaction: CompactionConfig = msgspec.field(default_factory=CompactionConfig)
     summarizer: SummarizerConfig = msgspec.field(default_factory=SummarizerConfig)
     models: dict[str, ModelLimit] = msgspec.field(default_factory=dict)
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
+    history: HistoryConfig = msgspec.field(default_factory=HistoryConfig)
 
     def __post_init__(self) -> None:
         # Each override is checked once here, so a bad one is refused when the config is

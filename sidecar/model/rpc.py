@@ -401,13 +401,17 @@ ExpandChars = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
 
 class HistorySearchParams(Base, kw_only=True):
     """``sessionID`` ``"*"`` searches every session; ``before`` (a message id) limits the search
-    to what precedes that message; ``kinds`` to those part kinds."""
+    to what precedes that message; ``kinds`` to those part kinds. Left out unless
+    ``includeRecall``: the recall tools' own calls (``history_search``/``history_expand``,
+    whatever prefix a frontend gives them) and each session's open turn (the message being
+    answered)."""
 
     session_id: Id
     query: str
     limit: SearchLimit = 20
     before: Id | None = None
-    kinds: list[HistoryKind] | None = None
+    kinds: Annotated[list[HistoryKind], msgspec.Meta(max_length=3)] | None = None
+    include_recall: bool = False
 
 
 class HistoryHit(Dense, kw_only=True):
@@ -425,7 +429,11 @@ class HistoryHit(Dense, kw_only=True):
 
 
 class HistorySearchResult(Dense, kw_only=True):
+    """``partial``: the search ran out of its time budget (``history.searchBudgetMs``);
+    ``hits`` are the best of what it had found by then."""
+
     hits: list[HistoryHit]
+    partial: bool = False
 
 
 class HistoryExpandParams(Base, kw_only=True):

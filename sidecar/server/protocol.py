@@ -29,6 +29,7 @@ import asyncio
 import contextvars
 import functools
 import logging
+import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -247,7 +248,7 @@ class SidecarProtocol(JsonRPCProtocol):
             self.send_error(None, ErrorCode.INVALID_REQUEST, f"invalid JSON-RPC message: {exc}")
             return None
         except msgspec.DecodeError as exc:
-            self.send_error(None, ErrorCode.PARSE_ERROR, f"invalid JSON: {exc}")
+            self.send_error(_recover_id(body), ErrorCode.PARSE_ERROR, f"invalid JSON: {exc}")
             return None
         if env.jsonrpc != JSONRPC:
             msg_id = None if env.id is UNSET else env.id
@@ -754,10 +755,16 @@ def _buffered(writer: Any) -> int:
     return int(size()) if size is not None else 0
 
 
+#: A ``\\uD800``-``\\uDFFF`` escape: JSON's grammar allows one alone, msgspec refuses it.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
 def _recover_id(body: bytes) -> int | str | None:
-    """The request id of a frame that failed a check, when it can still be read."""
+    """The request id of a frame that failed a check, when it can still be read (a lone
+    surrogate escape elsewhere in the frame does not hide it)."""
+    text = _SURROGATE_ESCAPE.sub(rb"\\ufffd", body).decode("utf-8", "replace")
     try:
-        env = _envelope_decoder.decode(body.decode("utf-8", "replace"))
+        env = _envelope_decoder.decode(text)
     except (msgspec.DecodeError, RecursionError):
         return None
     if env.id is UNSET or isinstance(env.id, bool):

@@ -25,7 +25,7 @@ from sidecar.errors import InvalidParams
 from sidecar.model import config as cfgmod
 from sidecar.model.config import Config
 
-_DAEMON_ONLY = "server"
+_DAEMON_ONLY = ("server", "history")
 _CREDENTIALS = ("apiKeyEnv", "headers")
 _ENDPOINT = ("provider", "baseURL")
 
@@ -80,9 +80,11 @@ class ConnectionConfig:
 
 def _checked(layer: dict[str, Any], where: str) -> dict[str, Any]:
     """Refuse what a client may not set; the message names the key and where it belongs."""
-    if _DAEMON_ONLY in layer:
-        server = layer[_DAEMON_ONLY]
-        key = f"server.{next(iter(server))}" if isinstance(server, dict) and server else "server"
+    for section in _DAEMON_ONLY:
+        if section not in layer:
+            continue
+        value = layer[section]
+        key = f"{section}.{next(iter(value))}" if isinstance(value, dict) and value else section
         raise InvalidParams(
             f"invalid params: `$.{where}.{key}` is the daemon's own configuration; set it in "
             "the daemon's config file (serve --config)"

@@ -57,6 +57,12 @@ class Backend(Protocol):
         """``query`` for a read of a few rows by an index (a session, a message's key, the
         boundary): SQLite runs it on the loop, where a thread hop would cost more."""
 
+    async def query_within(
+        self, sql: str, args: Sequence[Any], deadline: float
+    ) -> list[Row] | None:
+        """``query`` on a reader, stopped at ``deadline`` (``time.monotonic()``): ``None`` when
+        it was (a search's time budget; nothing else waits on that reader meanwhile)."""
+
     def stream(self, sql: str, args: Sequence[Any]) -> AbstractAsyncContextManager[Chunks]:
         """Rows of a read in chunks, so a caller can stop before the rest is loaded."""
 

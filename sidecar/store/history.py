@@ -15,7 +15,9 @@ best hits come first:
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,8 +72,15 @@ Hit = tuple[str, str, str, str, str | None, int, str, float]
 #: Candidates fetched per requested hit before the verbatim re-ranking (at least ``POOL_MIN``).
 POOL_FACTOR = 4
 POOL_MIN = 50
-#: Matches of a one-session search ranked (its newest); ``bm25`` is not asked there.
+#: SQLite: the newest matches ranked (here, not by ``bm25``), in one session or in all.
 SESSION_CAP = 2000
+#: Characters of a candidate's text read for ranking and its snippet: a 64 MB output is
+#: neither copied out of the database whole nor scanned on the loop.
+RANK_CHARS = 20_000
+#: The recall tools, whatever a frontend prefixes them with (``compaction-sidecar_``, an MCP
+#: client's ``mcp__server__``): a tool whose name ends with one, any case, any one character
+#: between its two words (SQL ``LIKE``).
+RECALL_TOOLS = ("%history_search", "%history_expand")
 
 
 def verbatim_of(query: str) -> str:
@@ -83,6 +92,15 @@ def verbatim_of(query: str) -> str:
     return " ".join(text.split()).lower()
 
 
+@dataclass(frozen=True)
+class Found:
+    """A search's best hits; ``partial`` when it ran out of time before it had looked at
+    every candidate."""
+
+    hits: list[Hit]
+    partial: bool = False
+
+
 async def search(
     db: Backend,
     session_id: str | None,
@@ -90,64 +108,122 @@ async def search(
     limit: int,
     before: Key | None,
     kinds: Sequence[str] | None,
-) -> list[Hit]:
+    *,
+    include_recall: bool = False,
+    budget: float = 2.0,
+) -> Found:
     """The best ``limit`` parts matching every term of ``query`` (``session_id`` None: every
-    session).
+    session), found within ``budget`` seconds.
 
-    The index ranks the candidates (``bm25`` / ``ts_rank``); then the parts that hold the
-    query verbatim (blanks collapsed, any case) move to the front, in that order. Someone
-    pasting an error line or a command wants the part that has exactly that, not the one
-    where its words are most frequent. On SQLite the candidates also include the best matches
-    of the whole query as one phrase, so a verbatim match is not crowded out of the pool by
-    parts that only have its words somewhere.
+    Candidates: on PostgreSQL the index's best (``ts_rank``); on SQLite the newest
+    ``SESSION_CAP`` matches of the whole query as one phrase, then of its terms, scored here
+    (``bm25`` ranks every match, which for a common word over every session is most of the
+    database). Then the parts that hold the query verbatim (blanks collapsed, any case) move
+    to the front: someone pasting an error line or a command wants the part that has exactly
+    that. Unless ``include_recall``, the recall tools' own calls and each session's open turn
+    (``open_turn``) are left out. Every query runs on a reader and stops at the budget's end;
+    the hits are then the best of what it had, ``partial``.
     """
     terms = terms_of(query)
     if not terms:
-        return []
-    pool = max(limit * POOL_FACTOR, POOL_MIN)
-    scope = _Scope(session_id, before, kinds)
+        return Found([])
+    deadline = time.monotonic() + budget
+    scope = _Scope(session_id, before, kinds, include_recall)
+    if session_id is not None and not include_recall:
+        cut = await open_turn(db, session_id)
+        if cut is not None and (before is None or cut < before):
+            scope = _Scope(session_id, cut, kinds, include_recall)
+    partial = False
     if db.kind == "postgresql":
-        rows = await _search_pg(db, scope, terms, pool)
+        got = await _search_pg(db, scope, terms, max(limit * POOL_FACTOR, POOL_MIN), deadline)
+        rows, partial = got or [], got is None
     else:
         span = None
         if session_id is not None:
             span = await _rowid_span(db, session_id)
             if span is None:
-                return []
-        # One session: its matches, newest first up to SESSION_CAP, ranked here (``bm25``
-        # would count each term's matches over the whole database for its weights).
-        size = pool if span is None else SESSION_CAP
-        rows = await _search_sqlite(db, scope, [" ".join(terms)], size, span)
-        if len(terms) > 1 or len(rows) >= size:
+                return Found([])
+        rows = []
+        for group in ([" ".join(terms)], terms) if len(terms) > 1 else ([" ".join(terms)],):
+            got = await _search_sqlite(db, scope, group, SESSION_CAP, span, deadline)
+            if got is None:
+                partial = True
+                break
             seen = {r[2] for r in rows}
-            more = await _search_sqlite(db, scope, terms, size, span)
-            rows += [r for r in more if r[2] not in seen]
-        if span is not None:
-            rows = _scored(rows, terms)
+            rows += [r for r in got if r[2] not in seen]
     verbatim = verbatim_of(query)
-    ranked = sorted(rows, key=lambda r: (verbatim not in " ".join(r[6].split()).lower(), -r[7]))[
-        :limit
-    ]
-    return [(*r[:6], snippet_of(r[6], [verbatim, *terms]), r[7]) for r in ranked]
+    ranked = await asyncio.to_thread(_ranked, rows, verbatim, terms, db.kind != "postgresql")
+    hits: list[Hit] = []
+    cuts: dict[str, Key | None] = {}
+    for r in ranked:
+        if len(hits) == limit:
+            break
+        if session_id is None and not include_recall:
+            if r[0] not in cuts:
+                cuts[r[0]] = await open_turn(db, r[0])
+            cut = cuts[r[0]]
+            if cut is not None and Key(r[5], r[1]) >= cut:
+                continue
+        hits.append((*r[:6], snippet_of(r[6], [verbatim, *terms]), r[7]))
+    return Found(hits, partial)
+
+
+def _ranked(rows: list[Row], verbatim: str, terms: Sequence[str], score: bool) -> list[Row]:
+    """Candidates best first (verbatim holders first): off the loop, since it reads up to
+    ``RANK_CHARS`` of each candidate's text."""
+    if score:
+        rows = _scored(rows, terms)
+    return sorted(rows, key=lambda r: (verbatim not in " ".join(r[6].split()).lower(), -r[7]))
+
+
+class _Step(msgspec.Struct):
+    finish: str | None = None
+    error: Any = None
+
+
+async def open_turn(db: Backend, session_id: str) -> Key | None:
+    """Where the session's open turn starts (its latest user message), or ``None`` when that
+    turn is over: an assistant step after it finished (a ``finish`` other than a tool call's,
+    the rule the daemon's turn end uses) or failed. From there on is the message being
+    answered, which recall leaves out."""
+    rows = await db.query_point(
+        "SELECT created, id FROM messages WHERE session_id = ? AND role = 'user' "
+        "ORDER BY created DESC, id DESC LIMIT 1",
+        (session_id,),
+    )
+    if not rows:
+        return None
+    start = Key(int(rows[0][0]), str(rows[0][1]))
+    steps = await db.query_point(
+        "SELECT data FROM messages WHERE session_id = ? AND role = 'assistant' "
+        "AND (created > ? OR (created = ? AND id > ?))",
+        (session_id, start.created, start.created, start.id),
+    )
+    for (data,) in steps:
+        step = msgspec.json.decode(data, type=_Step)
+        if step.error is not None or step.finish not in (None, "tool-calls", "unknown"):
+            return None
+    return start
 
 
 Row = tuple[str, str, str, str, str | None, int, str, float]
-"""``Hit`` with the part's whole indexed text in place of the snippet."""
+"""``Hit`` with (the start of) the part's indexed text in place of the snippet."""
 
 
 @dataclass(frozen=True)
 class _Scope:
     """The parts a search may return: one session's (None: every session's), older than
-    ``before``, of ``kinds`` (None: all)."""
+    ``before``, of ``kinds`` (None: all), the recall tools' own unless left out."""
 
     session_id: str | None
     before: Key | None
     kinds: Sequence[str] | None
+    include_recall: bool
 
     def where(
-        self, sql: str, args: list[Any], session_column: str = "p.session_id"
+        self, sql: str, args: list[Any], tool: str, session_column: str = "p.session_id"
     ) -> tuple[str, list[Any]]:
-        """``sql`` and ``args`` narrowed to the scope."""
+        """``sql`` and ``args`` narrowed to the scope (``tool``: the part's tool name in SQL)."""
         if self.session_id is not None:
             sql += f" AND {session_column} = ?"
             args.append(self.session_id)
@@ -155,18 +231,32 @@ class _Scope:
             sql += " AND p.type IN (" + ",".join("?" * len(self.kinds)) + ")"
             args.extend(self.kinds)
         if self.before is not None:
-            sql += " AND (m.created, m.id) < (?, ?)"
-            args += [self.before.created, self.before.id]
+            sql += " AND (m.created < ? OR (m.created = ? AND m.id < ?))"
+            args += [self.before.created, self.before.created, self.before.id]
+        if not self.include_recall:
+            name = f"lower(coalesce({tool}, ''))"
+            sql += (
+                " AND NOT (p.type = 'tool' AND ("
+                + " OR ".join(f"{name} LIKE ?" for _ in RECALL_TOOLS)
+                + "))"
+            )
+            args.extend(RECALL_TOOLS)
         return sql, args
 
 
 async def _search_sqlite(
-    db: Backend, scope: _Scope, terms: Sequence[str], limit: int, span: tuple[int, int] | None
-) -> list[Row]:
+    db: Backend,
+    scope: _Scope,
+    terms: Sequence[str],
+    limit: int,
+    span: tuple[int, int] | None,
+    deadline: float,
+) -> list[Row] | None:
+    """The newest ``limit`` matches (FTS5 walks the index backwards by rowid and stops)."""
     sql = (
         "SELECT p.session_id, p.message_id, p.id, m.role, "
         "CASE WHEN p.type = 'tool' THEN json_extract(p.data, '$.tool') END, m.created, "
-        "history_fts.body, bm25(history_fts, 1.0, 0.0) "
+        f"substr(history_fts.body, 1, {RANK_CHARS}), 0 "
         "FROM history_fts JOIN parts p ON p.rowid = history_fts.rowid "
         "JOIN messages m ON m.id = p.message_id WHERE history_fts MATCH ?"
     )
@@ -175,22 +265,20 @@ async def _search_sqlite(
         match = f"sid : {scope.session_id.encode().hex().upper()} AND ({match})"
     args: list[Any] = [match]
     if span is not None:
-        sql = sql.replace("bm25(history_fts, 1.0, 0.0)", "0")
         sql += " AND history_fts.rowid BETWEEN ? AND ?"
         args += list(span)
-    sql, args = scope.where(sql, args)
-    if span is None:
-        sql += " ORDER BY bm25(history_fts, 1.0, 0.0) LIMIT ?"
-    else:
-        sql += " ORDER BY history_fts.rowid DESC LIMIT ?"
+    sql, args = scope.where(sql, args, "json_extract(p.data, '$.tool')")
+    sql += " ORDER BY history_fts.rowid DESC LIMIT ?"
     args.append(limit)
-    rows = await db.query(sql, args)
-    return [(*r[:7], -float(r[7])) for r in rows]
+    rows = await db.query_within(sql, args, deadline)
+    if rows is None:
+        return None
+    return [(*r[:7], 0.0) for r in rows]
 
 
 def _scored(rows: list[Row], terms: Sequence[str]) -> list[Row]:
     """``bm25``'s term-frequency part over the candidates (each term's occurrences, saturating,
-    shorter parts first), for a one-session search that skipped ``bm25``."""
+    shorter parts first)."""
     if not rows:
         return rows
     lows = [r[6].lower() for r in rows]
@@ -222,7 +310,14 @@ async def _rowid_span(db: Backend, session_id: str) -> tuple[int, int] | None:
     return int(rows[0][0]), int(rows[0][1])
 
 
-async def _search_pg(db: Backend, scope: _Scope, terms: Sequence[str], limit: int) -> list[Row]:
+#: A tool part's name: the first line of its indexed text (``sidecar_history_body``), so the
+#: part's JSON, a 64 MB output perhaps, is not parsed for it.
+_PG_TOOL = "split_part(h.body, E'\\n', 1)"
+
+
+async def _search_pg(
+    db: Backend, scope: _Scope, terms: Sequence[str], limit: int, deadline: float
+) -> list[Row] | None:
     # One tsquery of every term's phrase; substrings (ILIKE ALL) for the trigram index, taken
     # only when every term is long enough for trigrams to narrow the scan.
     words = " && ".join(["phraseto_tsquery('simple', ?)"] * len(terms))
@@ -231,7 +326,8 @@ async def _search_pg(db: Backend, scope: _Scope, terms: Sequence[str], limit: in
     match = "h.tsv @@ q.q" + (" OR h.body ILIKE ALL (?::text[])" if substr else "")
     sql = (
         "SELECT p.session_id, p.message_id, p.id, m.role, "
-        "CASE WHEN p.type = 'tool' THEN p.data::jsonb->>'tool' END, m.created, h.body, "
+        f"CASE WHEN p.type = 'tool' THEN {_PG_TOOL} END, m.created, "
+        f"left(h.body, {RANK_CHARS}), "
         "ts_rank(h.tsv, q.q) + CASE WHEN h.body ILIKE ALL (?::text[]) THEN 1 ELSE 0 END "
         f"FROM (SELECT {words} AS q) q, history h JOIN parts p ON p.id = h.part_id "
         f"JOIN messages m ON m.id = p.message_id WHERE ({match})"
@@ -239,10 +335,12 @@ async def _search_pg(db: Backend, scope: _Scope, terms: Sequence[str], limit: in
     args: list[Any] = [patterns, *terms]
     if substr:
         args.append(patterns)
-    sql, args = scope.where(sql, args, "h.session_id")
+    sql, args = scope.where(sql, args, _PG_TOOL, "h.session_id")
     sql += " ORDER BY 8 DESC, m.created DESC LIMIT ?"
     args.append(limit)
-    rows = await db.query(sql, args)
+    rows = await db.query_within(sql, args, deadline)
+    if rows is None:
+        return None
     return [(*r[:7], float(r[7])) for r in rows]
 
 

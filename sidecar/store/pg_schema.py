@@ -13,20 +13,22 @@ changed a session it caches; and ``relay`` holds notifications too large for a `
 
 from __future__ import annotations
 
-from sidecar.store.schema import SCHEMA_VERSION
+from sidecar.store.schema import INDEX_CHARS, SCHEMA_VERSION
 
 # A fixed key for ``pg_advisory_xact_lock`` while migrating ("sidecar" in ASCII).
 MIGRATION_LOCK = 0x73696465636172
 
-# The trigger's function: a part's indexed text into ``history``; its upsert skips a row whose
-# text is unchanged, so a prune's mark (``time.compacted``) leaves the row, its tsvector and
-# its trigram entries alone (migration 5 brings that to databases indexed before).
-HISTORY_FUNCTION = """
+
+def _history_function(body: str) -> str:
+    """The trigger's function: a part's indexed text (``body``, SQL over ``NEW``) into
+    ``history``; its upsert skips a row whose text is unchanged, so a prune's mark
+    (``time.compacted``) leaves the row, its tsvector and its trigram entries alone."""
+    return f"""
     CREATE OR REPLACE FUNCTION sidecar_history() RETURNS trigger LANGUAGE plpgsql AS $$
     DECLARE
         b TEXT;
     BEGIN
-        b := sidecar_history_body(NEW.type, NEW.data);
+        b := {body};
         IF b IS NULL THEN
             IF TG_OP = 'UPDATE' THEN
                 DELETE FROM history WHERE part_id = NEW.id;
@@ -39,6 +41,15 @@ HISTORY_FUNCTION = """
         RETURN NULL;
     END $$;
 """
+
+
+# As migrations 4 and 5 made it (the whole text: a 1 MB output failed its write).
+HISTORY_FUNCTION = _history_function("sidecar_history_body(NEW.type, NEW.data)")
+# Since migration 6: the first ``INDEX_CHARS`` characters (``schema.INDEX_CHARS``: a
+# ``tsvector`` holds at most 1 MB, and a 2 MB output failed its write).
+HISTORY_FUNCTION_BOUNDED = _history_function(
+    f"left(sidecar_history_body(NEW.type, NEW.data), {INDEX_CHARS})"
+)
 
 # History search (``history/search``): each indexed part's text in ``history``, written by
 # triggers in the part's own transaction (so an acknowledged write is searchable at once) and
@@ -98,9 +109,9 @@ HISTORY_INDEX = (
 )
 
 # ``schema.BACKFILL_CHUNK`` for PostgreSQL: the parts whose id is in ``(?, ?]``.
-BACKFILL_CHUNK = """
+BACKFILL_CHUNK = f"""
     INSERT INTO history (part_id, session_id, body)
-    SELECT id, session_id, sidecar_history_body(type, data) FROM parts
+    SELECT id, session_id, left(sidecar_history_body(type, data), {INDEX_CHARS}) FROM parts
     WHERE id > ? AND id <= ? AND type IN ('text', 'reasoning', 'tool')
     ON CONFLICT (part_id) DO UPDATE SET body = excluded.body
 """
@@ -250,6 +261,9 @@ MIGRATIONS: list[str] = [
     # 5: a rewrite that leaves a part's indexed text as it was (a prune's ``compacted`` mark)
     # no longer rewrites its ``history`` row and that row's index entries
     HISTORY_FUNCTION,
+    # 6: a part's first ``INDEX_CHARS`` characters are indexed, so no text is too large for
+    # the tsvector (the write failed); rows indexed before were all short enough
+    HISTORY_FUNCTION_BOUNDED,
 ]
 
 assert len(MIGRATIONS) == SCHEMA_VERSION, "a migration is missing from one backend"

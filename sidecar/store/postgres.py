@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, cast
 
@@ -233,12 +235,26 @@ class PostgresBackend:
     # one, so what reaches the client is the outage (-32048), or a bug (-32603) if it persists.
 
     async def query(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        rows = await self._fetch(sql, args, None)
+        assert rows is not None
+        return rows
+
+    async def query_within(
+        self, sql: str, args: Sequence[Any], deadline: float
+    ) -> list[Row] | None:
+        return await self._fetch(sql, args, deadline)
+
+    async def _fetch(
+        self, sql: str, args: Sequence[Any], deadline: float | None
+    ) -> list[Row] | None:
         for attempt in (1, 2):
             dropped = False
             try:
                 async with self._readers.acquire() as conn:
                     try:
-                        return cast(list[Row], await conn.fetch(pg_sql(sql), *args))
+                        if deadline is None:
+                            return cast(list[Row], await conn.fetch(pg_sql(sql), *args))
+                        return await _fetch_within(conn, sql, args, deadline)
                     except Exception as exc:
                         dropped = _drop_if_left(exc, conn)
                         raise
@@ -386,10 +402,32 @@ class PostgresReader(ReadOnly):
 
     query_point = query  # no connection of its own for point reads: one reader
 
+    async def query_within(
+        self, sql: str, args: Sequence[Any], deadline: float
+    ) -> list[Row] | None:
+        return await _fetch_within(self._conn, sql, args, deadline)
+
     @contextlib.asynccontextmanager
     async def stream(self, sql: str, args: Sequence[Any]) -> AsyncIterator[Chunks]:
         async with self._conn.transaction(readonly=True):
             yield _Chunks(await self._conn.cursor(pg_sql(sql), *args))
+
+
+async def _fetch_within(
+    conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy,
+    sql: str,
+    args: Sequence[Any],
+    deadline: float,
+) -> list[Row] | None:
+    """A read the server cancels at ``deadline`` (``statement_timeout`` for its transaction
+    alone); ``None`` when it did."""
+    ms = max(1, math.ceil((deadline - time.monotonic()) * 1000))
+    try:
+        async with conn.transaction(readonly=True):
+            await conn.execute(f"SET LOCAL statement_timeout = {ms}")
+            return cast(list[Row], await conn.fetch(pg_sql(sql), *args))
+    except asyncpg.QueryCanceledError:
+        return None
 
 
 class _Chunks:

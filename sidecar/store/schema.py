@@ -17,12 +17,13 @@ from sidecar.store.url import CannotOpen
 # JSON text with the escapes ``\n``, ``\t`` and ``\"`` turned back into what they stand for,
 # so an escaped newline in a command does not glue two words (a ``json_tree`` walk did the
 # same at several times the cost of the whole insert).
-def history_body(row: str) -> str:
-    """The indexed text of the ``parts`` row ``row`` (``NULL`` for kinds not indexed)."""
+def history_body(row: str, limit: int | None = None) -> str:
+    """The indexed text of the ``parts`` row ``row`` (``NULL`` for kinds not indexed), its
+    first ``limit`` characters (``None``: all of it, as migration 5 indexed)."""
     tool_input = f"json_extract({row}.data, '$.state.input')"
     for escape, plain in (("\\n", "char(10)"), ("\\t", "char(9)"), ('\\"', "'\"'")):
         tool_input = f"replace({tool_input}, '{escape}', {plain})"
-    return (
+    body = (
         f"CASE {row}.type WHEN 'text' THEN json_extract({row}.data, '$.text') "
         f"WHEN 'reasoning' THEN json_extract({row}.data, '$.text') "
         f"WHEN 'tool' THEN coalesce(json_extract({row}.data, '$.tool'), '') || char(10) || "
@@ -31,6 +32,16 @@ def history_body(row: str) -> str:
         f"coalesce(json_extract({row}.data, '$.state.output'), '') || "
         f"coalesce(json_extract({row}.data, '$.state.error'), '') END"
     )
+    return body if limit is None else f"substr({body}, 1, {limit})"
+
+
+#: Characters of a part's text the history index holds, on both backends (its first ones):
+#: PostgreSQL's ``tsvector`` holds at most 1 MB, which text of this length cannot exceed (at
+#: most ~16 bytes of lexemes and positions per character, hyphenated or URL-like words at
+#: their worst); FTS5 has no such limit, but a 64 MB output of distinct words took minutes of
+#: the writer's time. A longer text is stored whole and served byte for byte; its index entry
+#: is its beginning (an OpenCode tool output is cut at 50 KB anyway).
+INDEX_CHARS = 65_536
 
 
 # History search (``history/search``), first form (migration 4): an FTS5 index holding its own
@@ -62,7 +73,8 @@ _HISTORY_INDEX_4 = """
     SELECT 0, rowid FROM parts ORDER BY rowid DESC LIMIT 1;
 """
 
-# History search (``history/search``): an FTS5 index over every part's text, its rowid the
+# History search (``history/search``): an FTS5 index over every part's text (its first
+# ``INDEX_CHARS`` characters), its rowid the
 # part's rowid (an upsert keeps it). The index holds no copy of the text: its content is the
 # view ``history_src`` over ``parts`` (an FTS5 "external content" table), so the store is
 # not twice its size. Such an index is told what to forget: a part's entry is removed with
@@ -83,7 +95,7 @@ _HISTORY_INDEX_4 = """
 # ``history_dirty`` (written in this transaction, indexed at its commit), minus the ones the
 # first-open backfill has still to reach (``history_backfill``: rowids in ``(done, upto]``;
 # those are the backfill's alone, whatever is written to them meanwhile). Removing an entry
-# the index does not hold would corrupt it (``_FORGET_OLD`` checks all three). What is indexed
+# the index does not hold would corrupt it (``forget_old`` checks all three). What is indexed
 # is always read through ``history_src``, so it is the text a removal gives back.
 #
 # ``unicode61`` splits at ``_``, ``/``, ``.`` and ``:``, and a search term is matched as a
@@ -95,15 +107,6 @@ _INDEXED = "('text', 'reasoning', 'tool')"
 _NOT_BACKFILL = (
     "NOT EXISTS (SELECT 1 FROM history_backfill WHERE {row}.rowid > done AND {row}.rowid <= upto)"
 )
-# Forget ``OLD``'s entry if the index holds it: an indexed kind, not noted in this
-# transaction, not left to the backfill.
-_FORGET_OLD = (
-    "INSERT INTO history_fts (history_fts, rowid, body, sid) "
-    f"SELECT 'delete', OLD.rowid, {history_body('OLD')}, hex(OLD.session_id) "
-    f"WHERE OLD.type IN {_INDEXED} "
-    "AND NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = OLD.rowid) "
-    f"AND {_NOT_BACKFILL.format(row='OLD')};"
-)
 # (``NOT EXISTS``, not ``OR IGNORE``: in a trigger fired by an upsert, the upsert's own
 # conflict handling overrides the trigger statement's.)
 _NOTE = (
@@ -111,15 +114,30 @@ _NOTE = (
     "WHERE NEW.type IN " + _INDEXED + " AND " + _NOT_BACKFILL.format(row="NEW") + " AND "
     "NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = NEW.rowid);"
 )
-HISTORY_INDEX = f"""
+
+
+def _history_index(limit: int | None) -> str:
+    """The index over the first ``limit`` characters of each part's text (``None``: all)."""
+    # Forget ``OLD``'s entry if the index holds it: an indexed kind, not noted in this
+    # transaction, not left to the backfill.
+    forget_old = (
+        "INSERT INTO history_fts (history_fts, rowid, body, sid) "
+        f"SELECT 'delete', OLD.rowid, {history_body('OLD', limit)}, hex(OLD.session_id) "
+        f"WHERE OLD.type IN {_INDEXED} "
+        "AND NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = OLD.rowid) "
+        f"AND {_NOT_BACKFILL.format(row='OLD')};"
+    )
+    return f"""
     DROP TRIGGER IF EXISTS history_on_insert;
     DROP TRIGGER IF EXISTS history_on_update;
     DROP TRIGGER IF EXISTS history_on_delete;
     DROP TABLE IF EXISTS history_fts;
     DROP TABLE IF EXISTS history_dirty;
+    DROP TABLE IF EXISTS history_hold;
     DROP TABLE IF EXISTS history_backfill;
+    DROP VIEW IF EXISTS history_src;
     CREATE VIEW history_src AS
-    SELECT rowid AS rid, {history_body("parts")} AS body, hex(session_id) AS sid
+    SELECT rowid AS rid, {history_body("parts", limit)} AS body, hex(session_id) AS sid
     FROM parts WHERE type IN {_INDEXED};
     CREATE VIRTUAL TABLE history_fts USING fts5 (
         body, sid, content = 'history_src', content_rowid = 'rid',
@@ -138,18 +156,24 @@ HISTORY_INDEX = f"""
     END;
     CREATE TRIGGER history_on_update AFTER UPDATE OF data, type ON parts
     WHEN NOT EXISTS (SELECT 1 FROM history_hold)
-    AND {history_body("OLD")} IS NOT {history_body("NEW")}
+    AND {history_body("OLD", limit)} IS NOT {history_body("NEW", limit)}
     BEGIN
-        {_FORGET_OLD}
+        {forget_old}
         {_NOTE}
     END;
     CREATE TRIGGER history_on_delete AFTER DELETE ON parts
     WHEN OLD.type IN {_INDEXED}
     BEGIN
-        {_FORGET_OLD}
+        {forget_old}
         DELETE FROM history_dirty WHERE rid = OLD.rowid;
     END;
 """
+
+
+# Migration 5 as it was run (the whole text), then 6: the first ``INDEX_CHARS`` characters,
+# indexed anew (in the background at first open, as the backfill does).
+_HISTORY_INDEX_5 = _history_index(None)
+HISTORY_INDEX = _history_index(INDEX_CHARS)
 
 #: Around a statement that changes no part's indexed text (see above).
 HISTORY_HOLD = "INSERT OR IGNORE INTO history_hold (held) VALUES (1)"
@@ -254,6 +278,8 @@ MIGRATIONS: list[str] = [
     # 4: the history search index, first form
     _HISTORY_INDEX_4,
     # 5: the history search index without its own copy of the text (indexed anew)
+    _HISTORY_INDEX_5,
+    # 6: the index holds the first ``INDEX_CHARS`` characters of a part's text (indexed anew)
     HISTORY_INDEX,
 ]
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiosqlite
 
@@ -37,6 +38,8 @@ from sidecar.store.url import CannotOpen
 
 # Rows fetched per round trip when a read streams (it stops early when over budget).
 CHUNK = 1024
+# SQLite virtual-machine steps between two looks at a read's deadline (``query_within``).
+DEADLINE_STEPS = 1000
 
 
 class SqliteBackend:
@@ -189,6 +192,11 @@ class SqliteBackend:
     async def query(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         return list(await self._reader.execute_fetchall(sql, args))
 
+    async def query_within(
+        self, sql: str, args: Sequence[Any], deadline: float
+    ) -> list[Row] | None:
+        return await _within(self._reader, sql, args, deadline)
+
     async def query_point(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         if self._inline is not None:
             try:
@@ -265,10 +273,36 @@ class SqliteReader(ReadOnly):
 
     query_point = query  # no connection of its own for point reads: one reader
 
+    async def query_within(
+        self, sql: str, args: Sequence[Any], deadline: float
+    ) -> list[Row] | None:
+        return await _within(self._reader, sql, args, deadline)
+
     @contextlib.asynccontextmanager
     async def stream(self, sql: str, args: Sequence[Any]) -> AsyncIterator[Chunks]:
         async with self._reader.execute(sql, args) as cursor:
             yield _Chunks(cursor)
+
+
+async def _within(
+    reader: aiosqlite.Connection, sql: str, args: Sequence[Any], deadline: float
+) -> list[Row] | None:
+    """A read on ``reader``'s thread that SQLite interrupts at ``deadline`` (a progress
+    handler set for this statement alone: the thread runs one call at a time)."""
+
+    def run() -> list[Row] | None:
+        conn = reader._conn
+        conn.set_progress_handler(lambda: time.monotonic() > deadline, DEADLINE_STEPS)
+        try:
+            return conn.execute(sql, args).fetchall()
+        except sqlite3.OperationalError as exc:
+            if str(exc) != "interrupted":
+                raise
+            return None
+        finally:
+            conn.set_progress_handler(None, 0)
+
+    return cast(list[Row] | None, await reader._execute(run))  # type: ignore[no-untyped-call]
 
 
 def flush_history(conn: sqlite3.Connection) -> None:

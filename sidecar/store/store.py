@@ -37,7 +37,7 @@ from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
 from sidecar.store.backend import Backend, Done, OnIntegrity, Row, Statement
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
-from sidecar.store.history import Hit, backfill, search
+from sidecar.store.history import Found, backfill, search
 from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
 
 log = logging.getLogger("sidecar.store")
@@ -622,13 +622,25 @@ class Store:
         limit: int,
         before: Key | None = None,
         kinds: Sequence[str] | None = None,
-    ) -> list[Hit]:
+        *,
+        include_recall: bool = False,
+        budget: float = 2.0,
+    ) -> Found:
         """The parts of one session (``None``: all) matching ``query``, best first (after the
-        first-open indexing, if one is running)."""
+        first-open indexing, if one is running), found within ``budget`` seconds."""
         task = self._backfill
         if task is not None and not task.done():
             await asyncio.shield(task)
-        return await search(self._db, session_id, query, limit, before, kinds)
+        return await search(
+            self._db,
+            session_id,
+            query,
+            limit,
+            before,
+            kinds,
+            include_recall=include_recall,
+            budget=budget,
+        )
 
     async def part_rows(self, message_id: str) -> list[tuple[str, str]]:
         """``(part id, JSON)`` of a message's parts, in order."""

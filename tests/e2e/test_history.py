@@ -58,6 +58,8 @@ async def seeded(client: Client) -> tuple[str, dict[str, str]]:
     )
     u2 = await put_message(client, user_message(sid))
     p_late = await put_part(client, text_part(sid, u2["id"], "later zebra note"))
+    # Its turn is over (an open turn is left out of a search, ``test_history_bounds``).
+    await put_message(client, assistant_message(sid, u2["id"], finish="stop"))
     ids = {
         "u1": u1["id"],
         "a1": a1["id"],
@@ -133,6 +135,7 @@ async def test_star_searches_every_session(shared: Client) -> None:
 async def test_acknowledged_write_is_searchable_at_once(shared: Client) -> None:
     session = await shared.create_session()
     message = await put_message(shared, user_message(session.id))
+    await put_message(shared, assistant_message(session.id, message["id"], finish="stop"))
     for i in range(20):
         part = await put_part(shared, text_part(session.id, message["id"], f"marker{i}xyz"))
         hits = await search(shared, session.id, f"marker{i}xyz")

@@ -294,17 +294,7 @@ class Fuzzer:
         await self.send_write(body, call, what)
 
     def mutate_bytes(self, body: bytes) -> bytes:
-        data = bytearray(body)
-        for _ in range(self.rng.randrange(1, 4)):
-            at = self.rng.randrange(len(data))
-            op = self.rng.randrange(3)
-            if op == 0:
-                data[at] = self.rng.randrange(256)
-            elif op == 1:
-                data.insert(at, self.rng.randrange(256))
-            else:
-                del data[at]
-        return bytes(data)
+        return mutate_bytes(self.rng, body)
 
     async def check_store(self) -> None:
         kept: set[tuple[str, str, str | None]] = set()
@@ -322,6 +312,21 @@ class Fuzzer:
         assert not missing, f"acknowledged writes not stored: {sorted(missing)[:5]}"
         leaked = self.rejected & kept
         assert not leaked, f"rejected writes stored: {sorted(leaked)[:5]}"
+
+
+def mutate_bytes(rng: random.Random, body: bytes) -> bytes:
+    """``body`` with one to three bytes flipped, inserted or deleted."""
+    data = bytearray(body)
+    for _ in range(rng.randrange(1, 4)):
+        at = rng.randrange(len(data))
+        op = rng.randrange(3)
+        if op == 0:
+            data[at] = rng.randrange(256)
+        elif op == 1:
+            data.insert(at, rng.randrange(256))
+        else:
+            del data[at]
+    return bytes(data)
 
 
 def describe(method: str, payload: dict[str, Any]) -> dict[str, Any] | None:

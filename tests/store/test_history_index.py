@@ -59,7 +59,9 @@ async def _old_database(db: str | Path) -> None:
             "DROP FUNCTION sidecar_history(); DROP FUNCTION sidecar_history_body(TEXT, TEXT); "
             f"UPDATE schema_version SET version = {BEFORE}"
         )
-        assert BEFORE == len(pg.MIGRATIONS) - 2, "the downgrade undoes 4 (5 replaces its function)"
+        assert BEFORE == len(pg.MIGRATIONS) - 3, (
+            "the downgrade undoes 4 (5, 6 replace its function)"
+        )
         await pconn.execute("INSERT INTO sessions VALUES ($1, $2, $3, $4, $5)", *session)
         await pconn.executemany(
             "INSERT INTO messages VALUES ($1, $2, $3, $4, $5, $6, $7)", messages
@@ -77,9 +79,13 @@ async def test_an_old_database_is_indexed_at_first_open(db: str | Path) -> None:
     try:
         # A search waits for the indexing, so it never sees half an index.
         for i in (0, history.CHUNK_PARTS, PARTS - 1):
-            hits = await store.search_history("ses_old", f"old_identifier_{i}", 5)
+            hits = (
+                await store.search_history("ses_old", f"old_identifier_{i}", 5, include_recall=True)
+            ).hits
             assert [h[2] for h in hits] == [f"prt_{i:04d}"]
-            hits = await store.search_history("ses_old", f"src/old/mod{i}.py", 5)
+            hits = (
+                await store.search_history("ses_old", f"src/old/mod{i}.py", 5, include_recall=True)
+            ).hits
             assert [h[2] for h in hits] == [f"prt_{i:04d}"]
         total = PARTS + 1
         assert reports[0] == (0, total) and reports[-1] == (total, total)
@@ -94,7 +100,9 @@ async def test_an_old_database_is_indexed_at_first_open(db: str | Path) -> None:
     heard: list[tuple[int, int]] = []
     again.on_backfill = lambda indexed, total: heard.append((indexed, total))
     try:
-        assert len(await again.search_history("ses_old", "word5x", 5)) == 1
+        assert (
+            len((await again.search_history("ses_old", "word5x", 5, include_recall=True)).hits) == 1
+        )
         assert heard == []
     finally:
         await again.close()
@@ -105,7 +113,7 @@ async def test_a_fresh_database_has_nothing_to_index(db: str | Path) -> None:
     heard: list[tuple[int, int]] = []
     store.on_backfill = lambda indexed, total: heard.append((indexed, total))
     try:
-        assert await store.search_history(None, "anything", 5) == []
+        assert (await store.search_history(None, "anything", 5, include_recall=True)).hits == []
         assert heard == []
     finally:
         await store.close()
@@ -157,7 +165,9 @@ async def test_a_prune_does_not_rewrite_the_index(db: str | Path) -> None:
         assert before
         assert len(await store.mark_compacted(["prt_out"], 99)) == 1
         assert await _index_state(db) == before
-        hits = await store.search_history("ses_p", "test_parse_header", 5)
+        hits = (
+            await store.search_history("ses_p", "test_parse_header", 5, include_recall=True)
+        ).hits
         assert [h[2] for h in hits] == ["prt_out"]
     finally:
         await store.close()

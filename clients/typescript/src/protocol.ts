@@ -1103,7 +1103,10 @@ export interface PartRemoveParams {
 }
 /**
  * ``sessionID`` ``"*"`` searches every session; ``before`` (a message id) limits the search
- *     to what precedes that message; ``kinds`` to those part kinds.
+ *     to what precedes that message; ``kinds`` to those part kinds. Left out unless
+ *     ``includeRecall``: the recall tools' own calls (``history_search``/``history_expand``,
+ *     whatever prefix a frontend gives them) and each session's open turn (the message being
+ *     answered).
  *
  * This interface was referenced by `Protocol`'s JSON-Schema
  * via the `definition` "HistorySearchParams".
@@ -1113,14 +1116,24 @@ export interface HistorySearchParams {
   query: string;
   limit?: number;
   before?: string | null;
-  kinds?: ("reasoning" | "text" | "tool")[] | null;
+  kinds?:
+    | []
+    | ["reasoning" | "text" | "tool"]
+    | ["reasoning" | "text" | "tool", "reasoning" | "text" | "tool"]
+    | ["reasoning" | "text" | "tool", "reasoning" | "text" | "tool", "reasoning" | "text" | "tool"]
+    | null;
+  includeRecall?: boolean;
 }
 /**
+ * ``partial``: the search ran out of its time budget (``history.searchBudgetMs``);
+ *     ``hits`` are the best of what it had found by then.
+ *
  * This interface was referenced by `Protocol`'s JSON-Schema
  * via the `definition` "HistorySearchResult".
  */
 export interface HistorySearchResult {
   hits: HistoryHit[];
+  partial?: boolean;
 }
 /**
  * One matching part, best first. ``tool`` is null for text and reasoning parts; ``time``
@@ -1181,6 +1194,7 @@ export interface Config {
     [k: string]: ModelLimit;
   };
   server?: ServerConfig;
+  history?: HistoryConfig;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1286,6 +1300,19 @@ export interface ServerConfig {
   maxReplyBytes?: number;
   authTimeout?: number;
   maxConnections?: number;
+}
+/**
+ * ``history/search`` bounds (daemon-only, like ``server``): what one client's query may
+ *     cost everyone else. A longer query, or one of more terms, is refused (-32602); a search
+ *     that runs past its budget returns the hits it has, marked ``partial``.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "HistoryConfig".
+ */
+export interface HistoryConfig {
+  maxQueryChars?: number;
+  maxQueryTerms?: number;
+  searchBudgetMs?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema

@@ -3,6 +3,8 @@ messages behind summaries included (the window only ever drops them from view)."
 
 from __future__ import annotations
 
+import unicodedata
+
 from sidecar.errors import InvalidParams, UnknownMessage, UnknownPart
 from sidecar.model.messages import UserMessage
 from sidecar.model.rpc import (
@@ -14,25 +16,33 @@ from sidecar.model.rpc import (
 )
 from sidecar.server.context import Context
 from sidecar.store.cache import Key
-from sidecar.store.history import part_content
+from sidecar.store.history import part_content, terms_of
 
 ALL = "*"
 
 
 async def search(ctx: Context, p: HistorySearchParams) -> HistorySearchResult:
     store = ctx.store
+    limits = ctx.config.current.history
+    check_query(p.query, limits.max_query_chars, limits.max_query_terms)
     session_id = None if p.session_id == ALL else p.session_id
     if session_id is not None:
         await store.require_session(session_id)
-    if not p.query.strip():
-        raise InvalidParams("invalid params: $.query: must not be empty")
     before: Key | None = None
     if p.before is not None:
         found = await store.get_message(p.before)
         if found is None or (session_id is not None and found[0].session_id != session_id):
             raise UnknownMessage(p.before)
         before = Key(found[0].time.created, found[0].id)
-    hits = await store.search_history(session_id, p.query, p.limit, before, p.kinds)
+    result = await store.search_history(
+        session_id,
+        p.query,
+        p.limit,
+        before,
+        p.kinds,
+        include_recall=p.include_recall,
+        budget=limits.search_budget_ms / 1000,
+    )
     return HistorySearchResult(
         hits=[
             HistoryHit(
@@ -45,9 +55,37 @@ async def search(ctx: Context, p: HistorySearchParams) -> HistorySearchResult:
                 snippet=snippet,
                 score=score,
             )
-            for sid, mid, pid, role, tool, created, snippet, score in hits
-        ]
+            for sid, mid, pid, role, tool, created, snippet, score in result.hits
+        ],
+        partial=result.partial,
     )
+
+
+#: Control characters a query may hold: blanks (a pasted multi-line command), nothing else.
+_BLANKS = frozenset("\t\n\r")
+
+
+def check_query(query: str, max_chars: int, max_terms: int) -> None:
+    """A query the index can answer within bounds, else -32602 naming what is wrong. Its
+    syntax is never parsed (every term is matched literally), so only its size and its
+    characters are checked."""
+    if len(query) > max_chars:
+        raise InvalidParams(
+            f"invalid params: $.query: {len(query)} characters, over history.maxQueryChars "
+            f"({max_chars})"
+        )
+    if not query.strip():
+        raise InvalidParams("invalid params: $.query: must not be empty")
+    for ch in query:
+        if unicodedata.category(ch) == "Cc" and ch not in _BLANKS:
+            raise InvalidParams(
+                f"invalid params: $.query: holds the control character U+{ord(ch):04X}"
+            )
+    terms = len(terms_of(query))
+    if terms > max_terms:
+        raise InvalidParams(
+            f"invalid params: $.query: {terms} terms, over history.maxQueryTerms ({max_terms})"
+        )
 
 
 async def expand(ctx: Context, p: HistoryExpandParams) -> HistoryExpandResult:

@@ -305,7 +305,8 @@ def test_imported_history_is_searchable(tmp_path: Path, capsys: pytest.CaptureFi
     async def search() -> list[Any]:
         store = await Store.open(db)
         try:
-            return await store.search_history(row["sessionID"], needle, 20)
+            found = await store.search_history(row["sessionID"], needle, 20, include_recall=True)
+            return list(found.hits)
         finally:
             await store.close()
 

@@ -1,0 +1,123 @@
+// The bundled plugin (dist/index.js) loaded as OpenCode loads it, its hooks called as OpenCode
+// calls them, against a real daemon (`$SIDECAR_PYTHON -m sidecar serve`, default python3) on
+// stdio. The real OpenCode runs it in tests/agents (pytest).
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+
+import plugin from "../dist/index.js";
+
+const PYTHON = process.env.SIDECAR_PYTHON ?? "python3";
+
+function fakeInput() {
+  const logs = [];
+  return {
+    logs,
+    input: { client: { app: { log: async ({ body }) => logs.push(body) } } },
+  };
+}
+
+function user(sessionID, id, text, t) {
+  return {
+    info: {
+      id,
+      sessionID,
+      role: "user",
+      time: { created: t },
+      agent: "build",
+      model: { providerID: "fake", modelID: "fake-model" },
+    },
+    parts: [{ id: `prt_${id}`, sessionID, messageID: id, type: "text", text }],
+  };
+}
+
+function assistant(sessionID, id, parentID, text, t) {
+  return {
+    info: {
+      id,
+      sessionID,
+      role: "assistant",
+      parentID,
+      time: { created: t, completed: t + 1 },
+      modelID: "fake-model",
+      providerID: "fake",
+      mode: "build",
+      path: { cwd: "/", root: "/" },
+      cost: 0,
+      tokens: { input: 10, output: 5, reasoning: 0, cache: { read: 0, write: 0 } },
+      finish: "stop",
+    },
+    parts: [{ id: `prt_${id}`, sessionID, messageID: id, type: "text", text }],
+  };
+}
+
+test("the config hook turns OpenCode's compaction and prune off", async () => {
+  const { input } = fakeInput();
+  const hooks = await plugin(input, { command: "/nonexistent/compaction-sidecar" });
+  const config = { compaction: { auto: true }, provider: {} };
+  await hooks.config(config);
+  assert.deepEqual(config.compaction, { auto: false, prune: false });
+  await hooks.dispose();
+});
+
+test("an unreachable daemon leaves OpenCode's messages unchanged and is logged once", async () => {
+  const { input, logs } = fakeInput();
+  const hooks = await plugin(input, { command: "/nonexistent/compaction-sidecar" });
+  const messages = [user("ses_a", "msg_1", "hello", 1_700_000_000_000)];
+  const before = structuredClone(messages);
+  for (let step = 0; step < 3; step++) {
+    await hooks["experimental.chat.messages.transform"]({}, { messages });
+    assert.deepEqual(messages, before);
+  }
+  assert.equal(logs.filter((l) => l.message.includes("cannot reach the daemon")).length, 1);
+  await hooks.dispose();
+});
+
+test("bad options load nothing and say why", async () => {
+  const { input, logs } = fakeInput();
+  const hooks = await plugin(input, { args: "connect" });
+  assert.deepEqual(hooks, {});
+  assert.match(logs[0].message, /args must be an array of strings/);
+});
+
+test("the transform swaps in the daemon's window and leaves OpenCode's summary request alone", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "sidecar-opencode-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const { input } = fakeInput();
+  const hooks = await plugin(input, {
+    command: PYTHON,
+    args: ["-m", "sidecar", "serve", "--db", join(dir, "s.db")],
+  });
+  t.after(() => hooks.dispose());
+  await hooks.config({ provider: {} });
+  const sid = "ses_plugin_test";
+  const t0 = 1_700_000_000_000;
+  const history = [user(sid, "msg_01", "first", t0), assistant(sid, "msg_02", "msg_01", "one", t0 + 10)];
+  // The mirror lags (events are not awaited): the transform itself re-sends what is missing.
+  const step = [...history, user(sid, "msg_03", "second", t0 + 20)];
+  const messages = structuredClone(step);
+  await hooks["experimental.chat.messages.transform"]({}, { messages });
+  assert.deepEqual(
+    messages.map((m) => m.info.id),
+    ["msg_01", "msg_02", "msg_03"],
+  );
+  assert.equal(messages[2].parts[0].text, "second");
+  // The step's own (empty) assistant message, mirrored before the transform, stays out.
+  await hooks.event({ event: { type: "message.updated", properties: { info: assistant(sid, "msg_04", "msg_03", "", t0 + 30).info } } });
+  const again = structuredClone(step);
+  await hooks["experimental.chat.messages.transform"]({}, { messages: again });
+  assert.deepEqual(
+    again.map((m) => m.info.id),
+    ["msg_01", "msg_02", "msg_03"],
+  );
+  // OpenCode's own summary request: announced by experimental.session.compacting, untouched.
+  await hooks["experimental.session.compacting"]({ sessionID: sid }, { context: [] });
+  const head = structuredClone(history).slice(0, 1);
+  await hooks["experimental.chat.messages.transform"]({}, { messages: head });
+  assert.deepEqual(head, structuredClone(history).slice(0, 1));
+  // The recall tools are bound to the calling session.
+  const found = await hooks.tool.history_search.execute({ query: "second" }, { sessionID: sid });
+  assert.match(found, /msg_03 prt_msg_03 user/);
+});
