@@ -125,43 +125,59 @@ def summary_in(req: Request) -> str | None:
     return None
 
 
-def test_pi_runs_on_the_daemons_window(tmp_path: Path) -> None:
+def start_pi(tmp_path: Path, llm: FakeLLM, sidecar: list[str], *extra: Path) -> tuple[PiRPC, Path]:
+    """pi in RPC mode on the fake model (window 60,000), the packed extension loaded, its
+    daemon reached by running `sidecar`; the project folder."""
     pi_bin, packed = pi_setup()
     ext = unpack(packed, tmp_path / "ext")
+    proj = tmp_path / "proj"
+    proj.mkdir(exist_ok=True)
+    agent_dir = tmp_path / "pi-agent"
+    agent_dir.mkdir(exist_ok=True)
+    model = {"id": "fake-model", "contextWindow": WINDOW, "maxTokens": 4000}
+    model |= {"reasoning": False, "input": ["text"]}
+    provider = {"baseUrl": llm.base_url, "api": "openai-completions", "apiKey": "sk-fake"}
+    provider |= {"compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False}}
+    (agent_dir / "models.json").write_text(
+        json.dumps({"providers": {"fake": {**provider, "models": [model]}}})
+    )
+    # pi's own compaction stays on: the extension has to cancel it.
+    (agent_dir / "settings.json").write_text(json.dumps({"compaction": {"enabled": True}}))
+    (tmp_path / "d").mkdir(exist_ok=True)
+    env = cli_env(tmp_path / "d")
+    env |= {
+        "HOME": str(tmp_path / "home"),
+        "PI_CODING_AGENT_DIR": str(agent_dir),
+        "PI_OFFLINE": "1",
+        "PI_SKIP_VERSION_CHECK": "1",
+        "COMPACTION_SIDECAR_COMMAND": sidecar[0],
+        "COMPACTION_SIDECAR_ARGS": json.dumps(sidecar[1:]),
+    }
+    argv = [str(pi_bin), "--mode", "rpc", "--provider", "fake", "--model", "fake-model"]
+    argv += ["-e", str(ext)]
+    for e in extra:
+        argv += ["-e", str(e)]
+    return PiRPC(argv, proj, env, tmp_path / "pi.stderr"), proj
+
+
+def notices(pi: PiRPC) -> list[dict[str, Any]]:
+    """What the extension told the user (notify) and any extension error pi reported."""
+    return pi.of_type("extension_error") + [
+        e for e in pi.of_type("extension_ui_request") if e.get("method") == "notify"
+    ]
+
+
+def test_pi_runs_on_the_daemons_window(tmp_path: Path) -> None:
+    pi_setup()
     helper = tmp_path / "tree_helper.mjs"
     helper.write_text(TREE_HELPER)
-    proj = tmp_path / "proj"
-    proj.mkdir()
-    for i in range(1, TURNS + 1):
-        big_file(proj / f"big{i:03d}.txt", i)
-    agent_dir = tmp_path / "pi-agent"
-    agent_dir.mkdir()
     daemon = Daemon(tmp_path / "d")
     llm = FakeLLM().start()
     try:
-        model = {"id": "fake-model", "contextWindow": WINDOW, "maxTokens": 4000}
-        model |= {"reasoning": False, "input": ["text"]}
-        provider = {"baseUrl": llm.base_url, "api": "openai-completions", "apiKey": "sk-fake"}
-        provider |= {"compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False}}
-        (agent_dir / "models.json").write_text(
-            json.dumps({"providers": {"fake": {**provider, "models": [model]}}})
-        )
-        # pi's own compaction stays on: the extension has to cancel it.
-        (agent_dir / "settings.json").write_text(json.dumps({"compaction": {"enabled": True}}))
-        env = cli_env(tmp_path / "d")
-        env |= {
-            "HOME": str(tmp_path / "home"),
-            "PI_CODING_AGENT_DIR": str(agent_dir),
-            "PI_OFFLINE": "1",
-            "PI_SKIP_VERSION_CHECK": "1",
-            "COMPACTION_SIDECAR_COMMAND": sys.executable,
-            "COMPACTION_SIDECAR_ARGS": json.dumps(
-                ["-m", "sidecar", "connect", "--socket", str(daemon.sock)]
-            ),
-        }
-        argv = [str(pi_bin), "--mode", "rpc", "--provider", "fake", "--model", "fake-model"]
-        argv += ["-e", str(ext), "-e", str(helper)]
-        pi = PiRPC(argv, proj, env, tmp_path / "pi.stderr")
+        sidecar = [sys.executable, "-m", "sidecar", "connect", "--socket", str(daemon.sock)]
+        pi, proj = start_pi(tmp_path, llm, sidecar, helper)
+        for i in range(1, TURNS + 1):
+            big_file(proj / f"big{i:03d}.txt", i)
         try:
             for i in range(1, TURNS + 1):
                 path = proj / f"big{i:03d}.txt"
@@ -176,9 +192,7 @@ def test_pi_runs_on_the_daemons_window(tmp_path: Path) -> None:
                 "branch: a different turn 15\n@@tool read "
                 + json.dumps({"path": str(proj / "big001.txt")})
             )
-            errors = pi.of_type("extension_error") + [
-                e for e in pi.of_type("extension_ui_request") if e.get("method") == "notify"
-            ]
+            errors = notices(pi)
             pi_compactions = [e for e in pi.of_type("compaction_end") if e.get("result")]
             attempts = pi.of_type("compaction_start")
         finally:
@@ -262,3 +276,72 @@ def test_pi_runs_on_the_daemons_window(tmp_path: Path) -> None:
         f"{len(pi_compactions)} (attempts cancelled {len(attempts)}); fork "
         f"{fork['session']['id']} <- {root_id} with {len(fork['messages'])} messages"
     )
+
+
+def test_pi_without_a_daemon_keeps_its_own_messages(tmp_path: Path) -> None:
+    """A daemon that cannot be reached never breaks a turn: pi sends its own messages, the user
+    is told once, and pi's own compaction is left alone."""
+    pi_setup()
+    with FakeLLM() as llm:
+        pi, proj = start_pi(tmp_path, llm, [str(tmp_path / "no-such-compaction-sidecar")])
+        try:
+            for i in range(1, 4):
+                big_file(proj / f"f{i}.txt", i)
+                read = json.dumps({"path": str(proj / f"f{i}.txt")})
+                end = pi.prompt(f"turn {i}\n@@tool read {read}")
+                assert end["messages"][-1]["role"] == "assistant"
+            told = notices(pi)
+        finally:
+            assert pi.close() == 0
+    main = llm.requests("main")
+    assert len(main) == 6
+    assert len(told) == 1 and "compaction-sidecar:" in told[0]["message"], told
+    # pi's own messages: the whole history, every tool result in full, no summary
+    assert all(summary_in(r) is None for r in main)
+    assert all(f"file {i:03d} line 00001" in main[-1].text() for i in range(1, 4))
+
+
+def test_pi_rejoins_a_restarted_daemon(tmp_path: Path) -> None:
+    """The daemon killed between turns: the next model call is on a new daemon (`connect`
+    starts one on the same socket and database), holding the whole branch, nothing twice."""
+    pi_setup()
+    home = tmp_path / "d"
+    daemon = Daemon(home)
+    try:
+        with FakeLLM() as llm:
+            sidecar = [sys.executable, "-m", "sidecar", "connect", "--socket", str(daemon.sock)]
+            sidecar += ["--db", str(daemon.db)]
+            pi, proj = start_pi(tmp_path, llm, sidecar)
+            try:
+                for i in range(1, 4):
+                    if i == 3:
+                        daemon.stop()
+                    big_file(proj / f"f{i}.txt", i)
+                    read = json.dumps({"path": str(proj / f"f{i}.txt")})
+                    pi.prompt(f"turn {i}\n@@tool read {read}")
+                state = pi.command({"type": "get_state"})["data"]
+                told = notices(pi)
+            finally:
+                assert pi.close() == 0
+        assert told == []
+        sessions = asyncio.run(daemon_state(daemon.sock))
+    finally:
+        daemon.stop()
+        asyncio.run(stop_shared(daemon.sock))
+    root = sessions["ses_pi_" + state["sessionId"].replace("-", "")]
+    users = [m for m in root["messages"] if m["info"]["role"] == "user"]
+    assert [m["parts"][0]["text"].split("\n")[0] for m in users] == ["turn 1", "turn 2", "turn 3"]
+    steps = [m for m in root["messages"] if m["info"]["role"] == "assistant"]
+    assert len(steps) == 6
+    assert len({m["info"]["piEntryID"] for m in root["messages"]}) == len(root["messages"])
+
+
+async def stop_shared(sock: Path) -> None:
+    """Stop the daemon `connect` started on this socket, if one runs."""
+    if not sock.exists():
+        return
+    client = await connect(f"unix:{sock}")
+    try:
+        await client.request("daemon/stop", {})
+    finally:
+        await client.close()
