@@ -11,6 +11,7 @@ in the original daemon session, the new one goes to the fork). The figures are p
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import subprocess
 import sys
@@ -172,7 +173,7 @@ def test_pi_runs_on_the_daemons_window(tmp_path: Path) -> None:
     helper = tmp_path / "tree_helper.mjs"
     helper.write_text(TREE_HELPER)
     daemon = Daemon(tmp_path / "d")
-    llm = FakeLLM().start()
+    llm = FakeLLM(log_dir=tmp_path / "llm").start()
     try:
         sidecar = [sys.executable, "-m", "sidecar", "connect", "--socket", str(daemon.sock)]
         pi, proj = start_pi(tmp_path, llm, sidecar, helper)
@@ -192,6 +193,19 @@ def test_pi_runs_on_the_daemons_window(tmp_path: Path) -> None:
                 "branch: a different turn 15\n@@tool read "
                 + json.dumps({"path": str(proj / "big001.txt")})
             )
+            # pi's own /fork (RPC `fork`): a new pi session from before the branch's prompt.
+            requests_before_fork = len(llm.requests("main"))
+            branch_prompt = next(
+                m
+                for m in pi.command({"type": "get_fork_messages"})["data"]["messages"]
+                if m["text"].startswith("branch:")
+            )
+            assert not pi.command({"type": "fork", "entryId": branch_prompt["entryId"]})["data"][
+                "cancelled"
+            ]
+            fork_state = pi.command({"type": "get_state"})["data"]
+            # Recall, called by the model: turn 3's output is behind the summaries by now.
+            pi.prompt('forked: find it\n@@tool history_search {"query": "file 003 line 00001"}')
             errors = notices(pi)
             pi_compactions = [e for e in pi.of_type("compaction_end") if e.get("result")]
             attempts = pi.of_type("compaction_start")
@@ -224,6 +238,13 @@ def test_pi_runs_on_the_daemons_window(tmp_path: Path) -> None:
     # own compaction-summary message.
     assert all(s is not None for s in after), [i for i, s in enumerate(carried) if s is None]
     assert all(s in summaries for s in after)
+    # ... and each compaction of the root (all before the branch) reached the model.
+    root_summaries = {
+        "\n".join(p["text"] for p in m["parts"] if p["type"] == "text")
+        for m in root["messages"]
+        if m["info"]["role"] == "assistant" and m["info"].get("summary")
+    }
+    assert set(after) == root_summaries
     assert len(root["compactions"]) >= 3
     # pi compacted nothing itself: no summary request, no compaction entry, none finished.
     assert llm.requests("summary") == []
@@ -244,18 +265,41 @@ def test_pi_runs_on_the_daemons_window(tmp_path: Path) -> None:
         ]
 
     forked = [s for s in sessions.values() if s["session"].get("parentID") == root_id]
-    assert len(forked) == 1, [s["session"] for s in sessions.values()]
-    fork = forked[0]
+    assert len(forked) == 2, [s["session"] for s in sessions.values()]
+    (fork,) = [s for s in forked if any(u.startswith("branch:") for u in users(s))]
     assert any(u.startswith("branch: a different turn 15") for u in users(fork))
     assert not any(u.startswith(("turn 15:", "turn 16:", "turn 20:")) for u in users(fork))
     assert any(u.startswith("turn 20:") for u in users(root))
     assert not any(u.startswith("branch:") for u in users(root))
-    branch_reqs = main[requests_before_tree:]
+    branch_reqs = main[requests_before_tree:requests_before_fork]
     assert branch_reqs and all("turn 16: read it" not in r.text() for r in branch_reqs)
     assert all("branch: a different turn 15" in r.text() for r in branch_reqs)
     entry_ids = {m["info"].get("piEntryID") for m in fork["messages"]} - {None}
     assert target["entryId"] not in entry_ids  # the re-edited prompt is not in the fork
 
+    # pi's /fork: a new pi session, mapped to a fork of the root made before turn 15 (the
+    # branch point of what pi copied), holding the new prompt and none of turns 15-20.
+    assert fork_state["sessionId"] != state["sessionId"]
+    (pi_fork,) = [s for s in forked if s is not fork]
+    assert any(u.startswith("forked: find it") for u in users(pi_fork))
+    assert not any(u.startswith(("turn 15:", "branch:")) for u in users(pi_fork))
+    assert any(u.startswith("turn 14:") for u in users(pi_fork))
+    # The recall tool ran on the fork's daemon session and found turn 3's output, which the
+    # model no longer had in its window.
+    recall = main[requests_before_fork:]
+    asked, answered = recall[0], recall[1]
+    assert asked.tool_call is not None and asked.tool_call.name == "history_search"
+    assert "file 003 line 00001: alpha" not in asked.text()
+    result = next(m for m in answered.messages if m.get("tool_call_id") == f"call_{asked.n:05d}")
+    assert "file 003 line 00001: alpha" in text_of(result.get("content")), result
+
+    # Requests after a step that asked for a tool, without that tool's result (the open turn
+    # lost at a compaction made on a read).
+    lost = 0
+    for prev, r in itertools.pairwise(main):
+        if prev.tool_call is not None:
+            want = f"call_{prev.n:05d}"
+            lost += not any(m.get("tool_call_id") == want for m in r.messages)
     # Requests with a tool call whose result is missing (the model would be refused).
     lacking = 0
     for r in main:
@@ -268,13 +312,16 @@ def test_pi_runs_on_the_daemons_window(tmp_path: Path) -> None:
         results = {m.get("tool_call_id") for m in r.messages if m.get("role") == "tool"}
         lacking += any(c not in results for c in prev_calls)
     print(
-        f"\npi e2e: {len(main)} main requests over {TURNS} turns + 1 branch turn; "
+        f"\npi e2e: {len(main)} main requests over {TURNS} turns, a /tree branch turn and a "
+        f"/fork recall turn; "
         f"{len(root['compactions'])} daemon compactions in the root session; first summary in "
         f"request {first + 1}; {len(after)}/{len(after)} later requests carry the daemon's "
         f"summary as pi's compaction-summary message; {len(over)} over the {WINDOW:,} window; "
-        f"{lacking} requests with a tool call lacking its result; pi compactions "
+        f"{lost} requests lacking the tool result asked for in the previous step; "
+        f"{lacking} with a tool call lacking its result; pi compactions "
         f"{len(pi_compactions)} (attempts cancelled {len(attempts)}); fork "
-        f"{fork['session']['id']} <- {root_id} with {len(fork['messages'])} messages"
+        f"{fork['session']['id']} <- {root_id} with {len(fork['messages'])} messages; pi /fork "
+        f"-> {pi_fork['session']['id']} <- {root_id}"
     )
 
 

@@ -337,11 +337,13 @@ export default function compactionSidecar(pi: ExtensionAPI): void {
     });
   });
 
-  pi.on("session_before_compact", async () => {
+  pi.on("session_before_compact", async (_event, ctx) => {
     // The daemon compacts; pi's own compaction would only duplicate it (and its summary would
-    // not reach the daemon's window). While the daemon is down, pi keeps its own.
-    if (healthy) return { cancel: true };
-    return undefined;
+    // not reach the daemon's window). Only while the daemon cannot be reached, pi keeps its own.
+    // (A new pi session, e.g. after /fork, may compact before its first model call: the
+    // branch is mirrored here first.)
+    const ok = healthy || (await guard(ctx, "sync", async (c) => (await sync(c, ctx), true)));
+    return ok ? { cancel: true } : undefined;
   });
 
   pi.on("session_shutdown", async () => {
