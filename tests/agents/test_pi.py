@@ -164,7 +164,9 @@ def start_pi(tmp_path: Path, llm: FakeLLM, sidecar: list[str], *extra: Path) -> 
 def notices(pi: PiRPC) -> list[dict[str, Any]]:
     """What the extension told the user (notify) and any extension error pi reported."""
     return pi.of_type("extension_error") + [
-        e for e in pi.of_type("extension_ui_request") if e.get("method") == "notify"
+        e
+        for e in pi.of_type("extension_ui_request")
+        if e.get("method") == "notify" and e.get("notifyType") != "info"
     ]
 
 
@@ -206,6 +208,9 @@ def test_pi_runs_on_the_daemons_window(tmp_path: Path) -> None:
             fork_state = pi.command({"type": "get_state"})["data"]
             # Recall, called by the model: turn 3's output is behind the summaries by now.
             pi.prompt('forked: find it\n@@tool history_search {"query": "file 003 line 00001"}')
+            # The daemon's compaction by hand (pi's /compact is pi's own, cancelled).
+            pi.command({"type": "prompt", "message": "/sidecar-compact keep file 014 in detail"})
+            pi.prompt("after the manual compaction")
             errors = notices(pi)
             pi_compactions = [e for e in pi.of_type("compaction_end") if e.get("result")]
             attempts = pi.of_type("compaction_start")
@@ -292,6 +297,14 @@ def test_pi_runs_on_the_daemons_window(tmp_path: Path) -> None:
     assert "file 003 line 00001: alpha" not in asked.text()
     result = next(m for m in answered.messages if m.get("tool_call_id") == f"call_{asked.n:05d}")
     assert "file 003 line 00001: alpha" in text_of(result.get("content")), result
+    # /sidecar-compact: a manual daemon compaction of the fork's session, whose summary the
+    # next request carries.
+    manual = [c for c in pi_fork["compactions"] if not c["auto"]]
+    assert len(manual) == 1, pi_fork["compactions"]
+    last = main[-1]
+    assert "after the manual compaction" in last.text()
+    (newest,) = [m for m in pi_fork["messages"] if m["info"]["id"] == manual[0]["messageID"]]
+    assert summary_in(last) == "\n".join(p["text"] for p in newest["parts"] if p["type"] == "text")
 
     # Requests after a step that asked for a tool, without that tool's result (the open turn
     # lost at a compaction made on a read).

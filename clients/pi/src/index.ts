@@ -357,6 +357,24 @@ export default function compactionSidecar(pi: ExtensionAPI): void {
   };
   const text = (t: string) => ({ content: [{ type: "text" as const, text: t }], details: {} });
 
+  // pi's /compact is pi's own compaction (cancelled while the daemon answers); this one is the
+  // daemon's, on the current branch's session.
+  pi.registerCommand("sidecar-compact", {
+    description: "Compact now through the compaction-sidecar daemon (optional instructions for the summary)",
+    handler: async (args, ctx) => {
+      await ctx.waitForIdle();
+      const out = await guard(ctx, "session/compact", async (c) => {
+        const h = await sync(c, ctx);
+        const model = ctx.model ? { providerID: ctx.model.provider, modelID: ctx.model.id } : undefined;
+        return c.compact(h.sessionID, { auto: false, model, instructions: args.trim() || undefined });
+      });
+      if (!out) return;
+      const msg = out.error ? `compaction-sidecar: not compacted: ${out.error}` : "compaction-sidecar: compacted";
+      if (ctx.hasUI) ctx.ui.notify(msg, out.error ? "warning" : "info");
+      else process.stderr.write(msg + "\n");
+    },
+  });
+
   pi.registerTool({
     name: "history_search",
     label: "History search",
