@@ -766,10 +766,13 @@ class Client:
         wait: bool = True,
         fit: bool = True,
         since: str | None = None,
+        overhead_tokens: int | None = None,
     ) -> ContextResult:
         """The window to send; ``wait``/``fit`` as in PROTOCOL.md (both default on). With
         ``since`` (an earlier reply's ``revision``) the reply may be a delta (``delta``,
-        ``start``): ``ContextWindow`` keeps the assembled window for you."""
+        ``start``): ``ContextWindow`` keeps the assembled window for you. ``overhead_tokens``:
+        what the frontend adds to the window (system prompt, tool schemas), counted by ``fit``;
+        None: the overhead the daemon learned from the session's reported usage."""
         params: dict[str, Any] = {"sessionID": session_id, "format": format}
         if not wait:
             params["wait"] = False
@@ -777,6 +780,8 @@ class Client:
             params["fit"] = False
         if since is not None:
             params["since"] = since
+        if overhead_tokens is not None:
+            params["overheadTokens"] = overhead_tokens
         return await self.request("session/context", params, ContextResult)
 
     def window(self, session_id: str, format: str = "parts") -> ContextWindow:

@@ -470,7 +470,8 @@ export interface RevertInfo {
  * The model limits the daemon's last decision for this session used (overflow check,
  *     compaction), so ``inspect`` and ``report`` draw the window the session really ran under.
  *     ``source``: ``config``, ``refreshed``, ``models-dev`` or ``default`` (config
- *     ``models["*"]``); ``usable``: the input budget overflow compared against.
+ *     ``models["*"]``); ``usable``: the input budget overflow compared against; ``overhead``:
+ *     the frontend's overhead learned from the session's reported usage (``session/context``).
  *
  * This interface was referenced by `Protocol`'s JSON-Schema
  * via the `definition` "SessionLimits".
@@ -482,6 +483,7 @@ export interface SessionLimits {
   output?: number;
   input?: number | null;
   usable?: number;
+  overhead?: number | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -888,6 +890,7 @@ export interface SessionContextParams {
   wait?: boolean;
   fit?: boolean;
   since?: string | null;
+  overheadTokens?: number | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -905,6 +908,8 @@ export interface ContextResult {
   revision?: string;
   delta?: boolean;
   start?: number;
+  overheadTokens?: number;
+  overheadSource?: "given" | "learned" | "none";
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1013,6 +1018,7 @@ export interface CompactionRecord {
   writer?: string;
   durationMs?: number;
   auto?: boolean;
+  openTurn?: "cut" | "kept";
   messageID: string;
   time: number;
   markerID: string;
@@ -1202,6 +1208,7 @@ export interface CompactionConfig {
   system?: string | null;
   overrides?: Override[];
   prepare?: number | null;
+  keepOpenTurn?: boolean;
 }
 /**
  * ``compaction.keep``: what every summary carries verbatim in its ``## Kept verbatim``
@@ -1356,6 +1363,7 @@ export interface CompactedEvent {
   writer?: string;
   durationMs?: number;
   auto: boolean;
+  openTurn?: "cut" | "kept";
   sessionID: string;
   messageID: string;
   rejected?: string | null;
