@@ -313,6 +313,7 @@ def test_pi_runs_on_the_daemons_window(tmp_path: Path) -> None:
         if prev.tool_call is not None:
             want = f"call_{prev.n:05d}"
             lost += not any(m.get("tool_call_id") == want for m in r.messages)
+    assert lost == 0  # compaction.keepOpenTurn, which the extension turns on
     # Requests with a tool call whose result is missing (the model would be refused).
     lacking = 0
     for r in main:
