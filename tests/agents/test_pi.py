@@ -126,7 +126,13 @@ def summary_in(req: Request) -> str | None:
     return None
 
 
-def start_pi(tmp_path: Path, llm: FakeLLM, sidecar: list[str], *extra: Path) -> tuple[PiRPC, Path]:
+def start_pi(
+    tmp_path: Path,
+    llm: FakeLLM,
+    sidecar: list[str],
+    *extra: Path,
+    config: dict[str, Any] | None = None,
+) -> tuple[PiRPC, Path]:
     """pi in RPC mode on the fake model (window 60,000), the packed extension loaded, its
     daemon reached by running `sidecar`; the project folder."""
     pi_bin, packed = pi_setup()
@@ -154,6 +160,9 @@ def start_pi(tmp_path: Path, llm: FakeLLM, sidecar: list[str], *extra: Path) -> 
         "COMPACTION_SIDECAR_COMMAND": sidecar[0],
         "COMPACTION_SIDECAR_ARGS": json.dumps(sidecar[1:]),
     }
+    if config is not None:
+        (tmp_path / "sidecar.json").write_text(json.dumps(config))
+        env["COMPACTION_SIDECAR_CONFIG"] = str(tmp_path / "sidecar.json")
     argv = [str(pi_bin), "--mode", "rpc", "--provider", "fake", "--model", "fake-model"]
     argv += ["-e", str(ext)]
     for e in extra:
@@ -364,7 +373,9 @@ def test_pi_without_a_daemon_keeps_its_own_messages(tmp_path: Path) -> None:
 
 def test_pi_rejoins_a_restarted_daemon(tmp_path: Path) -> None:
     """The daemon killed between turns: the next model call is on a new daemon (`connect`
-    starts one on the same socket and database), holding the whole branch, nothing twice."""
+    starts one on the same socket and database), holding the whole branch, nothing twice, with
+    the extension's config file applied again (a 20,000-token trigger: turns of about 13,000
+    tokens compact, which the 60,000 window alone would not)."""
     pi_setup()
     home = tmp_path / "d"
     daemon = Daemon(home)
@@ -372,7 +383,8 @@ def test_pi_rejoins_a_restarted_daemon(tmp_path: Path) -> None:
         with FakeLLM() as llm:
             sidecar = [sys.executable, "-m", "sidecar", "connect", "--socket", str(daemon.sock)]
             sidecar += ["--db", str(daemon.db)]
-            pi, proj = start_pi(tmp_path, llm, sidecar)
+            config = {"compaction": {"triggerTokens": 20_000}}
+            pi, proj = start_pi(tmp_path, llm, sidecar, config=config)
             try:
                 for i in range(1, 4):
                     if i == 3:
@@ -390,11 +402,13 @@ def test_pi_rejoins_a_restarted_daemon(tmp_path: Path) -> None:
         daemon.stop()
         asyncio.run(stop_shared(daemon.sock))
     root = sessions["ses_pi_" + state["sessionId"].replace("-", "")]
-    users = [m for m in root["messages"] if m["info"]["role"] == "user"]
+    mirrored = [m for m in root["messages"] if m["info"].get("piEntryID")]
+    users = [m for m in mirrored if m["info"]["role"] == "user"]
     assert [m["parts"][0]["text"].split("\n")[0] for m in users] == ["turn 1", "turn 2", "turn 3"]
-    steps = [m for m in root["messages"] if m["info"]["role"] == "assistant"]
-    assert len(steps) == 6
-    assert len({m["info"]["piEntryID"] for m in root["messages"]}) == len(root["messages"])
+    assert len([m for m in mirrored if m["info"]["role"] == "assistant"]) == 6
+    assert len({m["info"]["piEntryID"] for m in mirrored}) == len(mirrored)
+    assert root["compactions"], "the config file's triggerTokens was not applied"
+    assert summary_in(llm.requests("main")[-1]) is not None
 
 
 async def stop_shared(sock: Path) -> None:
