@@ -276,14 +276,22 @@ export default function compactionSidecar(pi: ExtensionAPI): void {
   const persisted = async (ctx: ExtensionContext, messages: AgentMessage[]): Promise<boolean> => {
     const last = messages.at(-1) as (AgentMessage & { content?: unknown; timestamp?: number }) | undefined;
     if (!last || !["user", "assistant", "toolResult", "custom", "bashExecution"].includes(last.role)) return true;
+    // content and, for pi's own messages, the creation time: a prompt repeated word for word
+    // is another message
     const want = JSON.stringify(last.content ?? null);
     const until = Date.now() + 5000;
     for (let i = 0; Date.now() < until; i++) {
       const leafPath = ctx.sessionManager.getBranch();
       for (let j = leafPath.length - 1; j >= 0 && j >= leafPath.length - 8; j--) {
         const e = leafPath[j];
-        const m = e.type === "message" ? (e.message as AgentMessage & { content?: unknown }) : e.type === "custom_message" ? { role: "custom", content: e.content } : undefined;
-        if (m && m.role === last.role && JSON.stringify(m.content ?? null) === want) return true;
+        const m =
+          e.type === "message"
+            ? (e.message as AgentMessage & { content?: unknown; timestamp?: number })
+            : e.type === "custom_message"
+              ? { role: "custom", content: e.content, timestamp: undefined }
+              : undefined;
+        const sameTime = e.type !== "message" || m?.timestamp === last.timestamp;
+        if (m && m.role === last.role && sameTime && JSON.stringify(m.content ?? null) === want) return true;
       }
       // pi stores messages from its own event queue, a few ticks behind the agent loop
       await new Promise((r) => (i < 100 ? setImmediate(r) : setTimeout(r, 5)));
