@@ -190,7 +190,7 @@ export default function compactionSidecar(pi: ExtensionAPI): void {
     const mirrored = path.filter(isMirrored);
     const rec = records(path).at(-1)?.data;
     let sessionID = rec?.sessionID && rec.piSession === piSession ? rec.sessionID : undefined;
-    let source = rec?.sessionID; // another pi session's (pi's /fork copied the record)
+    const source = rec?.sessionID; // another pi session's (pi's /fork copied the record)
     if (!sessionID && !source) sessionID = `ses_pi_${piSession.replace(/-/g, "")}`;
     if (sessionID && current?.sessionID === sessionID && piSessionOfCurrent === piSession) {
       // fast path: the session synced last time
