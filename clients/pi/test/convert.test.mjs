@@ -56,3 +56,21 @@ test("an output the daemon did not change goes out as pi's own tool result", () 
   const out = toPi(win, new Set(), (id) => byId.get(id), toolResults(path));
   assert.equal(out[1], result.message);
 });
+
+test("entries pi sends as user text: a custom message, a shell run, a branch summary", () => {
+  const ctx = { sessionID: "ses_x", piSession: "p", parentID: "", cwd: "/p", results: new Map() };
+  const custom = { type: "custom_message", id: "c1", parentId: null, timestamp: "2026-01-01T00:00:00.000Z", customType: "x", content: "injected", display: true };
+  const bash = { type: "message", id: "b1", parentId: null, timestamp: "2026-01-01T00:00:00.000Z", message: { role: "bashExecution", command: "ls", output: "a\nb", exitCode: 2, cancelled: false, truncated: false, timestamp: 1 } };
+  const branch = { type: "branch_summary", id: "s1", parentId: null, timestamp: "2026-01-01T00:00:00.000Z", fromId: "x", summary: "we tried A" };
+  const texts = [custom, bash, branch].map((e) => toDaemon(e, ctx)).map((w) => [w.message.role, w.parts[0].text]);
+  assert.deepEqual(texts[0], ["user", "injected"]);
+  assert.equal(texts[1][0], "user");
+  assert.match(texts[1][1], /^Ran `ls`\n```\na\nb\n```\n\nCommand exited with code 2$/);
+  assert.match(texts[2][1], /summary of a branch[\s\S]*we tried A/);
+});
+
+test("a tool result pi does not have yet leaves the part running", () => {
+  const w = toDaemon(step, { sessionID: "ses_x", piSession: "p", parentID: "u", cwd: "/p", results: new Map() });
+  assert.equal(w.parts[0].state.status, "running");
+  assert.deepEqual(w.parts[0].state.input, { path: "/x" });
+});
