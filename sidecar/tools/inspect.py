@@ -126,6 +126,9 @@ def inspect(
             at_marker = marker.info.time.created
             done = info.time.completed or info.time.created
             replaced = filter_compacted(history[:k])
+            after = filter_compacted(history[: i + 1])
+            # What the marker's tailStartID keeps after the summary was not replaced.
+            kept = {r.info.id for r in after}
             compactions.append(
                 CompactionEvent(
                     turn=sum(1 for t in turns if index[t.message_id] < k),
@@ -133,11 +136,11 @@ def inspect(
                     summary_id=info.id,
                     auto=part.auto,
                     before=costs.window(replaced, at_marker),
-                    after=costs.window(filter_compacted(history[: i + 1]), done),
+                    after=costs.window(after, done),
                     time=done,
                     summary=summary_text(m),
                     writer=writer_name(info.provider_id, info.model_id),
-                    replaced_ids=[r.info.id for r in replaced],
+                    replaced_ids=[r.info.id for r in replaced if r.info.id not in kept],
                     diagnostics=_plain((diagnostics or {}).get(info.id)),
                 )
             )

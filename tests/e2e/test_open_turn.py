@@ -31,6 +31,15 @@ class Agent:
     def __init__(self, c: Client, sid: str) -> None:
         self.c, self.sid, self.n = c, sid, 0
 
+    @classmethod
+    async def start(cls, spawner: Spawner, **compaction: Any) -> Agent:
+        """A new daemon (the small model, ``compaction`` settings) and a session on it."""
+        options: dict[str, Any] = {"models": MODELS}
+        if compaction:
+            options["compaction"] = compaction
+        c = await spawner(initialization_options=options)
+        return cls(c, (await c.create_session()).id)
+
     async def user(self, text: str) -> str:
         u = await put_message(self.c, {"role": "user", "sessionID": self.sid, "model": MODEL})
         await put_part(
@@ -99,9 +108,8 @@ def marker_tail(ctx: dict[str, Any]) -> str | None:
 
 
 async def test_a_read_that_compacts_mid_turn_keeps_the_open_turn(spawner: Spawner) -> None:
-    c = await spawner(initialization_options={"models": MODELS})
-    sid = (await c.create_session()).id
-    agent = Agent(c, sid)
+    agent = await Agent.start(spawner)
+    c, sid = agent.c, agent.sid
     for _ in range(5):
         await agent.closed_turn(4_000)
     u = await agent.user("Now read big.py and fix it")
@@ -130,14 +138,8 @@ async def test_a_read_that_compacts_mid_turn_keeps_the_open_turn(spawner: Spawne
 async def test_collapse_keeps_the_whole_open_turn(spawner: Spawner) -> None:
     """Collapse's own breakpoint falls inside the turn (the turn is most of the window): the
     tail is moved back to the turn's user message."""
-    c = await spawner(
-        initialization_options={
-            "models": MODELS,
-            "compaction": {"method": "collapse", "summaryShare": 10},
-        }
-    )
-    sid = (await c.create_session()).id
-    agent = Agent(c, sid)
+    agent = await Agent.start(spawner, method="collapse", summaryShare=10)
+    c, sid = agent.c, agent.sid
     for _ in range(3):
         await agent.closed_turn(2_000)
     u = await agent.user("Read both modules")
@@ -154,9 +156,8 @@ async def test_collapse_keeps_the_whole_open_turn(spawner: Spawner) -> None:
 async def test_a_turn_end_overflow_after_tool_calls_keeps_opencode_behaviour_by_default(
     spawner: Spawner,
 ) -> None:
-    c = await spawner(initialization_options={"models": MODELS})
-    sid = (await c.create_session()).id
-    agent = Agent(c, sid)
+    agent = await Agent.start(spawner)
+    c, sid = agent.c, agent.sid
     for _ in range(3):
         await agent.closed_turn(3_000)
     u = await agent.user("Read it")
@@ -170,11 +171,8 @@ async def test_a_turn_end_overflow_after_tool_calls_keeps_opencode_behaviour_by_
 
 
 async def test_keep_open_turn_applies_the_rule_to_the_turn_end_overflow(spawner: Spawner) -> None:
-    c = await spawner(
-        initialization_options={"models": MODELS, "compaction": {"keepOpenTurn": True}}
-    )
-    sid = (await c.create_session()).id
-    agent = Agent(c, sid)
+    agent = await Agent.start(spawner, keepOpenTurn=True)
+    c, sid = agent.c, agent.sid
     for _ in range(3):
         await agent.closed_turn(3_000)
     u = await agent.user("Read it")
@@ -199,9 +197,8 @@ async def test_keep_open_turn_applies_the_rule_to_the_turn_end_overflow(spawner:
 async def test_an_open_turn_that_does_not_fit_keeps_its_newest_part_and_says_so(
     spawner: Spawner,
 ) -> None:
-    c = await spawner(initialization_options={"models": MODELS})
-    sid = (await c.create_session()).id
-    agent = Agent(c, sid)
+    agent = await Agent.start(spawner)
+    c, sid = agent.c, agent.sid
     await agent.closed_turn(3_000)
     u = await agent.user("Read all of it")
     a1 = await agent.step(u, finish="tool-calls", output=9_000)
@@ -223,14 +220,8 @@ async def test_a_prepared_summary_keeps_the_open_turn(spawner: Spawner, keep: bo
     """``compaction.prepare``: the summary prepared at the step that ended in tool calls is
     committed by the read when it left the open turn out (``keepOpenTurn``); one that covers
     the turn is not used, and the compaction keeps the turn all the same."""
-    c = await spawner(
-        initialization_options={
-            "models": MODELS,
-            "compaction": {"prepare": 0.3, "keepOpenTurn": keep},
-        }
-    )
-    sid = (await c.create_session()).id
-    agent = Agent(c, sid)
+    agent = await Agent.start(spawner, prepare=0.3, keepOpenTurn=keep)
+    c, sid = agent.c, agent.sid
     for _ in range(5):
         await agent.closed_turn(4_000, tokens=usage(1_000))
     u = await agent.user("Now read big.py")

@@ -46,9 +46,8 @@ async def test_given_overhead_counts_in_the_fit(spawner: Spawner) -> None:
 async def test_the_overhead_is_learned_from_reported_usage_and_survives_a_restart(
     spawner: Spawner,
 ) -> None:
-    c = await spawner(initialization_options={"models": MODELS})
-    sid = (await c.create_session()).id
-    agent = Agent(c, sid)
+    agent = await Agent.start(spawner)
+    c, sid = agent.c, agent.sid
 
     async def step(overhead: int | None, output: int = 200) -> dict[str, Any]:
         """A user message, the read that serves the step, and the step reporting what the
@@ -90,9 +89,8 @@ async def test_the_turn_end_overflow_check_is_unchanged_by_the_overhead(
     spawner: Spawner,
 ) -> None:
     """Reported tokens already include the overhead: the turn-end check adds nothing."""
-    c = await spawner(initialization_options={"models": MODELS})
-    sid = (await c.create_session()).id
-    agent = Agent(c, sid)
+    agent = await Agent.start(spawner)
+    c, sid = agent.c, agent.sid
     for _ in range(3):
         u = await agent.user("q")
         await c.request("session/context", {"sessionID": sid, "overheadTokens": 9_000})
