@@ -108,6 +108,14 @@ def parse_directives(text: str) -> tuple[ToolCall | None, tuple[int, int] | None
             if len(bits) < 3:
                 continue
             name, arg = bits[1], bits[2]
+            if arg.startswith("{"):  # explicit arguments for any tool (pi's read takes `path`)
+                try:
+                    parsed = json.loads(arg)
+                except ValueError:
+                    parsed = None
+                if isinstance(parsed, dict):
+                    tool = ToolCall(name, parsed)
+                    continue
             if name == "read":
                 tool = ToolCall(name, {"filePath": arg})
             elif name == "bash":

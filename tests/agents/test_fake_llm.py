@@ -29,6 +29,15 @@ def test_tool_directive_with_json_args_answers_that_tool_call() -> None:
         assert [r.kind for r in llm.requests()] == ["main"]
 
 
+def test_read_with_json_args_keeps_them() -> None:
+    """pi's read tool takes `path`, OpenCode's `filePath`: JSON arguments go out as given."""
+    with FakeLLM() as llm:
+        ask = '@@tool read {"path": "/tmp/x.txt"}'
+        out = json.loads(post(llm, {"messages": [{"role": "user", "content": ask}]}))
+        call = out["choices"][0]["message"]["tool_calls"][0]["function"]
+        assert (call["name"], json.loads(call["arguments"])) == ("read", {"path": "/tmp/x.txt"})
+
+
 def test_streamed_answer_reports_usage_and_records_the_body() -> None:
     with FakeLLM() as llm:
         msgs = [
