@@ -27,6 +27,7 @@ from typing import Any
 
 import msgspec
 
+from sidecar.engine import breakdown as breakdown_mod
 from sidecar.engine import context as context_mod
 from sidecar.engine import delta, prune_run, steer
 from sidecar.engine import fork as fork_mod
@@ -43,6 +44,7 @@ from sidecar.model.ids import now_ms
 from sidecar.model.messages import AssistantMessage, Message
 from sidecar.model.rpc import (
     PRUNED_PER_EVENT,
+    BreakdownResult,
     CompactionRecord,
     CompactResult,
     ContextFormat,
@@ -318,6 +320,30 @@ class Engine:
         if result.estimated_tokens <= usable:
             return result
         return await self._fit(session_id, fmt, usable, cfg)
+
+    async def breakdown(
+        self,
+        session_id: str,
+        cfg: Config | None = None,
+        *,
+        wait: bool = True,
+        overhead: int | None = None,
+    ) -> BreakdownResult:
+        """``session/breakdown``: the window ``context`` would serve next, split by category."""
+        if wait:
+            await self.idle(session_id)
+        session = await self.store.require_session(session_id)
+        window = await load_window(self.store, session)
+        cfg = steer.for_window(cfg or self.config(), window)
+        pinned = await steer_data.pinned_ids(self.store, session_id)
+        return breakdown_mod.result(
+            session_id,
+            window,
+            pinned,
+            cfg,
+            overhead=overhead or 0,
+            overhead_source="given" if overhead is not None else "none",
+        )
 
     async def _fit(self, sid: str, fmt: ContextFormat, usable: int, cfg: Config) -> ContextResult:
         """Make an over-budget window fit: prune, then compact (the automatic path, same

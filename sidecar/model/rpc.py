@@ -277,6 +277,66 @@ class CompactionsResult(Dense, kw_only=True):
     compactions: list[CompactionRecord]
 
 
+class BreakdownCategory(Dense, kw_only=True):
+    """One slice of the window: its tokens and its share of the usable input."""
+
+    name: Literal[
+        "overhead",
+        "summary",
+        "keptVerbatim",
+        "userText",
+        "assistantText",
+        "reasoning",
+        "toolCalls",
+        "toolOutputs",
+        "toolOutputsPruned",
+        "pinned",
+        "other",
+    ]
+    tokens: int
+    share: float | None = None  # of ``usableInput``; None when the model's limits are unknown
+
+
+class BreakdownItem(Dense, kw_only=True):
+    """One of the largest parts in the window."""
+
+    message_id: Id
+    part_id: Id
+    kind: str  # the category most of its tokens fall in ("pinned" for a pinned part)
+    tool: str | None = None
+    tokens: int
+
+
+class BreakdownResult(Dense, kw_only=True):
+    """``session/breakdown``: the window the next ``session/context`` would serve, split.
+
+    ``categories`` add up to ``estimatedTokens + overheadTokens``; ``free`` is what is left of
+    ``usableInput``. ``trigger`` is where the turn-end check compacts (OpenCode's rule on the
+    reported tokens); ``prepareAt`` where ``compaction.prepare`` starts writing the summary.
+    """
+
+    session_id: Id
+    estimated_tokens: int
+    overhead_tokens: int
+    overhead_source: Literal["given", "learned", "none"] = "none"
+    categories: list[BreakdownCategory]
+    total_tokens: int
+    model_limits_known: bool
+    context: int | None = None
+    reserved_output: int | None = None
+    usable_input: int | None = None
+    free: int | None = None
+    trigger: int | None = None
+    prepare_at: int | None = None
+    largest: list[BreakdownItem] = msgspec.field(default_factory=list)
+
+
+class SessionBreakdownParams(Base, kw_only=True):
+    session_id: Id
+    wait: bool = True  # after the automatic work caused by earlier writes
+    overhead_tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None
+
+
 class SessionUncompactParams(Base, kw_only=True):
     session_id: Id
     message_id: Id | None = None  # a summary or marker id; absent: the newest compaction
