@@ -13,8 +13,9 @@ import math
 from collections.abc import Collection, Sequence
 from typing import Literal
 
+import msgspec
+
 from sidecar.engine import overflow, render
-from sidecar.engine.fit import limit_for_window
 from sidecar.engine.steer import block_of
 from sidecar.engine.tokens import (
     MESSAGE_OVERHEAD,
@@ -23,7 +24,7 @@ from sidecar.engine.tokens import (
     estimate_part,
     estimate_value,
 )
-from sidecar.model.config import Config
+from sidecar.model.config import CompactionConfig
 from sidecar.model.conversation import CLEARED
 from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
 from sidecar.model.parts import (
@@ -36,6 +37,7 @@ from sidecar.model.parts import (
     ToolPart,
 )
 from sidecar.model.rpc import BreakdownCategory, BreakdownItem, BreakdownResult
+from sidecar.model.tokens import ModelLimit
 
 Category = Literal[
     "overhead",
@@ -66,7 +68,7 @@ CATEGORIES: tuple[Category, ...] = (
 LARGEST = 10
 
 
-def _part_split(msg: WithParts, part: Part, stub: render.Stub) -> list[tuple[Category, int]]:
+def part_split(msg: WithParts, part: Part, stub: render.Stub) -> list[tuple[Category, int]]:
     """``part``'s estimate split into categories (a tool part is its call and its output)."""
     summary = isinstance(msg.info, AssistantMessage) and bool(msg.info.summary)
     if isinstance(part, TextPart):
@@ -109,7 +111,7 @@ def split(
     for msg in window:
         totals["other"] += MESSAGE_OVERHEAD  # a message's framing (role, separators)
         for part in msg.parts:
-            pieces = _part_split(msg, part, stub)
+            pieces = part_split(msg, part, stub)
             tokens = sum(t for _, t in pieces)
             if part.id in pinned:
                 totals["pinned"] += tokens
@@ -153,20 +155,20 @@ def result(
     session_id: str,
     window: Sequence[WithParts],
     pinned: Collection[str],
-    cfg: Config,
+    limit: ModelLimit | None,
+    ccfg: CompactionConfig,
     *,
     overhead: int = 0,
     overhead_source: Literal["given", "learned", "none"] = "none",
 ) -> BreakdownResult:
-    """The breakdown of ``window`` under ``cfg`` (already resolved for the window's turn)."""
-    stub = cfg.compaction.pruned_stub
+    """The breakdown of ``window`` for a model of ``limit`` (None: unknown) under ``ccfg``."""
+    stub = ccfg.pruned_stub
     totals, largest = split(window, pinned, stub)
     totals["overhead"] = overhead
     estimated = estimate_messages(window) + render.stub_extra(window, stub)
     total = estimated + overhead
-    limit = limit_for_window(window, cfg.models)
     known = limit is not None and limit.context > 0
-    usable = overflow.usable(limit, cfg.compaction) if limit is not None and known else None
+    usable = overflow.usable(limit, ccfg) if limit is not None and known else None
     out = BreakdownResult(
         session_id=session_id,
         estimated_tokens=estimated,
@@ -178,11 +180,21 @@ def result(
         largest=largest,
     )
     if limit is not None and usable is not None:
-        c = cfg.compaction
         out.context = limit.context
-        out.reserved_output = overflow.output_reserve(limit, c)
+        out.reserved_output = overflow.output_reserve(limit, ccfg)
         out.usable_input = usable
         out.free = max(0, usable - total)
-        out.trigger = overflow.trigger_point(usable, c)
-        out.prepare_at = math.ceil(c.prepare * usable) if c.prepare is not None else None
+        out.trigger = overflow.trigger_point(usable, ccfg)
+        out.prepare_at = math.ceil(ccfg.prepare * usable) if ccfg.prepare is not None else None
     return out
+
+
+def with_usable(b: BreakdownResult, usable: int) -> BreakdownResult:
+    """``b`` measured against another usable input (what the session's decisions used)."""
+    shares = {c.name: c.tokens for c in b.categories}
+    return msgspec.structs.replace(
+        b,
+        categories=categories(shares, usable),
+        usable_input=usable,
+        free=max(0, usable - b.total_tokens),
+    )

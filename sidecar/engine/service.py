@@ -340,7 +340,8 @@ class Engine:
             session_id,
             window,
             pinned,
-            cfg,
+            limit_for_window(window, cfg.models),
+            cfg.compaction,
             overhead=overhead or 0,
             overhead_source="given" if overhead is not None else "none",
         )

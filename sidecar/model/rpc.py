@@ -220,8 +220,14 @@ class ConfigUpdateParams(Base, kw_only=True):
 class Diagnostics(Dense, kw_only=True):
     """What one compaction did (PROTOCOL.md "Steering compaction"), as measured then."""
 
-    tokens_before: int = 0  # the turn's reported tokens, or the window's estimate (manual)
-    tokens_after: int = 0  # the estimate of the window right after it
+    # The one before/after pair every tool shows: the window just before the compaction and
+    # right after it (continue message and kept tail included), measured as session/context
+    # measures it (``estimatedTokens``).
+    tokens_before: int = 0
+    tokens_after: int = 0
+    # An automatic compaction's trigger: the finished turn's reported tokens (prompt + reply,
+    # so the frontend's system prompt and tools included); absent for the others.
+    reported_tokens: int | None = None
     summary_tokens: int = 0
     messages_summarized: int = 0
     parts_pruned: int = 0  # pruned tool outputs among what the summary replaced
