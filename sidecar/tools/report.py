@@ -427,7 +427,8 @@ def _summaries(ins: Inspection) -> str:
     last = len(ins.compactions)
     for i, c in enumerate(ins.compactions, 1):
         replaced = "".join(
-            f"<li><span class='role'>{escape(r.role)}</span> {escape(r.words) or '(no text)'}</li>"
+            f"<li title='{escape(r.id)}'><span class='role'>{escape(r.role)}</span> "
+            f"{escape(r.words) or '(no text)'}</li>"
             for r in c.replaced[:REPLACED_SHOWN]
         )
         if len(c.replaced) > REPLACED_SHOWN:

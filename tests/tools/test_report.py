@@ -163,7 +163,7 @@ def test_a_summary_renders_from_markdown_and_stays_inert() -> None:
     page = _parse(html)
     assert page.of("h2") and page.of("li") and page.of("strong") and page.of("pre")
     assert "&lt;img" in html and not page.of("img") and not page.of("a")
-    assert "user</span> fix the parser please" in html
+    assert "user</span> fix the parser please" in html and "title='m0'" in html
     _assert_self_contained(html.replace("evil.example", "evil"), page)
 
 
