@@ -138,9 +138,10 @@ class ContextResult(Dense, kw_only=True):
     revision: str = ""
     # With ``since``: true when ``messages`` are only those from index ``start`` of the
     # window (the client keeps its first ``start`` messages); false: the whole window. Both are
-    # absent from a reply to a request without ``since`` (its shape is unchanged).
-    delta: bool | msgspec.UnsetType = msgspec.UNSET
-    start: int | msgspec.UnsetType = msgspec.UNSET
+    # absent from a reply to a request without ``since`` (its shape is unchanged); the Python
+    # client reads an absent one as None.
+    delta: bool | msgspec.UnsetType | None = msgspec.UNSET
+    start: int | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class OverflowModel(Base, kw_only=True):

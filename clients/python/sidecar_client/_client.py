@@ -29,6 +29,7 @@ from sidecar.model.daemon import DaemonStatus
 from sidecar.model.messages import Message
 from sidecar.model.parts import Part
 from sidecar.model.rpc import (
+    BreakdownResult,
     CompactionRecord,
     CompactionsResult,
     CompactResult,
@@ -777,7 +778,25 @@ class Client:
             params["fit"] = False
         if since is not None:
             params["since"] = since
-        return await self.request("session/context", params, ContextResult)
+        result = await self.request("session/context", params, ContextResult)
+        if result.delta is UNSET:  # no ``since``: not a delta, and no ``start`` to keep
+            result.delta = result.start = None
+        return result
+
+    async def breakdown(
+        self, session_id: str, *, wait: bool = True, overhead_tokens: int | None = None
+    ) -> BreakdownResult:
+        """``session/breakdown``: what fills the window the next ``context`` would serve
+        (categories with their share of the usable input, free space, the trigger and the
+        largest parts). ``overhead_tokens``: the frontend's system prompt and tools, if known."""
+        params = _clean(
+            {
+                "sessionID": session_id,
+                "wait": None if wait else False,
+                "overheadTokens": overhead_tokens,
+            }
+        )
+        return await self.request("session/breakdown", params, BreakdownResult)
 
     def window(self, session_id: str, format: str = "parts") -> ContextWindow:
         """A ``ContextWindow`` of one session in one format."""
