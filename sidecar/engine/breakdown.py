@@ -36,7 +36,7 @@ from sidecar.model.parts import (
     ToolCompleted,
     ToolPart,
 )
-from sidecar.model.rpc import BreakdownCategory, BreakdownItem, BreakdownResult
+from sidecar.model.rpc import BreakdownCategory, BreakdownItem, BreakdownResult, OverheadSource
 from sidecar.model.tokens import ModelLimit
 
 Category = Literal[
@@ -159,7 +159,7 @@ def result(
     ccfg: CompactionConfig,
     *,
     overhead: int = 0,
-    overhead_source: Literal["given", "learned", "none"] = "none",
+    overhead_source: OverheadSource = "none",
 ) -> BreakdownResult:
     """The breakdown of ``window`` for a model of ``limit`` (None: unknown) under ``ccfg``."""
     stub = ccfg.pruned_stub

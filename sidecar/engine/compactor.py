@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from sidecar.engine import bounded, ledger, overflow, render, revert, steer, verify
+from sidecar.engine import bounded, ledger, open_turn, overflow, render, revert, steer, verify
 from sidecar.engine.collapse import split
 from sidecar.engine.filter import filter_compacted
 from sidecar.engine.host import Host
@@ -61,6 +61,7 @@ from sidecar.model.rpc import (
     Diagnostics,
     MessageRemovedEvent,
     MessageUpdatedEvent,
+    OpenTurn,
     PartUpdatedEvent,
     SessionStatus,
     StatusEvent,
@@ -102,6 +103,11 @@ class Request:
     # When the compaction began holding the session (loop time): ``waitedMs`` is measured
     # from it (compaction.prepare).
     started: float | None = None
+    # Keep the session's open turn verbatim after the summary (``open_turn``): a read's
+    # compaction always, a turn-end overflow's with ``compaction.keepOpenTurn``.
+    keep_open_turn: bool = False
+    # The frontend's fixed overhead (system prompt, tools) the kept turn must leave room for.
+    overhead: int = 0
 
 
 @dataclass
@@ -133,6 +139,10 @@ class Prepared:
         """The summary tokens it cost (the writer's count, else an estimate of its text)."""
         text = "".join(p.text for p in self.parts if isinstance(p, TextPart))
         return self.summary.tokens.output or estimate(text)
+
+
+def _key(m: WithParts) -> Key:
+    return Key(m.info.time.created, m.info.id)
 
 
 def _unpruned(part: Part) -> Part:
@@ -277,6 +287,11 @@ class _Plan:
     model: ModelRef | None
     cut: Key | None  # the newest message the compaction saw
     clock: _Clock
+    # The open turn kept after the summary (``open_turn``): how, its first message, and the
+    # first message kept of it (later than the first when the turn did not fit).
+    open_turn: OpenTurn | None = None
+    open_start: Key | None = None
+    open_from: Key | None = None
 
     def user_message(self) -> UserMessage:
         """A user message the daemon adds (marker, continue): next on the session's clock,
@@ -356,6 +371,32 @@ def _check_kept_fits(tail: list[WithParts], window: list[WithParts], cfg: Config
             f"not fit the model {info.provider_id}/{info.model_id} (usable {room}): over by "
             f"{kept - room}; pick a later message"
         )
+
+
+def _prepared_cut(plan: _Plan) -> Key | None:
+    """The newest message a summary prepared from ``plan`` covers: the newest it saw, or,
+    when the plan keeps an open turn, the newest before what it keeps (all of which must come
+    after it: else None, nothing is prepared)."""
+    if plan.open_turn is None:
+        return plan.cut
+    kept = {m.info.id for m in plan.tail}
+    covered = [_key(m) for m in plan.window if m.info.id not in kept]
+    if not covered or min(_key(m) for m in plan.tail) < max(covered):
+        return None
+    return max(covered)
+
+
+def _open_turn_after(plan: _Plan, cut: Key) -> OpenTurn | None:
+    """How a prepared summary covering up to ``cut`` keeps the plan's open turn: ``kept``
+    when the whole turn comes after the cut, ``cut`` when the turn did not fit anyway and the
+    part the plan keeps does; None when there is none, or the summary covers what is kept."""
+    if plan.open_turn is None or plan.open_start is None or plan.open_from is None:
+        return None
+    if plan.open_start > cut:
+        return "kept"
+    if plan.open_turn == "cut" and plan.open_from > cut:
+        return "cut"
+    return None
 
 
 class Compactor:
@@ -472,10 +513,11 @@ class Compactor:
         started: float,
         stub: render.Stub,
         kept: Sequence[WithParts] | None = None,
+        open_turn: OpenTurn | None = None,
     ) -> CompactionRecord:
         """Measure what the compaction did and store it beside the session; ``kept``: the
         messages it left as they are (default: the plan's tail; a prepared summary's: those
-        after its cut)."""
+        after its cut), ``open_turn``: how it kept the open turn (default: the plan's)."""
         window = [
             m
             for m in await load_window(self.store, plan.session)
@@ -515,6 +557,9 @@ class Compactor:
             duration_ms=int((time.monotonic() - started) * 1000),
             auto=req.auto,
         )
+        how = plan.open_turn if kept is None else open_turn
+        if how is not None:
+            record.open_turn = how
         try:
             await steer_data.record_compaction(
                 self.store, plan.sid, done.id, done.time.created, _encoder.encode(record)
@@ -545,9 +590,10 @@ class Compactor:
         if session.revert is not None:
             return None  # a compaction would first clean the revert up: not in the background
         plan = await self._plan(req, cfg)
-        if plan.cut is None:
+        cut = _prepared_cut(plan)
+        if cut is None:
             return None
-        fp = fingerprint(plan.window, plan.cut)
+        fp = fingerprint(plan.window, cut)
         appended = plan.marker(auto=True, overflow=True, tail=[])
         marker = appended.info
         if plan.standard:
@@ -593,7 +639,7 @@ class Compactor:
         self.host.progress(
             plan.sid, token, {"kind": "end", "message": f"prepared: {plan.before} -> {after}"}
         )
-        return Prepared(plan.sid, plan.cut, fp, prompt, done, parts)
+        return Prepared(plan.sid, cut, fp, prompt, done, parts)
 
     async def commit_prepared(
         self, req: Request, cfg: Config, prepared: Prepared, budget: int
@@ -611,6 +657,9 @@ class Compactor:
         if not any(Key(m.info.time.created, m.info.id) == prepared.cut for m in plan.window):
             return None
         after_cut = [m for m in plan.window if Key(m.info.time.created, m.info.id) > prepared.cut]
+        how = _open_turn_after(plan, prepared.cut)
+        if plan.open_turn is not None and how is None:
+            return None  # it summarized the open turn this compaction keeps
         head = plan.marker(req.auto, bool(req.overflow), after_cut)
         marker, marker_part = head.info, head.parts[0]
         created = plan.clock()
@@ -658,6 +707,7 @@ class Compactor:
             started,
             cfg.compaction.pruned_stub,
             after_cut,
+            how,
         )
         event = CompactedEvent(session_id=plan.sid, message_id=done.id, **_diagnostics(record))
         self._mark_prepared(event, req, cfg, prepared=True)
@@ -677,16 +727,24 @@ class Compactor:
         before = estimate_messages(window)
         ccfg = cfg.compaction
         standard = ccfg.method != "collapse"
+        # The open turn stays verbatim: everything from ``keep_at`` on is kept.
+        open_at = open_turn.start(window) if req.keep_open_turn and req.up_to is None else None
+        keep_at = len(window)
+        if open_at is not None:
+            budget = self._turn_budget(req, cfg, window)
+            keep_at = open_turn.kept_from(window, open_at, budget)[0]
         if not standard:
             parts = split(window, ccfg.extract_ratio, ccfg.recent_ratio)
             to_summarize, tail, reference = parts.summarize, parts.tail, parts.reference
+            if len(to_summarize) > keep_at:  # collapse's breakpoint fell inside the turn
+                to_summarize, tail = window[:keep_at], window[keep_at:]
         else:
-            to_summarize, tail, reference = list(window), [], []
+            to_summarize, tail, reference = window[:keep_at], window[keep_at:], []
         if standard:
             # As OpenCode sends it: the window as it is, an earlier compaction inline
             # ("What did we do so far?", its summary, "Continue ..."), no merge block.
             previous: list[str] = []
-            history = [_without_ledger(m) if is_summary(m) else m for m in window]
+            history = [_without_ledger(m) if is_summary(m) else m for m in to_summarize]
         else:
             # Collapse (seed 003): earlier summaries go to the writer as summaries to merge.
             previous = await self._previous_summaries(sid, ccfg.previous_summaries)
@@ -696,11 +754,17 @@ class Compactor:
             _check_kept_fits(tail, window, cfg)
             reference, previous = [], []
             history = [_without_ledger(m) if is_summary(m) else m for m in to_summarize]
-        elif tail and estimate_messages(history) < ccfg.extract_ratio / 2 * before:
+        elif len(tail) > len(window) - keep_at and (
+            estimate_messages(history) < ccfg.extract_ratio / 2 * before
+        ):
             # The window is dominated by its newest messages (one huge tool output, say):
-            # summarizing the little before them cannot free room, so summarize everything.
-            to_summarize, tail, reference = list(window), [], []
+            # summarizing the little before them cannot free room, so summarize everything
+            # (but the open turn).
+            to_summarize, tail, reference = window[:keep_at], window[keep_at:], []
             history = [m for m in to_summarize if not is_marker(m) and not is_summary(m)]
+        how: OpenTurn | None = None
+        if open_at is not None and tail:
+            how = "kept" if len(window) - len(tail) <= open_at else "cut"
         last_user = _last_user(window)
         # What compaction appends must sort after everything already in the session, even
         # when a frontend's clock runs ahead of ours.
@@ -719,7 +783,18 @@ class Compactor:
             model=req.model or (last_user.model if last_user else None),
             cut=max((Key(m.info.time.created, m.info.id) for m in window), default=None),
             clock=_Clock(now_ms() if latest is None else latest + 1),
+            open_turn=how,
+            open_start=_key(window[open_at]) if how is not None and open_at is not None else None,
+            open_from=_key(window[keep_at]) if how is not None else None,
         )
+
+    @staticmethod
+    def _turn_budget(req: Request, cfg: Config, window: list[WithParts]) -> int | None:
+        """The tokens a kept open turn may take: the compaction's budget less the frontend's
+        overhead and the summary's room (None: no budget known, the whole turn is kept)."""
+        if req.usable <= 0:
+            return None
+        return max(0, req.usable - req.overhead - _summary_budget(window, cfg))
 
     async def _append_marker(self, req: Request, plan: _Plan) -> WithParts:
         appended = plan.marker(req.auto, bool(req.overflow), plan.tail)

@@ -61,10 +61,12 @@ async def build_fitted(
     window: list[WithParts],
     usable: int,
     stub: render.Stub = "opencode",
+    overhead: int = 0,
 ) -> ContextResult:
     """The last resort: oversized tool outputs cut in the rendering (stored data untouched);
-    ``overflow`` when even that does not fit."""
-    fitted, cut = truncate_to_fit(window, usable)
+    ``overflow`` when even that does not fit. ``overhead``: the frontend's, which the window
+    must leave room for."""
+    fitted, cut = truncate_to_fit(window, usable - overhead)
     raws: dict[str, str] | None = None
     if fmt == "parts":
         # Unchanged objects keep their stored JSON; the cut parts are re-encoded.
@@ -74,6 +76,6 @@ async def build_fitted(
             raws.pop(pid, None)
     result = render_result(fitted, fmt, raws, stub)
     result.truncated_part_ids = cut
-    result.overflow = result.estimated_tokens > usable
+    result.overflow = result.estimated_tokens + overhead > usable
     result.usable = usable
     return result

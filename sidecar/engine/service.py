@@ -29,7 +29,7 @@ import msgspec
 
 from sidecar.engine import breakdown as breakdown_mod
 from sidecar.engine import context as context_mod
-from sidecar.engine import delta, prune_run, steer
+from sidecar.engine import delta, overhead, prune_run, steer
 from sidecar.engine import fork as fork_mod
 from sidecar.engine import overflow as overflow_mod
 from sidecar.engine import revert as revert_mod
@@ -51,6 +51,7 @@ from sidecar.model.rpc import (
     ContextResult,
     MessageRemovedEvent,
     OverflowResult,
+    OverheadSource,
     PartUpdatedEvent,
     PrunedEvent,
     PruneResult,
@@ -134,6 +135,8 @@ class Engine:
         self.compactor = Compactor(store, host)
         # The windows ``session/context`` served, for ``since``.
         self.revisions = delta.Revisions()
+        # Their estimates and the frontend overhead learned from the steps they served.
+        self.overheads = overhead.Overheads()
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._by_session: dict[str, set[asyncio.Task[Any]]] = {}
@@ -302,12 +305,32 @@ class Engine:
         *,
         wait: bool = True,
         fit: bool = True,
+        overhead_tokens: int | None = None,
     ) -> ContextResult:
-        """The window; ``wait``: after earlier writes' automatic work; ``fit``: see ``_fit``."""
+        """The window; ``wait``: after earlier writes' automatic work; ``fit``: see ``_fit``;
+        ``overhead_tokens``: the frontend's overhead (None: the learned one)."""
         if wait:
             await self.idle(session_id)
         session = await self.store.require_session(session_id)
-        cfg = cfg or self.config()
+        extra, source = self.overhead_of(session, overhead_tokens)
+        result = await self._context(session, fmt, cfg or self.config(), fit, extra)
+        result.overhead_tokens, result.overhead_source = extra, source
+        self.overheads.served(session_id, result.estimated_tokens)
+        return result
+
+    def overhead_of(self, session: Session, given: int | None) -> tuple[int, OverheadSource]:
+        """The frontend overhead a read counts: ``given``, else the one learned here, else the
+        one stored with the session's limits (learned before a restart), else none."""
+        if given is not None:
+            return given, "given"
+        learned = self.overheads.learned(session.id)
+        if learned is None and session.limits is not None:
+            learned = session.limits.overhead
+        return (0, "none") if learned is None else (learned, "learned")
+
+    async def _context(
+        self, session: Session, fmt: ContextFormat, cfg: Config, fit: bool, extra: int
+    ) -> ContextResult:
         stub = cfg.compaction.pruned_stub
         result, window = await context_mod.build_with_window(self.store, session, fmt, stub)
         if not fit:
@@ -317,9 +340,9 @@ class Engine:
         if limit is None:
             return result
         usable = overflow_mod.usable(limit, cfg.compaction)
-        if result.estimated_tokens <= usable:
+        if result.estimated_tokens + extra <= usable:
             return result
-        return await self._fit(session_id, fmt, usable, cfg)
+        return await self._fit(session.id, fmt, usable, cfg, extra)
 
     async def breakdown(
         self,
@@ -333,6 +356,7 @@ class Engine:
         if wait:
             await self.idle(session_id)
         session = await self.store.require_session(session_id)
+        extra, source = self.overhead_of(session, overhead)
         window = await load_window(self.store, session)
         cfg = steer.for_window(cfg or self.config(), window)
         pinned = await steer_data.pinned_ids(self.store, session_id)
@@ -342,21 +366,25 @@ class Engine:
             pinned,
             limit_for_window(window, cfg.models),
             cfg.compaction,
-            overhead=overhead or 0,
-            overhead_source="given" if overhead is not None else "none",
+            overhead=extra,
+            overhead_source=source,
         )
 
-    async def _fit(self, sid: str, fmt: ContextFormat, usable: int, cfg: Config) -> ContextResult:
+    async def _fit(
+        self, sid: str, fmt: ContextFormat, usable: int, cfg: Config, extra: int = 0
+    ) -> ContextResult:
         """Make an over-budget window fit: prune, then compact (the automatic path, same
-        events), then truncate single oversized outputs in the rendering only; else say so."""
+        events), then truncate single oversized outputs in the rendering only; else say so.
+        ``extra``: the frontend's overhead, which the window must leave room for."""
         stub = cfg.compaction.pruned_stub
+        room = usable - extra
         async with self.lock(sid):
             session = await self.store.require_session(sid)
             result, window = await context_mod.build_with_window(self.store, session, fmt, stub)
-            if result.estimated_tokens > usable and cfg.compaction.prune:
+            if result.estimated_tokens > room and cfg.compaction.prune:
                 await self._prune(sid, cfg)
                 result, window = await context_mod.build_with_window(self.store, session, fmt, stub)
-            if result.estimated_tokens > usable and cfg.compaction.auto:
+            if result.estimated_tokens > room and cfg.compaction.auto:
                 last = next(
                     (
                         m.info
@@ -367,13 +395,16 @@ class Engine:
                 )
                 if last is not None and not self.is_compacting(sid):
                     with contextlib.suppress(Busy):  # another daemon compacts it: cut instead
-                        await self._auto_compact(sid, cfg, limit_for=last)
+                        # Mid-turn, the model waits for the results it asked for: keep them.
+                        await self._auto_compact(
+                            sid, cfg, limit_for=last, keep_open_turn=True, extra=extra
+                        )
                     result, window = await context_mod.build_with_window(
                         self.store, session, fmt, stub
                     )
-            if result.estimated_tokens > usable:
+            if result.estimated_tokens > room:
                 return await context_mod.build_fitted(
-                    self.store, session, fmt, window, usable, stub
+                    self.store, session, fmt, window, usable, stub, extra
                 )
             return result
 
@@ -574,7 +605,11 @@ class Engine:
                 return  # written; its validity is checked when it would be committed
             self.invalidate_prepared(sid)
         req = Request(
-            session_id=sid, auto=True, overflow=True, cutoff=Key(info.time.created, info.id)
+            session_id=sid,
+            auto=True,
+            overflow=True,
+            cutoff=Key(info.time.created, info.id),
+            keep_open_turn=cfg.compaction.keep_open_turn,
         )
         task = asyncio.get_running_loop().create_task(self._prepare(req, cfg))
         self._prepared[sid] = _Preparing(task, settings)
@@ -696,6 +731,8 @@ class Engine:
         self._spawn(info.session_id, work)
 
         def done(_result: Any, exc: BaseException | None) -> None:
+            if exc is None:  # a finished step: its usage against the window served for it
+                self.overheads.finished(info.session_id, info.id, info.tokens)
             if not committed.done():
                 committed.set_result(exc is None)
 
@@ -784,7 +821,12 @@ class Engine:
             reported = info.tokens.input + info.tokens.cache.read + info.tokens.output
             try:
                 done = await self._auto_compact(
-                    sid, cfg, limit_for=info, cutoff=cutoff, reported=reported
+                    sid,
+                    cfg,
+                    limit_for=info,
+                    cutoff=cutoff,
+                    reported=reported,
+                    keep_open_turn=ccfg.keep_open_turn,
                 )
             except Busy:
                 return  # another daemon is compacting this session now
@@ -809,6 +851,7 @@ class Engine:
         limit, source = lookup_with_source(info.provider_id, info.model_id, cfg.models)
         if limit is None or not info.model_id:
             return
+        learned, how = self.overhead_of(session, None)
         seen = SessionLimits(
             model=f"{info.provider_id}/{info.model_id}",
             source=source,
@@ -816,6 +859,7 @@ class Engine:
             output=limit.output,
             input=limit.input,
             usable=overflow_mod.usable(limit, cfg.compaction),
+            overhead=learned if how == "learned" else None,
         )
         if session.limits != seen:
             await self.store.put_session(msgspec.structs.replace(session, limits=seen))
@@ -827,9 +871,12 @@ class Engine:
         limit_for: AssistantMessage,
         cutoff: Key | None = None,
         reported: int = 0,
+        keep_open_turn: bool = False,
+        extra: int = 0,
     ) -> Outcome | None:
         """``cutoff`` (automatic work): the turn that overflowed; the compaction sees the session
-        up to it, and is skipped when a compaction (another daemon's) already cut past it."""
+        up to it, and is skipped when a compaction (another daemon's) already cut past it.
+        ``keep_open_turn``, ``extra`` (the frontend's overhead): see ``Request``."""
         limit = lookup(limit_for.provider_id, limit_for.model_id, cfg.models)
         usable = self._threshold(limit, cfg) if limit is not None else 0
         outcome = await self._run(
@@ -840,6 +887,8 @@ class Engine:
                 cutoff=cutoff,
                 reported_tokens=reported,
                 usable=usable,
+                keep_open_turn=keep_open_turn,
+                overhead=extra,
             ),
             cfg,
             cutoff,
@@ -854,7 +903,16 @@ class Engine:
             return outcome
         # One further attempt, then an error: never an endless loop.
         second = await self._run(
-            Request(session_id=sid, auto=True, overflow=True, cutoff=outcome.end), cfg
+            Request(
+                session_id=sid,
+                auto=True,
+                overflow=True,
+                cutoff=outcome.end,
+                usable=usable,
+                keep_open_turn=keep_open_turn,
+                overhead=extra,
+            ),
+            cfg,
         )
         if second is None:
             return outcome

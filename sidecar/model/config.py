@@ -97,6 +97,10 @@ class CompactionConfig(Strict, kw_only=True):
     # Zero-wait compaction: at a turn end with tokens >= prepare x usable, write the summary in
     # the background and commit it at the overflow (None: off, OpenCode's behaviour).
     prepare: Fraction | None = None
+    # An overflow compaction after a step that ended in tool calls keeps the open turn (its
+    # user message on) verbatim after the summary, as a read-time compaction always does
+    # (False: OpenCode 1.1.53's behaviour, everything summarized).
+    keep_open_turn: bool = False
 
     def effective_trigger(self) -> float:
         if self.trigger is not None:

@@ -11,12 +11,16 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from sidecar.model.base import Base, Dense, Id, PageLimit
+from sidecar.model.base import Base, Count, Dense, Id, PageLimit
 from sidecar.model.messages import ModelRef
 from sidecar.model.session import Session
 from sidecar.model.tokens import ModelLimit, Tokens
 
 ContextFormat = Literal["parts", "openai", "anthropic"]
+#: How a compaction treated the session's open turn (``Diagnostics.open_turn``).
+OpenTurn = Literal["kept", "cut"]
+#: Where ``session/context``'s overhead came from: the request, learned usage, or none (0).
+OverheadSource = Literal["given", "learned", "none"]
 SessionStatus = Literal["idle", "compacting", "error"]
 PROTOCOL_VERSION = "1.0"
 
@@ -122,6 +126,9 @@ class SessionContextParams(Base, kw_only=True):
     fit: bool = True  # never above the usable input when the model's limits are known
     # A ``revision`` of an earlier reply: answer with only what changed at its end if it can.
     since: str | None = None
+    # What the frontend adds to the window (system prompt, tool schemas), counted by ``fit``;
+    # absent: the overhead learned from the session's reported usage.
+    overhead_tokens: Count | None = None
 
 
 class ContextResult(Dense, kw_only=True):
@@ -142,6 +149,10 @@ class ContextResult(Dense, kw_only=True):
     # client reads an absent one as None.
     delta: bool | msgspec.UnsetType | None = msgspec.UNSET
     start: int | msgspec.UnsetType | None = msgspec.UNSET
+    # The frontend's overhead ``fit`` counted (with ``estimatedTokens``, against ``usable``),
+    # and where it came from.
+    overhead_tokens: int = 0
+    overhead_source: OverheadSource = "none"
 
 
 class OverflowModel(Base, kw_only=True):
@@ -237,6 +248,10 @@ class Diagnostics(Dense, kw_only=True):
     writer: str = ""
     duration_ms: int = 0
     auto: bool = False
+    # Only when the compaction came inside an open turn and kept it (absent otherwise):
+    # "kept" (the whole turn, verbatim) or "cut" (the turn alone did not fit: only its newest
+    # messages that fit were kept).
+    open_turn: OpenTurn | msgspec.UnsetType = msgspec.UNSET
 
 
 class CompactionRecord(Diagnostics, kw_only=True):
@@ -325,7 +340,7 @@ class BreakdownResult(Dense, kw_only=True):
     session_id: Id
     estimated_tokens: int
     overhead_tokens: int
-    overhead_source: Literal["given", "learned", "none"] = "none"
+    overhead_source: OverheadSource = "none"
     categories: list[BreakdownCategory]
     total_tokens: int
     model_limits_known: bool

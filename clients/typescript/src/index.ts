@@ -729,9 +729,15 @@ export class SidecarClient {
   ): Promise<MessagesPage> {
     return this.request("session/messages", { sessionID, ...page });
   }
-  /** The filtered context window, ready to send to a model. */
-  context(sessionID: string, format: ContextFormat = "parts"): Promise<ContextResult> {
-    return this.request("session/context", { sessionID, format });
+  /** The filtered context window, ready to send to a model. `options.overheadTokens`: what the
+   * frontend adds to it (system prompt, tool schemas), which `fit` counts; without it the daemon
+   * uses the overhead it learned from the session's reported usage (the reply says which). */
+  context(
+    sessionID: string,
+    format: ContextFormat = "parts",
+    options: Omit<ParamsOf<"session/context">, "sessionID" | "format"> = {},
+  ): Promise<ContextResult> {
+    return this.request("session/context", { sessionID, format, ...options });
   }
   /** Resolves once the automatic work caused by earlier writes has finished. */
   idle(sessionID: string): Promise<null> {

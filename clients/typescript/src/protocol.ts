@@ -92,6 +92,14 @@ export interface Protocol {
       params: SessionContextParams;
       result: ContextResult;
     };
+    /**
+     * what fills the window the next session/context serves
+     */
+    "session/breakdown": {
+      direction: "client->daemon";
+      params: SessionBreakdownParams;
+      result: BreakdownResult;
+    };
     "session/overflow": {
       direction: "client->daemon";
       params: SessionOverflowParams;
@@ -470,7 +478,8 @@ export interface RevertInfo {
  * The model limits the daemon's last decision for this session used (overflow check,
  *     compaction), so ``inspect`` and ``report`` draw the window the session really ran under.
  *     ``source``: ``config``, ``refreshed``, ``models-dev`` or ``default`` (config
- *     ``models["*"]``); ``usable``: the input budget overflow compared against.
+ *     ``models["*"]``); ``usable``: the input budget overflow compared against; ``overhead``:
+ *     the frontend's overhead learned from the session's reported usage (``session/context``).
  *
  * This interface was referenced by `Protocol`'s JSON-Schema
  * via the `definition` "SessionLimits".
@@ -482,6 +491,7 @@ export interface SessionLimits {
   output?: number;
   input?: number | null;
   usable?: number;
+  overhead?: number | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -888,6 +898,7 @@ export interface SessionContextParams {
   wait?: boolean;
   fit?: boolean;
   since?: string | null;
+  overheadTokens?: number | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -903,8 +914,80 @@ export interface ContextResult {
   usable?: number | null;
   truncatedPartIDs?: string[];
   revision?: string;
-  delta?: boolean;
-  start?: number;
+  delta?: boolean | null;
+  start?: number | null;
+  overheadTokens?: number;
+  overheadSource?: "given" | "learned" | "none";
+}
+/**
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "SessionBreakdownParams".
+ */
+export interface SessionBreakdownParams {
+  sessionID: string;
+  wait?: boolean;
+  overheadTokens?: number | null;
+}
+/**
+ * ``session/breakdown``: the window the next ``session/context`` would serve, split.
+ *
+ *     ``categories`` add up to ``estimatedTokens + overheadTokens``; ``free`` is what is left of
+ *     ``usableInput``. ``trigger`` is where the turn-end check compacts (OpenCode's rule on the
+ *     reported tokens); ``prepareAt`` where ``compaction.prepare`` starts writing the summary.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "BreakdownResult".
+ */
+export interface BreakdownResult {
+  sessionID: string;
+  estimatedTokens: number;
+  overheadTokens: number;
+  overheadSource?: "given" | "learned" | "none";
+  categories: BreakdownCategory[];
+  totalTokens: number;
+  modelLimitsKnown: boolean;
+  context?: number | null;
+  reservedOutput?: number | null;
+  usableInput?: number | null;
+  free?: number | null;
+  trigger?: number | null;
+  prepareAt?: number | null;
+  largest?: BreakdownItem[];
+}
+/**
+ * One slice of the window: its tokens and its share of the usable input.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "BreakdownCategory".
+ */
+export interface BreakdownCategory {
+  name:
+    | "assistantText"
+    | "keptVerbatim"
+    | "other"
+    | "overhead"
+    | "pinned"
+    | "reasoning"
+    | "summary"
+    | "toolCalls"
+    | "toolOutputs"
+    | "toolOutputsPruned"
+    | "userText";
+  tokens: number;
+  share?: number | null;
+}
+/**
+ * One of the largest parts in the window.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "BreakdownItem".
+ */
+export interface BreakdownItem {
+  messageID: string;
+  partID: string;
+  kind: string;
+  tool?: string | null;
+  tokens: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1007,12 +1090,14 @@ export interface CompactionsResult {
 export interface CompactionRecord {
   tokensBefore?: number;
   tokensAfter?: number;
+  reportedTokens?: number | null;
   summaryTokens?: number;
   messagesSummarized?: number;
   partsPruned?: number;
   writer?: string;
   durationMs?: number;
   auto?: boolean;
+  openTurn?: "cut" | "kept";
   messageID: string;
   time: number;
   markerID: string;
@@ -1202,6 +1287,7 @@ export interface CompactionConfig {
   system?: string | null;
   overrides?: Override[];
   prepare?: number | null;
+  keepOpenTurn?: boolean;
 }
 /**
  * ``compaction.keep``: what every summary carries verbatim in its ``## Kept verbatim``
@@ -1350,12 +1436,14 @@ export interface CancelParams {
 export interface CompactedEvent {
   tokensBefore?: number;
   tokensAfter?: number;
+  reportedTokens?: number | null;
   summaryTokens?: number;
   messagesSummarized?: number;
   partsPruned?: number;
   writer?: string;
   durationMs?: number;
   auto: boolean;
+  openTurn?: "cut" | "kept";
   sessionID: string;
   messageID: string;
   rejected?: string | null;

@@ -48,4 +48,10 @@ test("an overflowing turn is compacted and the context reads in parts, openai an
   assert.equal(anthropic.messages[1].role, "assistant");
   assert.equal(anthropic.messages.length, openai.messages.length);
   assert.ok(anthropic.estimatedTokens < 7000);
+  assert.equal(anthropic.overheadSource, "none");
+
+  // The frontend's own overhead (system prompt, tools), counted by `fit` and echoed.
+  const given = await client.context(sessionID, "openai", { overheadTokens: 1234 });
+  assert.equal(given.overheadTokens, 1234);
+  assert.equal(given.overheadSource, "given");
 });

@@ -26,7 +26,12 @@ from sidecar.server.context import Context
 async def context(ctx: Context, p: SessionContextParams) -> ContextResult:
     engine = ctx.engine
     result = await engine.context(
-        p.session_id, p.format, ctx.config.current, wait=p.wait, fit=p.fit
+        p.session_id,
+        p.format,
+        ctx.config.current,
+        wait=p.wait,
+        fit=p.fit,
+        overhead_tokens=p.overhead_tokens,
     )
     return engine.revisions.serve(p.session_id, result, p.since)
 
