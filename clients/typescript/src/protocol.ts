@@ -1172,6 +1172,7 @@ export interface Config {
     [k: string]: ModelLimit;
   };
   server?: ServerConfig;
+  mcp?: McpConfig;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1275,6 +1276,15 @@ export interface ServerConfig {
   maxReplyBytes?: number;
   authTimeout?: number;
   maxConnections?: number;
+}
+/**
+ * ``compaction-sidecar mcp``: read from the config files it is started with.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "McpConfig".
+ */
+export interface McpConfig {
+  maxLineBytes?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
