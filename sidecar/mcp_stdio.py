@@ -100,6 +100,12 @@ def _readable_id(value: Any) -> int | str | None:
     return value
 
 
+def _is_request(doc: dict[str, Any]) -> bool:
+    """A request (it expects a reply): an id and a method, or an id and nothing else (a
+    broken request; a reply has a result or an error)."""
+    return "id" in doc and ("method" in doc or not ("result" in doc or "error" in doc))
+
+
 def _error(msg_id: int | str | None, code: int, message: str) -> bytes:
     return msgspec.json.encode(
         {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}
@@ -128,19 +134,28 @@ def refusals(line: bytes | Overlong, max_line: int) -> tuple[list[bytes], Any]:
         doc = msgspec.json.decode(line)
     except (msgspec.DecodeError, RecursionError) as exc:
         return [_error(None, PARSE_ERROR, f"invalid JSON: {exc}")], None
+    except UnicodeDecodeError as exc:
+        # Not UTF-8: refused, under its id when the rest of the line can still be read.
+        message = f"invalid UTF-8 at byte {exc.start}"
+        try:
+            doc = msgspec.json.decode(line.decode("utf-8", "replace"))
+        except (msgspec.DecodeError, RecursionError):
+            return [_error(None, PARSE_ERROR, message)], None
+        items = doc if isinstance(doc, list) else [doc]
+        ids = [_readable_id(i.get("id")) for i in items if isinstance(i, dict) and _is_request(i)]
+        ids = [i for i in ids if i is not None and not (isinstance(i, str) and "\ufffd" in i)]
+        return [_error(i, PARSE_ERROR, message) for i in ids or [None]], None
     if isinstance(doc, list):
         answers = [
             _error(_readable_id(item["id"]), INVALID_REQUEST, "batches are not supported")
             for item in doc
-            if isinstance(item, dict) and "method" in item and _readable_id(item.get("id"))
+            if isinstance(item, dict) and _is_request(item) and _readable_id(item.get("id"))
         ]
         return answers or [_error(None, INVALID_REQUEST, "batches are not supported")], None
     if not isinstance(doc, dict):
         return [_error(None, INVALID_REQUEST, "a message is a JSON object")], None
     msg_id = _readable_id(doc.get("id"))
-    is_request = "method" in doc and "id" in doc
-    if not is_request and "method" not in doc and "result" not in doc and "error" not in doc:
-        is_request = msg_id is not None  # an id and nothing else: a broken request
+    is_request = _is_request(doc)
     problem: str | None = None
     if doc.get("jsonrpc") != "2.0":
         problem = 'invalid request: "jsonrpc" must be "2.0"'
@@ -148,7 +163,7 @@ def refusals(line: bytes | Overlong, max_line: int) -> tuple[list[bytes], Any]:
         problem = 'invalid request: "method" must be a string'
     elif "method" in doc and _CONTROL.search(doc["method"]):
         problem = 'invalid request: "method" holds a control character'
-    elif "id" in doc and doc["id"] is not None and msg_id is None:
+    elif "id" in doc and msg_id is None:
         problem = 'invalid request: "id" must be a string or an integer'
     if problem is None:
         try:
@@ -179,6 +194,7 @@ class _Out:
 @asynccontextmanager
 async def bounded_stdio(max_line: int) -> AsyncIterator[tuple[Any, Any]]:
     """``stdio_server``'s streams, over a bounded reader that answers what it refuses."""
+    import mcp_types as types
     from mcp.shared.message import SessionMessage
 
     wire_in, wire_out = os.dup(0), os.dup(1)
@@ -190,21 +206,41 @@ async def bounded_stdio(max_line: int) -> AsyncIterator[tuple[Any, Any]]:
     read_send, read_recv = anyio.create_memory_object_stream[Any](0)
     write_send, write_recv = anyio.create_memory_object_stream[Any](0)
 
+    # Requests handed to the server and not answered yet: at the end of input the server is
+    # told only once each has its reply (it drops what is in flight when its input closes).
+    pending: set[int | str] = set()
+    settled = anyio.Event()
+
     async def reader() -> None:
+        nonlocal settled
         lines = LineReader(wire_in, max_line)
         async with read_send:
             while (line := await lines.next()) is not None:
-                answers, message = refusals(line, max_line)
+                try:
+                    answers, message = refusals(line, max_line)
+                except Exception:  # a bug: logged, and the line still gets an answer
+                    log.exception("a line could not be read")
+                    answers, message = [_error(None, -32603, "internal error reading a line")], None
                 for answer in answers:
                     await out.line(answer)
                 if message is not None:
+                    if isinstance(message, types.JSONRPCRequest):
+                        pending.add(message.id)
                     await read_send.send(SessionMessage(message))
+            while pending:
+                settled = anyio.Event()
+                await settled.wait()
 
     async def writer() -> None:
         async with write_recv:
             async for session_message in write_recv:
-                text = session_message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                message = session_message.message
+                text = message.model_dump_json(by_alias=True, exclude_unset=True)
                 await out.line(text.encode())
+                root = getattr(message, "root", message)
+                if isinstance(root, types.JSONRPCResponse | types.JSONRPCError):
+                    pending.discard(root.id)
+                    settled.set()
 
     try:
         async with anyio.create_task_group() as tg:
