@@ -28,21 +28,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "clients" / "python"))
 
+from _util import frame, rss_mb, unix_daemon
 from sidecar_client import connect
 
 from sidecar.model.jsonguard import too_deep
-
-
-def frame(msg_id: int, method: str, params: Any) -> bytes:
-    body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
-    return b"Content-Length: %d\r\n\r\n%b" % (len(body), body.encode())
-
-
-def mib(pid: int, key: str) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 async def read_reply(reader: asyncio.StreamReader, msg_id: int) -> dict[str, Any]:
@@ -78,16 +67,7 @@ def checker_peak(body: bytes) -> tuple[float, float]:
 
 
 async def main(size_mib: int, rounds: int) -> None:
-    where = Path(tempfile.mkdtemp(prefix="dc-"))
-    sock = where / "s.sock"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "sidecar", "serve", "--db", str(where / "s.db"),
-        "--listen", f"unix:{sock}",
-        stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert proc.stderr is not None
-    while b"listening on" not in await proc.stderr.readline():
-        pass
+    proc, sock = await unix_daemon(Path(tempfile.mkdtemp(prefix="dc-")))
     try:
         setup = await connect(f"unix:{sock}")
         sid = (await setup.create_session()).id
@@ -120,7 +100,7 @@ async def main(size_mib: int, rounds: int) -> None:
                 data = frame(next_id, "part/update", {"part": part})
                 await get()
                 Path(f"/proc/{proc.pid}/clear_refs").write_text("5")  # the peak from here
-                base = mib(proc.pid, "VmRSS")
+                base = rss_mb(proc.pid, "VmRSS")
                 done = asyncio.Event()
                 lat: list[float] = []
 
@@ -138,7 +118,7 @@ async def main(size_mib: int, rounds: int) -> None:
                 done.set()
                 await prober
                 assert "result" in reply, str(reply)[:300]
-                peaks.append(mib(proc.pid, "VmHWM") - base)
+                peaks.append(rss_mb(proc.pid, "VmHWM") - base)
                 replies.append(took * 1000)
                 worst.append(max(lat) * 1000)
                 medians.append(statistics.median(lat) * 1000)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest_asyncio
+from daemon_env import MCP_INITIALIZE, spawn_mcp
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from sidecar_client import Client, connect_shared
@@ -277,15 +278,7 @@ async def test_mcp_answers_every_request_it_can_read(
     readable id gets an error under it; a line past ``mcp.maxLineBytes`` is refused with its
     id, and not held: the server's peak memory does not grow by the line's size."""
     _, sock, env = daemon
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *server(sock, db, env).args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-        limit=1 << 20,
-    )
+    proc = await spawn_mcp(server(sock, db, env).args, env)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     try:
         bad = [
@@ -313,17 +306,7 @@ async def test_mcp_answers_every_request_it_can_read(
             proc.stdin.write(chunk)
             await proc.stdin.drain()
         proc.stdin.write(b'"}}\n')
-        init = {
-            "jsonrpc": "2.0",
-            "id": 12,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "raw", "version": "1"},
-            },
-        }
-        proc.stdin.write(json.dumps(init).encode() + b"\n")
+        proc.stdin.write(json.dumps({**MCP_INITIALIZE, "id": 12}).encode() + b"\n")
         await proc.stdin.drain()
         seen = await _lines_until(proc.stdout, {11, 12})
         assert seen[11]["error"]["code"] == -32600 and "result" in seen[12], seen

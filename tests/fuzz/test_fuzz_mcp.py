@@ -30,13 +30,12 @@ import json
 import os
 import random
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_env import cli_env
+from daemon_env import MCP_INITIALIZE, cli_env, spawn_mcp
 from pgcluster import fresh_database, run_async
 from sidecar_client import connect_shared
 from wire import put_message, put_part
@@ -250,15 +249,7 @@ async def run(home: Path, db: str | Path) -> str:
     ours, theirs = await _setup(sock, db)
     args = ["-m", "sidecar", "mcp", "--socket", str(sock), "--db", str(db)]
     args += ["--config", str(config), "--directory", PROJECT]
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *args,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-        limit=1 << 22,
-    )
+    proc = await spawn_mcp(args, env)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     stderr = asyncio.ensure_future(proc.stderr.read())
     replies = Replies(proc.stdout)
@@ -279,17 +270,7 @@ async def run(home: Path, db: str | Path) -> str:
         )
 
     try:
-        init = {
-            "jsonrpc": "2.0",
-            "id": "init",
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "fuzz", "version": "1"},
-            },
-        }
-        proc.stdin.write(json.dumps(init).encode() + b"\n")
+        proc.stdin.write(json.dumps({**MCP_INITIALIZE, "id": "init"}).encode() + b"\n")
         proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         await replies.wait_for({"init"})
         for n in range(ITERATIONS):
