@@ -11,6 +11,7 @@ fds 0 and 1 out of the way while serving, so a stray write or read cannot touch 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -106,6 +107,19 @@ def _is_request(doc: dict[str, Any]) -> bool:
     return "id" in doc and ("method" in doc or not ("result" in doc or "error" in doc))
 
 
+def _ids_of_unreadable(line: bytes) -> list[int | str | None]:
+    """The request ids of a line msgspec refuses that a lenient reader still reads (bytes that
+    are not UTF-8, a lone surrogate escape), so the refusal goes to them; else ``[None]``."""
+    try:
+        doc = json.loads(line.decode("utf-8", "replace"))
+    except (ValueError, RecursionError):
+        return [None]
+    items = doc if isinstance(doc, list) else [doc]
+    found = [_readable_id(i.get("id")) for i in items if isinstance(i, dict) and _is_request(i)]
+    ids = [i for i in found if i is not None and not (isinstance(i, str) and "\ufffd" in i)]
+    return list(ids) or [None]
+
+
 def _error(msg_id: int | str | None, code: int, message: str) -> bytes:
     return msgspec.json.encode(
         {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}
@@ -132,24 +146,19 @@ def refusals(line: bytes | Overlong, max_line: int) -> tuple[list[bytes], Any]:
         return [], None
     try:
         doc = msgspec.json.decode(line)
-    except (msgspec.DecodeError, RecursionError) as exc:
-        return [_error(None, PARSE_ERROR, f"invalid JSON: {exc}")], None
-    except UnicodeDecodeError as exc:
-        # Not UTF-8: refused, under its id when the rest of the line can still be read.
-        message = f"invalid UTF-8 at byte {exc.start}"
-        try:
-            doc = msgspec.json.decode(line.decode("utf-8", "replace"))
-        except (msgspec.DecodeError, RecursionError):
-            return [_error(None, PARSE_ERROR, message)], None
-        items = doc if isinstance(doc, list) else [doc]
-        ids = [_readable_id(i.get("id")) for i in items if isinstance(i, dict) and _is_request(i)]
-        ids = [i for i in ids if i is not None and not (isinstance(i, str) and "\ufffd" in i)]
-        return [_error(i, PARSE_ERROR, message) for i in ids or [None]], None
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
+        if isinstance(exc, UnicodeDecodeError):
+            message = f"invalid UTF-8 at byte {exc.start}"
+        else:
+            message = f"invalid JSON: {exc}"
+        return [_error(i, PARSE_ERROR, message) for i in _ids_of_unreadable(line)], None
     if isinstance(doc, list):
         answers = [
             _error(_readable_id(item["id"]), INVALID_REQUEST, "batches are not supported")
             for item in doc
-            if isinstance(item, dict) and _is_request(item) and _readable_id(item.get("id"))
+            if isinstance(item, dict)
+            and _is_request(item)
+            and _readable_id(item.get("id")) is not None
         ]
         return answers or [_error(None, INVALID_REQUEST, "batches are not supported")], None
     if not isinstance(doc, dict):
