@@ -491,6 +491,7 @@ def main(options: Options) -> int:
         if probe is not None:
             probe.close()
         max_line = load_files(options.config).config.mcp.max_line_bytes
+        options.scope()  # a working directory that is gone is an error now, not at a tool call
     except (NotOurs, ConfigError, OSError) as exc:
         print(f"compaction-sidecar mcp: {exc}", file=sys.stderr)
         return 1
