@@ -1257,6 +1257,7 @@ export interface Config {
     [k: string]: ModelLimit;
   };
   server?: ServerConfig;
+  mcp?: McpConfig;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1361,6 +1362,15 @@ export interface ServerConfig {
   maxReplyBytes?: number;
   authTimeout?: number;
   maxConnections?: number;
+}
+/**
+ * ``compaction-sidecar mcp``: read from the config files it is started with.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "McpConfig".
+ */
+export interface McpConfig {
+  maxLineBytes?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
