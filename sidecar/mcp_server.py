@@ -24,9 +24,19 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+import msgspec
 
 from sidecar import __version__
+from sidecar.model.base import Dense
+from sidecar.model.rpc import (
+    BreakdownCategory,
+    BreakdownItem,
+    CompactResult,
+    HistoryExpandResult,
+    HistorySearchResult,
+)
 
 log = logging.getLogger("sidecar.mcp")
 
@@ -172,6 +182,79 @@ def tool_specs(all_projects: bool) -> dict[str, tuple[str, dict[str, Any]]]:
 EXPAND_PAGE = 20_000
 
 
+class SearchOutput(HistorySearchResult, kw_only=True):
+    """``history_search``: the session searched and the daemon's hits, best first."""
+
+    session: str
+
+
+class CompactOutput(CompactResult, kw_only=True):
+    """``compact_now``: the session compacted and ``session/compact``'s result."""
+
+    session: str
+
+
+class LastCompaction(Dense, kw_only=True):
+    message_id: str
+    time: int | None
+    summary_chars: int
+    summary_tokens_estimate: int
+
+
+class ContextStatus(Dense, kw_only=True):
+    """``context_status``: the window the next model call gets, as ``session/breakdown``
+    measures it. ``windowTokens`` is that window plus the frontend's overhead;
+    ``tokensUntilCompaction`` how far it is from the ``trigger``; the limits are the model's
+    (null, with ``modelLimitsKnown`` false, when the daemon does not know them)."""
+
+    session: str
+    window_tokens: int
+    estimated_window_tokens: int
+    overhead_tokens: int
+    usable_input: int | None
+    trigger: int | None
+    prepare_at: int | None
+    free: int | None
+    tokens_until_compaction: int | None
+    overflow: bool
+    model_limits_known: bool
+    breakdown: list[BreakdownCategory]
+    largest: list[BreakdownItem]
+    last_compaction: LastCompaction | None
+
+
+def _output_schema(kind: type[Any]) -> dict[str, Any]:
+    """A tool's ``outputSchema``: the JSON Schema of the Struct its ``structuredContent`` is
+    encoded from, so the two cannot drift (an object at the root, its definitions beside)."""
+    schema = msgspec.json.schema(kind)
+    defs: dict[str, Any] = schema.pop("$defs", {})
+    name = schema["$ref"].rsplit("/", 1)[1]
+    return {**defs.pop(name), **({"$defs": defs} if defs else {})}
+
+
+OUTPUTS: dict[str, type[Any]] = {
+    "history_search": SearchOutput,
+    "history_expand": HistoryExpandResult,
+    "context_status": ContextStatus,
+    "compact_now": CompactOutput,
+}
+
+#: What each tool does to the session, for clients that ask before calling (MCP
+#: ``ToolAnnotations``): the three readers change nothing; compact_now adds a summary (undoable
+#: with session/uncompact, so not destructive) and a second call compacts again.
+ANNOTATIONS: dict[str, dict[str, bool]] = {
+    "history_search": {"readOnlyHint": True, "openWorldHint": False},
+    "history_expand": {"readOnlyHint": True, "openWorldHint": False},
+    "context_status": {"readOnlyHint": True, "openWorldHint": False},
+    "compact_now": {
+        "readOnlyHint": False,
+        "destructiveHint": False,
+        "idempotentHint": False,
+        "openWorldHint": False,
+    },
+}
+
+
 class ToolFailure(Exception):
     """A tool call that failed for a reason the model should read (an MCP tool error)."""
 
@@ -314,7 +397,7 @@ class Tools:
             "history/search",
             {"sessionID": sid, "query": args["query"], "limit": int(args.get("limit", 10))},
         )
-        return {"session": sid, "hits": result["hits"]}
+        return {"session": sid, **result}
 
     async def history_expand(self, args: Mapping[str, Any]) -> dict[str, Any]:
         from sidecar_client import ErrorCode, RpcError
@@ -348,20 +431,26 @@ class Tools:
     async def context_status(self, args: Mapping[str, Any]) -> dict[str, Any]:
         client = await self.client()
         sid = await self.session(args.get("session"))
-        over = await client.request("session/overflow", {"sessionID": sid})
-        window = await client.request("session/context", {"sessionID": sid})
-        count, usable = int(over["count"]), int(over["usable"])
-        summary = _last_summary(window["messages"])
-        return {
-            "session": sid,
-            "windowTokens": count,
-            "estimatedWindowTokens": window["estimatedTokens"],
-            "usableInput": usable,
-            "tokensUntilCompaction": max(0, usable - count) if over["known"] else None,
-            "overflow": over["overflow"],
-            "modelLimitsKnown": over["known"],
-            "lastCompaction": summary,
-        }
+        b = await client.breakdown(sid)
+        window = await client.request("session/context", {"sessionID": sid, "fit": False})
+        total = b.total_tokens
+        status = ContextStatus(
+            session=sid,
+            window_tokens=total,
+            estimated_window_tokens=b.estimated_tokens,
+            overhead_tokens=b.overhead_tokens,
+            usable_input=b.usable_input,
+            trigger=b.trigger,
+            prepare_at=b.prepare_at,
+            free=b.free,
+            tokens_until_compaction=None if b.trigger is None else max(0, b.trigger - total),
+            overflow=b.usable_input is not None and total > b.usable_input,
+            model_limits_known=b.model_limits_known,
+            breakdown=b.categories,
+            largest=b.largest[:5],
+            last_compaction=_last_summary(window["messages"]),
+        )
+        return cast(dict[str, Any], msgspec.to_builtins(status))
 
     async def compact_now(self, args: Mapping[str, Any]) -> dict[str, Any]:
         client = await self.client()
@@ -375,7 +464,7 @@ class Tools:
         return {"session": sid, **result}
 
 
-def _last_summary(messages: list[Any]) -> dict[str, Any] | None:
+def _last_summary(messages: list[Any]) -> LastCompaction | None:
     """The summary at the head of the window, if the session was compacted."""
     for entry in messages:
         info = entry.get("info", {}) if isinstance(entry, dict) else {}
@@ -383,13 +472,12 @@ def _last_summary(messages: list[Any]) -> dict[str, Any] | None:
             chars = sum(
                 len(p.get("text", "")) for p in entry.get("parts", []) if p.get("type") == "text"
             )
-            return {
-                "messageID": info.get("id"),
-                "time": info.get("time", {}).get("completed")
-                or info.get("time", {}).get("created"),
-                "summaryChars": chars,
-                "summaryTokensEstimate": (chars + 3) // 4,
-            }
+            return LastCompaction(
+                message_id=str(info.get("id")),
+                time=info.get("time", {}).get("completed") or info.get("time", {}).get("created"),
+                summary_chars=chars,
+                summary_tokens_estimate=(chars + 3) // 4,
+            )
     return None
 
 
@@ -425,7 +513,13 @@ def build_server(tools: Tools, all_projects: bool = False) -> Any:
     from mcp.server.lowlevel import Server
 
     listed = [
-        types.Tool(name=name, description=description, input_schema=schema)
+        types.Tool(
+            name=name,
+            description=description,
+            input_schema=schema,
+            output_schema=_output_schema(OUTPUTS[name]),
+            annotations=types.ToolAnnotations.model_validate(ANNOTATIONS[name]),
+        )
         for name, (description, schema) in tool_specs(all_projects).items()
     ]
 

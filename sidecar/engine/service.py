@@ -429,9 +429,16 @@ class Engine:
             ),
             None,
         )
-        if last is None:
-            return OverflowResult(overflow=False, count=0, usable=0)
         cfg = steer.for_window(cfg or self.config(), window)
+        if last is None:
+            # No call reported tokens in this window yet (a new session, or right after a
+            # compaction): nothing counted, against the usable input of the window's model.
+            limit = limit_for_window(window, cfg.models)
+            if limit is None or limit.context == 0:
+                return OverflowResult(overflow=False, count=0, usable=0, known=False)
+            return OverflowResult(
+                overflow=False, count=0, usable=overflow_mod.usable(limit, cfg.compaction)
+            )
         limit = self.limits(last.provider_id, last.model_id, cfg)
         if limit is None:
             count = last.tokens.input + last.tokens.cache.read + last.tokens.output

@@ -324,3 +324,76 @@ async def test_mcp_answers_every_request_it_can_read(
     err = (await proc.stderr.read()).decode()
     assert "Traceback" not in err, err
     assert proc.returncode == 0, err
+
+
+async def test_mcp_tools_say_what_they_do_and_what_they_return(
+    db: str | Path, daemon_env: dict[str, str | None], tmp_path: Path
+) -> None:
+    """Issue 36 item 5, through the official SDK client: annotations on every tool, an
+    ``outputSchema`` each ``structuredContent`` validates against (the SDK's own check), and
+    ``context_status`` with the model's limits before and after ``compact_now`` (item 2)."""
+    where = Path(tempfile.mkdtemp(prefix="scmcp", dir="/tmp"))
+    sock = where / "d.sock"
+    env = {k: v for k, v in os.environ.items() if k not in daemon_env or daemon_env[k]}
+    env.update({k: v for k, v in daemon_env.items() if v is not None})
+    config = tmp_path / "sidecar.json"
+    # usable input 50,000 - 4,000 = 46,000
+    config.write_text(
+        json.dumps({"models": {"test/test-model": {"context": 50_000, "output": 4_000}}})
+    )
+    agent = await connect_shared(sock, db=db, config=config, idle_exit=30)
+    try:
+        sid = (await agent.create_session(title="t", directory=PROJECT)).id
+        model = {"providerID": "test", "modelID": "test-model"}
+        for turn in range(4):
+            u = await put_message(agent, user_message(sid, model=model))
+            await put_part(agent, text_part(sid, u["id"], f"Step {turn}: read the log"))
+            a = await put_message(agent, assistant_message(sid, u["id"]))
+            log = "\n".join(f"line {i} of log {turn}: all fine" for i in range(300))
+            await put_part(agent, tool_part(sid, a["id"], "read", f"log{turn}.txt", log))
+            a.update(finish="stop", tokens={"input": 3_000 * (turn + 1), "output": 100})
+            await put_message(agent, a)
+        async with stdio_client(server(sock, db, env)) as (read, write):
+            async with ClientSession(read, write) as mcp:
+                await mcp.initialize()
+                tools = {t.name: t for t in (await mcp.list_tools()).tools}
+                for name in ("history_search", "history_expand", "context_status"):
+                    assert tools[name].annotations.read_only_hint is True, name
+                hints = tools["compact_now"].annotations
+                assert (hints.read_only_hint, hints.destructive_hint, hints.idempotent_hint) == (
+                    False,
+                    False,
+                    False,
+                )
+                for t in tools.values():
+                    assert t.output_schema is not None and t.output_schema["type"] == "object"
+
+                async def call(name: str, args: dict[str, Any]) -> Any:
+                    result = await mcp.call_tool(name, args)
+                    assert not result.is_error, result.content
+                    await mcp.validate_tool_result(name, result)  # raises when it does not fit
+                    assert result.structured_content == json.loads(result.content[0].text)
+                    return result.structured_content
+
+                before = await call("context_status", {})
+                assert before["modelLimitsKnown"] is True and before["usableInput"] == 46_000
+                assert before["trigger"] == 46_000
+                shares = {c["name"]: c["tokens"] for c in before["breakdown"]}
+                assert sum(shares.values()) == before["windowTokens"]
+                assert before["tokensUntilCompaction"] == 46_000 - before["windowTokens"]
+                assert before["largest"][0]["tool"] == "read"
+                found = await call("history_search", {"query": "log3.txt"})
+                await call("history_expand", {"messageID": found["hits"][0]["messageID"]})
+                done = await call("compact_now", {"session": sid})
+                after = await call("context_status", {"session": sid})
+                assert after["modelLimitsKnown"] is True
+                assert (after["usableInput"], after["trigger"]) == (46_000, 46_000)
+                assert after["windowTokens"] < before["windowTokens"]
+                assert after["lastCompaction"]["messageID"] == done["summaryMessageID"]
+                # session/overflow agrees: no call since the compaction, the model's budget.
+                over = await agent.request("session/overflow", {"sessionID": sid})
+                assert (over["count"], over["usable"], over["known"]) == (0, 46_000, True)
+    finally:
+        await agent.request("daemon/stop", {})
+        await agent.close()
+        shutil.rmtree(where, ignore_errors=True)
