@@ -377,7 +377,7 @@ def _prepared_cut(plan: _Plan) -> Key | None:
     """The newest message a summary prepared from ``plan`` covers: the newest it saw, or,
     when the plan keeps an open turn, the newest before what it keeps (all of which must come
     after it: else None, nothing is prepared)."""
-    if plan.open_turn is None:
+    if plan.open_turn is None or not plan.tail:
         return plan.cut
     kept = {m.info.id for m in plan.tail}
     covered = [_key(m) for m in plan.window if m.info.id not in kept]
@@ -390,11 +390,11 @@ def _open_turn_after(plan: _Plan, cut: Key) -> OpenTurn | None:
     """How a prepared summary covering up to ``cut`` keeps the plan's open turn: ``kept``
     when the whole turn comes after the cut, ``cut`` when the turn did not fit anyway and the
     part the plan keeps does; None when there is none, or the summary covers what is kept."""
-    if plan.open_turn is None or plan.open_start is None or plan.open_from is None:
+    if plan.open_turn is None or plan.open_start is None:
         return None
     if plan.open_start > cut:
         return "kept"
-    if plan.open_turn == "cut" and plan.open_from > cut:
+    if plan.open_turn == "cut" and (plan.open_from is None or plan.open_from > cut):
         return "cut"
     return None
 
@@ -763,7 +763,7 @@ class Compactor:
             to_summarize, tail, reference = window[:keep_at], window[keep_at:], []
             history = [m for m in to_summarize if not is_marker(m) and not is_summary(m)]
         how: OpenTurn | None = None
-        if open_at is not None and tail:
+        if open_at is not None:
             how = "kept" if len(window) - len(tail) <= open_at else "cut"
         last_user = _last_user(window)
         # What compaction appends must sort after everything already in the session, even
@@ -784,8 +784,8 @@ class Compactor:
             cut=max((Key(m.info.time.created, m.info.id) for m in window), default=None),
             clock=_Clock(now_ms() if latest is None else latest + 1),
             open_turn=how,
-            open_start=_key(window[open_at]) if how is not None and open_at is not None else None,
-            open_from=_key(window[keep_at]) if how is not None else None,
+            open_start=_key(window[open_at]) if open_at is not None else None,
+            open_from=_key(window[keep_at]) if keep_at < len(window) else None,
         )
 
     @staticmethod

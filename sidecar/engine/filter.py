@@ -4,7 +4,8 @@ A compaction marker (a user message with a ``compaction`` part) cuts history onl
 summary reply has finished without error, so a pending or failed compaction never loses
 anything. Collapse compaction appends its marker and summary at the end and points back, with
 ``tailStartID``, at the oldest message it kept verbatim; the window then reads
-``marker, summary, tail..., newer...`` (OpenCode's filterCompacted as of May 2026).
+``marker, summary, tail..., newer...`` (OpenCode's filterCompacted as of May 2026). OpenCode
+>= 1.14 writes the same kind of tail on its own markers as ``tail_start_id``, read alike.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def filter_compacted(chronological: Sequence[WithParts]) -> list[WithParts]:
     """The context window, in the order the model must read it.
 
     Standard: everything from the newest effective marker on (the marker included). Collapse
-    (marker has ``tail_start_id`` found before it): ``[marker..summary] ++ [tail..marker)
+    (marker has a ``tail`` found before it): ``[marker..summary] ++ [tail..marker)
     ++ (summary..end]``, so the summary of the old part precedes the verbatim tail.
     """
     cut = _cut(chronological)
@@ -52,7 +53,7 @@ def filter_compacted(chronological: Sequence[WithParts]) -> list[WithParts]:
     marker_at, summary_at = cut
     marker = chronological[marker_at]
     compaction = compaction_part(marker)
-    tail_id = compaction.tail_start_id if compaction else None
+    tail_id = compaction.tail if compaction else None
     tail_at = (
         next((i for i in range(marker_at) if chronological[i].info.id == tail_id), None)
         if tail_id
@@ -62,15 +63,16 @@ def filter_compacted(chronological: Sequence[WithParts]) -> list[WithParts]:
         return [chronological[marker_at], *_drop_unanswered(chronological[marker_at + 1 :])]
     head = list(chronological[marker_at : summary_at + 1])
     pair = {m.info.id for m in head}
-    # Older markers and summaries stored inside the retained range were merged into this
-    # summary (they precede the tail in the window the collapse split), so they stay out.
+    # A collapse merged the older markers and summaries stored inside the retained range into
+    # this summary (they precede the tail in the window it split), so they stay out; OpenCode
+    # (its own ``tail_start_id``) keeps everything from the tail start to the marker.
+    opencode = compaction is not None and compaction.tail_start_id is None
     tail = [
         m
         for m in chronological[tail_at:marker_at]
         if m.info.id not in pair
         and not answers(m, marker.info.id)
-        and compaction_part(m) is None
-        and not is_summary(m)
+        and (opencode or (compaction_part(m) is None and not is_summary(m)))
     ]
     return head + tail + _drop_unanswered(chronological[summary_at + 1 :])
 

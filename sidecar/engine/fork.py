@@ -71,8 +71,9 @@ async def fork(store: Store, source: Session, message_id: str | None) -> Session
         part["sessionID"] = target.id
         part["messageID"] = ids[part["messageID"]]
         copied.append((old_id, part["id"], part["messageID"]))
-        if part.get("tailStartID") in ids:
-            part["tailStartID"] = ids[part["tailStartID"]]
+        for tail in ("tailStartID", "tail_start_id"):  # the daemon's, OpenCode >= 1.14's
+            if part.get(tail) in ids:
+                part[tail] = ids[part[tail]]
         raw = _enc.encode(part)
         new_parts.append((msgspec.json.decode(raw, type=Part), raw))
     await store.put_session(target)

@@ -5,7 +5,7 @@ for tools and the frontend is about to send their results. Summarizing that turn
 send the model marker + summary + continue, without the results it asked for. So such a
 compaction keeps the turn (its user message, every step, tool call and result) verbatim after
 the summary, through the marker's ``tailStartID``, as collapse keeps its tail; when the turn
-alone does not fit, only its newest messages that do.
+alone does not fit, only its newest messages that do (none, when the newest alone does not).
 
 Pure rules over a chronological window (``filter_compacted``'s order).
 """
@@ -75,11 +75,11 @@ def start(window: Sequence[WithParts]) -> int | None:
 def kept_from(window: Sequence[WithParts], at: int, budget: int | None) -> tuple[int, OpenTurn]:
     """Where the kept tail begins for an open turn starting at ``at``: ``at`` itself when the
     turn fits ``budget`` tokens (None: no budget known), else the oldest message from which the
-    rest still fits, the newest message always kept (what the model asked for last; an
-    oversized output in it is then cut in the rendering, as ``fit`` does)."""
+    rest still fits; ``len(window)`` (nothing kept) when even the newest message alone does not
+    (keeping it would leave the compaction nothing to gain)."""
     if budget is None or estimate_messages(window[at:]) <= budget:
         return at, "kept"
-    k, total = len(window) - 1, 0
+    k, total = len(window), 0
     for i in range(len(window) - 1, at, -1):
         total += estimate_messages([window[i]])
         if total > budget:

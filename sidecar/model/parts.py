@@ -133,12 +133,20 @@ class CompactionPart(PartBase, tag="compaction", kw_only=True):
     """Marks a user message as a compaction request.
 
     ``tail_start_id`` (wire ``tailStartID``) is set by collapse compaction: the first message
-    kept verbatim after the summary.
+    kept verbatim after the summary. OpenCode >= 1.14 writes its own kept tail as
+    ``tail_start_id`` (snake_case on the wire: ``opencode_tail_start_id`` here); ``tail``
+    is whichever is set.
     """
 
     auto: bool = False
     overflow: bool | None = None
     tail_start_id: str | None = None
+    opencode_tail_start_id: str | None = msgspec.field(default=None, name="tail_start_id")
+
+    @property
+    def tail(self) -> str | None:
+        """The first message kept verbatim after the summary, if the marker keeps a tail."""
+        return self.tail_start_id or self.opencode_tail_start_id
 
 
 class SubtaskPart(PartBase, tag="subtask", kw_only=True):

@@ -146,6 +146,17 @@ def decode_part(raw: str | bytes) -> Part:
     return part
 
 
+def may_keep_prune_mark(part: Part) -> bool:
+    """A completed tool output written without ``state.time.compacted``: if the stored part
+    was pruned and has the same output, the write keeps its mark (``Store.prune_mark_of``)."""
+    return (
+        isinstance(part, ToolPart)
+        and isinstance(part.state, ToolCompleted)
+        and not part.state.time.compacted
+        and bool(part.id)
+    )
+
+
 def _text(raw: bytes | str) -> str:
     return raw if isinstance(raw, str) else raw.decode()
 
@@ -512,6 +523,35 @@ class Store:
             return None
         rows = await self._db.query("SELECT data FROM parts WHERE id = ?", (part_id,))
         return (decode_part(rows[0][0]), rows[0][0]) if rows else None
+
+    async def prune_mark_of(self, part: Part) -> int | None:
+        """The prune mark a write of ``part`` (``may_keep_prune_mark``) keeps: the stored
+        part's ``state.time.compacted`` when it has one and the same output. A mirror that
+        re-sends what its agent stored (after a restart, say) knows nothing of the daemon's
+        prunes; only a changed output, or ``session/uncompact``, makes a pruned output new."""
+        if not isinstance(part, ToolPart) or not isinstance(part.state, ToolCompleted):
+            return None
+        if "\x00" in part.id:
+            return None
+        rows = await self._db.query_point("SELECT data FROM parts WHERE id = ?", (part.id,))
+        if not rows:
+            return None
+        try:  # only the fields needed: a sixth of a whole part's decode
+            old = decode_stored(_mark_decoder, rows[0][0])
+        except (msgspec.DecodeError, msgspec.ValidationError):  # a row no write would make now
+            return None
+        state = old.state
+        if (
+            old.type == "tool"
+            and old.messageID == part.message_id
+            and state is not None
+            and state.status == "completed"
+            and state.time is not None
+            and state.time.compacted
+            and state.output == part.state.output
+        ):
+            return state.time.compacted
+        return None
 
     async def message_key(self, message_id: str) -> Key | None:
         if "\x00" in message_id:
@@ -1243,8 +1283,30 @@ async def rows_in(
     return out
 
 
+class _MarkTime(msgspec.Struct):
+    compacted: int | None = None
+
+
+class _MarkState(msgspec.Struct):
+    status: str = ""
+    output: str | None = None
+    time: _MarkTime | None = None
+
+
+class _Marked(msgspec.Struct):
+    """What ``Store.prune_mark_of`` reads of a stored part (the stored JSON's names)."""
+
+    type: str = ""
+    messageID: str = ""
+    state: _MarkState | None = None
+
+
+_mark_decoder = msgspec.json.Decoder(_Marked)
+
+
 class _Tail(msgspec.Struct):
-    tailStartID: str | None = None  # the stored JSON's name
+    tailStartID: str | None = None  # the stored JSON's names: the daemon's (collapse),
+    tail_start_id: str | None = None  # OpenCode >= 1.14's
 
 
 class _Text(msgspec.Struct):
@@ -1256,8 +1318,10 @@ _text_decoder = msgspec.json.Decoder(_Text)
 
 
 def _tail_start(data: str) -> str | None:
-    """A compaction part's ``tailStartID`` (decoded here: the same on every backend)."""
-    tail: str | None = decode_stored(_tail_decoder, data).tailStartID
+    """A compaction part's ``tailStartID`` or ``tail_start_id`` (decoded here: the same on
+    every backend)."""
+    got = decode_stored(_tail_decoder, data)
+    tail: str | None = got.tailStartID or got.tail_start_id
     return tail
 
 

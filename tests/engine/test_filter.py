@@ -4,6 +4,7 @@ import msgspec
 import pytest
 
 from sidecar.engine.filter import filter_compacted, find_boundary
+from sidecar.model.parts import CompactionPart
 
 from .builders import Session, compaction, ids
 
@@ -163,3 +164,42 @@ def test_collapse_tail_excludes_attempts_of_the_same_marker() -> None:
     summary = s.assistant("summary", summary=True, parent=marker.info.id)
     out = filter_compacted(s.messages)
     assert ids(out) == [marker.info.id, summary.info.id, tail.info.id]
+
+
+def test_opencode_tail_start_id_keeps_its_tail_like_tail_start_id() -> None:
+    # OpenCode >= 1.14 writes its kept tail as snake_case ``tail_start_id`` on its marker.
+    s = Session()
+    s.turn("old")
+    tail = s.user("kept")
+    kept = [tail, s.assistant("ok")]
+    marker = s.user(
+        CompactionPart(
+            session_id="s", message_id="", auto=False, opencode_tail_start_id=tail.info.id
+        )
+    )
+    summary = s.assistant("summary", summary=True)
+    later = s.user("later")
+    out = filter_compacted(s.messages)
+    assert ids(out) == [marker.info.id, summary.info.id, *ids(kept), later.info.id]
+
+
+def test_opencode_tail_keeps_an_older_compaction_pair_stored_inside_it() -> None:
+    # OpenCode's filterCompacted (1.18) keeps every message from its tail start to the
+    # marker, an older marker and summary included; the daemon's own collapse drops them.
+    s = Session()
+    s.turn("ancient")
+    tail = s.user("kept")
+    older = s.compact()
+    recent = [s.user("recent"), s.assistant("ok")]
+    marker = s.user(
+        CompactionPart(session_id="s", message_id="", opencode_tail_start_id=tail.info.id)
+    )
+    summary = s.assistant("summary", summary=True)
+    out = filter_compacted(s.messages)
+    assert ids(out) == [
+        marker.info.id,
+        summary.info.id,
+        tail.info.id,
+        *ids(list(older)),
+        *ids(recent),
+    ]

@@ -79,5 +79,5 @@ def test_a_turn_that_does_not_fit_keeps_its_newest_messages_that_do() -> None:
     s.assistant(tool("read", chars(300)), finish="tool-calls")
     newest_two = estimate_messages(s.messages[2:])
     assert open_turn.kept_from(s.messages, 0, newest_two) == (2, "cut")
-    # Even the newest message alone over the budget is kept: the model asked for it last.
-    assert open_turn.kept_from(s.messages, 0, 10) == (3, "cut")
+    # Not even the newest message fits: nothing is kept (the compaction could not shrink).
+    assert open_turn.kept_from(s.messages, 0, 10) == (4, "cut")

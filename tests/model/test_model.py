@@ -62,7 +62,14 @@ def test_parts_are_tagged_on_type_and_tool_states_on_status() -> None:
         b'{"type":"compaction","sessionID":"s","messageID":"m","auto":true,"tailStartID":"t"}',
         type=Part,
     )
-    assert isinstance(c, CompactionPart) and c.tail_start_id == "t"
+    assert isinstance(c, CompactionPart) and c.tail_start_id == "t" and c.tail == "t"
+    # OpenCode >= 1.14's own name for its kept tail (snake_case on its compaction part).
+    o = msgspec.json.decode(
+        b'{"type":"compaction","sessionID":"s","messageID":"m","auto":false,"tail_start_id":"u"}',
+        type=Part,
+    )
+    assert isinstance(o, CompactionPart) and o.tail_start_id is None and o.tail == "u"
+    assert b'"tail_start_id":"u"' in msgspec.json.encode(o)
     with pytest.raises(msgspec.ValidationError, match=r"\$\.state\.status"):
         msgspec.json.decode(raw.replace(b'"completed"', b'"done"'), type=Part)
 

@@ -857,7 +857,9 @@ export interface RetryPart {
  * Marks a user message as a compaction request.
  *
  *     ``tail_start_id`` (wire ``tailStartID``) is set by collapse compaction: the first message
- *     kept verbatim after the summary.
+ *     kept verbatim after the summary. OpenCode >= 1.14 writes its own kept tail as
+ *     ``tail_start_id`` (snake_case on the wire: ``opencode_tail_start_id`` here); ``tail``
+ *     is whichever is set.
  *
  * This interface was referenced by `Protocol`'s JSON-Schema
  * via the `definition` "CompactionPart".
@@ -870,6 +872,7 @@ export interface CompactionPart {
   auto?: boolean;
   overflow?: boolean | null;
   tailStartID?: string | null;
+  tail_start_id?: string | null;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema

@@ -8,7 +8,9 @@ when the daemon must fill something in (a missing id or creation time) is it re-
 from __future__ import annotations
 
 import asyncio
+import functools
 from asyncio import Future
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -29,6 +31,7 @@ from sidecar.model.rpc import (
 )
 from sidecar.server.context import Context
 from sidecar.store.backend import Done
+from sidecar.store.store import may_keep_prune_mark
 
 _message_decoder = msgspec.json.Decoder(Message)
 _part_decoder = msgspec.json.Decoder(Part)
@@ -95,13 +98,19 @@ async def _update_keeping_created(ctx: Context, info: Message, raw: bytes, done:
     except Exception as exc:
         done(None, exc)
         return
+    await _answered(functools.partial(_store_message, ctx, info, raw), done)
+
+
+async def _answered(queue: Callable[[Done[Any]], None], done: Done[Any]) -> None:
+    """``queue(reply)`` queues a write read first; return once it is answered, so that the
+    connection's later requests, held behind this task, follow it."""
     answered = asyncio.get_running_loop().create_future()
 
     def reply(result: Any, exc: BaseException | None) -> None:
         done(result, exc)
         answered.set_result(None)
 
-    _store_message(ctx, info, raw, reply)
+    queue(reply)
     await answered
 
 
@@ -140,17 +149,45 @@ def _answer(
     done(stored, None)
 
 
-def part_update(ctx: Context, p: PartUpdateParams, done: Done[Any]) -> None:
+def part_update(ctx: Context, p: PartUpdateParams, done: Done[Any]) -> Future[None] | None:
     """The hot path (streamed parts): answered from the store's commit callback, so a request
-    costs no task, and the parts of one read share one commit."""
+    costs no task, and the parts of one read share one commit.
+
+    Only a completed tool output without ``time.compacted`` must read first: a pruned one
+    written again with the same output keeps its mark (``Store.prune_mark_of``). It returns
+    the task that will queue the write, which the connection's later requests wait for.
+    """
     part = decode_part(p.part)
     raw = bytes(p.part)
+    ctx.engine.touched(part.session_id)  # the turn is still being written
     if not part.id:
         data = _dict_decoder.decode(raw)
         part.id = data["id"] = new_id("prt")
         raw = _encoder.encode(data)
+    elif may_keep_prune_mark(part):
+        return asyncio.ensure_future(_update_keeping_mark(ctx, part, raw, done))
+    _store_part(ctx, part, raw, done)
+    return None
+
+
+async def _update_keeping_mark(ctx: Context, part: Part, raw: bytes, done: Done[Any]) -> None:
+    try:
+        await ctx.store.barrier()  # the writes queued before this one (its own earlier ones)
+        mark = await ctx.store.prune_mark_of(part)
+        if mark:
+            data = _dict_decoder.decode(raw)
+            state = data["state"]
+            state["time"] = {**(state.get("time") or {}), "compacted": mark}
+            raw = _encoder.encode(data)
+    except Exception as exc:
+        done(None, exc)
+        return
+    await _answered(functools.partial(_store_part, ctx, part, raw), done)
+
+
+def _store_part(ctx: Context, part: Part, raw: bytes, done: Done[Any]) -> None:
+    """Queue the row; once committed: subscribe, notify, reply."""
     stored = msgspec.Raw(raw)
-    ctx.engine.touched(part.session_id)  # the turn is still being written
 
     def committed(_: None, exc: BaseException | None) -> None:
         _answer(ctx, part.session_id, stored, PartUpdatedEvent(part=stored), done, exc)
