@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import statistics
+import sys
+from pathlib import Path
+from typing import Any
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -18,3 +23,31 @@ def ms(seconds: float) -> str:
 
 def median(samples: list[float]) -> float:
     return statistics.median(samples)
+
+
+def frame(msg_id: int, method: str, params: Any) -> bytes:
+    """A request in the daemon's ``Content-Length`` framing."""
+    body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
+    return b"Content-Length: %d\r\n\r\n%b" % (len(body), body.encode())
+
+
+def rss_mb(pid: int, key: str = "VmRSS") -> float:
+    """``/proc/PID/status``'s ``key`` (VmRSS, VmHWM) in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def unix_daemon(where: Path) -> tuple[asyncio.subprocess.Process, Path]:
+    """A daemon serving ``where/s.db`` on ``where/s.sock``, once it listens."""
+    sock = where / "s.sock"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "sidecar", "serve", "--db", str(where / "s.db"),
+        "--listen", f"unix:{sock}",
+        stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    while b"listening on" not in await proc.stderr.readline():
+        pass
+    return proc, sock

@@ -23,21 +23,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "clients" / "python"))
 
+from _util import frame, rss_mb, unix_daemon
 from sidecar_client import connect
 
 PART = 10_000_000
-
-
-def frame(msg_id: int, method: str, params: Any) -> bytes:
-    body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params})
-    return b"Content-Length: %d\r\n\r\n%b" % (len(body), body.encode())
-
-
-def rss_mb(pid: int, key: str = "VmRSS") -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 async def read_frame(reader: asyncio.StreamReader, rate: float) -> tuple[int, dict[str, Any]]:
@@ -51,16 +40,7 @@ async def read_frame(reader: asyncio.StreamReader, rate: float) -> tuple[int, di
 
 
 async def main(rate: float) -> None:
-    where = Path(tempfile.mkdtemp(prefix="lr-"))
-    sock = where / "s.sock"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "sidecar", "serve", "--db", str(where / "s.db"),
-        "--listen", f"unix:{sock}",
-        stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert proc.stderr is not None
-    while b"listening on" not in await proc.stderr.readline():
-        pass
+    proc, sock = await unix_daemon(Path(tempfile.mkdtemp(prefix="lr-")))
     try:
         writer_client = await connect(f"unix:{sock}")
         writer_client.default_timeout = 600

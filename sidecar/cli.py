@@ -215,6 +215,17 @@ def add_shared_daemon(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "context_status, compact_now) over the shared background daemon",
     )
     _attach_options(mcp, socket_help)
+    scope = mcp.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--directory",
+        help="the project whose sessions the tools see: those whose directory is this one "
+        "(default: the working directory)",
+    )
+    scope.add_argument(
+        "--all-projects",
+        action="store_true",
+        help="let the tools see the sessions of every project (the tool descriptions say so)",
+    )
     _log_options(mcp)
     mcp.set_defaults(run=run_mcp)
 
@@ -260,6 +271,8 @@ def run_mcp(args: argparse.Namespace) -> int:
             idle_exit=args.idle_exit,
             log_level=_log_level(args),
             log_file=args.log_file,
+            directory=args.directory,
+            all_projects=args.all_projects,
         )
     )
 

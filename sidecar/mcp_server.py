@@ -7,6 +7,11 @@ on the official ``mcp`` SDK's low-level server: the four tools below, each with 
 schema and a description written for a model. A failure (no such session, the daemon cannot
 be reached, bad arguments) is an MCP tool error (``isError``) with a message that says what to
 do, never a protocol error or a traceback.
+
+It sees its project only: the sessions whose ``directory`` is its working directory (or
+``--directory``), unless started with ``--all-projects``. A session id outside that scope is
+refused with the same words as one that does not exist, so a client learns nothing of other
+projects. Its stdio transport is ``sidecar.mcp_stdio`` (lines bounded, bad requests answered).
 """
 
 from __future__ import annotations
@@ -14,12 +19,24 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+import msgspec
 
 from sidecar import __version__
+from sidecar.model.base import Dense
+from sidecar.model.rpc import (
+    BreakdownCategory,
+    BreakdownItem,
+    CompactResult,
+    HistoryExpandResult,
+    HistorySearchResult,
+)
 
 log = logging.getLogger("sidecar.mcp")
 
@@ -60,8 +77,19 @@ COMPACT_DESCRIPTION = (
 
 SESSION_PROP = {
     "type": "string",
-    "description": "Session id; default: the most recently active session.",
+    "description": "Session id; default: the most recently active session of this project.",
 }
+ALL_SESSION_PROP = {
+    "type": "string",
+    "description": "Session id; default: the most recently active session of any project.",
+}
+SCOPE_NOTE = (
+    " Sessions: those of this project only (the sessions whose working directory is this server's)."
+)
+ALL_SCOPE_NOTE = (
+    " Sessions: every project's (this server was started with --all-projects), not only this "
+    "project's."
+)
 
 TOOLS_SPEC: dict[str, tuple[str, dict[str, Any]]] = {
     "history_search": (
@@ -93,6 +121,11 @@ TOOLS_SPEC: dict[str, tuple[str, dict[str, Any]]] = {
             "type": "object",
             "properties": {
                 "messageID": {"type": "string", "description": "From a history_search hit."},
+                "session": {
+                    "type": "string",
+                    "description": "The hit's sessionID (optional: the message is looked for in "
+                    "every session in scope).",
+                },
                 "partID": {
                     "type": "string",
                     "description": "One part of the message; omit for the whole message.",
@@ -132,8 +165,94 @@ TOOLS_SPEC: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
+
+def tool_specs(all_projects: bool) -> dict[str, tuple[str, dict[str, Any]]]:
+    """The tools as listed: their descriptions say which sessions they see."""
+    note, prop = (ALL_SCOPE_NOTE, ALL_SESSION_PROP) if all_projects else (SCOPE_NOTE, SESSION_PROP)
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for name, (description, schema) in TOOLS_SPEC.items():
+        props = dict(schema["properties"])
+        if name != "history_expand" and "session" in props:
+            props["session"] = prop
+        out[name] = (description + note, {**schema, "properties": props})
+    return out
+
+
 #: Characters of content one ``history_expand`` call returns.
 EXPAND_PAGE = 20_000
+
+
+class SearchOutput(HistorySearchResult, kw_only=True):
+    """``history_search``: the session searched and the daemon's hits, best first."""
+
+    session: str
+
+
+class CompactOutput(CompactResult, kw_only=True):
+    """``compact_now``: the session compacted and ``session/compact``'s result."""
+
+    session: str
+
+
+class LastCompaction(Dense, kw_only=True):
+    message_id: str
+    time: int | None
+    summary_chars: int
+    summary_tokens_estimate: int
+
+
+class ContextStatus(Dense, kw_only=True):
+    """``context_status``: the window the next model call gets, as ``session/breakdown``
+    measures it. ``windowTokens`` is that window plus the frontend's overhead;
+    ``tokensUntilCompaction`` how far it is from the ``trigger``; the limits are the model's
+    (null, with ``modelLimitsKnown`` false, when the daemon does not know them)."""
+
+    session: str
+    window_tokens: int
+    estimated_window_tokens: int
+    overhead_tokens: int
+    usable_input: int | None
+    trigger: int | None
+    prepare_at: int | None
+    free: int | None
+    tokens_until_compaction: int | None
+    overflow: bool
+    model_limits_known: bool
+    breakdown: list[BreakdownCategory]
+    largest: list[BreakdownItem]
+    last_compaction: LastCompaction | None
+
+
+def _output_schema(kind: type[Any]) -> dict[str, Any]:
+    """A tool's ``outputSchema``: the JSON Schema of the Struct its ``structuredContent`` is
+    encoded from, so the two cannot drift (an object at the root, its definitions beside)."""
+    schema = msgspec.json.schema(kind)
+    defs: dict[str, Any] = schema.pop("$defs", {})
+    name = schema["$ref"].rsplit("/", 1)[1]
+    return {**defs.pop(name), **({"$defs": defs} if defs else {})}
+
+
+OUTPUTS: dict[str, type[Any]] = {
+    "history_search": SearchOutput,
+    "history_expand": HistoryExpandResult,
+    "context_status": ContextStatus,
+    "compact_now": CompactOutput,
+}
+
+#: What each tool does to the session, for clients that ask before calling (MCP
+#: ``ToolAnnotations``): the three readers change nothing; compact_now adds a summary (undoable
+#: with session/uncompact, so not destructive) and a second call compacts again.
+ANNOTATIONS: dict[str, dict[str, bool]] = {
+    "history_search": {"readOnlyHint": True, "openWorldHint": False},
+    "history_expand": {"readOnlyHint": True, "openWorldHint": False},
+    "context_status": {"readOnlyHint": True, "openWorldHint": False},
+    "compact_now": {
+        "readOnlyHint": False,
+        "destructiveHint": False,
+        "idempotentHint": False,
+        "openWorldHint": False,
+    },
+}
 
 
 class ToolFailure(Exception):
@@ -148,6 +267,15 @@ class Options:
     idle_exit: float | None = None
     log_level: str | None = None
     log_file: Path | None = None
+    # The project whose sessions are visible (default: the working directory); None with
+    # ``--all-projects``: every session.
+    directory: str | None = None
+    all_projects: bool = False
+
+    def scope(self) -> str | None:
+        if self.all_projects:
+            return None
+        return os.path.abspath(self.directory if self.directory is not None else os.getcwd())
 
 
 class Tools:
@@ -155,11 +283,14 @@ class Tools:
 
     def __init__(self, options: Options) -> None:
         self._options = options
+        self._scope = options.scope()
         self._client: Any = None
         self._lock = asyncio.Lock()
 
     async def client(self) -> Any:
         from sidecar_client import connect_shared
+
+        from sidecar.shared_daemon.sockets import NotOurs
 
         async with self._lock:
             if self._client is None or self._client.closed:
@@ -173,7 +304,7 @@ class Tools:
                         log_level=o.log_level,
                         log_file=o.log_file,
                     )
-                except (ConnectionError, OSError) as exc:
+                except (ConnectionError, OSError, NotOurs) as exc:
                     raise ToolFailure(
                         f"cannot reach the compaction-sidecar daemon: {exc}"
                     ) from None
@@ -205,28 +336,59 @@ class Tools:
             "compact_now": self.compact_now,
         }
 
-    async def session(self, given: Any) -> str:
-        """The session named, or the most recently active one."""
-        if isinstance(given, str) and given:
-            return given
+    def _in_scope(self, directory: str | None) -> bool:
+        if self._scope is None:
+            return True
+        if not directory:
+            return False
+        return directory == self._scope or os.path.abspath(directory) == self._scope
+
+    async def sessions(self) -> list[str]:
+        """The ids of the sessions in scope, the most recently active first."""
         client = await self.client()
-        best: tuple[int, str] | None = None
+        found: list[tuple[int, str]] = []
         cursor: str | None = None
         while True:
             params: dict[str, Any] = {"limit": 500}
             if cursor:
                 params["cursor"] = cursor
             page = await client.request("session/list", params)
-            for s in page["sessions"]:
-                key = (int(s.get("time", {}).get("updated", 0)), str(s["id"]))
-                if best is None or key > best:
-                    best = key
+            found.extend(
+                (int(s.get("time", {}).get("updated", 0)), str(s["id"]))
+                for s in page["sessions"]
+                if self._in_scope(s.get("directory"))
+            )
             cursor = page.get("nextCursor")
             if not cursor:
                 break
-        if best is None:
-            raise ToolFailure("there is no session yet: the daemon has stored no conversation")
-        return best[1]
+        return [sid for _, sid in sorted(found, reverse=True)]
+
+    def _not_here(self, what: str, given: str) -> ToolFailure:
+        """The one answer for an id out of scope or unknown: it says nothing of which."""
+        if self._scope is None:
+            return ToolFailure(f"no {what} {given!r}")
+        return ToolFailure(
+            f"no {what} {given!r} in this project ({self._scope}); this server sees only the "
+            "sessions of its project"
+        )
+
+    async def session(self, given: Any) -> str:
+        """The session named (when in scope), or the most recently active one in scope."""
+        if isinstance(given, str) and given:
+            if self._scope is None:
+                return given
+            if given in await self.sessions():
+                return given
+            raise self._not_here("session", given)
+        ids = await self.sessions()
+        if not ids:
+            if self._scope is None:
+                raise ToolFailure("there is no session yet: the daemon has stored no conversation")
+            raise ToolFailure(
+                f"there is no session of this project ({self._scope}) yet: the daemon has "
+                "stored no conversation whose directory is this one"
+            )
+        return ids[0]
 
     async def history_search(self, args: Mapping[str, Any]) -> dict[str, Any]:
         client = await self.client()
@@ -235,38 +397,60 @@ class Tools:
             "history/search",
             {"sessionID": sid, "query": args["query"], "limit": int(args.get("limit", 10))},
         )
-        return {"session": sid, "hits": result["hits"], "partial": result["partial"]}
+        return {"session": sid, **result}
 
     async def history_expand(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        from sidecar_client import ErrorCode, RpcError
+
         client = await self.client()
         params: dict[str, Any] = {
-            "sessionID": "*",
             "messageID": args["messageID"],
             "offset": int(args.get("offset", 0)),
             "maxChars": EXPAND_PAGE,
         }
         if args.get("partID"):
             params["partID"] = args["partID"]
-        result: dict[str, Any] = await client.request("history/expand", params)
-        return result
+        if self._scope is None and not args.get("session"):
+            where = ["*"]
+        elif args.get("session"):
+            where = [await self.session(args["session"])]
+        else:
+            where = await self.sessions()
+        for sid in where:
+            try:
+                result: dict[str, Any] = await client.request(
+                    "history/expand", {**params, "sessionID": sid}
+                )
+            except RpcError as exc:
+                if exc.code == ErrorCode.UNKNOWN_MESSAGE and self._scope is not None:
+                    continue  # not in this session: the next one in scope
+                raise
+            return result
+        raise self._not_here("message", str(args["messageID"]))
 
     async def context_status(self, args: Mapping[str, Any]) -> dict[str, Any]:
         client = await self.client()
         sid = await self.session(args.get("session"))
-        over = await client.request("session/overflow", {"sessionID": sid})
-        window = await client.request("session/context", {"sessionID": sid})
-        count, usable = int(over["count"]), int(over["usable"])
-        summary = _last_summary(window["messages"])
-        return {
-            "session": sid,
-            "windowTokens": count,
-            "estimatedWindowTokens": window["estimatedTokens"],
-            "usableInput": usable,
-            "tokensUntilCompaction": max(0, usable - count) if over["known"] else None,
-            "overflow": over["overflow"],
-            "modelLimitsKnown": over["known"],
-            "lastCompaction": summary,
-        }
+        b = await client.breakdown(sid)
+        window = await client.request("session/context", {"sessionID": sid, "fit": False})
+        total = b.total_tokens
+        status = ContextStatus(
+            session=sid,
+            window_tokens=total,
+            estimated_window_tokens=b.estimated_tokens,
+            overhead_tokens=b.overhead_tokens,
+            usable_input=b.usable_input,
+            trigger=b.trigger,
+            prepare_at=b.prepare_at,
+            free=b.free,
+            tokens_until_compaction=None if b.trigger is None else max(0, b.trigger - total),
+            overflow=b.usable_input is not None and total > b.usable_input,
+            model_limits_known=b.model_limits_known,
+            breakdown=b.categories,
+            largest=b.largest[:5],
+            last_compaction=_last_summary(window["messages"]),
+        )
+        return cast(dict[str, Any], msgspec.to_builtins(status))
 
     async def compact_now(self, args: Mapping[str, Any]) -> dict[str, Any]:
         client = await self.client()
@@ -280,7 +464,7 @@ class Tools:
         return {"session": sid, **result}
 
 
-def _last_summary(messages: list[Any]) -> dict[str, Any] | None:
+def _last_summary(messages: list[Any]) -> LastCompaction | None:
     """The summary at the head of the window, if the session was compacted."""
     for entry in messages:
         info = entry.get("info", {}) if isinstance(entry, dict) else {}
@@ -288,13 +472,12 @@ def _last_summary(messages: list[Any]) -> dict[str, Any] | None:
             chars = sum(
                 len(p.get("text", "")) for p in entry.get("parts", []) if p.get("type") == "text"
             )
-            return {
-                "messageID": info.get("id"),
-                "time": info.get("time", {}).get("completed")
-                or info.get("time", {}).get("created"),
-                "summaryChars": chars,
-                "summaryTokensEstimate": (chars + 3) // 4,
-            }
+            return LastCompaction(
+                message_id=str(info.get("id")),
+                time=info.get("time", {}).get("completed") or info.get("time", {}).get("created"),
+                summary_chars=chars,
+                summary_tokens_estimate=(chars + 3) // 4,
+            )
     return None
 
 
@@ -324,14 +507,20 @@ def _check_args(name: str, args: Mapping[str, Any]) -> None:
                 raise ToolFailure(f"{name}: {key!r} must be between {low} and {high or 'any'}")
 
 
-def build_server(tools: Tools) -> Any:
+def build_server(tools: Tools, all_projects: bool = False) -> Any:
     """The low-level MCP server with the four tools."""
     import mcp_types as types
     from mcp.server.lowlevel import Server
 
     listed = [
-        types.Tool(name=name, description=description, input_schema=schema)
-        for name, (description, schema) in TOOLS_SPEC.items()
+        types.Tool(
+            name=name,
+            description=description,
+            input_schema=schema,
+            output_schema=_output_schema(OUTPUTS[name]),
+            annotations=types.ToolAnnotations.model_validate(ANNOTATIONS[name]),
+        )
+        for name, (description, schema) in tool_specs(all_projects).items()
     ]
 
     async def list_tools(_ctx: Any, _params: Any) -> types.ListToolsResult:
@@ -371,18 +560,34 @@ def build_server(tools: Tools) -> Any:
     )
 
 
-async def serve(options: Options) -> None:
-    from mcp.server.stdio import stdio_server
+async def serve(options: Options, max_line: int) -> None:
+    from sidecar.mcp_stdio import bounded_stdio
 
     tools = Tools(options)
-    server = build_server(tools)
+    server = build_server(tools, options.all_projects)
     try:
-        async with stdio_server() as (read, write):
+        async with bounded_stdio(max_line) as (read, write):
             await server.run(read, write, server.create_initialization_options())
     finally:
         await tools.close()
 
 
 def main(options: Options) -> int:
-    asyncio.run(serve(options))
+    """Serve until the client's input ends. A socket or daemon of another user's, or a config
+    file that cannot be read, is one line on stderr and exit 1, before anything is served."""
+    from sidecar.model.config import ConfigError, load_files
+    from sidecar.shared_daemon import paths
+    from sidecar.shared_daemon.sockets import NotOurs, connect
+
+    try:
+        # A daemon already there must be this user's (its socket, directory and process).
+        probe = connect(options.socket or paths.default_socket_path())
+        if probe is not None:
+            probe.close()
+        max_line = load_files(options.config).config.mcp.max_line_bytes
+        options.scope()  # a working directory that is gone is an error now, not at a tool call
+    except (NotOurs, ConfigError, OSError) as exc:
+        print(f"compaction-sidecar mcp: {exc}", file=sys.stderr)
+        return 1
+    asyncio.run(serve(options, max_line))
     return 0

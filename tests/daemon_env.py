@@ -6,7 +6,10 @@ An empty XDG config home (no user config file), a data home of its own, and none
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from pathlib import Path
+from typing import Any
 
 from sidecar_client._transport import merged_env
 
@@ -37,3 +40,30 @@ def cli_env(home: Path) -> dict[str, str]:
     )
     assert env is not None
     return env
+
+
+#: An MCP ``initialize`` request, for the raw-pipe tests of ``compaction-sidecar mcp``.
+MCP_INITIALIZE: dict[str, Any] = {
+    "jsonrpc": "2.0",
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"},
+    },
+}
+
+
+async def spawn_mcp(args: list[str], env: dict[str, str]) -> asyncio.subprocess.Process:
+    """``python -m sidecar mcp ARGS`` on raw pipes: lines the SDK's own client cannot send."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+        limit=1 << 22,
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    return proc

@@ -45,3 +45,49 @@ def test_protocol_md_holds_the_contract() -> None:
     missing = [name for name in names if not re.search(f"`{re.escape(name)}[` ]", text)]
     assert not missing, f"methods PROTOCOL.md does not document: {missing}"
     assert "## Worked example: one full turn" in text
+
+
+def _cells(line: str) -> list[str]:
+    """A table row's cells (a ``\\|`` inside a cell is not a separator)."""
+    return re.split(r"(?<!\\)\|", line)
+
+
+def _table_rows() -> dict[str, str]:
+    """PROTOCOL.md's method table: each method's row (a row may name two methods)."""
+    rows: dict[str, str] = {}
+    for line in (ROOT / "PROTOCOL.md").read_text(encoding="utf-8").splitlines():
+        if not line.startswith("| `"):
+            continue
+        first = _cells(line)[1]
+        for name in re.findall(r"`([a-z$/]+)`", first):
+            rows[name] = line
+    return rows
+
+
+def test_the_method_table_lists_every_param_and_result_field() -> None:
+    """Issue 36 item 6: a row names every param of its method (``since`` included), and a row
+    whose result is an object literal names every field of the result."""
+    import msgspec
+
+    from sidecar.protocol.methods import REQUESTS
+
+    rows = _table_rows()
+    missing: list[str] = []
+    for spec in REQUESTS:
+        if spec.direction != "client->daemon":
+            continue
+        row = rows.get(spec.method)
+        if row is None:
+            missing.append(f"{spec.method}: no row")
+            continue
+        cells = _cells(row)
+        params, result = cells[2], "|".join(cells[3:])
+        for field in msgspec.structs.fields(spec.params):
+            if not re.search(rf"\b{re.escape(field.encode_name)}\b", params):
+                missing.append(f"{spec.method}: param {field.encode_name}")
+        kind = spec.result
+        if result.strip().startswith("`{") and isinstance(kind, type):
+            for field in msgspec.structs.fields(kind):
+                if not re.search(rf"\b{re.escape(field.encode_name)}\b", result):
+                    missing.append(f"{spec.method}: result {field.encode_name}")
+    assert not missing, "PROTOCOL.md's method table lacks:\n" + "\n".join(missing)

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from sidecar.engine import bounded, ledger, open_turn, overflow, revert, steer, verify
+from sidecar.engine import bounded, ledger, open_turn, overflow, render, revert, steer, verify
 from sidecar.engine.collapse import split
 from sidecar.engine.filter import filter_compacted
 from sidecar.engine.host import Host
@@ -444,7 +444,9 @@ class Compactor:
         if req.auto:
             end = await self._append_continue(plan)
             continue_id = end.id
-        record = await self._diagnose(req, plan, marker, done, parts, end, continue_id, started)
+        record = await self._diagnose(
+            req, plan, marker, done, parts, end, continue_id, started, cfg.compaction.pruned_stub
+        )
         event = CompactedEvent(
             session_id=plan.sid,
             message_id=done.id,
@@ -509,6 +511,7 @@ class Compactor:
         end: Key,
         continue_id: str | None,
         started: float,
+        stub: render.Stub,
         kept: Sequence[WithParts] | None = None,
         open_turn: OpenTurn | None = None,
     ) -> CompactionRecord:
@@ -520,8 +523,13 @@ class Compactor:
             for m in await load_window(self.store, plan.session)
             if Key(m.info.time.created, m.info.id) <= end
         ]
-        kept_ids = {m.info.id for m in (plan.tail if kept is None else kept)}
+        kept_msgs = plan.tail if kept is None else kept
+        kept_ids = {m.info.id for m in kept_msgs}
         replaced = [m for m in plan.window if m.info.id not in kept_ids]
+        # The window just before it, as ``session/context`` measured it: what the plan read,
+        # and what a prepared summary keeps that was written after the plan.
+        planned = {m.info.id for m in plan.window}
+        before = [*plan.window, *(m for m in kept_msgs if m.info.id not in planned)]
         pruned = [
             p.id
             for m in replaced
@@ -539,8 +547,9 @@ class Compactor:
             continue_id=continue_id,
             replaced_ids=[m.info.id for m in replaced],
             pruned_part_ids=pruned,
-            tokens_before=req.reported_tokens if req.auto and req.reported_tokens else plan.before,
-            tokens_after=estimate_messages(window),
+            tokens_before=estimate_messages(before) + render.stub_extra(before, stub),
+            tokens_after=estimate_messages(window) + render.stub_extra(window, stub),
+            reported_tokens=req.reported_tokens if req.auto and req.reported_tokens else None,
             summary_tokens=estimate(text),
             messages_summarized=len(replaced),
             parts_pruned=len(pruned),
@@ -696,6 +705,7 @@ class Compactor:
             end,
             continue_id,
             started,
+            cfg.compaction.pruned_stub,
             after_cut,
             how,
         )

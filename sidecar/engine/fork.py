@@ -18,7 +18,7 @@ from sidecar.model.messages import Message
 from sidecar.model.parts import Part
 from sidecar.model.session import Session, SessionTime
 from sidecar.store import Key, Store, steer
-from sidecar.store.store import shallow_json
+from sidecar.store.store import decode_stored
 
 _dict = msgspec.json.Decoder(dict[str, Any])
 _enc = msgspec.json.Encoder()
@@ -48,13 +48,13 @@ async def fork(store: Store, source: Session, message_id: str | None) -> Session
     parts: list[dict[str, Any]] = []
     ids: dict[str, str] = {}
     for stored in page:
-        info = _dict.decode(shallow_json(stored.info))
+        info = decode_stored(_dict, stored.info)
         key = Key(int(info.get("time", {}).get("created", 0)), info["id"])
         if stop is not None and key >= stop:
             break
         ids[info["id"]] = new_id("msg")
         infos.append(info)
-        parts.extend(_dict.decode(shallow_json(p)) for p in stored.parts)
+        parts.extend(decode_stored(_dict, p) for p in stored.parts)
     messages: list[tuple[Message, bytes]] = []
     for info in infos:
         info["id"] = ids[info["id"]]

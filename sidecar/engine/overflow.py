@@ -21,11 +21,25 @@ class Overflow:
     usable: int
 
 
+def output_reserve(limit: ModelLimit, cfg: CompactionConfig) -> int:
+    """The output a call keeps room for: the model's output limit capped at
+    ``output_token_max`` (all of it when the model states none)."""
+    return min(limit.output, cfg.output_token_max) or cfg.output_token_max
+
+
 def usable(limit: ModelLimit, cfg: CompactionConfig) -> int:
     """The input a model takes before it overflows: the one definition every caller uses
     (``limit.input``, else ``context`` less the output reserve, less ``reserved``)."""
-    output = min(limit.output, cfg.output_token_max) or cfg.output_token_max
-    return (limit.input or limit.context - output) - cfg.reserved
+    return (limit.input or limit.context - output_reserve(limit, cfg)) - cfg.reserved
+
+
+def trigger_point(room: int, cfg: CompactionConfig) -> int:
+    """The turn's token count past which ``check`` compacts, for a usable input of ``room``:
+    the fraction trigger, or ``triggerTokens`` when lower."""
+    point = int(cfg.effective_trigger() * room)
+    if cfg.trigger_tokens is not None:
+        point = min(point, cfg.trigger_tokens - 1)
+    return point
 
 
 def check(tokens: Tokens, limit: ModelLimit, cfg: CompactionConfig) -> Overflow:

@@ -27,6 +27,7 @@ from typing import Any
 
 import msgspec
 
+from sidecar.engine import breakdown as breakdown_mod
 from sidecar.engine import context as context_mod
 from sidecar.engine import delta, overhead, prune_run, steer
 from sidecar.engine import fork as fork_mod
@@ -43,6 +44,7 @@ from sidecar.model.ids import now_ms
 from sidecar.model.messages import AssistantMessage, Message
 from sidecar.model.rpc import (
     PRUNED_PER_EVENT,
+    BreakdownResult,
     CompactionRecord,
     CompactResult,
     ContextFormat,
@@ -342,6 +344,32 @@ class Engine:
             return result
         return await self._fit(session.id, fmt, usable, cfg, extra)
 
+    async def breakdown(
+        self,
+        session_id: str,
+        cfg: Config | None = None,
+        *,
+        wait: bool = True,
+        overhead: int | None = None,
+    ) -> BreakdownResult:
+        """``session/breakdown``: the window ``context`` would serve next, split by category."""
+        if wait:
+            await self.idle(session_id)
+        session = await self.store.require_session(session_id)
+        extra, source = self.overhead_of(session, overhead)
+        window = await load_window(self.store, session)
+        cfg = steer.for_window(cfg or self.config(), window)
+        pinned = await steer_data.pinned_ids(self.store, session_id)
+        return breakdown_mod.result(
+            session_id,
+            window,
+            pinned,
+            limit_for_window(window, cfg.models),
+            cfg.compaction,
+            overhead=extra,
+            overhead_source=source,
+        )
+
     async def _fit(
         self, sid: str, fmt: ContextFormat, usable: int, cfg: Config, extra: int = 0
     ) -> ContextResult:
@@ -401,9 +429,16 @@ class Engine:
             ),
             None,
         )
-        if last is None:
-            return OverflowResult(overflow=False, count=0, usable=0)
         cfg = steer.for_window(cfg or self.config(), window)
+        if last is None:
+            # No call reported tokens in this window yet (a new session, or right after a
+            # compaction): nothing counted, against the usable input of the window's model.
+            limit = limit_for_window(window, cfg.models)
+            if limit is None or limit.context == 0:
+                return OverflowResult(overflow=False, count=0, usable=0, known=False)
+            return OverflowResult(
+                overflow=False, count=0, usable=overflow_mod.usable(limit, cfg.compaction)
+            )
         limit = self.limits(last.provider_id, last.model_id, cfg)
         if limit is None:
             count = last.tokens.input + last.tokens.cache.read + last.tokens.output

@@ -35,6 +35,15 @@ def drop_block(text: str) -> str:
     return _BLOCK.sub("", text).rstrip()
 
 
+def block_of(text: str) -> str:
+    """The kept block of a summary's ``text`` ("" when it has none): ``session/breakdown``
+    counts it apart from the summary's own prose."""
+    if TITLE not in text:
+        return ""
+    found = _BLOCK.search(text)
+    return found.group(0) if found else ""
+
+
 def turn_of(window: Sequence[WithParts]) -> tuple[str | None, str | None]:
     """``(provider/model, agent)`` of the latest user message (a read, a manual compaction)."""
     for m in reversed(window):

@@ -22,6 +22,7 @@ DEFAULT_MAX_FRAME_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_DEPTH = 64
 DEFAULT_MAX_OUTGOING_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_REPLY_BYTES = 128 * 1024 * 1024
+DEFAULT_MCP_MAX_LINE_BYTES = 1024 * 1024
 
 Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
 Ratio = Annotated[float, msgspec.Meta(gt=0, lt=1)]
@@ -149,12 +150,20 @@ class HistoryConfig(Strict, kw_only=True):
     search_budget_ms: Annotated[int, msgspec.Meta(ge=1, le=600_000)] = 2_000
 
 
+class McpConfig(Strict, kw_only=True):
+    """``compaction-sidecar mcp``: read from the config files it is started with."""
+
+    # A line (one JSON-RPC message) longer than this is refused, never held whole.
+    max_line_bytes: Annotated[int, msgspec.Meta(ge=1024)] = DEFAULT_MCP_MAX_LINE_BYTES
+
+
 class Config(Strict, kw_only=True):
     compaction: CompactionConfig = msgspec.field(default_factory=CompactionConfig)
     summarizer: SummarizerConfig = msgspec.field(default_factory=SummarizerConfig)
     models: dict[str, ModelLimit] = msgspec.field(default_factory=dict)
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     history: HistoryConfig = msgspec.field(default_factory=HistoryConfig)
+    mcp: McpConfig = msgspec.field(default_factory=McpConfig)
 
     def __post_init__(self) -> None:
         # Each override is checked once here, so a bad one is refused when the config is

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithParts
-from sidecar.model.parts import CompactionPart
+from sidecar.model.parts import CompactionPart, TextPart
 
 # OpenCode's placeholders (PROTOCOL.md, "Engine rules", context rendering).
 CLEARED = "[Old tool result content cleared]"
@@ -41,6 +41,17 @@ def is_marker(msg: WithParts) -> bool:
 def is_summary(msg: WithParts) -> bool:
     """A summary attempt (finished or not) of some compaction."""
     return isinstance(msg.info, AssistantMessage) and bool(msg.info.summary)
+
+
+def is_continue(msg: WithParts) -> bool:
+    """The synthetic "continue" user message an automatic compaction ends with."""
+    return (
+        isinstance(msg.info, UserMessage)
+        and len(msg.parts) == 1
+        and isinstance(msg.parts[0], TextPart)
+        and bool(msg.parts[0].synthetic)
+        and msg.parts[0].text == CONTINUE_TEXT
+    )
 
 
 def is_finished_summary(info: Message) -> bool:

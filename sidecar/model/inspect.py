@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from sidecar.model.base import Dense
-from sidecar.model.rpc import Diagnostics
+from sidecar.model.rpc import BreakdownResult, Diagnostics
 
 
 class SessionSummary(Dense, kw_only=True):
@@ -31,6 +31,17 @@ class TurnPoint(Dense, kw_only=True):
     time: int
     context_tokens: int
     reported_tokens: int | None = None
+    # ``contextTokens`` split as ``session/breakdown`` splits a window (no overhead: the
+    # frontend's is not stored per turn).
+    categories: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+class ReplacedMessage(Dense, kw_only=True):
+    """A message a summary replaced, as a person recognises it."""
+
+    id: str
+    role: str  # "user", "assistant" or "summary" (an earlier compaction's)
+    words: str  # its first words (a tool call: the tool and its main argument)
 
 
 class CompactionEvent(Dense, kw_only=True):
@@ -50,6 +61,7 @@ class CompactionEvent(Dense, kw_only=True):
     writer: str = ""
     # What the summary replaced: the window's messages before the marker.
     replaced_ids: list[str] = msgspec.field(default_factory=list)
+    replaced: list[ReplacedMessage] = msgspec.field(default_factory=list)
     # What the daemon measured and stored then (``session/compactions``), when it did.
     diagnostics: Diagnostics | None = None
 
@@ -75,3 +87,5 @@ class Inspection(Dense, kw_only=True):
     compactions: list[CompactionEvent] = msgspec.field(default_factory=list)
     prunes: list[PruneEvent] = msgspec.field(default_factory=list)
     latest_summary: str | None = None
+    # The current window split (``session/breakdown`` as the daemon would answer it now).
+    breakdown: BreakdownResult | None = None

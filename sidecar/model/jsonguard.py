@@ -3,27 +3,38 @@
 msgspec decodes (and even skips) nested JSON recursively, so a frame nested a few thousand
 levels raises ``RecursionError`` wherever it is first decoded, and one nested just under
 Python's limit is stored fine and then fails every later read of its session at a deeper
-stack. Refusing deep input once, at the door, keeps both out. The common frame has few
-brackets, so the check costs two ``bytes.count`` calls; only a frame with more brackets than
-the limit is scanned, at C speed, and only an offending one is walked token by token to name
-the field and recover the request's id.
+stack. Refusing deep input once, at the door, keeps both out; what the daemon stored itself
+is never checked again. The common frame has few brackets, so the check costs two
+``bytes.count`` calls. A frame with more brackets than the limit is scanned once, a chunk at
+a time with C-speed bytes operations (escapes dropped, strings cut out, brackets kept), so
+it costs constant extra memory and brackets inside strings never count; only an offending
+frame is walked token by token to name the field and recover the request's id.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, count
+from operator import sub
 
 import msgspec
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-# Everything but brackets, for ``bytes.translate``'s delete argument.
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+# A JSON string, written so that the regex engine keeps no state per character (a run of
+# plain characters is one step; only each escape is one more).
+_STRING = rb'"[^"\\]*(?:\\.[^"\\]*)*+"'
 _TOKEN = re.compile(
-    rb'"(?:[^"\\]|\\.)*"|[\[\]{}:,]|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null', re.DOTALL
+    _STRING + rb"|[\[\]{}:,]|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null", re.DOTALL
 )
+# A string once its escapes are gone: no quote inside, one step for the engine.
+_PLAIN_STRING = re.compile(rb'"[^"]*"')
+# ``bytes.translate``: everything but brackets deleted, ``{}`` read as ``[]``.
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_SQUARE = bytes.maketrans(b"{}", b"[]")
+# ``[`` as 2 and ``]`` as 0: the running sum minus the count is the depth (``_peak``).
+_STEPS = bytes.maketrans(b"[]", b"\x02\x00")
+# Bytes scanned per step: what the scan holds besides the frame is a few of these.
+CHUNK = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +107,74 @@ class _Open:
     key: str | int | None
 
 
-def deeper_than(text: bytes, limit: int) -> bool:
-    """Does any value in this JSON document nest more than ``limit`` levels?"""
+def deeper_than(text: bytes, limit: int, chunk: int = CHUNK) -> bool:
+    """Does any value in this JSON document nest more than ``limit`` levels?
+
+    One pass, ``chunk`` bytes at a time, holding a few chunks at most; brackets inside
+    strings do not count. A document that is not JSON gets an answer that is safe for a
+    decoder that stops at the first error: an unclosed bracket counts as open.
+    """
     if text.count(b"[") + text.count(b"{") <= limit:
         return False
-    brackets = _STRING.sub(b"", text).translate(None, _NOT_BRACKETS)
-    return len(brackets) > limit and max(accumulate(_STEP[b] for b in brackets)) > limit
+    depth = 0
+    in_string = False
+    pos, size = 0, len(text)
+    while pos < size:
+        end = min(pos + chunk, size)
+        piece = text[pos:end]
+        if end < size:
+            # Never end a piece inside a run of backslashes: the run may go on in the next
+            # one, and escapes pair up from the run's start. A piece that is all backslashes
+            # keeps an even number of them (they pair up among themselves).
+            kept = piece.rstrip(b"\\")
+            piece = kept if kept else piece[: len(piece) & ~1]
+            end = pos + len(piece)
+        # Escapes pair from the left, as a decoder reads them: ``\\`` first, then what is
+        # left of ``\"`` is an escaped quote. Every quote left opens or closes a string.
+        piece = piece.replace(b"\\\\", b"").replace(b'\\"', b"")
+        if in_string:
+            close = piece.find(b'"')
+            if close < 0:
+                pos = end
+                continue
+            piece, in_string = piece[close + 1 :], False
+        piece = _PLAIN_STRING.sub(b"", piece)
+        opened = piece.find(b'"')
+        if opened >= 0:
+            piece, in_string = piece[:opened], True
+        brackets = piece.translate(_SQUARE, _NOT_BRACKETS)
+        if brackets:
+            if _rises_above(brackets, limit - depth):
+                return True
+            depth += 2 * brackets.count(b"[") - len(brackets)
+        pos = end
+    return False
+
+
+def _rises_above(brackets: bytes, room: int) -> bool:
+    """Does the running depth of ``brackets`` (only ``[`` and ``]``) pass ``room``?
+
+    Cheap bounds first: removing each adjacent ``[]`` lowers the highest depth by at most one
+    per round, so the rounds plus what opens in the rest bound it from above.
+    """
+    if brackets.count(b"[") <= room:
+        return False
+    rest, rounds = brackets, 0
+    while rounds <= room:
+        shorter = rest.replace(b"[]", b"")
+        if len(shorter) == len(rest):
+            break
+        rest, rounds = shorter, rounds + 1
+    if rest.count(b"[") + rounds <= room:
+        return False
+    return _peak(brackets) > room
+
+
+def _peak(brackets: bytes) -> int:
+    """The highest running depth of ``brackets``, with C iterators only (no bytecode per
+    bracket): ``[`` counts 2 and ``]`` 0, so the depth after n brackets is the sum minus n."""
+    highest: int = max(map(sub, accumulate(brackets.translate(_STEPS)), count(1)))
+    return max(0, highest)
 
 
 def flatten_deep(text: bytes, limit: int) -> bytes:

@@ -145,9 +145,10 @@ class ContextResult(Dense, kw_only=True):
     revision: str = ""
     # With ``since``: true when ``messages`` are only those from index ``start`` of the
     # window (the client keeps its first ``start`` messages); false: the whole window. Both are
-    # absent from a reply to a request without ``since`` (its shape is unchanged).
-    delta: bool | msgspec.UnsetType = msgspec.UNSET
-    start: int | msgspec.UnsetType = msgspec.UNSET
+    # absent from a reply to a request without ``since`` (its shape is unchanged); the Python
+    # client reads an absent one as None.
+    delta: bool | msgspec.UnsetType | None = msgspec.UNSET
+    start: int | msgspec.UnsetType | None = msgspec.UNSET
     # The frontend's overhead ``fit`` counted (with ``estimatedTokens``, against ``usable``),
     # and where it came from.
     overhead_tokens: int = 0
@@ -231,8 +232,14 @@ class ConfigUpdateParams(Base, kw_only=True):
 class Diagnostics(Dense, kw_only=True):
     """What one compaction did (PROTOCOL.md "Steering compaction"), as measured then."""
 
-    tokens_before: int = 0  # the turn's reported tokens, or the window's estimate (manual)
-    tokens_after: int = 0  # the estimate of the window right after it
+    # The one before/after pair every tool shows: the window just before the compaction and
+    # right after it (continue message and kept tail included), measured as session/context
+    # measures it (``estimatedTokens``).
+    tokens_before: int = 0
+    tokens_after: int = 0
+    # An automatic compaction's trigger: the finished turn's reported tokens (prompt + reply,
+    # so the frontend's system prompt and tools included); absent for the others.
+    reported_tokens: int | None = None
     summary_tokens: int = 0
     messages_summarized: int = 0
     parts_pruned: int = 0  # pruned tool outputs among what the summary replaced
@@ -290,6 +297,66 @@ class PinsResult(Dense, kw_only=True):
 
 class CompactionsResult(Dense, kw_only=True):
     compactions: list[CompactionRecord]
+
+
+class BreakdownCategory(Dense, kw_only=True):
+    """One slice of the window: its tokens and its share of the usable input."""
+
+    name: Literal[
+        "overhead",
+        "summary",
+        "keptVerbatim",
+        "userText",
+        "assistantText",
+        "reasoning",
+        "toolCalls",
+        "toolOutputs",
+        "toolOutputsPruned",
+        "pinned",
+        "other",
+    ]
+    tokens: int
+    share: float | None = None  # of ``usableInput``; None when the model's limits are unknown
+
+
+class BreakdownItem(Dense, kw_only=True):
+    """One of the largest parts in the window."""
+
+    message_id: Id
+    part_id: Id
+    kind: str  # the category most of its tokens fall in ("pinned" for a pinned part)
+    tool: str | None = None
+    tokens: int
+
+
+class BreakdownResult(Dense, kw_only=True):
+    """``session/breakdown``: the window the next ``session/context`` would serve, split.
+
+    ``categories`` add up to ``estimatedTokens + overheadTokens``; ``free`` is what is left of
+    ``usableInput``. ``trigger`` is where the turn-end check compacts (OpenCode's rule on the
+    reported tokens); ``prepareAt`` where ``compaction.prepare`` starts writing the summary.
+    """
+
+    session_id: Id
+    estimated_tokens: int
+    overhead_tokens: int
+    overhead_source: OverheadSource = "none"
+    categories: list[BreakdownCategory]
+    total_tokens: int
+    model_limits_known: bool
+    context: int | None = None
+    reserved_output: int | None = None
+    usable_input: int | None = None
+    free: int | None = None
+    trigger: int | None = None
+    prepare_at: int | None = None
+    largest: list[BreakdownItem] = msgspec.field(default_factory=list)
+
+
+class SessionBreakdownParams(Base, kw_only=True):
+    session_id: Id
+    wait: bool = True  # after the automatic work caused by earlier writes
+    overhead_tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None
 
 
 class SessionUncompactParams(Base, kw_only=True):

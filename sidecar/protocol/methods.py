@@ -32,6 +32,7 @@ from sidecar.model.daemon import DaemonStatus
 from sidecar.model.messages import Message
 from sidecar.model.parts import Part
 from sidecar.model.rpc import (
+    BreakdownResult,
     CancelParams,
     CompactedEvent,
     CompactingHookParams,
@@ -64,6 +65,7 @@ from sidecar.model.rpc import (
     ProgressParams,
     PrunedEvent,
     PruneResult,
+    SessionBreakdownParams,
     SessionCompactParams,
     SessionContextParams,
     SessionCreateParams,
@@ -150,6 +152,8 @@ REQUESTS: tuple[RequestSpec, ...] = (
     _req("session/unsubscribe", SessionRef, None, "write", "sessions:unsubscribe"),
     _req("session/context", SessionContextParams, ContextResult, "read", "compaction:context",
          "the filtered window"),
+    _req("session/breakdown", SessionBreakdownParams, BreakdownResult, "read",
+         "compaction:breakdown", "what fills the window the next session/context serves"),
     _req("session/overflow", SessionOverflowParams, OverflowResult, "read",
          "compaction:overflow"),
     _req("session/idle", SessionRef, None, "read", "compaction:idle",

@@ -176,20 +176,15 @@ async def _drive(
             for p in m.parts:
                 await client.update_part(_part(p, sid, last_user, now_ms()))
             continue
-        # The window as stored, then the one a frontend sends (``fit``, the default): when the
-        # first is over the model's usable input the daemon compacts before answering.
-        raw = await client.request("session/context", {"sessionID": sid, "fit": False})
+        # The window a frontend sends (``fit``, the default): when the stored one is over the
+        # model's usable input the daemon compacts before answering.
         ctx = await client.context(sid)
         prompt = ctx.estimated_tokens
         fitted = client.notifications("session/compacted")[seen["session/compacted"] :]
         seen["session/compacted"] += len(fitted)
         fit_notes: list[str] = []
         for c in fitted:
-            report.compactions.append(Compaction(turn, raw["estimatedTokens"], prompt, c["auto"]))
-            fit_notes.append(
-                f"COMPACTED #{len(report.compactions)} to fit: "
-                f"{raw['estimatedTokens']:,} -> {prompt:,} tok, by {c.get('writer', '?')}"
-            )
+            fit_notes.append(_compacted(report, turn, c, "to fit"))
         reply = await client.update_message(
             AssistantMessage(
                 session_id=sid,
@@ -222,14 +217,8 @@ async def _drive(
             notes.append(f"pruned {len(p['partIDs'])} outputs (-{p['tokensSaved']:,} tok)")
         compacted = client.notifications("session/compacted")[seen["session/compacted"] :]
         seen["session/compacted"] += len(compacted)
-        if compacted:
-            after = (await client.context(sid)).estimated_tokens
-            for c in compacted:
-                report.compactions.append(Compaction(turn, prompt + out, after, c["auto"]))
-                notes.append(
-                    f"COMPACTED #{len(report.compactions)}: {prompt + out:,} -> {after:,} tok, "
-                    f"by {c.get('writer', '?')}"
-                )
+        for c in compacted:
+            notes.append(_compacted(report, turn, c))
         statuses = client.notifications("session/status")[seen["session/status"] :]
         seen["session/status"] += len(statuses)
         for s in statuses:
@@ -251,6 +240,15 @@ async def _drive(
             _raw(p).get("text", "") for p in summaries[-1].parts if _raw(p).get("type") == "text"
         )
     return report
+
+
+def _compacted(report: Report, turn: int, event: dict[str, Any], how: str = "") -> str:
+    """Note a ``session/compacted`` event; its line shows the event's own before/after pair
+    (the one ``inspect``, ``report`` and ``session/compactions`` show)."""
+    before, after = event["tokensBefore"], event["tokensAfter"]
+    report.compactions.append(Compaction(turn, before, after, event["auto"]))
+    label = f"COMPACTED #{len(report.compactions)}" + (f" {how}" if how else "")
+    return f"{label}: {before:,} -> {after:,} tok, by {event.get('writer', '?')}"
 
 
 def _raw(value: Any) -> dict[str, Any]:

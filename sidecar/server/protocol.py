@@ -490,6 +490,11 @@ class SidecarProtocol(JsonRPCProtocol):
                 msg_id, ErrorCode.INVALID_REQUEST, "invalid request: no method, result or error"
             )
             return
+        if not self._asked(env.id):
+            # Only our own requests to the peer take a reply: an id of the peer's own
+            # requests (a task of ours, not a response future) or of nothing is not one.
+            log.warning("ignoring a response to id %r: the daemon sent no such request", env.id)
+            return
         if len(env.error):
             try:
                 err = _any_decoder.decode(env.error)
@@ -502,6 +507,12 @@ class SidecarProtocol(JsonRPCProtocol):
             return
         result = _any_decoder.decode(env.result)
         self.handle_message(JsonRPCResponseMessage(env.id, JSONRPC, result))
+
+    def _asked(self, msg_id: int | str) -> bool:
+        """Is ``msg_id`` a request of ours still waiting for the peer's reply? The table holds
+        the peer's requests too (asyncio tasks); ours are ``concurrent.futures`` futures."""
+        fut = self._request_futures.get(msg_id)
+        return fut is not None and not isinstance(fut, asyncio.Future)
 
     # -- outbound --------------------------------------------------------------------------
 

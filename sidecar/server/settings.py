@@ -25,7 +25,7 @@ from sidecar.errors import InvalidParams
 from sidecar.model import config as cfgmod
 from sidecar.model.config import Config
 
-_DAEMON_ONLY = ("server", "history")
+_DAEMON_ONLY = ("server", "history", "mcp")
 _CREDENTIALS = ("apiKeyEnv", "headers")
 _ENDPOINT = ("provider", "baseURL")
 

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
@@ -30,7 +30,7 @@ from sidecar.errors import (
 )
 from sidecar.model.config import DEFAULT_MAX_REPLY_BYTES
 from sidecar.model.conversation import is_finished_summary
-from sidecar.model.jsonguard import deeper_than, flatten_deep
+from sidecar.model.jsonguard import flatten_deep
 from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithParts
 from sidecar.model.parts import Part, ToolCompleted, ToolPart
 from sidecar.model.rpc import StoredMessage
@@ -46,10 +46,12 @@ _message_decoder = msgspec.json.Decoder(Message)
 _part_decoder = msgspec.json.Decoder(Part)
 _session_decoder = msgspec.json.Decoder(Session)
 _encoder = msgspec.json.Encoder()
+T = TypeVar("T")
 
-# Stored rows nested deeper than any frame the daemon now accepts (``server.maxDepth`` is at
-# most this) were written before the door checked depth: they are read with their over-deep
-# values as null, so no read path recurses without bound on them.
+# Rows nested deeper than any frame the daemon now accepts (``server.maxDepth`` is at most
+# this) were written before the door checked depth. What the daemon stored itself is never
+# checked again: a row is decoded as it is, and only one whose decoding recursed too deep (such
+# an old row) is decoded again with its over-deep values as null.
 STORED_MAX_DEPTH = 512
 
 # Rows fetched per round trip when the store walks a session backwards.
@@ -98,30 +100,49 @@ class Tally(NamedTuple):
 is_summary_ok = is_finished_summary  # the column the boundary query reads
 
 
-def shallow_json(raw: str | bytes | msgspec.Raw) -> str | bytes:
-    """Stored JSON safe to decode: values nested past ``STORED_MAX_DEPTH`` read as null."""
-    if isinstance(raw, str):
-        if raw.count("[") + raw.count("{") <= STORED_MAX_DEPTH:  # nearly every row
-            return raw
-        raw = raw.encode()
-    data = bytes(raw)
-    return flatten_deep(data, STORED_MAX_DEPTH) if deeper_than(data, STORED_MAX_DEPTH) else data
+def shallow_json(raw: str | bytes | msgspec.Raw) -> bytes:
+    """An old over-deep row's JSON with values nested past ``STORED_MAX_DEPTH`` as null: what
+    a read decodes once decoding the row as it is recursed too deep (``decode_stored``)."""
+    data = raw.encode() if isinstance(raw, str) else bytes(raw)
+    return flatten_deep(data, STORED_MAX_DEPTH)
+
+
+def decode_stored(decoder: msgspec.json.Decoder[T], raw: str | bytes | msgspec.Raw) -> T:
+    """A stored row, decoded with no check first (the door checked what the daemon stored);
+    only a row older than that check can recurse too deep, and is read flattened."""
+    try:
+        return decoder.decode(raw)
+    except RecursionError:
+        return decoder.decode(shallow_json(raw))
+
+
+# Ids of the old over-deep rows met so far (``decode_stored`` flattened them): served from
+# their decoded Structs, not as stored, so a client decodes them too. Only such rows land here.
+_flattened: set[str] = set()
+
+
+def _decode_row(decoder: msgspec.json.Decoder[T], raw: str | bytes) -> T:
+    try:
+        return decoder.decode(raw)
+    except RecursionError:
+        row = decoder.decode(shallow_json(raw))
+        _flattened.add(row.id)  # type: ignore[attr-defined]  # messages and parts have ids
+        return row
 
 
 def served(raw: str) -> msgspec.Raw:
-    """Stored JSON as the daemon serves it: as stored, unless it nests past what any client
-    can decode (a row older than the depth check). The row's own str when it can be (no copy:
-    an ASCII str's data is its UTF-8)."""
-    return msgspec.Raw(shallow_json(raw))
+    """Stored JSON as the daemon serves it: as stored (the row's own str when it can be, no
+    copy: an ASCII str's data is its UTF-8), never scanned again."""
+    return msgspec.Raw(raw)
 
 
 def decode_message(raw: str | bytes) -> Message:
-    message: Message = _message_decoder.decode(shallow_json(raw))
+    message: Message = _decode_row(_message_decoder, raw)
     return message
 
 
 def decode_part(raw: str | bytes) -> Part:
-    part: Part = _part_decoder.decode(shallow_json(raw))
+    part: Part = _decode_row(_part_decoder, raw)
     return part
 
 
@@ -516,7 +537,7 @@ class Store:
         if not rows:
             return None
         try:  # only the fields needed: a sixth of a whole part's decode
-            old = _mark_decoder.decode(shallow_json(rows[0][0]))
+            old = decode_stored(_mark_decoder, rows[0][0])
         except (msgspec.DecodeError, msgspec.ValidationError):  # a row no write would make now
             return None
         state = old.state
@@ -885,7 +906,7 @@ class Store:
                 )
             except Exception:
                 # A row the JSON functions refuse (nested too deep for them, written before
-                # the door checked depth): decode the rows, as ``shallow_json`` makes safe.
+                # the door checked depth): decode the rows, as ``decode_stored`` makes safe.
                 light = None
                 continue
             by_message: dict[str, list[LightPart]] = {}
@@ -1163,14 +1184,15 @@ def _assemble(msgs: Any, parts: Any, raws: dict[str, str] | None = None) -> list
     for mid, pid, data in parts:
         part = _cached_part(pid, data)
         by_message.setdefault(mid, []).append(part)
-        if raws is not None:
-            raws[part.id] = _served_text(data)
-    if raws is not None:
-        raws.update((mid, _served_text(data)) for mid, data in msgs)
-    return [
+        if raws is not None and part.id not in _flattened:
+            raws[part.id] = data
+    out = [
         WithParts(info=_cached_message(mid, data), parts=by_message.get(mid, []))
         for mid, data in msgs
     ]
+    if raws is not None:
+        raws.update((mid, data) for mid, data in msgs if mid not in _flattened)
+    return out
 
 
 class _Page:
@@ -1255,11 +1277,6 @@ def _too_large(what: str, size: int) -> TooLarge:
     )
 
 
-def _served_text(data: str) -> str:
-    shallow = shallow_json(data)
-    return shallow if isinstance(shallow, str) else shallow.decode()
-
-
 def _chunks(items: list[str], size: int) -> list[list[str]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
@@ -1315,11 +1332,11 @@ _text_decoder = msgspec.json.Decoder(_Text)
 def _tail_start(data: str) -> str | None:
     """A compaction part's ``tailStartID`` or ``tail_start_id`` (decoded here: the same on
     every backend)."""
-    got = _tail_decoder.decode(shallow_json(data))
+    got = decode_stored(_tail_decoder, data)
     tail: str | None = got.tailStartID or got.tail_start_id
     return tail
 
 
 def _text_of(data: str) -> str:
-    text: str = _text_decoder.decode(shallow_json(data)).text
+    text: str = decode_stored(_text_decoder, data).text
     return text

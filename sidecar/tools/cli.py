@@ -51,6 +51,12 @@ def add_commands(sub: Any) -> None:
         type=_positive,
         help="model window to draw (default: the one stored with the session, else the catalog)",
     )
+    p.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="what fills the current window (as session/breakdown): categories, free space, "
+        "the trigger point and the largest parts",
+    )
 
     p = sub.add_parser("report", help="a self-contained HTML report of a session")
     p.add_argument("session", help="session id, a unique prefix of it, or its title")
@@ -183,16 +189,23 @@ def _sessions(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     from sidecar.tools.inspect import inspect
-    from sidecar.tools.readdb import find_session, load_diagnostics, load_history, open_ro
+    from sidecar.tools.readdb import (
+        find_session,
+        load_diagnostics,
+        load_history,
+        load_pinned,
+        open_ro,
+    )
 
     conn = open_ro(_db(args))
     try:
         session = find_session(conn, args.session)
         history = load_history(conn, session)
         diagnostics = load_diagnostics(conn, session)
+        pinned = load_pinned(conn, session)
     finally:
         conn.close()
-    result = inspect(session, history, context=args.context, diagnostics=diagnostics)
+    result = inspect(session, history, context=args.context, diagnostics=diagnostics, pinned=pinned)
     if args.command == "report":
         from sidecar.tools.report import render
 
@@ -205,8 +218,56 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(msgspec.json.encode(result).decode() + "\n")
         return 0
+    if getattr(args, "breakdown", False):
+        _print_breakdown(result)
+        return 0
     _print_inspection(result)
     return 0
+
+
+CATEGORY_LABELS = {
+    "overhead": "frontend overhead (system prompt, tools)",
+    "summary": "summary",
+    "keptVerbatim": "kept verbatim (in the summary)",
+    "userText": "user messages",
+    "assistantText": "assistant text",
+    "reasoning": "reasoning",
+    "toolCalls": "tool calls",
+    "toolOutputs": "tool outputs",
+    "toolOutputsPruned": "pruned tool outputs (stubs)",
+    "pinned": "pinned parts",
+    "other": "message framing, other",
+}
+
+
+def _print_breakdown(ins: Any) -> None:
+    """``inspect --breakdown``: the current window split, as ``session/breakdown`` answers."""
+    b = ins.breakdown
+    s = ins.session
+    print(f"{s.id}  {s.title}")
+    usable = b.usable_input
+    print(
+        f"model {ins.model or 'unknown'}, window {_fmt(b.context)}, "
+        f"reserved for output {_fmt(b.reserved_output)}, usable input {_fmt(usable)}"
+    )
+    print(f"{'':40} {'tokens':>9} {'of usable':>9}")
+    for c in b.categories:
+        share = f"{100 * c.share:.1f}%" if c.share is not None else "-"
+        print(f"{CATEGORY_LABELS[c.name]:40} {c.tokens:>9,} {share:>9}")
+    print(f"{'total':40} {b.total_tokens:>9,}")
+    if usable is not None:
+        print(f"{'free':40} {b.free:>9,} {100 * b.free / usable:>8.1f}%")
+        print(f"compaction triggers past {b.trigger:,} tokens of a turn", end="")
+        print(f"; preparation starts at {b.prepare_at:,}" if b.prepare_at else "")
+    if b.largest:
+        print("\nlargest parts:")
+        print(f"{'tokens':>9}  {'kind':18} {'tool':10} message / part")
+        for i in b.largest:
+            print(f"{i.tokens:>9,}  {i.kind:18} {i.tool or '-':10} {i.message_id} / {i.part_id}")
+
+
+def _fmt(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
 
 
 def _print_inspection(ins: Any) -> None:
@@ -222,8 +283,8 @@ def _print_inspection(ins: Any) -> None:
     print(f"model {ins.model or 'unknown'}, window {window}, usable {usable}{where}")
     print(
         "(context: the engine's estimate of the window a frontend sends before each model call; "
-        "a compaction's before/after: that estimate of the window just before it and right "
-        "after its summary)"
+        "a compaction's before -> after: that estimate of the window just before it and right "
+        "after it, as session/compacted and session/compactions record them)"
     )
     print(f"{s.messages} messages, current context {s.estimated_tokens:,} estimated tokens")
     events: dict[int, list[str]] = {}
@@ -237,9 +298,13 @@ def _print_inspection(ins: Any) -> None:
         d = c.diagnostics
         if d is not None:
             events[c.turn].append(
-                f"      recorded: {d.tokens_before:,} -> {d.tokens_after:,} tokens, summary "
-                f"{d.summary_tokens:,} tokens by {d.writer}, {d.messages_summarized} messages "
+                f"      summary {d.summary_tokens:,} tokens, {d.messages_summarized} messages "
                 f"summarized, {d.parts_pruned} pruned outputs, {d.duration_ms:,} ms"
+                + (
+                    f", triggered at {d.reported_tokens:,} reported tokens"
+                    if d.reported_tokens
+                    else ""
+                )
             )
     for p in ins.prunes:
         events.setdefault(p.turn, []).append(

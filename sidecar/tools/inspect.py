@@ -13,24 +13,32 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
+from sidecar.engine import breakdown
 from sidecar.engine.filter import filter_compacted
 from sidecar.engine.overflow import check
 from sidecar.engine.tokens import MESSAGE_OVERHEAD, estimate_messages, estimate_part
 from sidecar.model.catalog import lookup
 from sidecar.model.config import CompactionConfig
-from sidecar.model.conversation import is_finished_summary, latest_model_turn, writer_name
+from sidecar.model.conversation import (
+    is_continue,
+    is_finished_summary,
+    latest_model_turn,
+    writer_name,
+)
 from sidecar.model.inspect import (
     CompactionEvent,
     Inspection,
     PruneEvent,
+    ReplacedMessage,
     SessionSummary,
     TurnPoint,
 )
-from sidecar.model.messages import AssistantMessage, WithParts
+from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
 from sidecar.model.parts import CompactionPart, Part, TextPart, ToolCompleted, ToolPart
 from sidecar.model.rpc import Diagnostics
 from sidecar.model.session import Session
 from sidecar.model.tokens import ModelLimit, Tokens, estimate
+from sidecar.toolcalls import vocabulary as tools
 
 
 def _compacted_at(part: Part) -> int | None:
@@ -42,29 +50,53 @@ def _compacted_at(part: Part) -> int | None:
 class _Costs:
     """Part costs at a moment: a pruned output costs in full before its prune."""
 
-    def __init__(self) -> None:
-        self._now: dict[int, int] = {}
-        self._before: dict[int, int] = {}
+    def __init__(self, pinned: frozenset[str] = frozenset()) -> None:
+        self._unpruned: dict[int, Part] = {}
+        self._cost: dict[int, int] = {}
+        self._split: dict[int, list[tuple[breakdown.Category, int]]] = {}
+        self._pinned = pinned
+
+    def _as_at(self, part: Part, at: int | None) -> Part:
+        """``part`` as it was at ``at``: unpruned when its prune came later."""
+        ts = _compacted_at(part)
+        if ts is None or at is None or at >= ts:
+            return part
+        full = self._unpruned.get(id(part))
+        if full is None:
+            assert isinstance(part, ToolPart) and isinstance(part.state, ToolCompleted)
+            time = msgspec.structs.replace(part.state.time, compacted=None)
+            full = self._unpruned[id(part)] = msgspec.structs.replace(
+                part, state=msgspec.structs.replace(part.state, time=time)
+            )
+        return full
 
     def part(self, part: Part, at: int | None) -> int:
-        ts = _compacted_at(part)
-        if ts is not None and at is not None and at < ts:
-            hit = self._before.get(id(part))
-            if hit is None:
-                assert isinstance(part, ToolPart) and isinstance(part.state, ToolCompleted)
-                time = msgspec.structs.replace(part.state.time, compacted=None)
-                full = msgspec.structs.replace(
-                    part, state=msgspec.structs.replace(part.state, time=time)
-                )
-                hit = self._before[id(part)] = estimate_part(full)
-            return hit
-        hit = self._now.get(id(part))
+        seen = self._as_at(part, at)
+        hit = self._cost.get(id(seen))
         if hit is None:
-            hit = self._now[id(part)] = estimate_part(part)
+            hit = self._cost[id(seen)] = estimate_part(seen)
         return hit
 
     def window(self, msgs: Sequence[WithParts], at: int | None) -> int:
         return sum(MESSAGE_OVERHEAD + sum(self.part(p, at) for p in m.parts) for m in msgs)
+
+    def split(self, msgs: Sequence[WithParts], at: int | None) -> dict[str, int]:
+        """``window``'s tokens by ``session/breakdown`` category (they add up to it)."""
+        totals: dict[str, int] = dict.fromkeys(breakdown.CATEGORIES, 0)
+        del totals["overhead"]
+        for m in msgs:
+            totals["other"] += MESSAGE_OVERHEAD
+            for p in m.parts:
+                seen = self._as_at(p, at)
+                pieces = self._split.get(id(seen))
+                if pieces is None:
+                    pieces = self._split[id(seen)] = breakdown.part_split(m, seen, "opencode")
+                if p.id in self._pinned:
+                    totals["pinned"] += sum(t for _, t in pieces)
+                    continue
+                for cat, t in pieces:
+                    totals[cat] += t
+        return totals
 
 
 def summary_text(msg: WithParts) -> str:
@@ -93,20 +125,31 @@ def summarize(session: Session, history: Sequence[WithParts]) -> SessionSummary:
     )
 
 
+def _after(history: Sequence[WithParts], i: int) -> list[WithParts]:
+    """The window right after the summary at ``i``: with its continue message (the synthetic
+    user message an automatic compaction adds), as the daemon measures ``tokensAfter``."""
+    end = i + 1
+    if end < len(history) and is_continue(history[end]):
+        end += 1
+    return filter_compacted(history[:end])
+
+
 def inspect(
     session: Session,
     history: Sequence[WithParts],
     context: int | None = None,
     cfg: CompactionConfig | None = None,
     diagnostics: Mapping[str, Diagnostics] | None = None,
+    pinned: frozenset[str] = frozenset(),
 ) -> Inspection:
     """Per-turn context sizes, compactions (before -> after), prunes and the latest summary.
 
     ``context`` overrides the model window; else the limits stored with the session (those
     the daemon's decisions used); else the model catalog for the session's model.
-    ``diagnostics``: what the daemon stored per compaction, by summary message id.
+    ``diagnostics``: what the daemon stored per compaction, by summary message id;
+    ``pinned``: the session's pinned part ids (they count as ``pinned`` in the breakdowns).
     """
-    costs = _Costs()
+    costs = _Costs(pinned)
     cfg = cfg or CompactionConfig()
     turns: list[TurnPoint] = []
     compactions: list[CompactionEvent] = []
@@ -126,34 +169,43 @@ def inspect(
             at_marker = marker.info.time.created
             done = info.time.completed or info.time.created
             replaced = filter_compacted(history[:k])
-            after = filter_compacted(history[: i + 1])
+            recorded = (diagnostics or {}).get(info.id)
+            after_window = _after(history, i)
+            before, after = (
+                (recorded.tokens_before, recorded.tokens_after)
+                if recorded is not None
+                else (costs.window(replaced, at_marker), costs.window(after_window, done))
+            )
             # What the marker's tailStartID keeps after the summary was not replaced.
-            kept = {r.info.id for r in after}
+            kept = {r.info.id for r in after_window}
             compactions.append(
                 CompactionEvent(
                     turn=sum(1 for t in turns if index[t.message_id] < k),
                     marker_id=marker.info.id,
                     summary_id=info.id,
                     auto=part.auto,
-                    before=costs.window(replaced, at_marker),
-                    after=costs.window(after, done),
+                    before=before,
+                    after=after,
                     time=done,
                     summary=summary_text(m),
                     writer=writer_name(info.provider_id, info.model_id),
                     replaced_ids=[r.info.id for r in replaced if r.info.id not in kept],
+                    replaced=[_preview(r) for r in replaced if r.info.id not in kept],
                     diagnostics=_plain((diagnostics or {}).get(info.id)),
                 )
             )
             continue
         t = info.tokens
         reported = t.input + t.cache.read + t.output
+        split = costs.split(filter_compacted(history[:i]), info.time.created)
         turns.append(
             TurnPoint(
                 turn=len(turns) + 1,
                 message_id=info.id,
                 time=info.time.created,
-                context_tokens=costs.window(filter_compacted(history[:i]), info.time.created),
+                context_tokens=sum(split.values()),
                 reported_tokens=reported or None,
+                categories=split,
             )
         )
     prunes = _prunes(history, turns)
@@ -176,6 +228,22 @@ def inspect(
     if limit is not None and limit.context and (context is None or limit.output):
         # With only ``--context`` the output reserve is unknown, so no usable line is drawn.
         usable = check(Tokens(), limit, cfg).usable
+    if context is None and session.limits is not None:
+        s = session.limits
+        limit = ModelLimit(context=s.context, output=s.output, input=s.input)
+    learned = session.limits.overhead if session.limits is not None else None
+    current = breakdown.result(
+        session.id,
+        filter_compacted(history),
+        pinned,
+        limit,
+        cfg,
+        overhead=learned or 0,
+        overhead_source="none" if learned is None else "learned",
+    )
+    if usable is not None and current.usable_input != usable:
+        # The usable input the session's decisions used (stored), not a recomputed one.
+        current = breakdown.with_usable(current, usable)
     return Inspection(
         session=summarize(session, history),
         model="/".join(model) if model else None,
@@ -186,7 +254,39 @@ def inspect(
         compactions=compactions,
         prunes=prunes,
         latest_summary=compactions[-1].summary if compactions else None,
+        breakdown=current,
     )
+
+
+PREVIEW_WORDS = 12
+
+
+def _preview(msg: WithParts) -> ReplacedMessage:
+    """A message as a person recognises it: its role and first words (a tool call: its tool
+    and main argument), for the list of what a summary replaced."""
+    words: list[str] = []
+    for p in msg.parts:
+        if isinstance(p, CompactionPart):
+            words = ["(compaction", "marker)"]
+        elif isinstance(p, TextPart) and p.text.strip():
+            words = p.text.split()
+        elif isinstance(p, ToolPart):
+            arg = tools.main_argument(
+                p.tool, p.state.input if isinstance(p.state.input, dict) else {}
+            )
+            words = [p.tool, *(arg or "").split()]
+        if words:
+            break
+    text = " ".join(words[:PREVIEW_WORDS]) + (" …" if len(words) > PREVIEW_WORDS else "")
+    info = msg.info
+    role = (
+        "summary"
+        if is_finished_summary(info)
+        else "user"
+        if isinstance(info, UserMessage)
+        else "assistant"
+    )
+    return ReplacedMessage(id=msg.info.id, role=role, words=text)
 
 
 def _plain(d: Diagnostics | None) -> Diagnostics | None:

@@ -128,6 +128,11 @@ def load_diagnostics(conn: Reader, session: Session) -> dict[str, CompactionReco
 _record_decoder = msgspec.json.Decoder(CompactionRecord)
 
 
+def load_pinned(conn: Reader, session: Session) -> frozenset[str]:
+    """The session's pinned part ids (``session/pins``)."""
+    return conn.run(steer.pinned_ids(conn.store, session.id))
+
+
 @dataclass(frozen=True)
 class Overview:
     """What ``sessions`` shows of one session, read without its whole history."""

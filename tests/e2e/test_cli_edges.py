@@ -281,7 +281,7 @@ NOBODY = pwd.getpwnam("nobody").pw_uid if os.name == "posix" else -1
 
 
 @root_only
-@pytest.mark.parametrize("command", ["connect", "status", "stop"])
+@pytest.mark.parametrize("command", ["connect", "status", "stop", "mcp"])
 def test_a_socket_directory_of_another_user_is_refused(command: str, shared_tmp: Path) -> None:
     theirs = shared_tmp / "theirs"
     theirs.mkdir(mode=0o700)
@@ -295,7 +295,7 @@ def test_a_socket_directory_of_another_user_is_refused(command: str, shared_tmp:
 
 
 @root_only
-@pytest.mark.parametrize("command", ["connect", "status", "stop"])
+@pytest.mark.parametrize("command", ["connect", "status", "stop", "mcp"])
 def test_a_socket_file_of_another_user_is_refused(command: str, shared_tmp: Path) -> None:
     import socket
 
@@ -357,7 +357,7 @@ def nobody_daemon(as_nobody: list[str], shared_tmp: Path) -> Iterator[Path]:
 
 
 @root_only
-@pytest.mark.parametrize("command", ["connect", "status", "stop"])
+@pytest.mark.parametrize("command", ["connect", "status", "stop", "mcp"])
 def test_a_daemon_of_another_user_is_refused_by_its_credentials(
     command: str, nobody_daemon: Path, shared_tmp: Path
 ) -> None:

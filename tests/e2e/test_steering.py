@@ -495,15 +495,31 @@ async def test_diagnostics_equal_what_the_window_measured(spawner: Spawner) -> N
     assert {k: event[k] for k in fields} == {k: r[k] for k in fields}
 
 
-async def test_an_automatic_compaction_reports_the_turns_tokens(spawner: Spawner) -> None:
+async def test_an_automatic_compaction_reports_the_window_and_the_turns_tokens(
+    spawner: Spawner,
+) -> None:
+    """One before/after pair for every compaction: the window as ``session/context`` measures
+    it; the turn's reported tokens that triggered it ride beside, as ``reportedTokens``."""
     c = await spawner()
     sid = (await c.create_session()).id
+    await turn(c, sid, "small" + BIG, used=5_000)
+    before = await c.request("session/context", {"sessionID": sid, "format": "parts"})
+    await c.request("session/subscribe", {"sessionID": sid})
     await turn(c, sid, "huge" + BIG, used=180_000)
     await settle(c, sid)
     r = (await c.request("session/compactions", {"sessionID": sid}))["compactions"][0]
-    assert r["auto"] is True and r["tokensBefore"] == 180_000 and r["continueID"]
+    replaced = set(r["replacedIDs"])
+    assert {m["info"]["id"] for m in before["messages"]} < replaced
+    assert r["auto"] is True and r["reportedTokens"] == 180_000 and r["continueID"]
+    assert before["estimatedTokens"] < r["tokensBefore"] < 180_000
     ctx = await c.request("session/context", {"sessionID": sid, "format": "parts"})
     assert r["tokensAfter"] == ctx["estimatedTokens"]
+    event = await c.wait_for("session/compacted")
+    assert (event["tokensBefore"], event["tokensAfter"], event["reportedTokens"]) == (
+        r["tokensBefore"],
+        r["tokensAfter"],
+        180_000,
+    )
 
 
 # -- 8. undo -------------------------------------------------------------------------------------

@@ -526,6 +526,30 @@ async def test_f5_junk_between_frames_then_next_frames_are_answered(client: Clie
         assert (await client.get_session(session.id)).title == "resync", junk
 
 
+async def test_f5_a_response_frame_with_a_request_id_does_not_duplicate_its_reply(
+    client: Client,
+) -> None:
+    """Issue 32 item 5: a request then at once a *response* frame under the same id got two
+    replies (-32603 "internal error reading a frame", then the result) and a RuntimeError in
+    the log. A response to nothing the daemon asked is ignored with a log line."""
+    session = await client.create_session(title="one reply")
+    for result in (b'"result":null', b'"error":{"code":1,"message":"x"}', b'"result":{"a":1}'):
+        call: Call[Any] = client.reserve_call()
+        response = b'{"jsonrpc":"2.0","id":%d,%s}' % (call.id, result)
+        client.send_raw(
+            request_frame(call.id, "session/get", {"sessionID": session.id}) + rpc_frame(response)
+        )
+        answer = await exactly_one_reply(client, call)
+        assert not isinstance(answer, RpcError), answer
+        assert answer["title"] == "one reply"
+    # A response to an id nobody used is ignored too; the connection goes on.
+    client.send_raw(rpc_frame(b'{"jsonrpc":"2.0","id":"nobody","result":1}'))
+    assert (await client.get_session(session.id)).title == "one reply"
+    log = client.stderr()
+    assert "RuntimeError" not in log and "internal error" not in log, log[-3000:]
+    assert_no_traceback(client)
+
+
 BAD_UTF8_ENVELOPES = [
     b'{"jsonrpc":"2.0","id":%d,"method":"session/l\xffist","params":{}}',
     b'{"jsonrpc":"2.0","id":%d,"method":"\xc3\x28","params":{}}',

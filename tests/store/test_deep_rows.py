@@ -15,6 +15,7 @@ from sidecar.engine import context, prune_run
 from sidecar.model.config import CompactionConfig
 from sidecar.model.jsonguard import deeper_than, flatten_deep
 from sidecar.model.messages import AssistantMessage, MessageTime, UserMessage
+from sidecar.model.parts import TextPart
 from sidecar.model.session import Session, SessionTime
 from sidecar.store import Store
 
@@ -80,3 +81,34 @@ def test_flatten_keeps_shallow_values_and_strings_that_look_like_brackets() -> N
         "a": [[None]],
         "o": {"k": None},
     }
+
+
+async def test_rows_the_daemon_stored_are_not_checked_again(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32 item 1: a stored row with more than 512 brackets (inside its strings) paid the
+    depth scan again on every read. What the daemon stored passed the door: no read scans it."""
+    sid = "ses_many"
+    await store.put_session(Session(id=sid, title="", time=SessionTime(created=1, updated=1)))
+    user = UserMessage(id="msg_1", session_id=sid, time=MessageTime(created=1))
+    await store.put_message(user, msgspec.json.encode(user))
+    text = TextPart(id="prt_1", session_id=sid, message_id="msg_1", text="[{" * 2000 + "x")
+    await store.put_part(text, msgspec.json.encode(text))
+    store.cache.invalidate(sid)
+
+    scans: list[int] = []
+
+    def scan(data: bytes, *_: object) -> bool:
+        scans.append(len(data))
+        return False
+
+    for target in ("sidecar.model.jsonguard", "sidecar.store.store"):
+        monkeypatch.setattr(f"{target}.deeper_than", scan, raising=False)
+        monkeypatch.setattr(f"{target}.flatten_deep", scan, raising=False)
+    session = await store.require_session(sid)
+    for fmt in ("parts", "openai"):
+        result = await context.build(store, session, fmt)  # type: ignore[arg-type]
+        assert result.messages
+    page, _ = await store.page_raw(sid, None, None)
+    assert msgspec.json.decode(page[0].parts[0])["text"] == text.text
+    assert scans == []

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from sidecar.cli import main
-from sidecar.model.inspect import CompactionEvent, Inspection, SessionSummary, TurnPoint
+from sidecar.model.inspect import (
+    CompactionEvent,
+    Inspection,
+    ReplacedMessage,
+    SessionSummary,
+    TurnPoint,
+)
 from sidecar.tools.inspect import inspect
 from sidecar.tools.readdb import find_session, load_history, open_ro
 from sidecar.tools.report import render
@@ -75,24 +81,28 @@ def test_report_structure(compacted: tuple[Path, str], tmp_path: Path) -> None:
     session = find_session(conn, sid)
     ins = inspect(session, load_history(conn, session), context=4_000)
     conn.close()
-    assert len(page.of("svg")) == 1
+    assert len(page.of("svg")) == 2  # the context per turn, and what fills it per turn
+    assert len(page.of("g", "bar")) == len(ins.turns)
     series = page.of("polyline", "series")
     names = {(a.get("class") or "").split()[1] for a in series}
     assert names == {"context", "reported"}
     context = page.of("polyline", "series context")[0]
-    assert len((context.get("points") or "").split()) == len(ins.turns)
+    points = (context.get("points") or "").split()
+    # Each turn, and each compaction's drop from before to after: its markers are on the curve.
+    assert len(points) == len(ins.turns) + 2 * len(ins.compactions)
+    for c in page.of("g", "marker compaction"):
+        assert c.get("data-id")
+    dots = re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)"', html)
+    assert dots and all(f"{cx},{cy}" in points for cx, cy in dots)
     assert len(page.of("g", "marker compaction")) == len(ins.compactions) >= 1
     assert len(page.of("g", "marker prune")) == len(ins.prunes) >= 1
     assert page.of("line", "limit window"), "the model window is drawn"
     _assert_self_contained(html, page)
     svg = html[html.index("<svg") : html.index("</svg>") + len("</svg>")]
+    assert page.of("ul", "legend"), "a legend says what each line and mark is"
     root = ET.fromstring(svg)  # well-formed XML on its own
     assert root.tag == "svg"
-    for c in ins.compactions:
-        assert (
-            c.summary.splitlines()[0][:40] in html.replace("&#x27;", "'").replace("&quot;", '"')
-            or c.summary.strip() == ""
-        )
+    assert page.of("div", "summary") and page.of("ul", "replaced")
 
 
 def test_untrusted_text_is_escaped() -> None:
@@ -122,6 +132,39 @@ def test_untrusted_text_is_escaped() -> None:
     assert not page.of("script")
     assert "&lt;script&gt;" in html
     _assert_self_contained(html, page)
+
+
+def test_a_summary_renders_from_markdown_and_stays_inert() -> None:
+    """Headings, lists and code become markup; HTML, links and images in it do not."""
+    summary = (
+        "## Goal\n\n- fix the **parser**\n- keep `tokens.py`\n\n```\nraise Bad\n```\n\n"
+        '<img src="http://evil.example/x.png" onerror="alert(1)">\n\n'
+        "[click](javascript:alert(1)) ![i](http://evil.example/i.png) <http://evil.example/>"
+    )
+    ins = Inspection(
+        session=_session("s", messages=2, compactions=1),
+        turns=[TurnPoint(turn=1, message_id="m1", time=1, context_tokens=50)],
+        compactions=[
+            CompactionEvent(
+                turn=1,
+                marker_id="k",
+                summary_id="s",
+                auto=True,
+                before=60,
+                after=15,
+                time=2,
+                summary=summary,
+                replaced_ids=["m0"],
+                replaced=[ReplacedMessage(id="m0", role="user", words="fix the parser please")],
+            )
+        ],
+    )
+    html = render(ins)
+    page = _parse(html)
+    assert page.of("h2") and page.of("li") and page.of("strong") and page.of("pre")
+    assert "&lt;img" in html and not page.of("img") and not page.of("a")
+    assert "user</span> fix the parser please" in html and "title='m0'" in html
+    _assert_self_contained(html.replace("evil.example", "evil"), page)
 
 
 @pytest.mark.parametrize("turns", [0, 1])

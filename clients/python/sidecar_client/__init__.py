@@ -44,6 +44,9 @@ from sidecar.model.parts import (
     ToolTime,
 )
 from sidecar.model.rpc import (
+    BreakdownCategory,
+    BreakdownItem,
+    BreakdownResult,
     CompactedEvent,
     CompactionRecord,
     CompactResult,
@@ -75,6 +78,9 @@ from sidecar_client._types import MessagesPage
 __all__ = [
     "AgentPart",
     "AssistantMessage",
+    "BreakdownCategory",
+    "BreakdownItem",
+    "BreakdownResult",
     "CacheTokens",
     "Call",
     "Client",

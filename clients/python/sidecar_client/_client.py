@@ -29,6 +29,7 @@ from sidecar.model.daemon import DaemonStatus
 from sidecar.model.messages import Message
 from sidecar.model.parts import Part
 from sidecar.model.rpc import (
+    BreakdownResult,
     CompactionRecord,
     CompactionsResult,
     CompactResult,
@@ -782,7 +783,26 @@ class Client:
             params["since"] = since
         if overhead_tokens is not None:
             params["overheadTokens"] = overhead_tokens
-        return await self.request("session/context", params, ContextResult)
+        result = await self.request("session/context", params, ContextResult)
+        if result.delta is UNSET:  # no ``since``: not a delta, and no ``start`` to keep
+            result.delta = result.start = None
+        return result
+
+    async def breakdown(
+        self, session_id: str, *, wait: bool = True, overhead_tokens: int | None = None
+    ) -> BreakdownResult:
+        """``session/breakdown``: what fills the window the next ``context`` would serve
+        (categories with their share of the usable input, free space, the trigger and the
+        largest parts). ``overhead_tokens``: the frontend's system prompt and tools, if known
+        (else what the daemon learned from the session's reported usage)."""
+        params = _clean(
+            {
+                "sessionID": session_id,
+                "wait": None if wait else False,
+                "overheadTokens": overhead_tokens,
+            }
+        )
+        return await self.request("session/breakdown", params, BreakdownResult)
 
     def window(self, session_id: str, format: str = "parts") -> ContextWindow:
         """A ``ContextWindow`` of one session in one format."""

@@ -22,6 +22,7 @@ import {
   type MessageConnection,
 } from "vscode-jsonrpc/node";
 import type {
+  BreakdownResult,
   ClientCapabilities,
   ClientInfo,
   CompactionRecord,
@@ -66,6 +67,8 @@ export type ParamsOf<M extends keyof Requests> = Requests[M]["params"];
 export type ResultOf<M extends keyof Requests> = Requests[M]["result"];
 export type NotificationParams<M extends keyof Notifications> = Notifications[M]["params"];
 export type ContextFormat = ContextResult["format"];
+/** The stored part of the same `type` as `T`: every state its type has (not `T`'s narrowed one). */
+export type PartOf<T extends Part> = Extract<Part, { type: T["type"] }>;
 
 /** What every way of starting a client shares. */
 export interface ClientOptions {
@@ -739,6 +742,15 @@ export class SidecarClient {
   ): Promise<ContextResult> {
     return this.request("session/context", { sessionID, format, ...options });
   }
+  /** What fills the window the next `context` would serve: `categories` (each with its share
+   * of the usable input), `free`, `reservedOutput`, `trigger`, `prepareAt` and the `largest`
+   * parts. `options.overheadTokens` as for `context`. */
+  breakdown(
+    sessionID: string,
+    options: Omit<ParamsOf<"session/breakdown">, "sessionID"> = {},
+  ): Promise<BreakdownResult> {
+    return this.request("session/breakdown", { sessionID, ...options });
+  }
   /** Resolves once the automatic work caused by earlier writes has finished. */
   idle(sessionID: string): Promise<null> {
     return this.request("session/idle", { sessionID });
@@ -793,8 +805,11 @@ export class SidecarClient {
   updateMessage<T extends Message>(message: T): Promise<T & { id: string }> {
     return this.request("message/update", { message }) as Promise<T & { id: string }>;
   }
-  updatePart<T extends Part>(part: T): Promise<T & { id: string }> {
-    return this.request("part/update", { part }) as Promise<T & { id: string }>;
+  /** Upsert a part; the reply is the stored part: of the same `type` as `part`, with every
+   * state of that type (a tool part written pending comes back as a `ToolPart` whose state
+   * can be set to completed). */
+  updatePart<T extends Part>(part: T): Promise<PartOf<T> & { id: string }> {
+    return this.request("part/update", { part }) as Promise<PartOf<T> & { id: string }>;
   }
   removeMessage(sessionID: string, messageID: string): Promise<null> {
     return this.request("message/remove", { sessionID, messageID });

@@ -92,6 +92,14 @@ export interface Protocol {
       params: SessionContextParams;
       result: ContextResult;
     };
+    /**
+     * what fills the window the next session/context serves
+     */
+    "session/breakdown": {
+      direction: "client->daemon";
+      params: SessionBreakdownParams;
+      result: BreakdownResult;
+    };
     "session/overflow": {
       direction: "client->daemon";
       params: SessionOverflowParams;
@@ -909,10 +917,80 @@ export interface ContextResult {
   usable?: number | null;
   truncatedPartIDs?: string[];
   revision?: string;
-  delta?: boolean;
-  start?: number;
+  delta?: boolean | null;
+  start?: number | null;
   overheadTokens?: number;
   overheadSource?: "given" | "learned" | "none";
+}
+/**
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "SessionBreakdownParams".
+ */
+export interface SessionBreakdownParams {
+  sessionID: string;
+  wait?: boolean;
+  overheadTokens?: number | null;
+}
+/**
+ * ``session/breakdown``: the window the next ``session/context`` would serve, split.
+ *
+ *     ``categories`` add up to ``estimatedTokens + overheadTokens``; ``free`` is what is left of
+ *     ``usableInput``. ``trigger`` is where the turn-end check compacts (OpenCode's rule on the
+ *     reported tokens); ``prepareAt`` where ``compaction.prepare`` starts writing the summary.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "BreakdownResult".
+ */
+export interface BreakdownResult {
+  sessionID: string;
+  estimatedTokens: number;
+  overheadTokens: number;
+  overheadSource?: "given" | "learned" | "none";
+  categories: BreakdownCategory[];
+  totalTokens: number;
+  modelLimitsKnown: boolean;
+  context?: number | null;
+  reservedOutput?: number | null;
+  usableInput?: number | null;
+  free?: number | null;
+  trigger?: number | null;
+  prepareAt?: number | null;
+  largest?: BreakdownItem[];
+}
+/**
+ * One slice of the window: its tokens and its share of the usable input.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "BreakdownCategory".
+ */
+export interface BreakdownCategory {
+  name:
+    | "assistantText"
+    | "keptVerbatim"
+    | "other"
+    | "overhead"
+    | "pinned"
+    | "reasoning"
+    | "summary"
+    | "toolCalls"
+    | "toolOutputs"
+    | "toolOutputsPruned"
+    | "userText";
+  tokens: number;
+  share?: number | null;
+}
+/**
+ * One of the largest parts in the window.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "BreakdownItem".
+ */
+export interface BreakdownItem {
+  messageID: string;
+  partID: string;
+  kind: string;
+  tool?: string | null;
+  tokens: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1015,6 +1093,7 @@ export interface CompactionsResult {
 export interface CompactionRecord {
   tokensBefore?: number;
   tokensAfter?: number;
+  reportedTokens?: number | null;
   summaryTokens?: number;
   messagesSummarized?: number;
   partsPruned?: number;
@@ -1195,6 +1274,7 @@ export interface Config {
   };
   server?: ServerConfig;
   history?: HistoryConfig;
+  mcp?: McpConfig;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
@@ -1315,6 +1395,15 @@ export interface HistoryConfig {
   searchBudgetMs?: number;
 }
 /**
+ * ``compaction-sidecar mcp``: read from the config files it is started with.
+ *
+ * This interface was referenced by `Protocol`'s JSON-Schema
+ * via the `definition` "McpConfig".
+ */
+export interface McpConfig {
+  maxLineBytes?: number;
+}
+/**
  * This interface was referenced by `Protocol`'s JSON-Schema
  * via the `definition` "ConfigUpdateParams".
  */
@@ -1388,6 +1477,7 @@ export interface CancelParams {
 export interface CompactedEvent {
   tokensBefore?: number;
   tokensAfter?: number;
+  reportedTokens?: number | null;
   summaryTokens?: number;
   messagesSummarized?: number;
   partsPruned?: number;

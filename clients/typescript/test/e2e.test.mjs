@@ -55,3 +55,28 @@ test("an overflowing turn is compacted and the context reads in parts, openai an
   assert.equal(given.overheadTokens, 1234);
   assert.equal(given.overheadSource, "given");
 });
+
+test("breakdown splits the window context serves, and the compaction's pair is the window's", async (t) => {
+  const client = await spawnDaemon(t, { initializationOptions: { models: MODELS } });
+  const { id: sessionID } = await client.createSession({ title: "breakdown" });
+  await turn(client, sessionID, MODEL, "Refactor src/app.py into modules", tokens(3000));
+  await client.idle(sessionID);
+  const ctx = await client.context(sessionID, "parts");
+  const b = await client.breakdown(sessionID, { overheadTokens: 500 });
+  const sum = b.categories.reduce((n, c) => n + c.tokens, 0);
+  assert.equal(sum, ctx.estimatedTokens + 500);
+  assert.equal(b.totalTokens, sum);
+  assert.equal(b.overheadSource, "given");
+  assert.equal(b.usableInput, 7000);
+  assert.equal(b.free, 7000 - sum);
+  assert.ok(b.largest.length > 0 && b.largest[0].tokens >= b.largest.at(-1).tokens);
+
+  const compacted = client.waitFor("session/compacted", (e) => e.sessionID === sessionID);
+  await turn(client, sessionID, MODEL, "Now add tests for it", tokens(9000));
+  const event = await compacted;
+  await client.idle(sessionID);
+  const [record] = await client.compactions(sessionID);
+  assert.equal(record.tokensBefore, event.tokensBefore);
+  assert.equal(record.tokensAfter, (await client.context(sessionID, "parts")).estimatedTokens);
+  assert.equal(record.reportedTokens, 9200);
+});

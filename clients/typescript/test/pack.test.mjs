@@ -3,7 +3,7 @@
 // imports by name, type-checks, and talks to a real daemon.
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
-import { cp, mkdir, readdir, symlink, writeFile } from "node:fs/promises";
+import { cp, mkdir, readFile, readdir, symlink, writeFile } from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
@@ -34,6 +34,13 @@ test("npm pack on a fresh checkout ships dist/, and the installed tarball import
   const shipped = files.map((f) => f.path);
   for (const f of ["dist/index.js", "dist/index.d.ts", "dist/protocol.js", "dist/protocol.d.ts"]) {
     assert.ok(shipped.includes(f), `${f} missing from ${shipped.join(", ")}`);
+  }
+
+  // Every shipped source map carries the sources it points at (src/ does not ship).
+  for (const map of shipped.filter((f) => f.endsWith(".js.map"))) {
+    const body = JSON.parse(await readFile(join(checkout, map), "utf8"));
+    assert.equal(body.sourcesContent?.length, body.sources.length, `${map} lacks its sources`);
+    assert.ok(body.sourcesContent.every((c) => typeof c === "string" && c.length > 0), map);
   }
 
   const app = join(dir, "app");

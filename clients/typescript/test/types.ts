@@ -1,6 +1,13 @@
 // Compile-time tests (`tsc -p tsconfig.test.json` in `npm test`): the request map is keyed by
 // method name, params are checked, and the result type is inferred. Never run.
-import type { SidecarClient, Session, ContextResult, CompactingHookResult } from "../src/index";
+import type {
+  SidecarClient,
+  Session,
+  ContextResult,
+  CompactingHookResult,
+  BreakdownResult,
+  ToolPart,
+} from "../src/index";
 
 type Equal<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
 function expectType<T extends true>(): T | undefined {
@@ -14,6 +21,30 @@ export async function typed(client: SidecarClient): Promise<void> {
   expectType<Equal<typeof ctx, ContextResult>>();
   const none = await client.request("session/idle", { sessionID: session.id });
   expectType<Equal<typeof none, null>>();
+
+  // The wrappers: every param of the row (`since` included), the row's result type.
+  const delta = await client.context(session.id, "parts", { since: ctx.revision, fit: false });
+  expectType<Equal<typeof delta, ContextResult>>();
+  const parts = await client.breakdown(session.id, { overheadTokens: 9_300 });
+  expectType<Equal<typeof parts, BreakdownResult>>();
+  // updatePart answers with the stored part's type: a pending tool part can then complete.
+  const tool = await client.updatePart({
+    type: "tool",
+    sessionID: session.id,
+    messageID: "msg_1",
+    callID: "c1",
+    tool: "read",
+    state: { status: "pending", input: {}, raw: "" },
+  });
+  expectType<Equal<typeof tool, ToolPart & { id: string }>>();
+  tool.state = {
+    status: "completed",
+    input: {},
+    output: "done",
+    title: "read",
+    metadata: {},
+    time: { start: 1, end: 2 },
+  };
 
   // @ts-expect-error: not a method of the protocol
   await client.request("session/nope", {});

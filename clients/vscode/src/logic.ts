@@ -5,10 +5,8 @@
 import {
   connectSidecar,
   SidecarError,
-  type AssistantMessage,
+  type BreakdownResult,
   type CompactResult,
-  type Message,
-  type Part,
   type SidecarClient,
 } from "compaction-sidecar-client";
 
@@ -38,6 +36,8 @@ export interface WindowUse {
   status: "idle" | "compacting" | "error";
   /** Set right after a compaction: `used` is then the daemon's estimate of the new window. */
   estimated: boolean;
+  /** What fills the window (`session/breakdown`), for the tooltip; absent when unknown. */
+  breakdown?: BreakdownResult;
 }
 
 /** One compaction of a session, for "Show compaction history". */
@@ -46,10 +46,12 @@ export interface CompactionEntry {
   summaryID: string | null;
   auto: boolean;
   time: number | undefined;
-  /** Tokens the model counted on the last call before the compaction (what overflowed). */
-  before: number | null;
-  /** Tokens of the summary that replaced them (the summary's output). */
-  after: number | null;
+  /** The window just before the compaction and right after it (the daemon's estimate, as
+   * `session/compactions` records it). */
+  before: number;
+  after: number;
+  /** An automatic compaction's trigger: the turn's tokens as the provider reported them. */
+  reported: number | null;
   summary: string;
 }
 
@@ -83,8 +85,40 @@ export function formatStatus(use: WindowUse | undefined): { text: string; toolti
     : "tokens on the model's last call";
   return {
     text: `$(dashboard) ${approx}${k(use.used)} / ${k(use.usable)} (${pct}%)${spin}`,
-    tooltip: `Session ${use.sessionID}: ${use.used} ${what}, of ${use.usable} usable (the model's context minus its output reserve)`,
+    tooltip:
+      `Session ${use.sessionID}: ${use.used} ${what}, of ${use.usable} usable (the model's context minus its output reserve)` +
+      formatBreakdown(use.breakdown),
   };
+}
+
+const LABELS: Record<string, string> = {
+  overhead: "system prompt and tools",
+  summary: "summary",
+  keptVerbatim: "kept verbatim",
+  userText: "user messages",
+  assistantText: "assistant text",
+  reasoning: "reasoning",
+  toolCalls: "tool calls",
+  toolOutputs: "tool outputs",
+  toolOutputsPruned: "pruned outputs",
+  pinned: "pinned",
+  other: "framing, other",
+};
+
+/** The tooltip's lines for a breakdown: what fills the window, largest first, and the room left. */
+export function formatBreakdown(b: BreakdownResult | undefined): string {
+  if (b === undefined) return "";
+  const rows = b.categories
+    .filter((c) => c.tokens > 0)
+    .sort((x, y) => y.tokens - x.tokens)
+    .map((c) => {
+      const share = c.share === null || c.share === undefined ? "" : ` (${Math.round(100 * c.share)}%)`;
+      return `\n${LABELS[c.name] ?? c.name}: ${c.tokens}${share}`;
+    });
+  const free = b.free === null || b.free === undefined ? "" : `\nfree: ${b.free}`;
+  const trigger =
+    b.trigger === null || b.trigger === undefined ? "" : `; compaction past ${b.trigger}`;
+  return `\n\nWhat fills the window (${b.totalTokens} tokens):${rows.join("")}${free}${trigger}`;
 }
 
 /** A history entry as a tree item's label, description and tooltip. */
@@ -95,54 +129,35 @@ export function formatEntry(e: CompactionEntry): {
 } {
   const when =
     e.time === undefined ? "" : new Date(e.time).toISOString().replace("T", " ").slice(0, 19);
-  const before = e.before === null ? "?" : String(e.before);
-  const after = e.after === null ? "?" : String(e.after);
+  const reported = e.reported === null ? "" : `; triggered at ${e.reported} reported tokens`;
   return {
     label: `${e.auto ? "auto" : "manual"} compaction ${when}`.trim(),
-    description: `before ${before} → after ${after} tokens`,
+    description: `before ${e.before} → after ${e.after} tokens`,
     tooltip:
-      `before: ${before} tokens on the model's last call before compacting; ` +
-      `after: the summary's ${after} tokens\n\n${e.summary}`,
+      `the window just before the compaction (${e.before} tokens) and right after it ` +
+      `(${e.after})${reported}\n\n${e.summary}`,
   };
 }
 
-const count = (m: AssistantMessage): number =>
-  (m.tokens?.input ?? 0) + (m.tokens?.cache?.read ?? 0) + (m.tokens?.output ?? 0);
-
-/** Every compaction of `sessionID`, oldest first, read from its stored messages. */
+/** Every compaction of `sessionID`, oldest first (`session/compactions`), each with its
+ * summary's text (`history/expand`). */
 export async function compactionHistory(
   client: SidecarClient,
   sessionID: string,
 ): Promise<CompactionEntry[]> {
-  const all: { info: Message; parts: Part[] }[] = [];
-  let cursor: string | undefined;
-  do {
-    const page = await client.messages(sessionID, cursor === undefined ? {} : { cursor });
-    all.push(...(page.messages as { info: Message; parts: Part[] }[]));
-    cursor = page.nextCursor ?? undefined;
-  } while (cursor !== undefined);
-  const entries: CompactionEntry[] = [];
-  let lastCall: AssistantMessage | undefined;
-  for (const { info, parts } of all) {
-    if (info.role === "assistant" && !info.summary && info.finish) lastCall = info;
-    const marker = parts.find((p) => p.type === "compaction");
-    if (info.role !== "user" || marker === undefined || marker.type !== "compaction") continue;
-    const summary = all.find(
-      (m) => m.info.role === "assistant" && m.info.summary && m.info.parentID === info.id,
-    );
-    const text =
-      summary?.parts.flatMap((p) => (p.type === "text" ? [p.text ?? ""] : [])).join("\n") ?? "";
-    entries.push({
-      markerID: info.id ?? "",
-      summaryID: summary?.info.id ?? null,
-      auto: marker.auto ?? false,
-      time: info.time?.created,
-      before: lastCall === undefined ? null : count(lastCall),
-      after: summary?.info.role === "assistant" ? (summary.info.tokens?.output ?? null) : null,
-      summary: text,
-    });
-  }
-  return entries;
+  const records = await client.compactions(sessionID);
+  return Promise.all(
+    records.map(async (r) => ({
+      markerID: r.markerID,
+      summaryID: r.messageID,
+      auto: r.auto ?? false,
+      time: r.time,
+      before: r.tokensBefore ?? 0,
+      after: r.tokensAfter ?? 0,
+      reported: r.reportedTokens ?? null,
+      summary: (await client.expandHistory(sessionID, r.messageID, { maxChars: 20_000 })).content,
+    })),
+  );
 }
 
 export interface StartOptions {
@@ -251,6 +266,7 @@ export class SidecarController {
         usable: r.known === false ? null : r.usable,
         status: "idle",
         estimated: false,
+        breakdown: await this.client.breakdown(sessionID),
       });
     } catch (err) {
       this.sink.log(
@@ -263,17 +279,18 @@ export class SidecarController {
   private async measureAfterCompaction(sessionID: string): Promise<void> {
     try {
       const usable = this.use?.sessionID === sessionID ? this.use.usable : null;
-      const ctx = await this.client.context(sessionID, "parts");
+      const b = await this.client.breakdown(sessionID);
       this.show({
         sessionID,
-        used: ctx.estimatedTokens,
-        usable: ctx.usable ?? usable,
+        used: b.totalTokens,
+        usable: b.usableInput ?? usable,
         status: "idle",
         estimated: true,
+        breakdown: b,
       });
     } catch (err) {
       this.sink.log(
-        `session/context ${sessionID}: ${err instanceof Error ? err.message : String(err)}`,
+        `session/breakdown ${sessionID}: ${err instanceof Error ? err.message : String(err)}`,
       );
     }
   }

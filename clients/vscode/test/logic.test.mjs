@@ -124,16 +124,25 @@ test("the status bar follows the active session's window from notifications; Com
   const measured = next((u) => u.sessionID === sessionID && u.used > 0);
   await turn(agent, sessionID, MODEL, "Refactor src/app.py", tokens(3000));
   const use = await measured;
-  assert.deepEqual(use, { sessionID, used: 3200, usable: 7000, status: "idle", estimated: false });
+  const { breakdown, ...figures } = use;
+  assert.deepEqual(figures, { sessionID, used: 3200, usable: 7000, status: "idle", estimated: false });
+  assert.equal(breakdown.sessionID, sessionID);
+  assert.equal(breakdown.usableInput, 7000);
   assert.equal(controller.active, sessionID);
   assert.equal(formatStatus(use).text, "$(dashboard) 3.2k / 7.0k (46%)");
-  assert.match(formatStatus(use).tooltip, /3200 tokens on the model's last call, of 7000 usable/);
+  const tooltip = formatStatus(use).tooltip;
+  assert.match(tooltip, /3200 tokens on the model's last call, of 7000 usable/);
+  // What fills the window, from session/breakdown: its categories and the room left.
+  assert.match(tooltip, new RegExp(`What fills the window \\(${breakdown.totalTokens} tokens\\)`));
+  assert.match(tooltip, /\nuser messages: \d+ \(\d+%\)/);
+  assert.match(tooltip, new RegExp(`\\nfree: ${breakdown.free}`));
 
   const compacted = next((u) => u.sessionID === sessionID && u.estimated);
   const result = await controller.compactNow();
   assert.equal(result.status, "continue");
   const after = await compacted;
   assert.ok(after.used > 0 && after.used < 3200, JSON.stringify(after));
+  assert.equal(after.used, after.breakdown.totalTokens);
   assert.ok(
     lines.some((l) => l.startsWith(`session ${sessionID} compacted (manual)`)),
     lines.join("\n"),
@@ -143,11 +152,16 @@ test("the status bar follows the active session's window from notifications; Com
   assert.deepEqual(rest, []);
   assert.equal(entry.auto, false);
   assert.equal(entry.summaryID, result.summaryMessageID);
-  assert.equal(entry.before, 3200);
-  assert.ok(entry.after > 0);
+  // The pair session/compactions recorded: the window before and right after.
+  const [record] = await agent.compactions(sessionID);
+  assert.equal(entry.before, record.tokensBefore);
+  assert.equal(entry.after, record.tokensAfter);
+  assert.equal(entry.after, (await agent.context(sessionID, "parts")).estimatedTokens);
+  assert.ok(entry.after > 0 && entry.after < entry.before);
+  assert.equal(entry.reported, null);
   assert.match(entry.summary, /src\/app\.py/);
   const shown = formatEntry(entry);
-  assert.equal(shown.description, `before 3200 → after ${entry.after} tokens`);
+  assert.equal(shown.description, `before ${entry.before} → after ${entry.after} tokens`);
   assert.match(shown.label, /^manual compaction \d{4}-/);
   assert.ok(shown.tooltip.endsWith(entry.summary));
 });

@@ -1,14 +1,16 @@
-"""``session/context|overflow|prune|compact|fork|revert|unrevert``: thin calls into the engine."""
+"""``session/context|breakdown|overflow|prune|compact|fork|revert|unrevert``: engine calls."""
 
 from __future__ import annotations
 
 from sidecar.engine.compactor import Request
 from sidecar.errors import SidecarError
 from sidecar.model.rpc import (
+    BreakdownResult,
     CompactResult,
     ContextResult,
     OverflowResult,
     PruneResult,
+    SessionBreakdownParams,
     SessionCompactParams,
     SessionContextParams,
     SessionForkParams,
@@ -32,6 +34,12 @@ async def context(ctx: Context, p: SessionContextParams) -> ContextResult:
         overhead_tokens=p.overhead_tokens,
     )
     return engine.revisions.serve(p.session_id, result, p.since)
+
+
+async def breakdown(ctx: Context, p: SessionBreakdownParams) -> BreakdownResult:
+    return await ctx.engine.breakdown(
+        p.session_id, ctx.config.current, wait=p.wait, overhead=p.overhead_tokens
+    )
 
 
 async def overflow(ctx: Context, p: SessionOverflowParams) -> OverflowResult:

@@ -127,3 +127,31 @@ def test_malformed_export_names_the_line(
     bad.write_text("\n".join(text))
     assert main(["import", str(bad), "--db", str(tmp_path / "s.db"), "--format", "opencode"]) == 1
     assert f"{bad}: line 41:" in capsys.readouterr().err
+
+
+def test_an_export_with_one_long_string_imports_in_bounded_memory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 32 item 1: one 100 MB string (brackets in it) ended in a MemoryError, the depth
+    scan holding ~120 bytes per byte. Now the scan holds nothing worth counting: the import
+    holds a few copies of the string (file, document, the part's JSON), not a hundred."""
+    import tracemalloc
+
+    export = json.loads((V1153 / "export.json").read_text())
+    long = "[" * 100 + "x" * (4 * 1024 * 1024)
+    export["messages"][0]["parts"][0]["text"] = long
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps(export))
+    db = tmp_path / "s.db"
+    tracemalloc.start()
+    try:
+        [imported] = _import(capsys, db, str(big))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 12 * len(long), f"the import held {peak} bytes for a {len(long)}-char string"
+    with sqlite3.connect(db) as conn:
+        [(data,)] = conn.execute(
+            "SELECT data FROM parts WHERE id = ?", (export["messages"][0]["parts"][0]["id"],)
+        ).fetchall()
+    assert json.loads(data)["text"] == long and imported["sessionID"]
