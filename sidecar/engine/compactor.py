@@ -277,6 +277,7 @@ class _Plan:
     model: ModelRef | None
     cut: Key | None  # the newest message the compaction saw
     clock: _Clock
+    boundary: Key | None = None  # the session's compaction boundary when planned
 
     def user_message(self) -> UserMessage:
         """A user message the daemon adds (marker, continue): next on the session's clock,
@@ -309,21 +310,37 @@ class _Plan:
         return WithParts(info=info, parts=[part])
 
 
-def _check_smaller(req: Request, before: int, after: int) -> None:
-    """A summary that does not make the context smaller is a failure, and says why."""
+class Refused(SummaryError):
+    """A summary the compaction does not commit although it was written: it would not make
+    the context smaller, or another compaction of the session committed while it was being
+    written (another daemon's). Nothing of the compaction stays stored (``Compactor._refuse``);
+    ``summary_tokens`` and ``writer`` describe the summary refused."""
+
+    def __init__(self, message: str, *, summary_tokens: int = 0, writer: str = "") -> None:
+        super().__init__(message)
+        self.summary_tokens = summary_tokens
+        self.writer = writer
+
+
+def _check_smaller(req: Request, before: int, after: int, summary: Sequence[Part]) -> None:
+    """A summary that does not make the context smaller is refused, and says why."""
     if after < before:
         return
+    text = "\n".join(p.text for p in summary if isinstance(p, TextPart))
+    tokens = estimate(text)
     if req.usable > 0 and req.reported_tokens - before > req.usable:
-        raise SummaryError(
+        raise Refused(
             "context overflow that compaction cannot help: the provider counted "
             f"{req.reported_tokens} tokens but the history is only about {before}; the "
             f"rest (about {req.reported_tokens - before}: system prompt, tool definitions)"
             f" alone exceeds the usable {req.usable}. Shrink them or raise the model's "
-            "limits; history kept"
+            "limits; history kept",
+            summary_tokens=tokens,
         )
-    raise SummaryError(
+    raise Refused(
         f"compaction would not make the context smaller ({before} -> {after} "
-        "estimated tokens); history kept"
+        "estimated tokens); history kept",
+        summary_tokens=tokens,
     )
 
 
@@ -390,12 +407,15 @@ class Compactor:
             done, parts, after = await self._write_summary(
                 req, cfg, plan, writer, prompt, marker, summary, token, kept
             )
+            await self._check_not_lost(plan, done, parts)
             await self._put([done], parts)
         except asyncio.CancelledError:
             await self._discard(plan.sid, marker.info.id, summary)
             self.host.progress(plan.sid, token, {"kind": "end", "message": "cancelled"})
             self._status(plan.sid, "idle")
             raise
+        except Refused as exc:
+            return await self._refuse(req, plan, marker, summary, token, exc, started)
         except Exception as exc:
             return await self._fail(plan, summary, token, exc)
         end = Key(done.time.created, done.id)
@@ -652,6 +672,7 @@ class Compactor:
         session = await self.store.require_session(sid)
         if session.revert is not None:
             session = await revert.cleanup(self.store, self.host, session)
+        boundary = await self.store.boundary(sid)
         window = await load_window(self.store, session)
         if req.cutoff is not None:
             cutoff = req.cutoff
@@ -701,6 +722,7 @@ class Compactor:
             model=req.model or (last_user.model if last_user else None),
             cut=max((Key(m.info.time.created, m.info.id) for m in window), default=None),
             clock=_Clock(now_ms() if latest is None else latest + 1),
+            boundary=boundary.marker if boundary is not None else None,
         )
 
     async def _append_marker(self, req: Request, plan: _Plan) -> WithParts:
@@ -860,7 +882,11 @@ class Compactor:
         )
         after_window = [marker, WithParts(info=done, parts=[text_part]), *plan.tail]
         after = estimate_messages(filter_compacted(after_window))
-        _check_smaller(req, plan.before, after)
+        try:
+            _check_smaller(req, plan.before, after, [text_part])
+        except Refused as exc:
+            exc.writer = writer_name(done.provider_id, done.model_id)
+            raise
         return done, [step_start, text_part, step_finish], after
 
     async def _verified(
@@ -926,6 +952,60 @@ class Compactor:
             plan.before,
         )
 
+    async def _check_not_lost(
+        self, plan: _Plan, done: AssistantMessage, parts: Sequence[Part]
+    ) -> None:
+        """Refuse a summary whose session was compacted (or uncompacted) since it was planned:
+        another daemon on the database did it meanwhile (the lease it held was lost), so this
+        summary replaces a window that is no longer the session's."""
+        now = await self.store.boundary(plan.sid)
+        if (now.marker if now is not None else None) == plan.boundary:
+            return
+        text = "\n".join(p.text for p in parts if isinstance(p, TextPart))
+        raise Refused(
+            "lost: another compaction of the session committed while this one was written "
+            "(another daemon on the database); history kept",
+            summary_tokens=estimate(text),
+            writer=writer_name(done.provider_id, done.model_id),
+        )
+
+    async def _refuse(
+        self,
+        req: Request,
+        plan: _Plan,
+        marker: WithParts,
+        summary: AssistantMessage | None,
+        token: str | int,
+        exc: Refused,
+        started: float,
+    ) -> Outcome:
+        """A refused or lost compaction leaves nothing: its marker and summary are removed
+        (subscribers told), the session is as it was, and ``session/compacted`` carries why it
+        was ``rejected`` (no summary replaced anything: ``messagesSummarized`` 0, the tokens
+        unchanged). Its error is the caller's, as any failed compaction's."""
+        message = str(exc)
+        await asyncio.shield(self._remove_own(plan.sid, marker.info.id, summary))
+        self.host.progress(plan.sid, token, {"kind": "end", "message": f"failed: {message}"})
+        tokens = req.reported_tokens if req.auto and req.reported_tokens else plan.before
+        event = CompactedEvent(
+            session_id=plan.sid,
+            message_id=summary.id if summary is not None else marker.info.id,
+            auto=req.auto,
+            tokens_before=tokens,
+            tokens_after=tokens,
+            summary_tokens=exc.summary_tokens,
+            writer=exc.writer,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            rejected=message,
+        )
+        self.host.publish(plan.sid, event)
+        self._status(plan.sid, "error", message)
+        return Outcome(
+            CompactResult(status="stop", summary_message_id=None, error=message),
+            plan.before,
+            plan.before,
+        )
+
     async def _append_continue(self, plan: _Plan) -> Key:
         """The synthetic user message an automatic compaction ends with."""
         cont = plan.continue_message()
@@ -938,13 +1018,14 @@ class Compactor:
         texts = await self.store.summary_texts(sid, n)
         return [t for t in texts if t.strip()]
 
+    async def _remove_own(self, sid: str, marker_id: str, summary: AssistantMessage | None) -> None:
+        """Remove the marker and summary a compaction stored while it ran (summary first:
+        a marker without a finished summary cuts nothing)."""
+        for mid in (summary.id if summary else None, marker_id):
+            if mid is not None and await self.store.remove_message(sid, mid):
+                self.host.publish(sid, MessageRemovedEvent(session_id=sid, message_id=mid))
+
     async def _discard(self, sid: str, marker_id: str, summary: AssistantMessage | None) -> None:
         """Remove a cancelled compaction's own messages (shielded: it must finish)."""
-
-        async def remove() -> None:
-            for mid in (summary.id if summary else None, marker_id):
-                if mid is not None and await self.store.remove_message(sid, mid):
-                    self.host.publish(sid, MessageRemovedEvent(session_id=sid, message_id=mid))
-
         with contextlib.suppress(Exception):
-            await asyncio.shield(remove())
+            await asyncio.shield(self._remove_own(sid, marker_id, summary))
