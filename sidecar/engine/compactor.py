@@ -549,9 +549,11 @@ class Compactor:
 
     async def prepare(self, req: Request, cfg: Config, writer: Summarizer) -> Prepared | None:
         """Write, without storing anything, the summary a compaction of the session as it is
-        now (up to ``req.cutoff``) would write: same plan, hook, writers and ledger. Its
-        progress is marked as background; its failure is only logged (the overflow then
-        compacts as usual). None when there is nothing to prepare."""
+        now (up to ``req.cutoff``) would write: same plan, hook, writer and ledger, but never
+        the offline writer: a writer that fails (or whose summary is rejected) fails the
+        preparation, which is logged and raised (the engine drops and counts it; the overflow
+        then compacts as usual, with the writer and its fallback). Its progress is marked as
+        background. None when there is nothing to prepare."""
         session = await self.store.require_session(req.session_id)
         if session.revert is not None:
             return None  # a compaction would first clean the revert up: not in the background
@@ -591,7 +593,7 @@ class Compactor:
                 summary=True,
             )
             done, parts, after = await self._write_summary(
-                req, cfg, plan, writer, prompt, appended, summary, token, kept
+                req, cfg, plan, writer, prompt, appended, summary, token, kept, offline=False
             )
         except asyncio.CancelledError:
             self.host.progress(plan.sid, token, {"kind": "end", "message": "cancelled"})
@@ -600,7 +602,7 @@ class Compactor:
             message = str(exc) if isinstance(exc, SummaryError) else f"{type(exc).__name__}: {exc}"
             self.host.log(f"preparing a summary for session {plan.sid} failed: {message}")
             self.host.progress(plan.sid, token, {"kind": "end", "message": f"failed: {message}"})
-            return None
+            raise
         self.host.progress(
             plan.sid, token, {"kind": "end", "message": f"prepared: {plan.before} -> {after}"}
         )
@@ -796,9 +798,14 @@ class Compactor:
         summary: AssistantMessage,
         token: str | int,
         kept: str = "",
+        *,
+        offline: bool = True,
     ) -> tuple[AssistantMessage, list[Part], int]:
         """Run the writer; the finished summary, its parts, and the window's size after it.
-        Raises ``SummaryError`` when the result would not make the context smaller."""
+        Raises ``SummaryError`` when the result would not make the context smaller.
+        ``offline``: whether the offline writer may stand in for a failed or rejected one
+        (not for a summary prepared in the background: the overflow's compaction will try the
+        configured writer again, and fall back then)."""
         sid = plan.sid
 
         def report(message: str, pct: int | None) -> None:
@@ -829,6 +836,8 @@ class Compactor:
             )
 
         fallback = cfg.summarizer.fallback if writer.provider_id != "extractive" else None
+        if not offline:
+            fallback = None
         time_budget = asyncio.timeout(cfg.compaction.time_budget)
         try:
             async with time_budget:
@@ -852,7 +861,9 @@ class Compactor:
             result = await write(writer, "")
         verified: tuple[str, str | None] | None = None  # (writer, why the first was rejected)
         if cfg.compaction.verify_summary:
-            result, verified = await self._verified(plan, budget, prior, result, writer, write)
+            result, verified = await self._verified(
+                plan, budget, prior, result, writer, write, offline=offline
+            )
         # OpenCode's summary parts: step-start, the text, step-finish (with the usage).
         step_start = StepStartPart(id=new_id("prt"), session_id=sid, message_id=summary.id)
         text = result.text
@@ -897,6 +908,8 @@ class Compactor:
         result: SummaryResult,
         writer: Summarizer,
         write: Callable[[Summarizer, str], Awaitable[SummaryResult]],
+        *,
+        offline: bool = True,
     ) -> tuple[SummaryResult, tuple[str, str | None]]:
         """``compaction.verifySummary``: a summary longer than what it replaces, over its
         budget, or naming nothing of the session's first request is rejected; the writer gets
@@ -924,11 +937,11 @@ class Compactor:
         else:
             if second is None:
                 return retry, (writer_name(retry.provider_id, retry.model_id), first)
-        offline = await write(ExtractiveSummarizer(), "")
-        return offline, (
-            writer_name(offline.provider_id, offline.model_id),
-            f"{first}; the retry too: {second}",
-        )
+        why = f"{first}; the retry too: {second}"
+        if not offline:
+            raise SummaryError(f"summary rejected: {why}")
+        written = await write(ExtractiveSummarizer(), "")
+        return written, (writer_name(written.provider_id, written.model_id), why)
 
     async def _fail(
         self, plan: _Plan, summary: AssistantMessage | None, token: str | int, exc: Exception

@@ -1303,6 +1303,7 @@ export interface DaemonStatus {
   idleExit: number | null;
   summaryTokens?: number;
   preparedDiscardedTokens?: number;
+  preparedFailed?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema
