@@ -415,7 +415,7 @@ class Compactor:
             self._status(plan.sid, "idle")
             raise
         except Refused as exc:
-            return await self._refuse(req, plan, marker, summary, token, exc, started)
+            return await self._refuse(req, cfg, plan, marker, summary, token, exc, started)
         except Exception as exc:
             return await self._fail(plan, summary, token, exc)
         end = Key(done.time.created, done.id)
@@ -985,6 +985,7 @@ class Compactor:
     async def _refuse(
         self,
         req: Request,
+        cfg: Config,
         plan: _Plan,
         marker: WithParts,
         summary: AssistantMessage | None,
@@ -1011,6 +1012,7 @@ class Compactor:
             duration_ms=int((time.monotonic() - started) * 1000),
             rejected=message,
         )
+        self._mark_prepared(event, req, cfg, prepared=False)
         self.host.publish(plan.sid, event)
         self._status(plan.sid, "error", message)
         return Outcome(
