@@ -81,3 +81,20 @@ async def test_a_compaction_lost_to_another_daemon_stores_nothing(
         assert "another" in (event.rejected or "")
     finally:
         await other.close()
+
+
+async def test_an_automatic_compaction_that_cannot_help_stores_nothing(store: Store) -> None:
+    """The overflow is the system prompt's, not the history's: refused, and the session keeps
+    exactly its messages, turn after turn."""
+    h = Harness(store)
+    s = await h.session()
+    for _ in range(3):
+        u = await h.user(s.id, "go")
+        a = await h.assistant(s.id, u.id, text="ok", input_tokens=180_000)
+        h.engine.message_stored(a)
+        await h.settle()
+    assert await store.count_messages(s.id) == 6
+    assert await h.engine.compactions(s.id) == []
+    events = h.host.methods("session/compacted")
+    assert events and all("cannot help" in (e.rejected or "") for e in events)
+    assert all(e.auto and e.messages_summarized == 0 for e in events)
