@@ -4,7 +4,9 @@ Append-only: a compaction adds a marker user message (with a ``compaction`` part
 assistant message answering it, and, when automatic, a synthetic "continue" user message.
 Nothing already stored changes. The marker cuts history only once the summary has finished
 without error, so every failure path leaves the context exactly as it was; a cancelled
-compaction removes its own marker and summary, leaving nothing half-written.
+compaction removes its own marker and summary, leaving nothing half-written, and so does a
+refused one (its summary would not make the context smaller) or a lost one (another daemon's
+compaction of the session committed meanwhile), which says why in ``session/compacted``.
 """
 
 from __future__ import annotations
