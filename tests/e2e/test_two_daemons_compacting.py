@@ -144,6 +144,8 @@ async def test_two_daemons_compacting_and_reading_the_same_sessions(
                 got = await c.request(
                     "session/context", {"sessionID": sid, "fit": False, "wait": False}
                 )
+                ids = [m["info"]["id"] for m in got["messages"]]
+                assert ids == [m["info"]["id"] for m in want["messages"]]
                 assert got["messages"] == want["messages"]
                 assert got["estimatedTokens"] == want["estimatedTokens"]
             listed = await writers[0].request("session/compactions", {"sessionID": sid})

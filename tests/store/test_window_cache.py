@@ -291,3 +291,40 @@ async def test_a_commit_by_another_daemon_during_a_window_read_is_no_error(
         assert [m.info.id for m in await store.window("s")] == ["m1", "m2"]
     finally:
         await other.close()
+
+
+async def test_a_read_that_raced_with_another_daemons_commit_is_not_cached(
+    db: object, store: Store
+) -> None:
+    """A read of a session the cache does not hold yet reads a snapshot from before another
+    daemon's commit; meanwhile a read of another session notices that commit and clears the
+    cache (the session had no entry to drop). The first read must not store its older window
+    after that clear: the cache would serve it, missing the commit, until the next one."""
+    other = await Store.open(db)  # type: ignore[arg-type]
+    try:
+        for sid in ("s", "o"):
+            await store.put_session(
+                Session(id=sid, title="", time=SessionTime(created=1, updated=1))
+            )
+        m1 = UserMessage(id="m1", session_id="s", time=MessageTime(created=10))
+        await store.put_message(m1, enc(m1))
+        m2 = UserMessage(id="m2", session_id="s", time=MessageTime(created=20))
+        real = store.backend.stream
+
+        @contextlib.asynccontextmanager
+        async def _after(inner):  # type: ignore[no-untyped-def]
+            async with inner as chunks:
+                yield chunks
+            store.backend.stream = real  # type: ignore[method-assign]
+            await other.put_message(m2, enc(m2))  # committed after the snapshot was read
+            await store.window("o")  # another read notices it, first
+
+        store.backend.stream = lambda sql, args: _after(real(sql, args))  # type: ignore[method-assign]
+        try:
+            await store.window("s")
+        finally:
+            store.backend.stream = real  # type: ignore[method-assign]
+        assert [m.info.id for m in await store.window("s")] == ["m1", "m2"]
+        await _check(store, "s")
+    finally:
+        await other.close()
