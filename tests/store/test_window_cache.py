@@ -328,3 +328,19 @@ async def test_a_read_that_raced_with_another_daemons_commit_is_not_cached(
         await _check(store, "s")
     finally:
         await other.close()
+
+
+async def test_a_read_inside_an_older_snapshot_is_not_cached(store: Store) -> None:
+    """SQLite's reads share one connection: a statement that begins while another one is
+    still being read joins its read transaction, and sees the database as it was when that
+    one began, even a write of our own committed since. Such a window is served (it is a
+    consistent state) but never cached: the cache would keep serving it without the write."""
+    await store.put_session(Session(id="s", title="", time=SessionTime(created=1, updated=1)))
+    m1 = UserMessage(id="m1", session_id="s", time=MessageTime(created=10))
+    await store.put_message(m1, enc(m1))
+    async with store.backend.stream("SELECT id FROM messages", []):  # a page being read
+        m2 = UserMessage(id="m2", session_id="s", time=MessageTime(created=20))
+        await store.put_message(m2, enc(m2))
+        await store.window("s")  # read while the other statement holds its snapshot
+    assert [m.info.id for m in await store.window("s")] == ["m1", "m2"]
+    await _check(store, "s")
