@@ -4,7 +4,9 @@ Append-only: a compaction adds a marker user message (with a ``compaction`` part
 assistant message answering it, and, when automatic, a synthetic "continue" user message.
 Nothing already stored changes. The marker cuts history only once the summary has finished
 without error, so every failure path leaves the context exactly as it was; a cancelled
-compaction removes its own marker and summary, leaving nothing half-written.
+compaction removes its own marker and summary, leaving nothing half-written, and so does a
+refused one (its summary would not make the context smaller) or a lost one (another daemon's
+compaction of the session committed meanwhile), which says why in ``session/compacted``.
 """
 
 from __future__ import annotations
@@ -292,6 +294,7 @@ class _Plan:
     open_turn: OpenTurn | None = None
     open_start: Key | None = None
     open_from: Key | None = None
+    boundary: Key | None = None  # the session's compaction boundary when planned
 
     def user_message(self) -> UserMessage:
         """A user message the daemon adds (marker, continue): next on the session's clock,
@@ -324,21 +327,37 @@ class _Plan:
         return WithParts(info=info, parts=[part])
 
 
-def _check_smaller(req: Request, before: int, after: int) -> None:
-    """A summary that does not make the context smaller is a failure, and says why."""
+class Refused(SummaryError):
+    """A summary the compaction does not commit although it was written: it would not make
+    the context smaller, or another compaction of the session committed while it was being
+    written (another daemon's). Nothing of the compaction stays stored (``Compactor._refuse``);
+    ``summary_tokens`` and ``writer`` describe the summary refused."""
+
+    def __init__(self, message: str, *, summary_tokens: int = 0, writer: str = "") -> None:
+        super().__init__(message)
+        self.summary_tokens = summary_tokens
+        self.writer = writer
+
+
+def _check_smaller(req: Request, before: int, after: int, summary: Sequence[Part]) -> None:
+    """A summary that does not make the context smaller is refused, and says why."""
     if after < before:
         return
+    text = "\n".join(p.text for p in summary if isinstance(p, TextPart))
+    tokens = estimate(text)
     if req.usable > 0 and req.reported_tokens - before > req.usable:
-        raise SummaryError(
+        raise Refused(
             "context overflow that compaction cannot help: the provider counted "
             f"{req.reported_tokens} tokens but the history is only about {before}; the "
             f"rest (about {req.reported_tokens - before}: system prompt, tool definitions)"
             f" alone exceeds the usable {req.usable}. Shrink them or raise the model's "
-            "limits; history kept"
+            "limits; history kept",
+            summary_tokens=tokens,
         )
-    raise SummaryError(
+    raise Refused(
         f"compaction would not make the context smaller ({before} -> {after} "
-        "estimated tokens); history kept"
+        "estimated tokens); history kept",
+        summary_tokens=tokens,
     )
 
 
@@ -431,12 +450,15 @@ class Compactor:
             done, parts, after = await self._write_summary(
                 req, cfg, plan, writer, prompt, marker, summary, token, kept
             )
+            await self._check_not_lost(plan, done, parts)
             await self._put([done], parts)
         except asyncio.CancelledError:
             await self._discard(plan.sid, marker.info.id, summary)
             self.host.progress(plan.sid, token, {"kind": "end", "message": "cancelled"})
             self._status(plan.sid, "idle")
             raise
+        except Refused as exc:
+            return await self._refuse(req, cfg, plan, marker, summary, token, exc, started)
         except Exception as exc:
             return await self._fail(plan, summary, token, exc)
         end = Key(done.time.created, done.id)
@@ -583,9 +605,11 @@ class Compactor:
 
     async def prepare(self, req: Request, cfg: Config, writer: Summarizer) -> Prepared | None:
         """Write, without storing anything, the summary a compaction of the session as it is
-        now (up to ``req.cutoff``) would write: same plan, hook, writers and ledger. Its
-        progress is marked as background; its failure is only logged (the overflow then
-        compacts as usual). None when there is nothing to prepare."""
+        now (up to ``req.cutoff``) would write: same plan, hook, writer and ledger, but never
+        the offline writer: a writer that fails (or whose summary is rejected) fails the
+        preparation, which is logged and raised (the engine drops and counts it; the overflow
+        then compacts as usual, with the writer and its fallback). Its progress is marked as
+        background. None when there is nothing to prepare."""
         session = await self.store.require_session(req.session_id)
         if session.revert is not None:
             return None  # a compaction would first clean the revert up: not in the background
@@ -626,7 +650,7 @@ class Compactor:
                 summary=True,
             )
             done, parts, after = await self._write_summary(
-                req, cfg, plan, writer, prompt, appended, summary, token, kept
+                req, cfg, plan, writer, prompt, appended, summary, token, kept, offline=False
             )
         except asyncio.CancelledError:
             self.host.progress(plan.sid, token, {"kind": "end", "message": "cancelled"})
@@ -635,7 +659,7 @@ class Compactor:
             message = str(exc) if isinstance(exc, SummaryError) else f"{type(exc).__name__}: {exc}"
             self.host.log(f"preparing a summary for session {plan.sid} failed: {message}")
             self.host.progress(plan.sid, token, {"kind": "end", "message": f"failed: {message}"})
-            return None
+            raise
         self.host.progress(
             plan.sid, token, {"kind": "end", "message": f"prepared: {plan.before} -> {after}"}
         )
@@ -720,6 +744,7 @@ class Compactor:
         session = await self.store.require_session(sid)
         if session.revert is not None:
             session = await revert.cleanup(self.store, self.host, session)
+        boundary = await self.store.boundary(sid)
         window = await load_window(self.store, session)
         if req.cutoff is not None:
             cutoff = req.cutoff
@@ -786,6 +811,7 @@ class Compactor:
             open_turn=how,
             open_start=_key(window[open_at]) if open_at is not None else None,
             open_from=_key(window[keep_at]) if keep_at < len(window) else None,
+            boundary=boundary.marker if boundary is not None else None,
         )
 
     @staticmethod
@@ -867,9 +893,14 @@ class Compactor:
         summary: AssistantMessage,
         token: str | int,
         kept: str = "",
+        *,
+        offline: bool = True,
     ) -> tuple[AssistantMessage, list[Part], int]:
         """Run the writer; the finished summary, its parts, and the window's size after it.
-        Raises ``SummaryError`` when the result would not make the context smaller."""
+        Raises ``SummaryError`` when the result would not make the context smaller.
+        ``offline``: whether the offline writer may stand in for a failed or rejected one
+        (not for a summary prepared in the background: the overflow's compaction will try the
+        configured writer again, and fall back then)."""
         sid = plan.sid
 
         def report(message: str, pct: int | None) -> None:
@@ -901,6 +932,8 @@ class Compactor:
             )
 
         fallback = cfg.summarizer.fallback if writer.provider_id != "extractive" else None
+        if not offline:
+            fallback = None
         time_budget = asyncio.timeout(cfg.compaction.time_budget)
         try:
             async with time_budget:
@@ -924,7 +957,9 @@ class Compactor:
             result = await write(writer, "")
         verified: tuple[str, str | None] | None = None  # (writer, why the first was rejected)
         if cfg.compaction.verify_summary:
-            result, verified = await self._verified(plan, budget, prior, result, writer, write)
+            result, verified = await self._verified(
+                plan, budget, prior, result, writer, write, offline=offline
+            )
         # OpenCode's summary parts: step-start, the text, step-finish (with the usage).
         step_start = StepStartPart(id=new_id("prt"), session_id=sid, message_id=summary.id)
         text = result.text
@@ -954,7 +989,11 @@ class Compactor:
         )
         after_window = [marker, WithParts(info=done, parts=[text_part]), *plan.tail]
         after = estimate_messages(filter_compacted(after_window))
-        _check_smaller(req, plan.before, after)
+        try:
+            _check_smaller(req, plan.before, after, [text_part])
+        except Refused as exc:
+            exc.writer = writer_name(done.provider_id, done.model_id)
+            raise
         return done, [step_start, text_part, step_finish], after
 
     async def _verified(
@@ -965,6 +1004,8 @@ class Compactor:
         result: SummaryResult,
         writer: Summarizer,
         write: Callable[[Summarizer, str], Awaitable[SummaryResult]],
+        *,
+        offline: bool = True,
     ) -> tuple[SummaryResult, tuple[str, str | None]]:
         """``compaction.verifySummary``: a summary longer than what it replaces, over its
         budget, or naming nothing of the session's first request is rejected; the writer gets
@@ -996,11 +1037,11 @@ class Compactor:
         else:
             if second is None:
                 return retry, (writer_name(retry.provider_id, retry.model_id), first)
-        offline = await write(ExtractiveSummarizer(), "")
-        return offline, (
-            writer_name(offline.provider_id, offline.model_id),
-            f"{first}; the retry too: {second}",
-        )
+        why = f"{first}; the retry too: {second}"
+        if not offline:
+            raise SummaryError(f"summary rejected: {why}")
+        written = await write(ExtractiveSummarizer(), "")
+        return written, (writer_name(written.provider_id, written.model_id), why)
 
     async def _fail(
         self, plan: _Plan, summary: AssistantMessage | None, token: str | int, exc: Exception
@@ -1024,6 +1065,62 @@ class Compactor:
             plan.before,
         )
 
+    async def _check_not_lost(
+        self, plan: _Plan, done: AssistantMessage, parts: Sequence[Part]
+    ) -> None:
+        """Refuse a summary whose session was compacted (or uncompacted) since it was planned:
+        another daemon on the database did it meanwhile (the lease it held was lost), so this
+        summary replaces a window that is no longer the session's."""
+        now = await self.store.boundary(plan.sid)
+        if (now.marker if now is not None else None) == plan.boundary:
+            return
+        text = "\n".join(p.text for p in parts if isinstance(p, TextPart))
+        raise Refused(
+            "lost: another compaction of the session committed while this one was written "
+            "(another daemon on the database); history kept",
+            summary_tokens=estimate(text),
+            writer=writer_name(done.provider_id, done.model_id),
+        )
+
+    async def _refuse(
+        self,
+        req: Request,
+        cfg: Config,
+        plan: _Plan,
+        marker: WithParts,
+        summary: AssistantMessage | None,
+        token: str | int,
+        exc: Refused,
+        started: float,
+    ) -> Outcome:
+        """A refused or lost compaction leaves nothing: its marker and summary are removed
+        (subscribers told), the session is as it was, and ``session/compacted`` carries why it
+        was ``rejected`` (no summary replaced anything: ``messagesSummarized`` 0, the tokens
+        unchanged). Its error is the caller's, as any failed compaction's."""
+        message = str(exc)
+        await asyncio.shield(self._remove_own(plan.sid, marker.info.id, summary))
+        self.host.progress(plan.sid, token, {"kind": "end", "message": f"failed: {message}"})
+        tokens = req.reported_tokens if req.auto and req.reported_tokens else plan.before
+        event = CompactedEvent(
+            session_id=plan.sid,
+            message_id=summary.id if summary is not None else marker.info.id,
+            auto=req.auto,
+            tokens_before=tokens,
+            tokens_after=tokens,
+            summary_tokens=exc.summary_tokens,
+            writer=exc.writer,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            rejected=message,
+        )
+        self._mark_prepared(event, req, cfg, prepared=False)
+        self.host.publish(plan.sid, event)
+        self._status(plan.sid, "error", message)
+        return Outcome(
+            CompactResult(status="stop", summary_message_id=None, error=message),
+            plan.before,
+            plan.before,
+        )
+
     async def _append_continue(self, plan: _Plan) -> Key:
         """The synthetic user message an automatic compaction ends with."""
         cont = plan.continue_message()
@@ -1036,13 +1133,14 @@ class Compactor:
         texts = await self.store.summary_texts(sid, n)
         return [t for t in texts if t.strip()]
 
+    async def _remove_own(self, sid: str, marker_id: str, summary: AssistantMessage | None) -> None:
+        """Remove the marker and summary a compaction stored while it ran (summary first:
+        a marker without a finished summary cuts nothing)."""
+        for mid in (summary.id if summary else None, marker_id):
+            if mid is not None and await self.store.remove_message(sid, mid):
+                self.host.publish(sid, MessageRemovedEvent(session_id=sid, message_id=mid))
+
     async def _discard(self, sid: str, marker_id: str, summary: AssistantMessage | None) -> None:
         """Remove a cancelled compaction's own messages (shielded: it must finish)."""
-
-        async def remove() -> None:
-            for mid in (summary.id if summary else None, marker_id):
-                if mid is not None and await self.store.remove_message(sid, mid):
-                    self.host.publish(sid, MessageRemovedEvent(session_id=sid, message_id=mid))
-
         with contextlib.suppress(Exception):
-            await asyncio.shield(remove())
+            await asyncio.shield(self._remove_own(sid, marker_id, summary))

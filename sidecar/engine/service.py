@@ -62,7 +62,7 @@ from sidecar.model.tokens import ModelLimit, Tokens
 from sidecar.store import Key, Store, holder
 from sidecar.store import steer as steer_data
 from sidecar.store.backend import Done
-from sidecar.summarizers.base import Summarizer
+from sidecar.summarizers.base import Summarizer, SummaryError
 from sidecar.summarizers.factory import build_summarizer
 
 log = logging.getLogger("sidecar.engine")
@@ -161,6 +161,7 @@ class Engine:
         self._prepared: dict[str, _Preparing] = {}
         self.summary_tokens = 0  # output tokens of every summary written here
         self.prepared_discarded_tokens = 0  # of those, prepared summaries never committed
+        self.prepared_failed = 0  # preparations whose writer failed: dropped, never written offline
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -634,12 +635,18 @@ class Engine:
         task.add_done_callback(done)
 
     async def _prepare(self, req: Request, cfg: Config) -> Prepared | None:
+        """Prepare the session's summary; a failure drops it (counted): the overflow then
+        compacts as usual."""
         try:
             prepared = await self.compactor.prepare(req, cfg, self.writer(cfg))
         except asyncio.CancelledError:
             raise
+        except SummaryError:  # the writer's failure, already logged to the clients
+            self.prepared_failed += 1
+            return None
         except Exception:
             log.exception("preparing a summary failed for %s", req.session_id)
+            self.prepared_failed += 1
             return None
         if prepared is not None:
             self.summary_tokens += prepared.tokens

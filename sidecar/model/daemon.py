@@ -27,3 +27,6 @@ class DaemonStatus(Dense, kw_only=True):
     #: Of those, the tokens of summaries prepared in the background (``compaction.prepare``)
     #: and then discarded unused: what zero-wait compaction cost extra.
     prepared_discarded_tokens: int = 0
+    #: Summaries being prepared in the background whose writer failed (or whose summary was
+    #: rejected): dropped, never written offline; their overflow compacted as usual.
+    prepared_failed: int = 0

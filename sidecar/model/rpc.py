@@ -270,8 +270,8 @@ class CompactedEvent(Diagnostics, kw_only=True):
     session_id: Id
     message_id: Id
     auto: bool
-    # With compaction.verifySummary (absent otherwise): why the configured writer's first
-    # summary was rejected (null: it was not).
+    # With compaction.verifySummary: why the configured writer's first summary was rejected
+    # (null: it was not). On a refused or lost compaction, which stored nothing: why.
     rejected: str | msgspec.UnsetType | None = msgspec.UNSET
     # With compaction.prepare (absent otherwise): whether a summary prepared in the background
     # was committed, and how long the compaction held reads of the session (ms).

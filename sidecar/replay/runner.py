@@ -59,6 +59,12 @@ class Report:
     session_id: str = ""
 
 
+def _committed(events: list[Any]) -> list[Any]:
+    """The ``session/compacted`` events of compactions that were committed: a refused or lost
+    one (nothing stored) has ``rejected`` and summarized nothing."""
+    return [e for e in events if not (e.get("rejected") and e.get("messagesSummarized") == 0)]
+
+
 def _tool_state(p: TPart, now: int) -> dict[str, Any]:
     if p.status == "error":
         return {
@@ -180,8 +186,8 @@ async def _drive(
         # model's usable input the daemon compacts before answering.
         ctx = await client.context(sid)
         prompt = ctx.estimated_tokens
-        fitted = client.notifications("session/compacted")[seen["session/compacted"] :]
-        seen["session/compacted"] += len(fitted)
+        fitted = _committed(client.notifications("session/compacted")[seen["session/compacted"] :])
+        seen["session/compacted"] = len(client.notifications("session/compacted"))
         fit_notes: list[str] = []
         for c in fitted:
             fit_notes.append(_compacted(report, turn, c, "to fit"))
@@ -215,8 +221,10 @@ async def _drive(
             report.prunes += 1
             report.pruned_tokens += p["tokensSaved"]
             notes.append(f"pruned {len(p['partIDs'])} outputs (-{p['tokensSaved']:,} tok)")
-        compacted = client.notifications("session/compacted")[seen["session/compacted"] :]
-        seen["session/compacted"] += len(compacted)
+        compacted = _committed(
+            client.notifications("session/compacted")[seen["session/compacted"] :]
+        )
+        seen["session/compacted"] = len(client.notifications("session/compacted"))
         for c in compacted:
             notes.append(_compacted(report, turn, c))
         statuses = client.notifications("session/status")[seen["session/status"] :]

@@ -6,8 +6,10 @@ asks for every turn is served without a query. Correctness rules:
 
 * a write updates (or drops) the entry only after it committed, and only with what it really
   changed (row counts tell);
-* a read stores its result only if no write to the session happened while it ran
-  (``version``), so a slow read can never overwrite newer state;
+* a read stores its result only if no write to the session happened while it ran, and the
+  cache was not cleared meanwhile (``version``), so a slow read can never overwrite newer
+  state (another daemon's commit noticed by a read of another session clears the cache,
+  whether or not this session had an entry yet);
 * anything not tracked precisely (compaction appends, forks, revert cleanup, JSON patched in
   SQL) drops the session's entry, and the next read goes to SQLite;
 * a message new to an entry that starts at a compaction boundary may be one from before the
@@ -29,6 +31,7 @@ import msgspec
 Row = tuple[str, str]
 T = TypeVar("T")
 PartRow = tuple[str, str, str]  # (message id, part id, JSON)
+Version = tuple[int, int]  # (the cache's clears, the session's writes): ``WindowCache.version``
 
 
 class Key(NamedTuple):
@@ -151,13 +154,16 @@ class WindowCache:
     def __init__(self, max_sessions: int = 64) -> None:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._versions: dict[str, int] = {}
+        self._clears = 0  # ``clear`` calls: a read begun before one must not be stored
         self._max = max_sessions
         self.hits = 0
         self.misses = 0
         self._built_for: str | None = None  # the session whose entry keeps ``built``
 
-    def version(self, sid: str) -> int:
-        return self._versions.get(sid, 0)
+    def version(self, sid: str) -> Version:
+        """What a read of ``sid`` notes before it reads and ``put``/``verify`` compare: the
+        session's writes and the cache's clears so far."""
+        return (self._clears, self._versions.get(sid, 0))
 
     def _hit(self, sid: str, start: Key | None) -> _Entry | None:
         """The session's entry if it holds the window starting at ``start`` (counted)."""
@@ -218,7 +224,7 @@ class WindowCache:
         entry = self._entries.get(sid)
         return sorted(entry.unverified) if entry is not None and entry.unverified else []
 
-    def verify(self, sid: str, version: int, stored: dict[str, int]) -> None:
+    def verify(self, sid: str, version: Version, stored: dict[str, int]) -> None:
         """``stored``: the store's part count of each ``unverified`` message, read while the
         session was at ``version``. The entry's parts of such a message were all written
         after it was added, so they are a subset of the stored ones: equal counts mean the
@@ -239,7 +245,7 @@ class WindowCache:
         self,
         sid: str,
         start: Key | None,
-        version: int,
+        version: Version,
         msgs: list[tuple[Key, str]],
         parts: list[tuple[str, str, str]],
     ) -> None:
@@ -263,11 +269,13 @@ class WindowCache:
     # -- writes (called after commit) ------------------------------------------------------
 
     def _touch(self, sid: str) -> _Entry | None:
-        self._versions[sid] = self.version(sid) + 1
+        self._versions[sid] = self._versions.get(sid, 0) + 1
         return self._entries.get(sid)
 
     def clear(self) -> None:
-        """Another process changed the database: nothing cached can be trusted."""
+        """Another process changed the database: nothing cached can be trusted, nor any
+        read under way."""
+        self._clears += 1
         for sid in list(self._entries):
             self.invalidate(sid)
 

@@ -65,6 +65,8 @@ class SqliteBackend:
         self._data_version: int | None = None
         self._inline: sqlite3.Connection | None = None
         self.on_event: EventSink | None = None
+        # Readers of streams (``stream``), idle between them.
+        self._spare: list[aiosqlite.Connection] = []
 
     @classmethod
     async def open(cls, path: str | Path, *, synchronous: str = "NORMAL") -> SqliteBackend:
@@ -102,12 +104,7 @@ class SqliteBackend:
         except BaseException:
             await wdb.close()
             raise
-        rdb = await aiosqlite.connect(path, isolation_level=None)
-        await rdb.execute("PRAGMA busy_timeout=5000")
-        await rdb.execute("PRAGMA query_only=ON")
-        # Sorts and temporary B-trees in memory: on disk they spill to temp files that are
-        # written and read back on every read that sorts.
-        await rdb.execute("PRAGMA temp_store=MEMORY")
+        rdb = await _open_reader(path)
         # Point reads (``query_point``) run on the loop on a connection of their own: a few
         # microseconds, where a hop to aiosqlite's thread and back costs ~20 us idle and far
         # more on a loaded machine. A reader never waits for the writer in WAL mode; the
@@ -139,6 +136,8 @@ class SqliteBackend:
     async def close(self) -> None:
         await self._commit.stop()
         await self._reader.close()
+        while self._spare:
+            await self._spare.pop().close()
         if self._inline is not None:
             self._inline.close()
         if self._checkpoint_db is not None:
@@ -208,8 +207,23 @@ class SqliteBackend:
 
     @contextlib.asynccontextmanager
     async def stream(self, sql: str, args: Sequence[Any]) -> AsyncIterator[Chunks]:
-        async with self._reader.execute(sql, args) as cursor:
-            yield _Chunks(cursor)
+        """Each stream reads on a connection of its own. A statement read across awaits holds
+        its read transaction open, and a statement begun beside it on the same connection
+        joins that transaction: it would see the database as it was then, without what was
+        committed since (another daemon's compaction, or a write of our own already
+        acknowledged), and the window cache would keep it."""
+        conn = self._spare.pop() if self._spare else None
+        if conn is None:
+            conn = self._reader if self.path == ":memory:" else await _open_reader(self.path)
+        try:
+            async with conn.execute(sql, args) as cursor:
+                yield _Chunks(cursor)
+        finally:
+            if conn is not self._reader:
+                if len(self._spare) < SPARE_READERS:
+                    self._spare.append(conn)
+                else:
+                    await conn.close()
 
     async def fresh(self, cache: WindowCache) -> None:
         """Drop the window cache when another process committed to the database.
@@ -358,6 +372,22 @@ def _split(script: str) -> list[str]:
                 out.append(pending.strip())
             pending = ""
     return out
+
+
+#: Stream readers kept open between streams (one per stream read at once, beyond them closed).
+SPARE_READERS = 4
+
+
+async def _open_reader(path: str) -> aiosqlite.Connection:
+    """A reading connection: autocommit (each statement its own read transaction), never
+    writes, waits out the rare moment SQLite makes a reader wait."""
+    rdb = await aiosqlite.connect(path, isolation_level=None)
+    await rdb.execute("PRAGMA busy_timeout=5000")
+    await rdb.execute("PRAGMA query_only=ON")
+    # Sorts and temporary B-trees in memory: on disk they spill to temp files that are
+    # written and read back on every read that sorts.
+    await rdb.execute("PRAGMA temp_store=MEMORY")
+    return rdb
 
 
 async def _connect(path: str, **kwargs: Any) -> aiosqlite.Connection:

@@ -751,7 +751,7 @@ class Store:
         end: Key | None = None,
         raws: dict[str, str] | None = None,
     ) -> list[WithParts]:
-        """Messages with ``start <= key < end`` and their parts, chronological; two queries.
+        """Messages with ``start <= key < end`` and their parts, chronological; one query.
 
         ``raws``, when given, is filled with each message's and part's stored JSON by id. The
         window from ``start`` to the end is served from ``WindowCache`` when it can be.
@@ -773,27 +773,29 @@ class Store:
             cond += " AND (m.created, m.id) < (?, ?)"
             args += [end.created, end.id]
         budget = _Budget(self.max_read_bytes, session_id)
+        # One statement, so one snapshot: as two (messages, then their parts), a commit made
+        # between them by another daemon on the database (a compaction's marker and summary)
+        # gave parts of messages the first never saw, and a window no state ever had.
+        # Each message's row (kind 0) comes before its parts (kind 1), in part id order.
         rows = await self._fetch(
-            f"SELECT m.id, m.data, m.created FROM messages m WHERE {cond} ORDER BY m.created, m.id",
-            args,
+            f"SELECT m.created, m.id, 0, '', m.data FROM messages m WHERE {cond} "
+            "UNION ALL "
+            f"SELECT m.created, m.id, 1, p.id, p.data FROM messages m JOIN parts p "
+            f"ON p.message_id = m.id WHERE {cond} ORDER BY 1, 2, 3, 4",
+            [*args, *args],
             budget,
-            1,
+            4,
         )
-        parts = await self._fetch(
-            f"SELECT p.message_id, p.id, p.data FROM messages m JOIN parts p "
-            f"ON p.message_id = m.id WHERE {cond} ORDER BY m.created, m.id, p.id",
-            args,
-            budget,
-            2,
-        )
-        msgs = [(mid, data) for mid, data, _ in rows]
+        msg_rows = [(created, mid, data) for created, mid, kind, _, data in rows if kind == 0]
+        parts = [(mid, pid, data) for _, mid, kind, pid, data in rows if kind == 1]
+        msgs = [(mid, data) for _, mid, data in msg_rows]
         window = _assemble(msgs, parts, raws)
         if end is None:
             self.cache.put(
                 session_id,
                 start,
                 version,
-                [(Key(created, mid), data) for mid, data, created in rows],
+                [(Key(created, mid), data) for created, mid, data in msg_rows],
                 [(mid, pid, data) for mid, pid, data in parts],
             )
         return window

@@ -31,22 +31,52 @@ _encoder = msgspec.json.Encoder()
 _SENSITIVE = re.compile(r"(?i)auth|key|token|secret|cookie")
 
 
-class StreamState:
-    """Accumulates one attempt's streamed text and usage."""
+#: A streamed summary is cut once its text passes ``max_tokens`` x this many characters. A
+#: token of prose or code is about 4; past 16 the writer has run away (a server that ignores
+#: ``max_tokens``), and holding its text until the deadline would take the daemon's memory.
+STREAM_CHARS_PER_TOKEN = 16
+#: The stream itself (events, JSON framing, an event that never closes) is cut past this many
+#: characters per character of that text budget.
+STREAM_FRAMING = 64
 
-    def __init__(self, progress: Progress | None) -> None:
+
+class StreamState:
+    """Accumulates one attempt's streamed text and usage; ``max_tokens`` bounds the text
+    (``STREAM_CHARS_PER_TOKEN``): past it the attempt fails (retryable, as a broken stream)."""
+
+    def __init__(
+        self, progress: Progress | None, max_tokens: int | None = None, provider: str = ""
+    ) -> None:
         self.chunks: list[str] = []
         self.chars = 0
         self.tokens: Tokens | None = None
         self.finish: str | None = None
         self.completed = False  # the provider said the message is over ([DONE], message_stop)
         self._progress = progress
+        self.max_tokens = max_tokens
+        self.max_chars = None if max_tokens is None else max_tokens * STREAM_CHARS_PER_TOKEN
+        self.provider = provider
+
+    @property
+    def max_stream_chars(self) -> int | None:
+        """The bound of the whole stream (``STREAM_FRAMING``), for ``iter_sse``."""
+        return None if self.max_chars is None else self.max_chars * STREAM_FRAMING
+
+    def over_budget(self) -> SummaryError:
+        return SummaryError(
+            f"{self.provider}: the streamed summary passed its budget ({self.max_chars} "
+            f"characters for max_tokens={self.max_tokens}); stream cut",
+            retryable=True,
+        )
 
     def add(self, text: str) -> None:
         if not text:
             return
         self.chunks.append(text)
         self.chars += len(text)
+        if self.max_chars is not None and self.chars > self.max_chars:
+            self.chunks.clear()
+            raise self.over_budget()
         if self._progress is not None:
             try:
                 self._progress(self.chars)
@@ -139,8 +169,8 @@ class HttpSummarizer:
     def body(self, req: SummaryRequest) -> dict[str, Any]:
         raise NotImplementedError
 
-    async def consume(self, resp: httpx.Response, progress: Progress | None) -> StreamState:
-        """One attempt's response, streamed or not, into a ``StreamState``."""
+    async def consume(self, resp: httpx.Response, state: StreamState) -> StreamState:
+        """One attempt's response, streamed or not, into ``state`` (a new one per attempt)."""
         raise NotImplementedError
 
     def headers(self) -> dict[str, str]:
@@ -168,13 +198,16 @@ class HttpSummarizer:
     ) -> tuple[StreamState, dict[str, Any]]:
         """The request's body, sent (``post``): what was read and the body that was sent."""
         body = self.body(req)
-        return await self.post(body, progress), body
+        return await self.post(body, progress, req.max_tokens), body
 
-    async def post(self, body: dict[str, Any], progress: Progress | None) -> StreamState:
-        """POST ``body`` to ``url`` with the retry policy; each attempt read by ``consume``."""
+    async def post(
+        self, body: dict[str, Any], progress: Progress | None, max_tokens: int | None = None
+    ) -> StreamState:
+        """POST ``body`` to ``url`` with the retry policy; each attempt read by ``consume``,
+        its text bounded by ``max_tokens`` (``StreamState``)."""
 
         async def consume(resp: httpx.Response) -> StreamState:
-            return await self.consume(resp, progress)
+            return await self.consume(resp, StreamState(progress, max_tokens, self.provider_id))
 
         url = self.url
         log.debug("%s summary request: POST %s model=%s", self.provider_id, url, self.model_id)

@@ -130,16 +130,46 @@ async def read_capped(resp: httpx.Response, cap: int) -> bytes:
     return bytes(buf[:cap])
 
 
-async def iter_sse(resp: httpx.Response) -> AsyncIterator[tuple[str, str]]:
+async def iter_sse(
+    resp: httpx.Response,
+    max_chars: int | None = None,
+    over: Callable[[], SummaryError] | None = None,
+) -> AsyncIterator[tuple[str, str]]:
     """Server-sent events as ``(event, data)``; ``event`` is ``"message"`` when unnamed.
 
     httpx-sse decodes the stream (the spec's field, comment and multi-line rules) and refuses
-    a 2xx that is not ``text/event-stream`` (a proxy's HTML page, say) with a clear error."""
+    a 2xx that is not ``text/event-stream`` (a proxy's HTML page, say) with a clear error.
+    ``max_chars``: past that many characters of stream the error ``over()`` is raised, so an
+    event that never ends is not held whole."""
+    source = resp if max_chars is None else _Capped(resp, max_chars, over)
     try:
-        async for sse in EventSource(resp).aiter_sse():
+        async for sse in EventSource(source).aiter_sse():  # type: ignore[arg-type]
             yield sse.event or "message", sse.data
     except SSEError as exc:
         raise SummaryError(f"not a stream of server-sent events: {exc}") from None
+
+
+class _Capped:
+    """The response as ``EventSource`` reads it (its headers, its text), ending in an error
+    once more than ``max_chars`` characters were read."""
+
+    def __init__(
+        self, resp: httpx.Response, max_chars: int, over: Callable[[], SummaryError] | None
+    ) -> None:
+        self._resp = resp
+        self._max = max_chars
+        self._over = over
+        self.headers = resp.headers
+
+    async def aiter_text(self) -> AsyncIterator[str]:
+        read = 0
+        async for text in self._resp.aiter_text():
+            read += len(text)
+            if read > self._max:
+                if self._over is not None:
+                    raise self._over()
+                raise SummaryError(f"the stream passed {self._max} characters", retryable=True)
+            yield text
 
 
 def is_json_response(resp: httpx.Response) -> bool:

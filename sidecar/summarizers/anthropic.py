@@ -14,7 +14,6 @@ from sidecar.summarizers._http import HttpSummarizer, StreamState, count
 from sidecar.summarizers._retry import JSON_BODY_CAP, is_json_response, iter_sse, read_capped
 from sidecar.summarizers._text import redact, trim
 from sidecar.summarizers.base import (
-    Progress,
     SummaryError,
     SummaryRequest,
     extra_user_texts,
@@ -79,8 +78,7 @@ class AnthropicSummarizer(HttpSummarizer):
             "stream": True,
         }
 
-    async def consume(self, resp: httpx.Response, progress: Progress | None) -> StreamState:
-        state = StreamState(progress)
+    async def consume(self, resp: httpx.Response, state: StreamState) -> StreamState:
         usage = _Usage()
         if is_json_response(resp):  # non-streamed reply
             raw = await read_capped(resp, JSON_BODY_CAP)
@@ -95,7 +93,7 @@ class AnthropicSummarizer(HttpSummarizer):
                 usage.start(data.get("usage"))
             state.completed = True
         else:
-            async for event, raw_data in iter_sse(resp):
+            async for event, raw_data in iter_sse(resp, state.max_stream_chars, state.over_budget):
                 data = _decode(raw_data)
                 if not isinstance(data, dict):
                     continue

@@ -68,16 +68,15 @@ class OpenAISummarizer(HttpSummarizer):
                 raise
             log.info("openai: retrying the summary with max_completion_tokens")
             body = self.body(req, token_field="max_completion_tokens")
-            return await self.post(body, progress), body
+            return await self.post(body, progress, req.max_tokens), body
 
-    async def consume(self, resp: httpx.Response, progress: Progress | None) -> StreamState:
-        state = StreamState(progress)
+    async def consume(self, resp: httpx.Response, state: StreamState) -> StreamState:
         if is_json_response(resp):  # a server that ignored "stream": true
             raw = await read_capped(resp, JSON_BODY_CAP)
             self._apply_full(_decode(raw), state)
             state.completed = True
             return state
-        async for _event, data in iter_sse(resp):
+        async for _event, data in iter_sse(resp, state.max_stream_chars, state.over_budget):
             if data.strip() == "[DONE]":
                 state.completed = True
                 break

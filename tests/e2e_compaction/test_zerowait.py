@@ -28,6 +28,7 @@ async def test_prepared_overflows_never_wait_for_the_writer(tmp_path: Path) -> N
     assert run.windows_fit
     assert run.status["summaryTokens"] > 0
     assert run.status["preparedDiscardedTokens"] == 0
+    assert run.status["preparedFailed"] == 0
 
 
 async def test_without_prepare_every_overflow_waits_for_the_writer(tmp_path: Path) -> None:

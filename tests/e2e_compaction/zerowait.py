@@ -133,6 +133,7 @@ async def drive(tmp: Path, *, prepare: float | None, overflows: int = 3, delay: 
         run.status = {
             "summaryTokens": status.summary_tokens,
             "preparedDiscardedTokens": status.prepared_discarded_tokens,
+            "preparedFailed": status.prepared_failed,
         }
     finally:
         await c.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import msgspec
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -242,3 +244,103 @@ def test_the_decode_cache_is_bounded_by_the_text_it_holds_and_never_stale() -> N
     big = "x" * 20_000
     assert cache("big", big) == big.upper()
     assert cache.held_bytes <= 10_000
+
+
+async def test_a_commit_by_another_daemon_during_a_window_read_is_no_error(
+    db: object, store: Store
+) -> None:
+    """Issue 32 item 10: a second daemon on the same database (here a second ``Store``)
+    commits a compaction's messages and parts while a window read is under way. The read
+    used to take its messages and its parts in two statements, two snapshots: the parts of
+    a message the first never saw reached ``WindowCache.put`` (``KeyError``, -32603 on
+    ``session/context``). The read sees one snapshot, and the next one sees the commit."""
+    other = await Store.open(db)  # type: ignore[arg-type]
+    try:
+        await store.put_session(Session(id="s", title="", time=SessionTime(created=1, updated=1)))
+        m1 = UserMessage(id="m1", session_id="s", time=MessageTime(created=10))
+        p1 = TextPart(id="p1", session_id="s", message_id="m1", text="a")
+        await store.put_many([(m1, enc(m1))], [(p1, enc(p1))])
+        m2 = UserMessage(id="m2", session_id="s", time=MessageTime(created=20))
+        p2 = TextPart(id="p2", session_id="s", message_id="m2", text="b")
+        real = store.backend.stream
+        streams = 0
+
+        def stream(sql: str, args: list[object]):  # type: ignore[no-untyped-def]
+            return _after(real(sql, args))
+
+        @contextlib.asynccontextmanager
+        async def _after(inner):  # type: ignore[no-untyped-def]
+            nonlocal streams
+            async with inner as chunks:
+                yield chunks
+            streams += 1
+            if streams == 1:  # the other daemon commits right after the first statement
+                await other.put_many([(m2, enc(m2))], [(p2, enc(p2))])
+
+        store.backend.stream = stream  # type: ignore[method-assign]
+        try:
+            first = await store.window("s")
+        finally:
+            store.backend.stream = real  # type: ignore[method-assign]
+        assert streams >= 1
+        assert _ids(first) in (
+            [("m1", 10, [enc(p1)])],
+            [("m1", 10, [enc(p1)]), ("m2", 20, [enc(p2)])],
+        )
+        await _check(store, "s")
+        assert [m.info.id for m in await store.window("s")] == ["m1", "m2"]
+    finally:
+        await other.close()
+
+
+async def test_a_read_that_raced_with_another_daemons_commit_is_not_cached(
+    db: object, store: Store
+) -> None:
+    """A read of a session the cache does not hold yet reads a snapshot from before another
+    daemon's commit; meanwhile a read of another session notices that commit and clears the
+    cache (the session had no entry to drop). The first read must not store its older window
+    after that clear: the cache would serve it, missing the commit, until the next one."""
+    other = await Store.open(db)  # type: ignore[arg-type]
+    try:
+        for sid in ("s", "o"):
+            await store.put_session(
+                Session(id=sid, title="", time=SessionTime(created=1, updated=1))
+            )
+        m1 = UserMessage(id="m1", session_id="s", time=MessageTime(created=10))
+        await store.put_message(m1, enc(m1))
+        m2 = UserMessage(id="m2", session_id="s", time=MessageTime(created=20))
+        real = store.backend.stream
+
+        @contextlib.asynccontextmanager
+        async def _after(inner):  # type: ignore[no-untyped-def]
+            async with inner as chunks:
+                yield chunks
+            store.backend.stream = real  # type: ignore[method-assign]
+            await other.put_message(m2, enc(m2))  # committed after the snapshot was read
+            await store.window("o")  # another read notices it, first
+
+        store.backend.stream = lambda sql, args: _after(real(sql, args))  # type: ignore[method-assign]
+        try:
+            await store.window("s")
+        finally:
+            store.backend.stream = real  # type: ignore[method-assign]
+        assert [m.info.id for m in await store.window("s")] == ["m1", "m2"]
+        await _check(store, "s")
+    finally:
+        await other.close()
+
+
+async def test_a_read_inside_an_older_snapshot_is_not_cached(store: Store) -> None:
+    """SQLite's reads share one connection: a statement that begins while another one is
+    still being read joins its read transaction, and sees the database as it was when that
+    one began, even a write of our own committed since. Such a window is served (it is a
+    consistent state) but never cached: the cache would keep serving it without the write."""
+    await store.put_session(Session(id="s", title="", time=SessionTime(created=1, updated=1)))
+    m1 = UserMessage(id="m1", session_id="s", time=MessageTime(created=10))
+    await store.put_message(m1, enc(m1))
+    async with store.backend.stream("SELECT id FROM messages", []):  # a page being read
+        m2 = UserMessage(id="m2", session_id="s", time=MessageTime(created=20))
+        await store.put_message(m2, enc(m2))
+        await store.window("s")  # read while the other statement holds its snapshot
+    assert [m.info.id for m in await store.window("s")] == ["m1", "m2"]
+    await _check(store, "s")

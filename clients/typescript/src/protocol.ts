@@ -1430,6 +1430,7 @@ export interface DaemonStatus {
   idleExit: number | null;
   summaryTokens?: number;
   preparedDiscardedTokens?: number;
+  preparedFailed?: number;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema

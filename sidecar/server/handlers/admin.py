@@ -33,6 +33,7 @@ async def status(ctx: Context, params: Empty) -> DaemonStatus:
         idle_exit=control.idle_exit,
         summary_tokens=ctx.engine.summary_tokens,
         prepared_discarded_tokens=ctx.engine.prepared_discarded_tokens,
+        prepared_failed=ctx.engine.prepared_failed,
     )
 
 

@@ -128,7 +128,10 @@ async def test_without_the_option_a_longer_summary_fails_as_today(
     h, result, _text, _meta = await _compact(store, server, verify_on=False)
     assert len(server.requests) == 1
     assert result.status == "stop" and "would not make the context smaller" in str(result.error)
-    assert h.host.methods("session/compacted") == []
+    # Refused: nothing stored, and the event says why (issue 32 item 3).
+    [event] = h.host.methods("session/compacted")
+    assert "would not make the context smaller" in str(event.rejected)
+    assert event.messages_summarized == 0 and result.summary_message_id is None
 
 
 async def test_an_empty_summary_is_still_rejected_with_the_option(
