@@ -27,6 +27,7 @@ from sidecar.model.rpc import (
     PartUpdatedEvent,
     PartUpdateParams,
 )
+from sidecar.protocol.shared import Shared
 from sidecar.server.context import Context
 from sidecar.store.backend import Done
 
@@ -142,20 +143,48 @@ def _answer(
 
 def part_update(ctx: Context, p: PartUpdateParams, done: Done[Any]) -> None:
     """The hot path (streamed parts): answered from the store's commit callback, so a request
-    costs no task, and the parts of one read share one commit."""
+    costs no task, and the parts of one read share one commit.
+
+    The part's JSON is never copied on the way but once, into the ``str`` of its row: the
+    reply and every ``part/updated`` send the request's own bytes (``Shared``), with the id
+    the daemon gave it spliced in front (``_with_id``), so a large part costs its frame and
+    its row, not a copy per frame and per step."""
     part = decode_part(p.part)
-    raw = bytes(p.part)
-    if not part.id:
-        data = _dict_decoder.decode(raw)
-        part.id = data["id"] = new_id("prt")
-        raw = _encoder.encode(data)
-    stored = msgspec.Raw(raw)
+    view = memoryview(p.part)  # a slice of the frame: ``msgspec.Raw`` does not copy
+    if part.id:
+        stored = Shared(view)
+    else:
+        part.id = new_id("prt")
+        stored = _with_id(view, part.id)
+    raw = stored.text()
     ctx.engine.touched(part.session_id)  # the turn is still being written
 
     def committed(_: None, exc: BaseException | None) -> None:
-        _answer(ctx, part.session_id, stored, PartUpdatedEvent(part=stored), done, exc)
+        _answer(ctx, part.session_id, stored, PartUpdatedEvent(part=stored), done, exc)  # type: ignore[arg-type]  # a ``Shared`` is encoded as the Raw it holds
 
     ctx.store.put_part_then(part, raw, committed)
+
+
+class _Id(msgspec.Struct):
+    """An object's ``id`` key, if it has one (its other keys skipped, not decoded)."""
+
+    id: Any = msgspec.UNSET
+
+
+_id_decoder = msgspec.json.Decoder(_Id)
+
+
+def _with_id(view: memoryview, ident: str) -> Shared:
+    """The object ``view`` with ``"id": ident``: spliced in front when it has no ``id`` key,
+    the client's other bytes untouched; an ``id`` key it has (``""``, ``null``) is replaced
+    in a re-encoding of the whole object."""
+    if _id_decoder.decode(view).id is msgspec.UNSET:
+        head = b'{"id":' + _encoder.encode(ident)
+        rest = view[1:]
+        return Shared(head + (b"," if bytes(rest[:64]).lstrip()[:1] != b"}" else b""), rest)
+    data = _dict_decoder.decode(view)
+    data["id"] = ident
+    return Shared(_encoder.encode(data))
 
 
 async def message_remove(ctx: Context, p: MessageRemoveParams) -> None:
