@@ -30,6 +30,7 @@ from sidecar.model.rpc import (
 from sidecar.protocol.shared import Shared
 from sidecar.server.context import Context
 from sidecar.store.backend import Done
+from sidecar.store.store import part_key
 
 _message_decoder = msgspec.json.Decoder(Message)
 _part_decoder = msgspec.json.Decoder(Part)
@@ -149,12 +150,14 @@ def part_update(ctx: Context, p: PartUpdateParams, done: Done[Any]) -> None:
     reply and every ``part/updated`` send the request's own bytes (``Shared``), with the id
     the daemon gave it spliced in front (``_with_id``), so a large part costs its frame and
     its row, not a copy per frame and per step."""
-    part = decode_part(p.part)
+    # Validated, then only its ids kept: the Struct (a copy of its text) is gone before the
+    # row's ``str`` is made.
+    part = part_key(decode_part(p.part))
     view = memoryview(p.part)  # a slice of the frame: ``msgspec.Raw`` does not copy
     if part.id:
         stored = Shared(view)
     else:
-        part.id = new_id("prt")
+        part = part._replace(id=new_id("prt"))
         stored = _with_id(view, part.id)
     raw = stored.text()
     ctx.engine.touched(part.session_id)  # the turn is still being written
