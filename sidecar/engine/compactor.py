@@ -820,7 +820,12 @@ class Compactor:
         overhead and the summary's room (None: no budget known, the whole turn is kept)."""
         if req.usable <= 0:
             return None
-        return max(0, req.usable - req.overhead - _summary_budget(window, cfg))
+        summary = _summary_budget(window, cfg)
+        # The task (the first and latest requests, which an earlier summary in the window may
+        # carry too) rides on top of the summary's budget, at most half of it and
+        # ``taskBudget`` (``bounded.summarize``): the summary may take that much more.
+        task = min(cfg.compaction.task_budget, summary // 2)
+        return max(0, req.usable - req.overhead - summary - task)
 
     async def _append_marker(self, req: Request, plan: _Plan) -> WithParts:
         appended = plan.marker(req.auto, bool(req.overflow), plan.tail)

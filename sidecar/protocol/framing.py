@@ -123,8 +123,15 @@ class FrameParser:
                 self._need = length
             if len(buf) < self._need:
                 return None
-            body = bytes(buf[: self._need])
-            del buf[: self._need]
+            if len(buf) == self._need:
+                # The usual end of a large frame: its body is all there is. A new buffer
+                # then, so this one (as large as the frame) is freed with its copy made.
+                body = bytes(buf)
+                self._buf = bytearray()
+            else:
+                with memoryview(buf) as view:  # no slice copy besides the body itself
+                    body = bytes(view[: self._need])
+                del buf[: self._need]
             self._need = -1
             return body
 

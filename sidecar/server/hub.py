@@ -12,6 +12,7 @@ import msgspec
 from lsprotocol.types import LogMessageParams, MessageType
 
 from sidecar.model.rpc import ClientCapabilities
+from sidecar.protocol.shared import as_raw
 
 T = TypeVar("T")
 
@@ -88,7 +89,7 @@ def _json(params: Any) -> bytes:
     first use: only a shared database relays, and building one costs start-up time)."""
     if attrs.has(type(params)):
         params = _converter().unstructure(params)
-    return msgspec.json.encode(params)
+    return msgspec.json.encode(params, enc_hook=as_raw)  # a ``Shared`` part is copied in
 
 
 @functools.cache

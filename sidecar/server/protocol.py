@@ -62,6 +62,7 @@ from sidecar.protocol.envelopes import (
     Response,
 )
 from sidecar.protocol.framing import FrameError, frame_header
+from sidecar.protocol.shared import Buffer, PieceEncoder, Shared
 
 #: The error a handler's failure becomes (its code and message are the reply's).
 RpcError = JsonRpcException
@@ -88,7 +89,7 @@ _EMPTY = b"{}"
 # ``_decode_params``: the frame has been answered (params may be anything, None included).
 _REFUSED: Any = object()
 # Payload types msgspec encodes as they are (the common case: skip the attrs check).
-_MSGSPEC_NATIVE = (msgspec.Struct, msgspec.Raw, dict, list, str, int, float, type(None))
+_MSGSPEC_NATIVE = (msgspec.Struct, msgspec.Raw, Shared, dict, list, str, int, float, type(None))
 
 
 class Starting:
@@ -135,8 +136,10 @@ class SidecarProtocol(JsonRPCProtocol):
         self.max_reply: Callable[[], int | None] = lambda: None
         self.on_stalled: Callable[[], None] = lambda: None
         self.on_drained: Callable[[], None] = lambda: None
-        self._encoder = msgspec.json.Encoder()
-        self._out: list[bytes] = []
+        # Encodes to buffers: a ``Shared`` value (a large part echoed in a reply and in
+        # notifications) is referenced by each frame, not copied into it.
+        self._encoder = PieceEncoder()
+        self._out: list[Buffer] = []
         self._out_bytes = 0
         # Large frames (``_LARGE`` bytes or more) in the batch being queued, as (offset in
         # the batch, length, is a reply), and those handed to the transport and maybe still
@@ -552,18 +555,19 @@ class SidecarProtocol(JsonRPCProtocol):
     def _send_result(self, msg_id: Any, result: Any) -> None:
         try:
             body = self._encoder.encode(Response(JSONRPC, msg_id, self._plain(result)))
-        except (TypeError, ValueError, msgspec.EncodeError) as exc:
+        except (TypeError, ValueError, NotImplementedError, msgspec.EncodeError) as exc:
             log.error("result of request %s could not be serialised: %s", msg_id, exc)
             self.send_error(
                 msg_id, ErrorCode.INTERNAL_ERROR, f"result could not be serialised: {exc}"
             )
             return
         cap = self.max_reply()
-        if cap is not None and len(body) > cap:
+        size = _size(body)
+        if cap is not None and size > cap:
             self.send_error(
                 msg_id,
                 ErrorCode.TOO_LARGE,
-                f"the reply is {len(body)} bytes, over the limit of {cap} (config "
+                f"the reply is {size} bytes, over the limit of {cap} (config "
                 "server.maxReplyBytes): ask for less (session/messages limit, partLimit, "
                 "cursor; session/context after session/compact)",
             )
@@ -597,25 +601,33 @@ class SidecarProtocol(JsonRPCProtocol):
     def _write(self, message: msgspec.Struct) -> None:
         try:
             body = self._encoder.encode(message)
-        except (TypeError, ValueError, msgspec.EncodeError):
+        except (TypeError, ValueError, NotImplementedError, msgspec.EncodeError):
             log.exception("could not encode an outgoing message")
             return
         self._write_bytes(body)
 
-    def _write_bytes(self, body: bytes, *, reply: bool = False) -> None:
-        """Queue a frame; what is queued in one loop iteration goes out in one write, except
-        that a body of ``_UNCOPIED`` bytes or more is written on its own after its header:
-        joined to it, it would be a third copy of a reply beside its result and its body."""
+    def _write_bytes(self, body: list[Buffer], *, reply: bool = False) -> None:
+        """Queue a frame whose body is ``body``'s buffers; what is queued in one loop
+        iteration goes out in one write, except that a buffer of ``_UNCOPIED`` bytes or more
+        is written on its own: joined to the rest, it would be one more copy of a reply beside
+        its result and its body (and a ``Shared`` one, a copy per frame that carries it)."""
         if self.writer is None:
             return
-        header = frame_header(len(body))
-        size = len(header) + len(body)
+        header = frame_header(_size(body))
+        size = len(header) + _size(body)
         if size >= _LARGE:
             self._large_out.append((self._out_bytes, size, reply))
-        if len(body) >= _UNCOPIED:
-            self._out += (header, body)
-        else:
-            self._out.append(header + body)
+        run: list[Buffer] = [header]
+        for piece in body:
+            if len(piece) >= _UNCOPIED:
+                if run:
+                    self._out.append(run[0] if len(run) == 1 else b"".join(run))
+                    run = []
+                self._out.append(piece)
+            else:
+                run.append(piece)
+        if run:
+            self._out.append(run[0] if len(run) == 1 else b"".join(run))
         self._out_bytes += size
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -643,7 +655,7 @@ class SidecarProtocol(JsonRPCProtocol):
                     held.append(memoryview(piece))
                     self._held_out_bytes += len(piece)
                 else:
-                    writer.write(piece)
+                    writer.write(piece)  # type: ignore[arg-type]  # any bytes-like object
             if held:
                 self.feed()
         except (BrokenPipeError, ConnectionError, RuntimeError):
@@ -743,10 +755,14 @@ _UNCOPIED = 1 << 20
 FEED_BYTES = 1 << 20
 
 
-def _coalesced(out: list[bytes]) -> list[bytes]:
+def _size(body: list[Buffer]) -> int:
+    return sum(len(piece) for piece in body)
+
+
+def _coalesced(out: list[Buffer]) -> list[Buffer]:
     """``out`` in as few writes as possible, none copying a body of ``_UNCOPIED`` bytes."""
-    pieces: list[bytes] = []
-    run: list[bytes] = []
+    pieces: list[Buffer] = []
+    run: list[Buffer] = []
     for piece in out:
         if len(piece) < _UNCOPIED:
             run.append(piece)

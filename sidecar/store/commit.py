@@ -464,10 +464,16 @@ def _rollback(conn: sqlite3.Connection) -> None:
 
 
 def resolve(op: Op, exc: BaseException | None = None) -> None:
-    """Tell a queued op's caller how it went (unless it already gave up waiting)."""
-    if op.then is not None:
+    """Tell a queued op's caller how it went (unless it already gave up waiting).
+
+    The op then lets go of its rows and its callback: a writer keeps its last batch until
+    the next one comes (aiosqlite's thread holds its last call, ``PgCommit._run`` its last
+    batch), and a 10 MB part would stay alive with them (its row, and through the callback
+    its frame and decoded Struct) until the next write."""
+    then, op.then, op.statements, op.on_integrity = op.then, None, [], None
+    if then is not None:
         try:
-            op.then(op.rowcounts, exc)
+            then(op.rowcounts, exc)
         except Exception:  # a caller's bug must not stop the others of the batch
             log.exception("commit callback failed")
         return

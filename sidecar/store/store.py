@@ -186,11 +186,25 @@ def message_row(info: Message, raw: bytes | str) -> tuple[Any, ...]:
     )
 
 
-def part_row(part: Part, raw: bytes | str) -> tuple[Any, ...]:
+class PartKey(NamedTuple):
+    """What the store needs of a part besides its JSON: a large part's decoded Struct (its
+    text, its output) need not stay alive while its row is written (``part_key``)."""
+
+    id: str
+    message_id: str
+    session_id: str
+    tag: Any
+
+
+def part_key(part: Part) -> PartKey:
+    return PartKey(part.id, part.message_id, part.session_id, type(part).__struct_config__.tag)
+
+
+def part_row(part: Part | PartKey, raw: bytes | str) -> tuple[Any, ...]:
     if "\x00" in part.id or "\x00" in part.session_id or "\x00" in part.message_id:
         ids = {"id": part.id, "sessionID": part.session_id, "messageID": part.message_id}
         raise _nul_in("part", ids)
-    tag = type(part).__struct_config__.tag
+    tag = part.tag if isinstance(part, PartKey) else type(part).__struct_config__.tag
     return (part.id, part.message_id, part.session_id, tag, _text(raw))
 
 
@@ -227,7 +241,7 @@ def message_error(info: Message) -> Callable[[Exception], Exception]:
     return mapped
 
 
-def part_error(part: Part) -> Callable[[Exception], Exception]:
+def part_error(part: Part | PartKey) -> Callable[[Exception], Exception]:
     """What a client sees when ``part``'s row breaks an integrity rule."""
 
     def mapped(exc: Exception) -> Exception:
@@ -421,7 +435,7 @@ class Store:
         else:  # merged with others: which rows applied is unknown
             self.cache.invalidate(info.session_id)
 
-    def _part_op(self, part: Part, raw: bytes | str) -> _Write:
+    def _part_op(self, part: Part | PartKey, raw: bytes | str) -> _Write:
         row = part_row(part, raw)
         return [(UPSERT_PART, [row])], functools.partial(self._part_written, part, row)
 
@@ -429,7 +443,7 @@ class Store:
         statements, written = self._part_op(part, raw)
         written(await self._db.submit(statements, on_integrity=part_error(part)))
 
-    def put_part_then(self, part: Part, raw: bytes | str, then: Done[None]) -> None:
+    def put_part_then(self, part: Part | PartKey, raw: bytes | str, then: Done[None]) -> None:
         """``put_part`` for callers without a task: ``then(None, None)`` once the part is
         committed, ``then(None, exc)`` if it could not be (``backend.Done``). Called from the
         writer, right after the commit."""
@@ -453,7 +467,7 @@ class Store:
 
         self._db.submit_then(statements, committed, on_integrity)
 
-    def _part_written(self, part: Part, row: tuple[Any, ...], counts: list[int]) -> None:
+    def _part_written(self, part: Part | PartKey, row: tuple[Any, ...], counts: list[int]) -> None:
         if counts[0] > 0:
             self.cache.part_written(part.session_id, part.message_id, part.id, row[-1])
         else:  # merged with others: which rows applied is unknown

@@ -141,10 +141,12 @@ async def test_collapse_keeps_the_whole_open_turn(spawner: Spawner) -> None:
     agent = await Agent.start(spawner, method="collapse", summaryShare=10)
     c, sid = agent.c, agent.sid
     for _ in range(3):
-        await agent.closed_turn(2_000)
+        await agent.closed_turn(2_500)  # with the turn below: over the usable 20,000
     u = await agent.user("Read both modules")
-    a1 = await agent.step(u, finish="tool-calls", output=7_000)
-    a2 = await agent.step(u, finish="tool-calls", output=7_000)
+    # Most of the window, within the room the summary leaves it (the collapse budget, 17,000,
+    # less the summary's 2,000 and its task's 1,000).
+    a1 = await agent.step(u, finish="tool-calls", output=6_800)
+    a2 = await agent.step(u, finish="tool-calls", output=6_800)
     ctx = await c.request("session/context", {"sessionID": sid})
     assert c.notifications("session/compacted")
     ids = window_ids(ctx)

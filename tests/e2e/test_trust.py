@@ -32,7 +32,7 @@ from wire import put_message, put_part, stored
 
 from sidecar.model.ids import new_id
 
-from .builders import rpc_frame, text_part, user_message
+from .builders import assistant_message, rpc_frame, text_part, user_message
 from .conftest import SocketDaemon, Spawner
 
 PARSE_ERROR = -32700
@@ -803,7 +803,10 @@ async def test_f10_two_daemons_never_compact_one_session_twice(spawner: Spawner)
     b.on_request("summarizer/complete", b_summary)
     session = await a.create_session()
     user = await message_with_id(a, session.id)
-    await put_part(a, text_part(session.id, user, "Refactor src/app.py " * 200))
+    await put_part(a, text_part(session.id, user, "Refactor src/app.py"))
+    # History a summary can shrink (the first request itself is kept whole in it).
+    answer = await put_message(a, assistant_message(session.id, user, finish="stop"))
+    await put_part(a, text_part(session.id, answer["id"], "Refactored src/app.py " * 400))
     await b.context(session.id)  # B has the session cached too
 
     in_a: Call[Any] = a.call("session/compact", {"sessionID": session.id})

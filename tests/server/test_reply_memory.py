@@ -12,6 +12,8 @@ from typing import Any
 
 import msgspec
 
+from sidecar.model.rpc import PartUpdatedEvent
+from sidecar.server.handlers.messages import _with_id
 from sidecar.server.protocol import FEED_BYTES, SidecarProtocol, new_protocol
 
 from .frames import split_frames
@@ -116,3 +118,38 @@ async def test_a_large_reply_is_handed_to_the_transport_as_the_peer_reads_it() -
         writer.close()
     assert reply["id"] == 7 and reply["result"] == "x" * SIZE
     assert note["method"] == "thing/updated"
+
+
+async def test_a_shared_part_is_sent_in_its_reply_and_notification_without_a_copy() -> None:
+    """``part/update`` echoes the part in its reply and in ``part/updated``: both frames
+    reference the request's own bytes (``Shared``); encoding them allocates only their
+    envelopes, where each used to be one more copy of the part."""
+    proto, writer, rfd = await _pipe()
+    part = msgspec.json.encode({"type": "text", "text": "x" * SIZE, "extra": [1]})
+    frame_body = b'{"part":' + part + b"}"
+    view = memoryview(frame_body)[8:-1]
+    shared = _with_id(view, "prt_1")
+    tracemalloc.start()
+    try:
+        proto._send_result(7, shared)
+        proto.notify("part/updated", PartUpdatedEvent(part=shared))  # type: ignore[arg-type]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < SIZE // 8, peak  # the envelopes and bookkeeping, no part
+    try:
+        reply, note = await _read(rfd, 2)
+    finally:
+        writer.close()
+    want = {"id": "prt_1", "type": "text", "text": "x" * SIZE, "extra": [1]}
+    assert reply["id"] == 7 and reply["result"] == want
+    assert note["method"] == "part/updated" and note["params"] == {"part": want}
+
+
+def test_an_id_is_spliced_in_front_and_an_empty_one_replaced() -> None:
+    spliced = _with_id(memoryview(b'{"type":"text","zz":{"id":1}}'), "prt_1")
+    assert len(spliced.buffers) == 2  # the client's bytes kept, not re-encoded
+    assert spliced.text() == '{"id":"prt_1","type":"text","zz":{"id":1}}'
+    empty = _with_id(memoryview(b'{"id":"","type":"text"}'), "prt_2")
+    assert msgspec.json.decode(empty.text()) == {"id": "prt_2", "type": "text"}
+    assert msgspec.json.decode(_with_id(memoryview(b"{ }"), "prt_3").text()) == {"id": "prt_3"}

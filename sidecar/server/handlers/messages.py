@@ -29,9 +29,10 @@ from sidecar.model.rpc import (
     PartUpdatedEvent,
     PartUpdateParams,
 )
+from sidecar.protocol.shared import Shared
 from sidecar.server.context import Context
 from sidecar.store.backend import Done
-from sidecar.store.store import may_keep_prune_mark
+from sidecar.store.store import PartKey, may_keep_prune_mark, part_key
 
 _message_decoder = msgspec.json.Decoder(Message)
 _part_decoder = msgspec.json.Decoder(Part)
@@ -153,46 +154,78 @@ def part_update(ctx: Context, p: PartUpdateParams, done: Done[Any]) -> Future[No
     """The hot path (streamed parts): answered from the store's commit callback, so a request
     costs no task, and the parts of one read share one commit.
 
+    The part's JSON is never copied on the way but once, into the ``str`` of its row: the
+    reply and every ``part/updated`` send the request's own bytes (``Shared``), with the id
+    the daemon gave it spliced in front (``_with_id``), so a large part costs its frame and
+    its row, not a copy per frame and per step.
+
     Only a completed tool output without ``time.compacted`` must read first: a pruned one
     written again with the same output keeps its mark (``Store.prune_mark_of``). It returns
     the task that will queue the write, which the connection's later requests wait for.
     """
-    part = decode_part(p.part)
-    raw = bytes(p.part)
-    ctx.engine.touched(part.session_id)  # the turn is still being written
-    if not part.id:
-        data = _dict_decoder.decode(raw)
-        part.id = data["id"] = new_id("prt")
-        raw = _encoder.encode(data)
-    elif may_keep_prune_mark(part):
-        return asyncio.ensure_future(_update_keeping_mark(ctx, part, raw, done))
-    _store_part(ctx, part, raw, done)
+    decoded = decode_part(p.part)
+    view = memoryview(p.part)  # a slice of the frame: ``msgspec.Raw`` does not copy
+    ctx.engine.touched(decoded.session_id)  # the turn is still being written
+    if decoded.id and may_keep_prune_mark(decoded):
+        return asyncio.ensure_future(_update_keeping_mark(ctx, decoded, view, done))
+    # Validated, then only its ids kept: the Struct (a copy of its text) is gone before the
+    # row's ``str`` is made.
+    part = part_key(decoded)
+    del decoded
+    if part.id:
+        _store_part(ctx, part, Shared(view), done)
+    else:
+        part = part._replace(id=new_id("prt"))
+        _store_part(ctx, part, _with_id(view, part.id), done)
     return None
 
 
-async def _update_keeping_mark(ctx: Context, part: Part, raw: bytes, done: Done[Any]) -> None:
+async def _update_keeping_mark(ctx: Context, part: Part, view: memoryview, done: Done[Any]) -> None:
     try:
         await ctx.store.barrier()  # the writes queued before this one (its own earlier ones)
         mark = await ctx.store.prune_mark_of(part)
+        stored = Shared(view)
         if mark:
-            data = _dict_decoder.decode(raw)
+            data = _dict_decoder.decode(view)
             state = data["state"]
             state["time"] = {**(state.get("time") or {}), "compacted": mark}
-            raw = _encoder.encode(data)
+            stored = Shared(_encoder.encode(data))
     except Exception as exc:
         done(None, exc)
         return
-    await _answered(functools.partial(_store_part, ctx, part, raw), done)
+    await _answered(functools.partial(_store_part, ctx, part_key(part), stored), done)
 
 
-def _store_part(ctx: Context, part: Part, raw: bytes, done: Done[Any]) -> None:
+def _store_part(ctx: Context, part: PartKey, stored: Shared, done: Done[Any]) -> None:
     """Queue the row; once committed: subscribe, notify, reply."""
-    stored = msgspec.Raw(raw)
+    raw = stored.text()
 
     def committed(_: None, exc: BaseException | None) -> None:
-        _answer(ctx, part.session_id, stored, PartUpdatedEvent(part=stored), done, exc)
+        _answer(ctx, part.session_id, stored, PartUpdatedEvent(part=stored), done, exc)  # type: ignore[arg-type]  # a ``Shared`` is encoded as the Raw it holds
 
     ctx.store.put_part_then(part, raw, committed)
+
+
+class _Id(msgspec.Struct):
+    """An object's ``id`` key, if it has one (its other keys skipped, not decoded)."""
+
+    id: Any = msgspec.UNSET
+
+
+_id_decoder = msgspec.json.Decoder(_Id)
+
+
+def _with_id(view: memoryview, ident: str) -> Shared:
+    """The object ``view`` with ``"id": ident``: spliced in front when it has no ``id`` key,
+    the client's other bytes untouched; an ``id`` key it has (``""``, ``null``) is replaced
+    in a re-encoding of the whole object."""
+    if _id_decoder.decode(view).id is msgspec.UNSET:
+        head = b'{"id":' + _encoder.encode(ident)
+        rest = view[1:]
+        return Shared(head + (b"," if bytes(rest[:64]).lstrip()[:1] != b"}" else b""), rest)
+    data = _dict_decoder.decode(view)
+    data["id"] = ident
+    return Shared(_encoder.encode(data))
 
 
 async def message_remove(ctx: Context, p: MessageRemoveParams) -> None:
