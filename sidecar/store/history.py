@@ -248,6 +248,11 @@ class _Scope:
         return sql, args
 
 
+#: A tool part's name: the first line of its indexed text (``schema.history_body``), read
+#: with it; SQLite parses a part's JSON again for every ``json_extract``.
+_LITE_TOOL = "substr(history_fts.body, 1, instr(history_fts.body, char(10)) - 1)"
+
+
 async def _search_sqlite(
     db: Backend,
     scope: _Scope,
@@ -259,7 +264,7 @@ async def _search_sqlite(
     """The newest ``limit`` matches (FTS5 walks the index backwards by rowid and stops)."""
     sql = (
         "SELECT p.session_id, p.message_id, p.id, m.role, "
-        "CASE WHEN p.type = 'tool' THEN json_extract(p.data, '$.tool') END, m.created, "
+        f"CASE WHEN p.type = 'tool' THEN {_LITE_TOOL} END, m.created, "
         f"substr(history_fts.body, 1, {RANK_CHARS}), 0 "
         "FROM history_fts JOIN parts p ON p.rowid = history_fts.rowid "
         "JOIN messages m ON m.id = p.message_id WHERE history_fts MATCH ?"
@@ -271,7 +276,7 @@ async def _search_sqlite(
     if span is not None:
         sql += " AND history_fts.rowid BETWEEN ? AND ?"
         args += list(span)
-    sql, args = scope.where(sql, args, "json_extract(p.data, '$.tool')")
+    sql, args = scope.where(sql, args, _LITE_TOOL)
     sql += " ORDER BY history_fts.rowid DESC LIMIT ?"
     args.append(limit)
     rows = await db.query_within(sql, args, deadline)
