@@ -69,11 +69,12 @@ def snippet_of(body: str, terms: Sequence[str]) -> str:
 Hit = tuple[str, str, str, str, str | None, int, str, float]
 """``(session, message, part, role, tool, time, snippet, score)``."""
 
-#: Candidates fetched per requested hit before the verbatim re-ranking (at least ``POOL_MIN``).
+#: Candidates fetched per requested hit before the verbatim re-ranking (at least ``POOL_MIN``):
+#: on SQLite the newest matches, ranked here rather than by ``bm25``, which weighs every
+#: match of a term in the whole database; reading a candidate's text is what a search costs
+#: (2,000 candidates of a common word across every session took half a second).
 POOL_FACTOR = 4
 POOL_MIN = 50
-#: SQLite: the newest matches ranked (here, not by ``bm25``), in one session or in all.
-SESSION_CAP = 2000
 #: Characters of a candidate's text read for ranking and its snippet: a 64 MB output is
 #: neither copied out of the database whole nor scanned on the loop.
 RANK_CHARS = 20_000
@@ -115,14 +116,14 @@ async def search(
     """The best ``limit`` parts matching every term of ``query`` (``session_id`` None: every
     session), found within ``budget`` seconds.
 
-    Candidates: on PostgreSQL the index's best (``ts_rank``); on SQLite the newest
-    ``SESSION_CAP`` matches of the whole query as one phrase, then of its terms, scored here
-    (``bm25`` ranks every match, which for a common word over every session is most of the
-    database). Then the parts that hold the query verbatim (blanks collapsed, any case) move
-    to the front: someone pasting an error line or a command wants the part that has exactly
-    that. Unless ``include_recall``, the recall tools' own calls and each session's open turn
-    (``open_turn``) are left out. Every query runs on a reader and stops at the budget's end;
-    the hits are then the best of what it had, ``partial``.
+    Candidates (``POOL_FACTOR`` per hit): on PostgreSQL the index's best (``ts_rank``); on
+    SQLite the newest matches of the whole query as one phrase, then, if too few, of its
+    terms, scored here (``bm25`` ranks every match, which for a common word over every
+    session is most of the database). Then the parts that hold the query verbatim (blanks
+    collapsed, any case) move to the front: someone pasting an error line or a command wants
+    the part that has exactly that. Unless ``include_recall``, the recall tools' own calls and
+    each session's open turn (``open_turn``) are left out. Every query runs on a reader and
+    stops at the budget's end; the hits are then the best of what it had, ``partial``.
     """
     terms = terms_of(query)
     if not terms:
@@ -144,8 +145,11 @@ async def search(
             if span is None:
                 return Found([])
         rows = []
+        pool = max(limit * POOL_FACTOR, POOL_MIN)
         for group in ([" ".join(terms)], terms) if len(terms) > 1 else ([" ".join(terms)],):
-            got = await _search_sqlite(db, scope, group, SESSION_CAP, span, deadline)
+            if len(rows) >= pool:
+                break  # the whole query as a phrase filled the pool: its words alone rank lower
+            got = await _search_sqlite(db, scope, group, pool, span, deadline)
             if got is None:
                 partial = True
                 break
@@ -244,6 +248,11 @@ class _Scope:
         return sql, args
 
 
+#: A tool part's name: the first line of its indexed text (``schema.history_body``), read
+#: with it; SQLite parses a part's JSON again for every ``json_extract``.
+_LITE_TOOL = "substr(history_fts.body, 1, instr(history_fts.body, char(10)) - 1)"
+
+
 async def _search_sqlite(
     db: Backend,
     scope: _Scope,
@@ -255,7 +264,7 @@ async def _search_sqlite(
     """The newest ``limit`` matches (FTS5 walks the index backwards by rowid and stops)."""
     sql = (
         "SELECT p.session_id, p.message_id, p.id, m.role, "
-        "CASE WHEN p.type = 'tool' THEN json_extract(p.data, '$.tool') END, m.created, "
+        f"CASE WHEN p.type = 'tool' THEN {_LITE_TOOL} END, m.created, "
         f"substr(history_fts.body, 1, {RANK_CHARS}), 0 "
         "FROM history_fts JOIN parts p ON p.rowid = history_fts.rowid "
         "JOIN messages m ON m.id = p.message_id WHERE history_fts MATCH ?"
@@ -267,7 +276,7 @@ async def _search_sqlite(
     if span is not None:
         sql += " AND history_fts.rowid BETWEEN ? AND ?"
         args += list(span)
-    sql, args = scope.where(sql, args, "json_extract(p.data, '$.tool')")
+    sql, args = scope.where(sql, args, _LITE_TOOL)
     sql += " ORDER BY history_fts.rowid DESC LIMIT ?"
     args.append(limit)
     rows = await db.query_within(sql, args, deadline)

@@ -263,3 +263,20 @@ async def test_a_lone_surrogate_escape_is_answered_under_its_id(shared: Client) 
         await call
     assert caught.value.code == -32700
     assert len(shared.unsolicited_errors()) == nulls
+
+
+async def test_the_bounds_are_the_daemons_own(shared: Client) -> None:
+    """A client cannot raise what a search may cost everyone else."""
+    with pytest.raises(RpcError) as caught:
+        await shared.request("config/update", {"config": {"history": {"maxQueryChars": 10**6}}})
+    assert caught.value.code == -32602 and "history.maxQueryChars" in str(caught.value)
+
+
+async def test_the_daemon_config_sets_the_bounds(spawner: Any) -> None:
+    client = await spawner.configured({"history": {"maxQueryChars": 10, "maxQueryTerms": 2}})
+    sid = (await client.create_session()).id
+    err = await refused(client, {"sessionID": sid, "query": "x" * 11})
+    assert "history.maxQueryChars (10)" in str(err)
+    err = await refused(client, {"sessionID": sid, "query": "a b c"})
+    assert "history.maxQueryTerms (2)" in str(err)
+    assert await search(client, sid, "a b") == []
