@@ -156,7 +156,10 @@ async def search(
             seen = {r[2] for r in rows}
             rows += [r for r in got if r[2] not in seen]
     verbatim = verbatim_of(query)
-    ranked = await asyncio.to_thread(_ranked, rows, verbatim, terms, db.kind != "postgresql")
+    quoted = await _in_summaries(db, [r[2] for r in rows], deadline)
+    ranked = await asyncio.to_thread(
+        _ranked, rows, verbatim, terms, db.kind != "postgresql", quoted
+    )
     hits: list[Hit] = []
     cuts: dict[str, Key | None] = {}
     for r in ranked:
@@ -172,12 +175,37 @@ async def search(
     return Found(hits, partial)
 
 
-def _ranked(rows: list[Row], verbatim: str, terms: Sequence[str], score: bool) -> list[Row]:
-    """Candidates best first (verbatim holders first): off the loop, since it reads up to
-    ``RANK_CHARS`` of each candidate's text."""
+async def _in_summaries(db: Backend, part_ids: Sequence[str], deadline: float) -> frozenset[str]:
+    """Which of ``part_ids`` belong to a compaction's summary: a summary quotes what it
+    summarized (an error line, a command), and the original is what a search for it wants."""
+    if not part_ids:
+        return frozenset()
+    marks = ", ".join("?" for _ in part_ids)
+    rows = await db.query_within(
+        "SELECT p.id FROM parts p JOIN messages m ON m.id = p.message_id "
+        f"WHERE m.summary_ok = 1 AND p.id IN ({marks})",
+        list(part_ids),
+        deadline,
+    )
+    return frozenset(str(r[0]) for r in rows or ())
+
+
+def _ranked(
+    rows: list[Row],
+    verbatim: str,
+    terms: Sequence[str],
+    score: bool,
+    quoted: frozenset[str] = frozenset(),
+) -> list[Row]:
+    """Candidates best first: the verbatim holders, originals before the summaries that quote
+    them (``quoted``), then by score. Off the loop: it reads up to ``RANK_CHARS`` of each
+    candidate's text."""
     if score:
         rows = _scored(rows, terms)
-    return sorted(rows, key=lambda r: (verbatim not in " ".join(r[6].split()).lower(), -r[7]))
+    return sorted(
+        rows,
+        key=lambda r: (verbatim not in " ".join(r[6].split()).lower(), r[2] in quoted, -r[7]),
+    )
 
 
 class _Step(msgspec.Struct):

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from sidecar_client import Client, RpcError
-from wire import put_message, put_part
+from wire import put_message, put_part, stored
 
 from .builders import assistant_message, text_part, user_message
 
@@ -207,3 +207,33 @@ async def test_bad_requests_name_the_problem(shared: Client) -> None:
             await shared.request(method, params)
         assert named in str(caught.value), (method, params, caught.value)
         assert caught.value.code != -32603
+
+
+async def test_an_exact_phrase_finds_the_original_before_a_summary_quoting_it(
+    client: Client,
+) -> None:
+    """Issue 36 item 5: the summary (its ledger keeps the error line verbatim) quotes the tool
+    output; a search for the quoted line ranks the output itself first."""
+    sid = (await client.create_session()).id
+    error = "ValueError: bad header checksum in src/pkg/mod.py line 42"
+    u = await put_message(client, user_message(sid))
+    await put_part(client, text_part(sid, u["id"], "Run the tests"))
+    a = await put_message(client, assistant_message(sid, u["id"], finish="stop"))
+    tool = await put_part(
+        client, tool_part(sid, a["id"], "bash", "pytest -x", f"collected 3 items\n{error}\n")
+    )
+    await put_part(client, text_part(sid, a["id"], "The header parser fails."))
+    # Enough history after it that a summary is smaller than the window.
+    u2 = await put_message(client, user_message(sid))
+    await put_part(client, text_part(sid, u2["id"], "Read the parser"))
+    a2 = await put_message(client, assistant_message(sid, u2["id"], finish="stop"))
+    await put_part(client, tool_part(sid, a2["id"], "read", "src/pkg/mod.py", "x = 1\n" * 4000))
+    done = await client.request("session/compact", {"sessionID": sid})
+    assert done["summaryMessageID"], done
+    summary = next(
+        m for m in (await stored(client, sid)).messages if m.info["id"] == done["summaryMessageID"]
+    )
+    assert any(error in p.get("text", "") for p in summary.parts)  # the summary quotes it
+    hits = await search(client, sid, f'"{error}"')
+    assert hits[0]["partID"] == tool["id"], hits
+    assert summary.info["id"] in {h["messageID"] for h in hits}  # found too, after it
