@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Collection, Sequence
-from typing import Literal
+from typing import get_args
 
 import msgspec
 
@@ -36,35 +36,16 @@ from sidecar.model.parts import (
     ToolCompleted,
     ToolPart,
 )
-from sidecar.model.rpc import BreakdownCategory, BreakdownItem, BreakdownResult, OverheadSource
+from sidecar.model.rpc import (
+    BreakdownCategory,
+    BreakdownItem,
+    BreakdownResult,
+    Category,
+    OverheadSource,
+)
 from sidecar.model.tokens import ModelLimit
 
-Category = Literal[
-    "overhead",
-    "summary",
-    "keptVerbatim",
-    "userText",
-    "assistantText",
-    "reasoning",
-    "toolCalls",
-    "toolOutputs",
-    "toolOutputsPruned",
-    "pinned",
-    "other",
-]
-CATEGORIES: tuple[Category, ...] = (
-    "overhead",
-    "summary",
-    "keptVerbatim",
-    "userText",
-    "assistantText",
-    "reasoning",
-    "toolCalls",
-    "toolOutputs",
-    "toolOutputsPruned",
-    "pinned",
-    "other",
-)
+CATEGORIES: tuple[Category, ...] = get_args(Category)
 LARGEST = 10
 
 

@@ -299,22 +299,26 @@ class CompactionsResult(Dense, kw_only=True):
     compactions: list[CompactionRecord]
 
 
+#: What fills a window, in the order ``session/breakdown`` lists it.
+Category = Literal[
+    "overhead",
+    "summary",
+    "keptVerbatim",
+    "userText",
+    "assistantText",
+    "reasoning",
+    "toolCalls",
+    "toolOutputs",
+    "toolOutputsPruned",
+    "pinned",
+    "other",
+]
+
+
 class BreakdownCategory(Dense, kw_only=True):
     """One slice of the window: its tokens and its share of the usable input."""
 
-    name: Literal[
-        "overhead",
-        "summary",
-        "keptVerbatim",
-        "userText",
-        "assistantText",
-        "reasoning",
-        "toolCalls",
-        "toolOutputs",
-        "toolOutputsPruned",
-        "pinned",
-        "other",
-    ]
+    name: Category
     tokens: int
     share: float | None = None  # of ``usableInput``; None when the model's limits are unknown
 

@@ -35,7 +35,7 @@ from sidecar.model.inspect import (
 )
 from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
 from sidecar.model.parts import CompactionPart, Part, TextPart, ToolCompleted, ToolPart
-from sidecar.model.rpc import Diagnostics
+from sidecar.model.rpc import Category, Diagnostics
 from sidecar.model.session import Session
 from sidecar.model.tokens import ModelLimit, Tokens, estimate
 from sidecar.toolcalls import vocabulary as tools
@@ -53,7 +53,7 @@ class _Costs:
     def __init__(self, pinned: frozenset[str] = frozenset()) -> None:
         self._unpruned: dict[int, Part] = {}
         self._cost: dict[int, int] = {}
-        self._split: dict[int, list[tuple[breakdown.Category, int]]] = {}
+        self._split: dict[int, list[tuple[Category, int]]] = {}
         self._pinned = pinned
 
     def _as_at(self, part: Part, at: int | None) -> Part:
