@@ -11,7 +11,7 @@ from sidecar_client import Client
 from wire import put_message, put_part
 
 from .builders import assistant_message, text_part, user_message
-from .test_mcp import daemon, error_text, payload, server
+from .test_mcp import PROJECT, daemon, error_text, payload, server
 
 __all__ = ["daemon"]  # the fixture, shared with test_mcp
 
@@ -20,7 +20,7 @@ async def test_hostile_queries_are_tool_errors(
     daemon: tuple[Client, Path, dict[str, str]], db: str | Path
 ) -> None:
     agent, sock, env = daemon
-    sid = (await agent.create_session(title="bounds")).id
+    sid = (await agent.create_session(title="bounds", directory=PROJECT)).id  # in scope
     u = await put_message(agent, user_message(sid))
     await put_part(agent, text_part(sid, u["id"], "fix the zebra bug"))
     await put_message(agent, assistant_message(sid, u["id"], finish="stop"))
