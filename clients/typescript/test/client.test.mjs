@@ -61,7 +61,13 @@ test("searchHistory finds a stored part and expandHistory reads it back in pages
   const user = await client.updateMessage({ role: "user", sessionID });
   const text = "ModuleNotFoundError raised in src/pkg/mod.py by test_parse_header";
   const part = await client.updatePart({ type: "text", sessionID, messageID: user.id, text });
-  const { hits } = await client.searchHistory(sessionID, "src/pkg/mod.py", { limit: 5 });
+  // The message is the session's open turn (nothing answered it yet), which a search leaves
+  // out unless asked to include it.
+  assert.deepEqual((await client.searchHistory(sessionID, "src/pkg/mod.py")).hits, []);
+  const { hits } = await client.searchHistory(sessionID, "src/pkg/mod.py", {
+    limit: 5,
+    includeRecall: true,
+  });
   assert.deepEqual(hits.map((h) => [h.messageID, h.partID, h.role, h.tool]), [
     [user.id, part.id, "user", null],
   ]);
