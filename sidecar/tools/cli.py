@@ -225,23 +225,10 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-CATEGORY_LABELS = {
-    "overhead": "frontend overhead (system prompt, tools)",
-    "summary": "summary",
-    "keptVerbatim": "kept verbatim (in the summary)",
-    "userText": "user messages",
-    "assistantText": "assistant text",
-    "reasoning": "reasoning",
-    "toolCalls": "tool calls",
-    "toolOutputs": "tool outputs",
-    "toolOutputsPruned": "pruned tool outputs (stubs)",
-    "pinned": "pinned parts",
-    "other": "message framing, other",
-}
-
-
 def _print_breakdown(ins: Any) -> None:
     """``inspect --breakdown``: the current window split, as ``session/breakdown`` answers."""
+    from sidecar.tools.inspect import CATEGORY_LABELS
+
     b = ins.breakdown
     s = ins.session
     print(f"{s.id}  {s.title}")

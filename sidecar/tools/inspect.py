@@ -40,6 +40,21 @@ from sidecar.model.session import Session
 from sidecar.model.tokens import ModelLimit, Tokens, estimate
 from sidecar.toolcalls import vocabulary as tools
 
+#: How ``inspect --breakdown`` and ``report`` name the ``session/breakdown`` categories.
+CATEGORY_LABELS = {
+    "overhead": "frontend overhead (system prompt, tools)",
+    "summary": "summary",
+    "keptVerbatim": "kept verbatim (in the summary)",
+    "userText": "user messages",
+    "assistantText": "assistant text",
+    "reasoning": "reasoning",
+    "toolCalls": "tool calls",
+    "toolOutputs": "tool outputs",
+    "toolOutputsPruned": "pruned tool outputs (stubs)",
+    "pinned": "pinned parts",
+    "other": "message framing, other",
+}
+
 
 def _compacted_at(part: Part) -> int | None:
     if isinstance(part, ToolPart) and isinstance(part.state, ToolCompleted):

@@ -18,6 +18,7 @@ from markdown_it import MarkdownIt
 
 from sidecar.model.inspect import CompactionEvent, Inspection
 from sidecar.model.rpc import Diagnostics
+from sidecar.tools.inspect import CATEGORY_LABELS
 
 WIDTH, HEIGHT = 960, 380
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 44, 50
@@ -60,19 +61,6 @@ CATEGORY_COLORS = {
     "toolOutputsPruned": "#f0b3b3",
     "pinned": "#2a9d6a",
     "other": "#c5cad3",
-}
-CATEGORY_LABELS = {
-    "overhead": "frontend overhead",
-    "summary": "summary",
-    "keptVerbatim": "kept verbatim",
-    "userText": "user messages",
-    "assistantText": "assistant text",
-    "reasoning": "reasoning",
-    "toolCalls": "tool calls",
-    "toolOutputs": "tool outputs",
-    "toolOutputsPruned": "pruned outputs (stubs)",
-    "pinned": "pinned",
-    "other": "framing, other",
 }
 
 COLORS = {
