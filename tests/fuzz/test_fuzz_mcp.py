@@ -40,6 +40,8 @@ from pgcluster import fresh_database, run_async
 from sidecar_client import connect_shared
 from wire import put_message, put_part
 
+from .test_fuzz_stdio import mutate_bytes
+
 ITERATIONS = int(os.environ.get("SIDECAR_MCP_FUZZ_ITERATIONS", "120"))
 SEED = int(os.environ.get("SIDECAR_MCP_FUZZ_SEED", "32"))
 LINES = 5  # hostile inputs per round, before its probe
@@ -205,17 +207,7 @@ class Fuzzer:
             batch = [rng.choice([self.valid, self.envelope])() for _ in range(rng.randrange(4))]
             return kind, [json.dumps(batch).encode()]
         if kind == "mutated":
-            data = bytearray(json.dumps(self.valid()).encode())
-            for _ in range(rng.randrange(1, 4)):
-                at = rng.randrange(len(data))
-                op = rng.randrange(3)
-                if op == 0:
-                    data[at] = rng.randrange(256)
-                elif op == 1:
-                    data.insert(at, rng.randrange(256))
-                elif len(data) > 1:
-                    del data[at]
-            return kind, [bytes(data)]
+            return kind, [mutate_bytes(rng, json.dumps(self.valid()).encode())]
         if kind == "tool":
             req = {"jsonrpc": "2.0", "id": self.new_id(), "method": "tools/call"}
             req["params"] = self.tool_params()
