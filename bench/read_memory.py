@@ -72,7 +72,7 @@ from sidecar.model.session import Session, SessionTime
 from sidecar.model.tokens import Tokens
 from sidecar.store import Store
 from sidecar.store.cache import Key, PageCursor
-from sidecar.store.sqlite import flush_history
+from sidecar.store.sqlite import index_noted
 
 PY = sys.executable
 PARTS_PER_TURN = 10
@@ -302,7 +302,7 @@ def grow(path: Path, sid: str, t0: int, seed_turns: int, turns: int) -> None:
         with db:
             db.execute(_COPY_MESSAGES, {**args, "top": top_msg})
             db.execute(_COPY_PARTS, {**args, "top": top_part})
-            flush_history(db)  # what the daemon's writer does before each commit
+            index_noted(db)  # what the daemon's indexer does after commits
         have += take
         if have % (20 * seed_turns) == 0:
             print(f"   grown to {have * PARTS_PER_TURN:,} parts", file=sys.stderr, flush=True)

@@ -53,7 +53,7 @@ from sidecar.model.parts import Part, ReasoningPart, TextPart, ToolCompleted, To
 from sidecar.model.session import Session, SessionTime
 from sidecar.replay.transcript import Transcript, load
 from sidecar.store import Store
-from sidecar.store.sqlite import flush_history
+from sidecar.store.sqlite import index_noted
 
 TOP = 5
 KINDS = ("error", "path", "identifier", "command")
@@ -217,7 +217,7 @@ def grow(path: Path, target: int) -> int:
                 "data FROM parts WHERE instr(id, '~') = 0 ORDER BY rowid LIMIT ?2",
                 (tag, rows),
             )
-            flush_history(db)  # what the daemon's writer does before each commit
+            index_noted(db)  # what the daemon's indexer does after commits
         have += rows
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.close()

@@ -148,6 +148,9 @@ class HistoryConfig(Strict, kw_only=True):
     max_query_chars: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1_000
     max_query_terms: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 32
     search_budget_ms: Annotated[int, msgspec.Meta(ge=1, le=600_000)] = 2_000
+    # Writes quiet this long before the history index is brought up to date in the
+    # background (a search brings it up to date first, whatever this is).
+    index_delay_ms: Annotated[int, msgspec.Meta(ge=0, le=3_600_000)] = 500
 
 
 class McpConfig(Strict, kw_only=True):

@@ -29,6 +29,8 @@ class App:
         self.store = store
         self.config = config
         store.max_read_bytes = config.current.server.max_reply_bytes
+        if store.indexer is not None:
+            store.indexer.delay = config.current.history.index_delay_ms / 1000
         self.hub = Hub()
         if store.backend.shares_events:  # PostgreSQL: subscribers hear every daemon's writes
             self.hub.relay = store.backend.relay

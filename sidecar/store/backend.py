@@ -83,6 +83,15 @@ class Backend(Protocol):
     def commit_queued(self) -> None:
         """Commit what is queued now rather than on the next loop iteration."""
 
+    #: The history index's batch statements (``indexer.Indexer``); empty: no indexer.
+    history_batch: Sequence[str]
+    #: Called after each commit that stored a write (set by the store: the indexer's cue).
+    on_commit: Callable[[], None] | None
+
+    async def submit_background(self, statements: list[Statement]) -> list[int]:
+        """Commit background work in a transaction of its own, behind the ops queued
+        before it; each statement's exact row count."""
+
     async def mark_compacted(self, part_ids: Sequence[str], ts: int) -> None:
         """Set ``state.time.compacted = ts`` in the JSON of those completed tool parts."""
 
@@ -117,14 +126,19 @@ class ReadOnly:
 
     shares_events = False
     commits = 0
+    history_batch: Sequence[str] = ()  # nothing is written, so nothing to index
 
     def __init__(self, display: str) -> None:
         self.display = display
         self.on_event: EventSink | None = None
+        self.on_commit: Callable[[], None] | None = None
         self.may_join: Callable[[], bool] = lambda: True
 
     def _refuse(self) -> ReadOnlyStore:
         return ReadOnlyStore(f"{self.display} is open read-only")
+
+    async def submit_background(self, statements: list[Statement]) -> list[int]:
+        raise self._refuse()
 
     async def submit(self, *args: Any, **kwargs: Any) -> list[int]:
         raise self._refuse()

@@ -29,7 +29,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 
@@ -70,6 +70,30 @@ class Op:
     on_integrity: OnIntegrity | None = None
     needs_counts: bool = False
     rowcounts: list[int] = field(default_factory=list)
+    # Background work (the history index's batch): committed in a transaction of its own,
+    # never one a write waits in, and heard by nobody's ``on_commit``.
+    background: bool = False
+
+
+AnyOp = TypeVar("AnyOp", bound=Op)
+
+
+def take_batch(pending: list[AnyOp]) -> list[AnyOp]:
+    """The next group commit's ops, taken off ``pending``: up to ``MAX_BATCH_OPS`` writes in
+    the order queued, stopping before a background op, which commits alone."""
+    end = min(len(pending), MAX_BATCH_OPS)
+    for i in range(end):
+        if pending[i].background:
+            end = i or 1
+            break
+    batch = pending[:end]
+    del pending[:end]
+    return batch
+
+
+def heard(batch: Sequence[Op], outcomes: list[BaseException | None]) -> bool:
+    """Did ``batch`` commit a write (not only background work)? What ``on_commit`` hears."""
+    return any(not op.background and exc is None for op, exc in zip(batch, outcomes, strict=True))
 
 
 class Committer:
@@ -82,6 +106,19 @@ class Committer:
     #: that may run a function, statements merged into one ``WRITE``).
     _op_type: type[Op] = Op
     _prepare: Callable[[list[Statement]], list[Statement]] = staticmethod(lambda s: s)
+    #: Called after a commit that stored a write (the history indexer's cue).
+    on_commit: Callable[[], None] | None = None
+
+    def _heard(self, batch: Sequence[Op], outcomes: list[BaseException | None]) -> None:
+        if self.on_commit is not None and heard(batch, outcomes):
+            self.on_commit()
+
+    async def submit_background(self, statements: list[Statement]) -> list[int]:
+        """Commit background work as an op of its own (exact row counts), behind every op
+        queued before it."""
+        op = self._op(statements, None, None, True)
+        op.background = True
+        return await self._await_commit(op)
 
     async def settle(self) -> None:
         """Wait until nothing is queued, committing or checkpointing."""
@@ -167,13 +204,6 @@ class GroupCommit(Committer):
         # Could another op join one submitted now? The server answers this (requests still
         # waiting for their first step); by default always "yes", which only costs latency.
         self.may_join: Callable[[], bool] = lambda: True
-        # Run on the connection inside every transaction just before it commits (SQLite: the
-        # history index's flush, ``sqlite.flush_history``); an error fails the batch as any
-        # statement's would.
-        self.before_commit: Callable[[sqlite3.Connection], None] | None = None
-        # How many times the estimated pages a commit really writes (an index the database
-        # keeps beside the rows, such as the history index, writes about as much again).
-        self.page_factor = 1
         self.commits = 0  # observable for tests and benchmarks: batches committed
         self.inline_commits = 0  # of which committed on the event loop
         self.solo_commits = 0  # of which committed at once in the caller's own step
@@ -200,6 +230,7 @@ class GroupCommit(Committer):
             if _fits_inline(*size):
                 outcome = self._commit_inline([op], *size)[0]
                 self.solo_commits += 1
+                self._heard([op], [outcome])
                 self._after()
                 if outcome is not None:
                     raise outcome
@@ -228,15 +259,16 @@ class GroupCommit(Committer):
         if self._busy or not self._pending:
             self._after()
             return
-        batch = self._pending[:MAX_BATCH_OPS]
-        del self._pending[:MAX_BATCH_OPS]
+        batch = take_batch(self._pending)
         rows, payload = _size(batch)
         if self._inline and _fits_inline(rows, payload):
-            for op, outcome in zip(batch, self._commit_inline(batch, rows, payload), strict=True):
+            outcomes = self._commit_inline(batch, rows, payload)
+            for op, outcome in zip(batch, outcomes, strict=True):
                 resolve(op, outcome)
+            self._heard(batch, outcomes)
             self._after()
         else:
-            self._start_job(self._commit_off_loop(batch, _pages(rows, payload, self.page_factor)))
+            self._start_job(self._commit_off_loop(batch, _pages(rows, payload)))
 
     def _start_job(self, job: Coroutine[Any, Any, None]) -> None:
         """Run ``job`` (it uses aiosqlite's thread); the writer is busy until it ends."""
@@ -266,14 +298,14 @@ class GroupCommit(Committer):
         self, batch: list[Op], rows: int, payload: int
     ) -> list[BaseException | None]:
         try:
-            outcomes, commits = _apply(self._db._conn, batch, self.before_commit)
+            outcomes, commits = _apply(self._db._conn, batch)
         except Exception as exc:  # not an SQLite error: a bug; fail the batch, keep serving
             log.exception("writer batch failed")
             _rollback(self._db._conn)
             return [exc] * len(batch)
         self.commits += commits
         self.inline_commits += commits
-        self._wal_pages += _pages(rows, payload, self.page_factor)
+        self._wal_pages += _pages(rows, payload)
         return outcomes
 
     async def _commit_off_loop(self, batch: list[Op], pages: int) -> None:
@@ -281,7 +313,7 @@ class GroupCommit(Committer):
         # batch. ``_execute`` is aiosqlite's queue-a-callable primitive behind its public API.
         try:
             outcomes, commits = await self._db._execute(  # type: ignore[no-untyped-call]
-                _apply, self._db._conn, batch, self.before_commit
+                _apply, self._db._conn, batch
             )
         except BaseException as exc:  # cancelled, or a bug: fail the batch, keep serving
             if not isinstance(exc, asyncio.CancelledError):
@@ -291,6 +323,7 @@ class GroupCommit(Committer):
         self._wal_pages += pages
         for op, outcome in zip(batch, outcomes, strict=True):
             resolve(op, outcome)
+        self._heard(batch, outcomes)
         self._busy = False
         self._after()
 
@@ -353,10 +386,10 @@ class GroupCommit(Committer):
             self._quiet.set()
 
 
-def _pages(rows: int, payload: int, factor: int = 1) -> int:
+def _pages(rows: int, payload: int) -> int:
     """WAL pages a commit writes, roughly: the payload's 4 KiB pages, index entries packed
     several to a page, and the few interior/index pages every commit touches."""
-    return (payload // 4096 + rows // 8 + 3) * factor
+    return payload // 4096 + rows // 8 + 3
 
 
 def _fits_inline(rows: int, payload: int) -> bool:
@@ -376,11 +409,7 @@ def _size(batch: list[Op]) -> tuple[int, int]:
     return rows, payload
 
 
-def _apply(
-    conn: sqlite3.Connection,
-    batch: list[Op],
-    before_commit: Callable[[sqlite3.Connection], None] | None = None,
-) -> tuple[list[BaseException | None], int]:
+def _apply(conn: sqlite3.Connection, batch: list[Op]) -> tuple[list[BaseException | None], int]:
     """Commit ``batch`` in one transaction; if anything fails, roll back and commit each op
     alone, so that exactly the failing ops fail and nothing of theirs is stored.
 
@@ -393,8 +422,6 @@ def _apply(
             batch[0].rowcounts = _run_op(conn, batch[0])
         else:
             _run_grouped(conn, batch)
-        if before_commit is not None:
-            before_commit(conn)
         conn.commit()  # the transaction began implicitly at the first write
         return [None] * len(batch), 1
     except Exception:
@@ -404,8 +431,6 @@ def _apply(
     for op in batch:
         try:
             op.rowcounts = _run_op(conn, op)
-            if before_commit is not None:
-                before_commit(conn)
             conn.commit()
             commits += 1
             outcomes.append(None)

@@ -25,7 +25,7 @@ import asyncpg
 
 from sidecar.errors import Unavailable
 from sidecar.store.backend import Statement
-from sidecar.store.commit import MAX_BATCH_OPS, Committer, Op, resolve
+from sidecar.store.commit import Committer, Op, resolve, take_batch
 from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
 
 log = logging.getLogger("sidecar.store")
@@ -173,11 +173,11 @@ class PgCommit(Committer):
             # Let the rest of this loop iteration's writes join the batch.
             await asyncio.sleep(0)
             while self._pending:
-                batch = self._pending[:MAX_BATCH_OPS]
-                del self._pending[:MAX_BATCH_OPS]
+                batch = take_batch(self._pending)
                 outcomes = await self._commit(batch)
                 for op, outcome in zip(batch, outcomes, strict=True):
                     resolve(op, outcome)
+                self._heard(batch, outcomes)
             self._quiet.set()
 
     async def _commit(self, batch: list[_Op]) -> list[BaseException | None]:

@@ -52,8 +52,9 @@ HISTORY_FUNCTION_BOUNDED = _history_function(
 )
 
 # History search (``history/search``): each indexed part's text in ``history``, written by
-# triggers in the part's own transaction (so an acknowledged write is searchable at once) and
-# deleted with it (a foreign key, cascading from sessions and messages too). Words go through
+# the indexer's batch (since migration 7; a search runs it first, so an acknowledged write is
+# searchable at once; before, by triggers in the part's own transaction) and deleted with it
+# (a foreign key, cascading from sessions and messages too). Words go through
 # a ``simple`` tsvector with a GIN index (ranked by ``ts_rank``); where words are not enough
 # (part of a path or an identifier, a term the parser keeps whole) a trigram GIN index
 # (pg_trgm, shipped with PostgreSQL's own package) answers ``ILIKE '%term%'``. The session id
@@ -116,6 +117,46 @@ BACKFILL_CHUNK = f"""
     ON CONFLICT (part_id) DO UPDATE SET body = excluded.body
 """
 
+
+# Since migration 7 (as ``schema.HISTORY_BATCHED``): the trigger only notes the part in
+# ``history_dirty`` (no foreign key: a removed part's ``history`` row goes by its own
+# cascade), and ``HISTORY_BATCH`` brings ``history`` up to date in a transaction of its own.
+HISTORY_BATCHED = """
+    CREATE TABLE history_dirty (part_id TEXT COLLATE "C" PRIMARY KEY);
+    CREATE OR REPLACE FUNCTION sidecar_history() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.type IN ('text', 'reasoning', 'tool')
+            OR (TG_OP = 'UPDATE' AND OLD.type IN ('text', 'reasoning', 'tool')) THEN
+            INSERT INTO history_dirty (part_id) VALUES (NEW.id) ON CONFLICT DO NOTHING;
+        END IF;
+        RETURN NULL;
+    END $$;
+"""
+
+#: One statement (so every part of it sees one snapshot, whatever other daemons on the
+#: database do meanwhile): the first ``?`` noted parts (others' batches skip those locked),
+#: their current text into ``history`` (an unchanged text leaves its row and index entries
+#: alone), the rows of parts no longer of an indexed kind out, the notes dropped; its count
+#: is how many.
+HISTORY_BATCH = (
+    f"""
+    WITH d AS (
+        SELECT part_id FROM history_dirty ORDER BY part_id LIMIT ? FOR UPDATE SKIP LOCKED
+    ), up AS (
+        INSERT INTO history (part_id, session_id, body)
+        SELECT p.id, p.session_id, left(sidecar_history_body(p.type, p.data), {INDEX_CHARS})
+        FROM d JOIN parts p ON p.id = d.part_id
+        WHERE p.type IN ('text', 'reasoning', 'tool')
+        ON CONFLICT (part_id) DO UPDATE SET body = excluded.body
+        WHERE history.body IS DISTINCT FROM excluded.body
+    ), gone AS (
+        DELETE FROM history h USING d, parts p
+        WHERE h.part_id = d.part_id AND p.id = d.part_id
+        AND p.type NOT IN ('text', 'reasoning', 'tool')
+    )
+    DELETE FROM history_dirty WHERE part_id IN (SELECT part_id FROM d)
+    """,
+)
 
 MIGRATIONS: list[str] = [
     # 1: sessions, messages, parts
@@ -264,6 +305,8 @@ MIGRATIONS: list[str] = [
     # 6: a part's first ``INDEX_CHARS`` characters are indexed, so no text is too large for
     # the tsvector (the write failed); rows indexed before were all short enough
     HISTORY_FUNCTION_BOUNDED,
+    # 7: the index brought up to date by a background batch, not inside each write
+    HISTORY_BATCHED,
 ]
 
 assert len(MIGRATIONS) == SCHEMA_VERSION, "a migration is missing from one backend"

@@ -45,7 +45,7 @@ from sidecar.store.pg_commit import (
     pg_sql,
     unavailable,
 )
-from sidecar.store.pg_schema import MIGRATION_LOCK, MIGRATIONS
+from sidecar.store.pg_schema import HISTORY_BATCH, MIGRATION_LOCK, MIGRATIONS
 from sidecar.store.schema import SCHEMA_VERSION, check_opened
 from sidecar.store.url import CannotOpen, redact, unreachable
 
@@ -181,6 +181,20 @@ class PostgresBackend:
 
     def commit_queued(self) -> None:
         """Nothing to bring forward: the writer task commits as soon as it is free."""
+
+    #: The history index's batch (``indexer.Indexer``).
+    history_batch: Sequence[str] = HISTORY_BATCH
+
+    async def submit_background(self, statements: list[Statement]) -> list[int]:
+        return await self._commit.submit_background(statements)
+
+    @property
+    def on_commit(self) -> Callable[[], None] | None:
+        return self._commit.on_commit
+
+    @on_commit.setter
+    def on_commit(self, hook: Callable[[], None] | None) -> None:
+        self._commit.on_commit = hook
 
     async def mark_compacted(self, part_ids: Sequence[str], ts: int) -> None:
         ids = list(part_ids)

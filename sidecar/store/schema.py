@@ -82,17 +82,16 @@ _HISTORY_INDEX_4 = """
 # committed text, i.e. ``OLD`` at its first rewrite in a transaction.
 #
 # When a part is written, triggers note it in ``history_dirty`` (a plain b-tree insert), and
-# the writer indexes what is noted with one ``INSERT ... SELECT`` per group commit, just
-# before that commit (``HISTORY_FLUSH``, run by ``commit.GroupCommit``): an acknowledged
-# write is searchable at once, and a part streamed in many updates is indexed once per
-# commit. A rewrite that leaves the indexed text as it was (a prune's ``compacted`` mark, a
-# finish time) touches nothing: a 60 KB output is tokenized once, when it arrives. Comparing
-# the texts parses both versions of the row; a statement known to leave them alone (the
-# prune's ``json_set`` of ``time.compacted``) skips even that by running between
+# the indexer (``indexer.Indexer``, since migration 7) indexes what is noted in a batch of its
+# own after the writes; a search runs the batch first, so an acknowledged write is
+# searchable at once. A rewrite that leaves the indexed text as it was (a prune's
+# ``compacted`` mark, a finish time) touches nothing: a 60 KB output is tokenized once.
+# Comparing the texts parses both versions of the row; a statement known to leave them alone
+# (the prune's ``json_set`` of ``time.compacted``) skips even that by running between
 # ``HISTORY_HOLD`` and ``HISTORY_RELEASE`` in its transaction.
 #
 # Which parts the index holds: those of an indexed kind, minus the ones noted in
-# ``history_dirty`` (written in this transaction, indexed at its commit), minus the ones the
+# ``history_dirty`` (written since the last batch), minus the ones the
 # first-open backfill has still to reach (``history_backfill``: rowids in ``(done, upto]``;
 # those are the backfill's alone, whatever is written to them meanwhile). Removing an entry
 # the index does not hold would corrupt it (``forget_old`` checks all three). What is indexed
@@ -175,20 +174,79 @@ def _history_index(limit: int | None) -> str:
 _HISTORY_INDEX_5 = _history_index(None)
 HISTORY_INDEX = _history_index(INDEX_CHARS)
 
+# Since migration 7 the index is brought up to date by a background batch (``HISTORY_BATCH``,
+# run by ``indexer.Indexer`` in a transaction of its own, never in a write's): a write only
+# notes its part in ``history_dirty``, with, when the index holds the part's entry, the text
+# that entry was made from (``gone``, its first ``INDEX_CHARS`` characters: what the
+# ``'delete'`` command needs once ``OLD`` is gone). A part noted already is not compared or
+# noted again, so a part streamed in many updates costs each update one probe. A search first
+# runs the batch over everything noted (read-your-writes); after a crash the notes are still
+# there and the batch catches up at the next start.
+_NOTE_7 = (
+    "INSERT INTO history_dirty (rid) SELECT NEW.rowid "
+    "WHERE NEW.type IN " + _INDEXED + " AND " + _NOT_BACKFILL.format(row="NEW") + " AND "
+    "NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = NEW.rowid);"
+)
+
+
+def _gone(row: str) -> str:
+    """Note ``row`` (``OLD``) with the text its index entry was made from, if the index holds
+    one (an indexed kind, not noted since the last batch, not left to the backfill)."""
+    return (
+        "INSERT INTO history_dirty (rid, gone, gone_sid) "
+        f"SELECT {row}.rowid, {history_body(row, INDEX_CHARS)}, hex({row}.session_id) "
+        f"WHERE {row}.type IN {_INDEXED} AND {_NOT_BACKFILL.format(row=row)} "
+        f"AND NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = {row}.rowid);"
+    )
+
+
+HISTORY_BATCHED = f"""
+    DROP TRIGGER IF EXISTS history_on_insert;
+    DROP TRIGGER IF EXISTS history_on_update;
+    DROP TRIGGER IF EXISTS history_on_delete;
+    ALTER TABLE history_dirty ADD COLUMN gone TEXT;
+    ALTER TABLE history_dirty ADD COLUMN gone_sid TEXT;
+    CREATE TRIGGER history_on_insert AFTER INSERT ON parts
+    WHEN NEW.type IN {_INDEXED}
+    BEGIN
+        {_NOTE_7}
+    END;
+    CREATE TRIGGER history_on_update AFTER UPDATE OF data, type ON parts
+    WHEN NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = NEW.rowid)
+    AND NOT EXISTS (SELECT 1 FROM history_hold)
+    AND {history_body("OLD", INDEX_CHARS)} IS NOT {history_body("NEW", INDEX_CHARS)}
+    BEGIN
+        {_gone("OLD")}
+        {_NOTE_7}
+    END;
+    CREATE TRIGGER history_on_delete AFTER DELETE ON parts
+    WHEN OLD.type IN {_INDEXED}
+    BEGIN
+        {_gone("OLD")}
+    END;
+"""
+
+#: The noted parts (the first ``?`` of them by rowid) into the index, in a transaction of
+#: their own (``indexer.Indexer``): entries of their old texts removed, their current texts
+#: (those still of an indexed kind) added, their notes dropped (the last count: how many).
+_UPTO = "(SELECT max(rid) FROM (SELECT rid FROM history_dirty ORDER BY rid LIMIT ?))"
+HISTORY_BATCH = (
+    "INSERT INTO history_fts (history_fts, rowid, body, sid) "
+    f"SELECT 'delete', rid, gone, gone_sid FROM history_dirty WHERE rid <= {_UPTO} "
+    "AND gone IS NOT NULL",
+    # CROSS JOIN keeps the noted rows the outer loop: with the view's kind filter on ``parts``
+    # the planner would otherwise scan every part.
+    "INSERT INTO history_fts (rowid, body, sid) SELECT s.rid, s.body, s.sid "
+    f"FROM history_dirty CROSS JOIN history_src s ON s.rid = history_dirty.rid "
+    f"WHERE history_dirty.rid <= {_UPTO}",
+    f"DELETE FROM history_dirty WHERE rid <= {_UPTO}",
+)
+
 #: Around a statement that changes no part's indexed text (see above).
 HISTORY_HOLD = "INSERT OR IGNORE INTO history_hold (held) VALUES (1)"
 HISTORY_RELEASE = "DELETE FROM history_hold"
-#: Is anything noted for the index? (Asked before every commit: a plain-table probe.)
+#: Is anything noted for the index? (A plain-table probe.)
 HISTORY_PENDING = "SELECT 1 FROM history_dirty LIMIT 1"
-#: The noted parts' current text into the index (a part now of a kind not indexed stays out),
-#: in the transaction about to commit.
-HISTORY_FLUSH = (
-    "INSERT INTO history_fts (rowid, body, sid) SELECT s.rid, s.body, s.sid "
-    # CROSS JOIN keeps the noted rows the outer loop: with the view's kind filter on ``parts``
-    # the planner would otherwise scan every part at every commit.
-    "FROM history_dirty CROSS JOIN history_src s ON s.rid = history_dirty.rid",
-    "DELETE FROM history_dirty",
-)
 
 # The parts stored before the index existed: ``Store.backfill_history`` indexes them by rowid
 # in chunks (each one op of the group commit, so writes go on meanwhile), recording how far
@@ -281,6 +339,8 @@ MIGRATIONS: list[str] = [
     _HISTORY_INDEX_5,
     # 6: the index holds the first ``INDEX_CHARS`` characters of a part's text (indexed anew)
     HISTORY_INDEX,
+    # 7: the index brought up to date by a background batch, not inside each write
+    HISTORY_BATCHED,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

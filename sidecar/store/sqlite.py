@@ -22,13 +22,13 @@ from sidecar.store.backend import (
     EventSink,
     ReadOnly,
     Row,
+    Statement,
 )
 from sidecar.store.cache import WindowCache
 from sidecar.store.commit import TRUNCATE_WAIT_MS, WAL_SIZE_LIMIT, GroupCommit
 from sidecar.store.schema import (
-    HISTORY_FLUSH,
+    HISTORY_BATCH,
     HISTORY_HOLD,
-    HISTORY_PENDING,
     HISTORY_RELEASE,
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -126,8 +126,6 @@ class SqliteBackend:
         commit_inline = synchronous.upper() in ("OFF", "NORMAL")
         wal = f"{path}-wal" if path != ":memory:" else None
         commit = GroupCommit(wdb, inline=commit_inline, checkpointer=cdb, wal_path=wal)
-        commit.before_commit = flush_history
-        commit.page_factor = 2  # the history index: its text again, and an FTS5 segment
         commit.start()
         backend = cls(path, rdb, commit, wdb, cdb)
         backend._inline = inline
@@ -160,6 +158,20 @@ class SqliteBackend:
 
     def commit_queued(self) -> None:
         self._commit.commit_queued()
+
+    #: The history index's batch (``indexer.Indexer``).
+    history_batch: Sequence[str] = HISTORY_BATCH
+
+    async def submit_background(self, statements: list[Statement]) -> list[int]:
+        return await self._commit.submit_background(statements)
+
+    @property
+    def on_commit(self) -> Callable[[], None] | None:
+        return self._commit.on_commit
+
+    @on_commit.setter
+    def on_commit(self, hook: Callable[[], None] | None) -> None:
+        self._commit.on_commit = hook
 
     async def mark_compacted(self, part_ids: Sequence[str], ts: int) -> None:
         # A JSON patch in SQL: concurrent edits and unknown fields are kept.
@@ -319,12 +331,12 @@ async def _within(
     return cast(list[Row] | None, await reader._execute(run))  # type: ignore[no-untyped-call]
 
 
-def flush_history(conn: sqlite3.Connection) -> None:
-    """Index the parts this transaction wrote (``schema.HISTORY_FLUSH``), if it wrote any."""
-    if conn.execute(HISTORY_PENDING).fetchone() is None:
-        return
-    for sql in HISTORY_FLUSH:
-        conn.execute(sql)
+def index_noted(conn: sqlite3.Connection, rows: int = 1 << 62) -> None:
+    """Run the history index's batch (``schema.HISTORY_BATCH``) over the first ``rows`` noted
+    parts in the transaction open on ``conn`` (what ``indexer.Indexer`` commits on its own;
+    for the tools and benchmarks that write a database directly)."""
+    for sql in HISTORY_BATCH:
+        conn.execute(sql, (rows,))
 
 
 class _Chunks:

@@ -38,6 +38,7 @@ from sidecar.model.session import Session
 from sidecar.store.backend import Backend, Done, OnIntegrity, Row, Statement
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
 from sidecar.store.history import Found, backfill, search
+from sidecar.store.indexer import Indexer
 from sidecar.store.statements import TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
 
 log = logging.getLogger("sidecar.store")
@@ -274,6 +275,12 @@ class Store:
         # progress ``(indexed, total)`` (the server: ``$/progress`` to every client).
         self._backfill: asyncio.Future[None] | None = None
         self.on_backfill: Callable[[int, int], None] | None = None
+        # The history index's background batch (none for a read-only store): told of every
+        # commit that stored a write; a search catches it up first.
+        self.indexer: Indexer | None = None
+        if backend.history_batch:
+            self.indexer = Indexer(backend.submit_background, backend.history_batch)
+            backend.on_commit = self.indexer.written
 
     @property
     def backend(self) -> Backend:
@@ -304,6 +311,8 @@ class Store:
         store = cls(await open_backend(db, synchronous=synchronous, readonly=readonly))
         if not readonly:
             store.start_history_backfill()
+            if store.indexer is not None:
+                store.indexer.written()  # what a crash left noted is indexed soon
         return store
 
     async def close(self) -> None:
@@ -312,6 +321,8 @@ class Store:
             task.cancel()  # how far it got is stored: the next open resumes there
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self.indexer is not None:
+            await self.indexer.close()
         await self._db.close()
 
     def start_history_backfill(self) -> None:
@@ -666,6 +677,8 @@ class Store:
         task = self._backfill
         if task is not None and not task.done():
             await asyncio.shield(task)
+        if self.indexer is not None:
+            await self.indexer.catch_up()  # read-your-writes: what committed before this
         return await search(
             self._db,
             session_id,

@@ -288,8 +288,8 @@ async def test_stress_the_writer_connection_is_never_used_by_two_threads_at_once
             in_use.release()
 
     monkeypatch.setattr(commit_mod, "_apply", guarded)
-    monkeypatch.setattr(commit_mod, "CHECKPOINT_PAGES", 40)
-    monkeypatch.setattr(commit_mod, "WAL_RESTART_FRAMES", 80)
+    monkeypatch.setattr(commit_mod, "CHECKPOINT_PAGES", 20)
+    monkeypatch.setattr(commit_mod, "WAL_RESTART_FRAMES", 40)
     store = await Store.open(tmp_path / "s.db")
     try:
         await _seed(store)

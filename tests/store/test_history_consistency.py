@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.store import schema
-from sidecar.store.sqlite import _split, flush_history
+from sidecar.store.sqlite import _split, index_noted
 from sidecar.store.statements import UPSERT_PART
 
 KINDS = ("text", "reasoning", "tool", "step-start")
@@ -132,6 +132,19 @@ class World:
         return True
 
 
+def _commit_and_index(conn: sqlite3.Connection) -> None:
+    conn.execute("COMMIT")
+    _index(conn)
+
+
+def _index(conn: sqlite3.Connection, rows: int = 1 << 30) -> None:
+    """The indexer's batch (``schema.HISTORY_BATCH``) in a transaction of its own over the
+    first ``rows`` noted parts, as ``indexer.Indexer`` runs it."""
+    conn.execute("BEGIN")
+    index_noted(conn, rows)
+    conn.execute("COMMIT")
+
+
 def _check(conn: sqlite3.Connection) -> None:
     conn.execute("INSERT INTO history_fts (history_fts, rank) VALUES ('integrity-check', 1)")
     rows = conn.execute("SELECT rowid, type, data, session_id FROM parts").fetchall()
@@ -183,13 +196,13 @@ def test_the_index_stays_equal_to_the_parts(tmp_path: Path, seed: int) -> None:
             conn.execute("ROLLBACK")
             world.messages = dict(conn.execute("SELECT id, session_id FROM messages").fetchall())
             continue
-        flush_history(conn)
         conn.execute("COMMIT")
+        if rng.random() < 0.4:  # the batch runs now and then, over some of what is noted
+            _index(conn, rng.randrange(1, 6))
     conn.execute("BEGIN")
     while world.backfill_chunk():
         pass
-    flush_history(conn)
-    conn.execute("COMMIT")
+    _commit_and_index(conn)
     _check(conn)
     conn.close()
 
@@ -201,8 +214,7 @@ def _one_tool_part(tmp_path: Path) -> tuple[sqlite3.Connection, World, str]:
     conn.execute("BEGIN")
     mid = world.message()
     world.write("prt_a", mid, "tool", _data("tool", "alpha1z"))
-    flush_history(conn)
-    conn.execute("COMMIT")
+    _commit_and_index(conn)
     return conn, world, mid
 
 
@@ -214,8 +226,7 @@ def test_a_rewrite_that_leaves_the_text_alone_does_not_touch_the_index(tmp_path:
     assert conn.execute("SELECT count(*) FROM history_dirty").fetchone() == (0,)
     # The upsert itself, and nothing in the index's tables.
     assert conn.total_changes == changes + 1
-    flush_history(conn)
-    conn.execute("COMMIT")
+    _commit_and_index(conn)
     _check(conn)
 
 
@@ -243,7 +254,6 @@ def test_a_held_rewrite_does_not_even_compare_the_texts(tmp_path: Path) -> None:
     conn.execute(schema.HISTORY_HOLD)
     conn.execute(mark, (1, "prt_a"))
     conn.execute(schema.HISTORY_RELEASE)
-    flush_history(conn)
-    conn.execute("COMMIT")
+    _commit_and_index(conn)
     assert calls == []
     _check(conn)

@@ -55,12 +55,13 @@ async def _old_database(db: str | Path) -> None:
     pconn = await asyncpg.connect(db)
     try:
         await pconn.execute(
-            "DROP TRIGGER parts_history ON parts; DROP TABLE history, history_backfill; "
+            "DROP TRIGGER parts_history ON parts; "
+            "DROP TABLE history, history_backfill, history_dirty; "
             "DROP FUNCTION sidecar_history(); DROP FUNCTION sidecar_history_body(TEXT, TEXT); "
             f"UPDATE schema_version SET version = {BEFORE}"
         )
-        assert BEFORE == len(pg.MIGRATIONS) - 3, (
-            "the downgrade undoes 4 (5, 6 replace its function)"
+        assert BEFORE == len(pg.MIGRATIONS) - 4, (
+            "the downgrade undoes 4 (5, 6 and 7 replace its function; 7 adds history_dirty)"
         )
         await pconn.execute("INSERT INTO sessions VALUES ($1, $2, $3, $4, $5)", *session)
         await pconn.executemany(
@@ -161,9 +162,12 @@ async def test_a_prune_does_not_rewrite_the_index(db: str | Path) -> None:
             }
         ).encode()
         await store.put_part(msgspec.json.decode(raw, type=ToolPart), raw)
+        assert store.indexer is not None
+        await store.indexer.catch_up()
         before = await _index_state(db)
         assert before
         assert len(await store.mark_compacted(["prt_out"], 99)) == 1
+        await store.indexer.catch_up()
         assert await _index_state(db) == before
         hits = (
             await store.search_history("ses_p", "test_parse_header", 5, include_recall=True)

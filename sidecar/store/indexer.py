@@ -1,0 +1,87 @@
+"""The history index's background batch: writes note their parts, this brings the index up
+to date behind them.
+
+A write commits without touching the index (its triggers note the part in
+``history_dirty``, in the write's own transaction, so a note outlives a crash). After a commit
+the indexer waits until writes have been quiet for ``history.indexDelayMs`` (a part streamed
+in many updates is indexed once, not once per commit), then indexes what is noted in batches
+of ``BATCH_ROWS`` parts, each an op of its own that commits alone behind the writes queued
+before it (``commit.Op.background``): ingest never waits inside an index transaction. A search
+first runs the batches itself (``catch_up``), so it finds every write acknowledged before it;
+a daemon that starts with notes left by a crash indexes them at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from sidecar.store.backend import Statement
+
+log = logging.getLogger(__name__)
+
+#: Parts indexed per batch: a batch is one transaction the next writes queue behind.
+BATCH_ROWS = 64
+#: Writes quiet this long (seconds) before a batch runs, unless configured.
+DEFAULT_DELAY = 0.5
+
+Submit = Callable[[list[Statement]], Awaitable[list[int]]]
+
+
+class Indexer:
+    """``batch`` are the backend's statements over the first ``?`` noted parts; the last
+    one's row count is how many it indexed. ``submit`` commits them as background work."""
+
+    def __init__(self, submit: Submit, batch: Sequence[str]) -> None:
+        self._submit = submit
+        self._batch = list(batch)
+        self.delay = DEFAULT_DELAY
+        self._timer: asyncio.TimerHandle | None = None
+        self._running: asyncio.Future[None] | None = None
+        self._closed = False
+        self.batches = 0  # observable: batches committed
+        self.indexed = 0  # observable: parts indexed
+
+    def written(self) -> None:
+        """A write committed: (re)start the quiet period."""
+        if self._closed:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self.delay, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        if self._running is None or self._running.done():
+            self._running = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        try:
+            await self.catch_up()
+        except Exception as exc:  # the notes stay: the next write, search or start retries
+            log.warning("history index: batch failed (%s); retried later", type(exc).__name__)
+
+    async def catch_up(self) -> None:
+        """Index everything noted by the writes committed (or queued) before this call."""
+        rows = [(BATCH_ROWS,)]
+        while True:
+            counts = await self._submit([(sql, rows) for sql in self._batch])
+            self.batches += 1
+            done = counts[-1] if counts else 0
+            self.indexed += max(done, 0)
+            if done < BATCH_ROWS:
+                return
+
+    async def close(self) -> None:
+        """Stop scheduling; a batch under way finishes (what is left is indexed at the next
+        start)."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._running is not None:
+            with contextlib.suppress(Exception):
+                await self._running

@@ -1,0 +1,162 @@
+"""The history index's background batch (``store.indexer``): a write commits without
+touching the index, a search first indexes what committed before it, also under a burst of
+writes, and an indexed part rewritten or removed leaves no stale entry."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+
+import asyncpg
+import msgspec
+
+from sidecar.model.messages import MessageTime, UserMessage
+from sidecar.model.parts import TextPart
+from sidecar.model.session import Session, SessionTime
+from sidecar.store import Store
+
+
+async def _held(db: str | Path, word: str) -> int:
+    """How many parts the index itself holds with ``word`` (read from the database)."""
+    if isinstance(db, Path):
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            row = conn.execute(
+                "SELECT count(*) FROM history_fts WHERE history_fts MATCH ?", (word,)
+            ).fetchone()
+        finally:
+            conn.close()
+        return int(row[0])
+    pconn = await asyncpg.connect(db)
+    try:
+        return int(
+            await pconn.fetchval(
+                "SELECT count(*) FROM history WHERE tsv @@ to_tsquery('simple', $1)", word
+            )
+        )
+    finally:
+        await pconn.close()
+
+
+async def _session(store: Store) -> None:
+    await store.put_session(Session(id="ses_i", title="t", time=SessionTime(created=1, updated=1)))
+    for i in range(2):
+        user = UserMessage(id=f"msg_{i}", session_id="ses_i", time=MessageTime(created=i + 1))
+        await store.put_message(user, msgspec.json.encode(user))
+
+
+def _text(pid: str, text: str, mid: str = "msg_0") -> tuple[TextPart, bytes]:
+    raw = json.dumps(
+        {"id": pid, "sessionID": "ses_i", "messageID": mid, "type": "text", "text": text}
+    ).encode()
+    return msgspec.json.decode(raw, type=TextPart), raw
+
+
+async def _put(store: Store, pid: str, text: str) -> None:
+    await store.put_part(*_text(pid, text))
+
+
+async def _found(store: Store, word: str) -> list[str]:
+    found = await store.search_history("ses_i", word, 100, include_recall=True)
+    return sorted(hit[2] for hit in found.hits)
+
+
+async def test_a_write_commits_without_the_index_and_a_search_finds_it(db: str | Path) -> None:
+    store = await Store.open(db)
+    try:
+        assert store.indexer is not None
+        store.indexer.delay = 3600  # no batch of its own during the test
+        await _session(store)
+        await _put(store, "prt_a", "alpha wombatine")
+        assert await _held(db, "wombatine") == 0  # committed, not indexed
+        assert await _found(store, "wombatine") == ["prt_a"]  # the search indexed it first
+        assert await _held(db, "wombatine") == 1
+    finally:
+        await store.close()
+
+
+async def test_the_batch_runs_once_writes_are_quiet(db: str | Path) -> None:
+    store = await Store.open(db)
+    try:
+        assert store.indexer is not None
+        store.indexer.delay = 0
+        await _session(store)
+        before = store.indexer.batches
+        await _put(store, "prt_q", "quietude")
+
+        async def batched() -> None:
+            while store.indexer is not None and store.indexer.batches == before:
+                await asyncio.sleep(0)  # a yield, not a wait: the batch is due at once
+
+        await asyncio.wait_for(batched(), 30)
+        await store.backend.submit([])  # behind whatever it queued
+        assert await _held(db, "quietude") == 1
+    finally:
+        await store.close()
+
+
+async def test_searches_read_their_writes_under_a_burst(db: str | Path) -> None:
+    """Writes keep coming while searches run: each search finds every part whose write was
+    acknowledged before the search was sent."""
+    store = await Store.open(db)
+    try:
+        assert store.indexer is not None
+        store.indexer.delay = 3600
+        await _session(store)
+        acked: set[str] = set()
+
+        async def writer() -> None:  # three writes in flight at a time, 90 in all
+            for start in range(0, 90, 3):
+                await asyncio.gather(*(write(i) for i in range(start, start + 3)))
+
+        async def write(i: int) -> None:
+            await _put(store, f"prt_{i:04d}", f"burstword item{i}")
+            acked.add(f"prt_{i:04d}")
+
+        writes = asyncio.ensure_future(writer())
+        during = 0  # searches answered while writes were still coming
+        while not writes.done():
+            seen = set(acked)
+            found = set(await _found(store, "burstword"))
+            assert seen <= found, sorted(seen - found)[:5]
+            during += not writes.done()
+        await writes
+        assert set(await _found(store, "burstword")) == acked
+        assert len(acked) == 90 and during >= 1
+    finally:
+        await store.close()
+
+
+async def test_an_indexed_part_rewritten_or_removed_leaves_no_stale_entry(
+    db: str | Path,
+) -> None:
+    store = await Store.open(db)
+    try:
+        assert store.indexer is not None
+        store.indexer.delay = 3600
+        await _session(store)
+        await _put(store, "prt_r", "firstversion")
+        await _put(store, "prt_d", "doomedword")
+        assert await _found(store, "firstversion") == ["prt_r"]
+        assert await _found(store, "doomedword") == ["prt_d"]
+        await _put(store, "prt_r", "secondversion")  # an indexed part rewritten
+        await _put(store, "prt_r", "thirdversion")  # and again before the next batch
+        assert await store.remove_part("ses_i", "msg_0", "prt_d")
+        assert await _found(store, "firstversion") == []
+        assert await _found(store, "secondversion") == []
+        assert await _found(store, "thirdversion") == ["prt_r"]
+        assert await _found(store, "doomedword") == []
+        assert await _held(db, "firstversion") == 0
+        assert await _held(db, "doomedword") == 0
+    finally:
+        await store.close()
+    if isinstance(db, Path):  # the external-content index agrees with the parts it is made of
+        conn = sqlite3.connect(db)
+        try:
+            conn.execute(
+                "INSERT INTO history_fts (history_fts, rank) VALUES ('integrity-check', 1)"
+            )
+        finally:
+            conn.close()
