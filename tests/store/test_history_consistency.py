@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.store import schema
+from sidecar.store import UPSERT_PART, schema
 from sidecar.store.sqlite import _split, flush_history
-from sidecar.store.statements import UPSERT_PART
 
 KINDS = ("text", "reasoning", "tool", "step-start")
 
