@@ -9,23 +9,20 @@ rearrange its modules without touching them. The backends' own modules (``sqlite
 from sidecar.store import history, holder, steer
 from sidecar.store.backend import Done, ReadOnlyStore
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
+from sidecar.store.compaction import Boundary
 from sidecar.store.history import part_content, terms_of
-from sidecar.store.schema import SCHEMA_VERSION
-from sidecar.store.statements import UPSERT_PART
-from sidecar.store.store import (
-    PAGE,
-    Boundary,
-    LightMessage,
-    LightPart,
+from sidecar.store.rows import (
     PartKey,
-    Store,
-    Tally,
     decode_stored,
     may_keep_prune_mark,
     message_error,
     message_row,
     part_key,
 )
+from sidecar.store.schema import SCHEMA_VERSION
+from sidecar.store.sessions import Tally
+from sidecar.store.statements import UPSERT_PART
+from sidecar.store.store import Store
 from sidecar.store.url import (
     CannotOpen,
     UnsupportedDatabase,
@@ -34,6 +31,7 @@ from sidecar.store.url import (
     sqlite_path,
     unreachable,
 )
+from sidecar.store.windows import PAGE, LightMessage, LightPart
 
 __all__ = [
     "PAGE",
