@@ -6,7 +6,7 @@ rearrange its modules without touching them. The backends' own modules (``sqlite
 ``postgres``, ...) are not imported here: a SQLite daemon never loads asyncpg.
 """
 
-from sidecar.store import history, holder, steer
+from sidecar.store import history, holder, opencode_db, steer
 from sidecar.store.backend import Done, ReadOnlyStore
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
 from sidecar.store.compaction import Boundary
@@ -58,6 +58,7 @@ __all__ = [
     "may_keep_prune_mark",
     "message_error",
     "message_row",
+    "opencode_db",
     "part_content",
     "part_key",
     "redact",

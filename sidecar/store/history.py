@@ -303,6 +303,12 @@ class _Scope:
         return sql, args
 
 
+#: The columns of a ``Row`` up to its text, given how a backend reads a tool part's name.
+_HIT = (
+    "SELECT p.session_id, p.message_id, p.id, m.role, "
+    "CASE WHEN p.type = 'tool' THEN {tool} END, m.created, "
+)
+
 #: A tool part's name: the first line of its indexed text (``schema.history_body``), read
 #: with it; SQLite parses a part's JSON again for every ``json_extract``.
 _LITE_TOOL = "substr(history_fts.body, 1, instr(history_fts.body, char(10)) - 1)"
@@ -318,9 +324,7 @@ async def _search_sqlite(
 ) -> list[Row] | None:
     """The newest ``limit`` matches (FTS5 walks the index backwards by rowid and stops)."""
     sql = (
-        "SELECT p.session_id, p.message_id, p.id, m.role, "
-        f"CASE WHEN p.type = 'tool' THEN {_LITE_TOOL} END, m.created, "
-        f"substr(history_fts.body, 1, {RANK_CHARS}), 0 "
+        _HIT.format(tool=_LITE_TOOL) + f"substr(history_fts.body, 1, {RANK_CHARS}), 0 "
         "FROM history_fts JOIN parts p ON p.rowid = history_fts.rowid "
         "JOIN messages m ON m.id = p.message_id WHERE history_fts MATCH ?"
     )
@@ -389,9 +393,7 @@ async def _search_pg(
     substr = all(len(t) >= 3 for t in terms)
     match = "h.tsv @@ q.q" + (" OR h.body ILIKE ALL (?::text[])" if substr else "")
     sql = (
-        "SELECT p.session_id, p.message_id, p.id, m.role, "
-        f"CASE WHEN p.type = 'tool' THEN {_PG_TOOL} END, m.created, "
-        f"left(h.body, {RANK_CHARS}), "
+        _HIT.format(tool=_PG_TOOL) + f"left(h.body, {RANK_CHARS}), "
         "ts_rank(h.tsv, q.q) + CASE WHEN h.body ILIKE ALL (?::text[]) THEN 1 ELSE 0 END "
         f"FROM (SELECT {words} AS q) q, history h JOIN parts p ON p.id = h.part_id "
         f"JOIN messages m ON m.id = p.message_id WHERE ({match})"

@@ -285,6 +285,13 @@ MIGRATIONS: list[str] = [
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
+# The version row, as both backends' migrations read and bump it (PostgreSQL's placeholders
+# through ``pg_commit.pg_sql``).
+VERSION_TABLE = "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"
+READ_VERSION = "SELECT version FROM schema_version"
+FIRST_VERSION = "INSERT INTO schema_version (version) VALUES (0)"
+SET_VERSION = "UPDATE schema_version SET version = ?"
+
 
 def check_readable(display: str, version: int | None) -> None:
     """Refuse to read a database at another schema version (``Store.open(readonly=True)``):

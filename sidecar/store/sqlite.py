@@ -26,12 +26,16 @@ from sidecar.store.backend import (
 from sidecar.store.cache import WindowCache
 from sidecar.store.commit import TRUNCATE_WAIT_MS, WAL_SIZE_LIMIT, GroupCommit
 from sidecar.store.schema import (
+    FIRST_VERSION,
     HISTORY_FLUSH,
     HISTORY_HOLD,
     HISTORY_PENDING,
     HISTORY_RELEASE,
     MIGRATIONS,
+    READ_VERSION,
     SCHEMA_VERSION,
+    SET_VERSION,
+    VERSION_TABLE,
     check_opened,
 )
 from sidecar.store.url import CannotOpen
@@ -273,7 +277,7 @@ class SqliteReader(ReadOnly):
 
         async def version() -> int | None:
             await conn.execute("PRAGMA busy_timeout=5000")
-            rows = list(await conn.execute_fetchall("SELECT version FROM schema_version"))
+            rows = list(await conn.execute_fetchall(READ_VERSION))
             return int(rows[0][0]) if rows else None
 
         await check_opened(str(file), version, conn.close, sqlite3.DatabaseError)
@@ -337,10 +341,10 @@ class _Chunks:
 
 
 async def _migrate(db: aiosqlite.Connection) -> None:
-    await db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-    rows = list(await db.execute_fetchall("SELECT version FROM schema_version"))
+    await db.execute(VERSION_TABLE)
+    rows = list(await db.execute_fetchall(READ_VERSION))
     if not rows:
-        await db.execute("INSERT INTO schema_version (version) VALUES (0)")
+        await db.execute(FIRST_VERSION)
         await db.commit()
         version = 0
     else:
@@ -354,7 +358,7 @@ async def _migrate(db: aiosqlite.Connection) -> None:
         try:
             for stmt in _split(MIGRATIONS[target - 1]):
                 await db.execute(stmt)
-            await db.execute("UPDATE schema_version SET version = ?", (target,))
+            await db.execute(SET_VERSION, (target,))
             await db.execute("COMMIT")
         except sqlite3.Error:
             await db.execute("ROLLBACK")
