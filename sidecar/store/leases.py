@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from sidecar.store import holder
+import sidecar.store.holder as holder
 from sidecar.store.backend import Backend
 
 log = logging.getLogger("sidecar.store")

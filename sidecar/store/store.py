@@ -17,13 +17,19 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 
+import sidecar.store.compaction as compaction
+import sidecar.store.history as history
+import sidecar.store.leases as leases
+import sidecar.store.pages as pages
+import sidecar.store.parts as parts
+import sidecar.store.sessions as sessions
+import sidecar.store.windows as windows
 from sidecar.errors import UnknownSession
 from sidecar.model.config import DEFAULT_MAX_REPLY_BYTES
 from sidecar.model.messages import Message, WithParts
 from sidecar.model.parts import Part
 from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
-from sidecar.store import compaction, history, leases, pages, parts, sessions, windows
 from sidecar.store.backend import Backend, Done
 from sidecar.store.cache import Key, WindowCache
 from sidecar.store.compaction import Boundary
