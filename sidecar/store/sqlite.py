@@ -356,7 +356,7 @@ async def _migrate(db: aiosqlite.Connection) -> None:
     for target in range(version + 1, SCHEMA_VERSION + 1):
         await db.execute("BEGIN IMMEDIATE")
         try:
-            for stmt in _split(MIGRATIONS[target - 1]):
+            for stmt in split_script(MIGRATIONS[target - 1]):
                 await db.execute(stmt)
             await db.execute(SET_VERSION, (target,))
             await db.execute("COMMIT")
@@ -365,7 +365,7 @@ async def _migrate(db: aiosqlite.Connection) -> None:
             raise
 
 
-def _split(script: str) -> list[str]:
+def split_script(script: str) -> list[str]:
     """Statements of a migration script (a trigger's body holds ``;`` of its own)."""
     out: list[str] = []
     pending = ""
