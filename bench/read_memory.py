@@ -70,8 +70,7 @@ from sidecar.model.parts import (
 )
 from sidecar.model.session import Session, SessionTime
 from sidecar.model.tokens import Tokens
-from sidecar.store import Store
-from sidecar.store.cache import Key, PageCursor
+from sidecar.store import Key, PageCursor, Store
 from sidecar.store.sqlite import index_noted
 
 PY = sys.executable

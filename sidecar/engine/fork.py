@@ -17,8 +17,7 @@ from sidecar.model.ids import new_id, now_ms
 from sidecar.model.messages import Message
 from sidecar.model.parts import Part
 from sidecar.model.session import Session, SessionTime
-from sidecar.store import Key, Store, steer
-from sidecar.store.store import decode_stored
+from sidecar.store import Key, Store, decode_stored, steer
 
 _dict = msgspec.json.Decoder(dict[str, Any])
 _enc = msgspec.json.Encoder()

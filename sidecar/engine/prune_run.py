@@ -15,8 +15,7 @@ from sidecar.engine.window import cut_reverted, revert_key
 from sidecar.model.config import CompactionConfig
 from sidecar.model.ids import now_ms
 from sidecar.model.session import Session
-from sidecar.store import Key, Store, steer
-from sidecar.store.store import PAGE, LightMessage
+from sidecar.store import PAGE, Key, LightMessage, Store, steer
 
 
 def _visible(

@@ -59,9 +59,8 @@ from sidecar.model.rpc import (
 )
 from sidecar.model.session import Session, SessionLimits
 from sidecar.model.tokens import ModelLimit, Tokens
-from sidecar.store import Key, Store, holder
+from sidecar.store import Done, Key, Store, holder
 from sidecar.store import steer as steer_data
-from sidecar.store.backend import Done
 from sidecar.summarizers.base import Summarizer, SummaryError
 from sidecar.summarizers.factory import build_summarizer
 

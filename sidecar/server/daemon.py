@@ -28,8 +28,7 @@ from sidecar.server.connection import Connection
 from sidecar.server.context import Control
 from sidecar.server.transport import Listener, ListenError, run_stdio, serve_socket
 from sidecar.shared_daemon import paths, sockets
-from sidecar.store import Store
-from sidecar.store.url import CannotOpen, UnsupportedDatabase, redact, unreachable
+from sidecar.store import CannotOpen, Store, UnsupportedDatabase, redact, unreachable
 
 log = logging.getLogger("sidecar.daemon")
 

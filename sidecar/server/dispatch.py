@@ -29,7 +29,7 @@ from sidecar.errors import SidecarError
 from sidecar.protocol.methods import SERVED, NotificationSpec, RequestSpec
 from sidecar.server.context import Context
 from sidecar.server.protocol import RpcError, internal_error, invalid_params
-from sidecar.store.backend import Done as Done  # an ingest handler's ``done``
+from sidecar.store import Done as Done  # an ingest handler's ``done``
 
 log = logging.getLogger("sidecar.handlers")
 

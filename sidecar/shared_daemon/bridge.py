@@ -73,7 +73,7 @@ def attach(target: Target) -> socket.socket:
 
 def absolute_db(db: str) -> str:
     """``--db`` for a daemon started elsewhere: a file made absolute, a URL as it is."""
-    from sidecar.store.url import is_postgres
+    from sidecar.store import is_postgres
 
     return db if is_postgres(db) else str(Path(db).resolve())
 

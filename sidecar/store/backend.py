@@ -1,10 +1,10 @@
 """What ``Store`` needs from a database: the seam between the store's queries and an engine.
 
-``Store`` writes its SQL once, with ``?`` placeholders and only what SQLite and PostgreSQL
-both understand; a backend runs it (PostgreSQL's rewrites the placeholders), owns the group
-commit, and knows how to tell that *another* process changed the database. The two backends
-are ``sqlite.SqliteBackend`` (embedded default) and ``postgres.PostgresBackend`` (many
-daemons on one database).
+The store's feature modules write their SQL once, with ``?`` placeholders and only what
+SQLite and PostgreSQL both understand; a backend runs it (PostgreSQL's rewrites the
+placeholders), owns the group commit, and knows how to tell that *another* process changed
+the database. The two backends are ``sqlite.SqliteBackend`` (embedded default) and
+``postgres.PostgresBackend`` (many daemons on one database).
 """
 
 from __future__ import annotations

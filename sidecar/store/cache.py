@@ -14,7 +14,7 @@ asks for every turn is served without a query. Correctness rules:
   SQL) drops the session's entry, and the next read goes to SQLite;
 * a message new to an entry that starts at a compaction boundary may be one from before the
   window whose time moved it in, with parts the entry never saw: it is held *unverified*
-  until the next read compares its part count with the store's (``Store._verify``), so the
+  until the next read compares its part count with the store's (``windows._verify``), so the
   window after a compaction stays cached while the conversation goes on.
 """
 

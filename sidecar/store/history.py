@@ -16,6 +16,7 @@ best hits come first:
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -24,10 +25,13 @@ from typing import Any
 
 import msgspec
 
+from sidecar.errors import Unavailable
 from sidecar.store.backend import Backend, Statement
 from sidecar.store.cache import Key
 from sidecar.store.pg_schema import BACKFILL_CHUNK as PG_CHUNK
 from sidecar.store.schema import BACKFILL_CHUNK as SQLITE_CHUNK
+
+log = logging.getLogger("sidecar.store")
 
 SNIPPET_CHARS = 160
 _TERMS = re.compile(r'"([^"]*)"|(\S+)')
@@ -134,9 +138,9 @@ async def search(
         cut = await open_turn(db, session_id)
         if cut is not None and (before is None or cut < before):
             scope = _Scope(session_id, cut, kinds, include_recall)
-    partial = False
+    pool = max(limit * POOL_FACTOR, POOL_MIN)
     if db.kind == "postgresql":
-        got = await _search_pg(db, scope, terms, max(limit * POOL_FACTOR, POOL_MIN), deadline)
+        got = await _search_pg(db, scope, terms, pool, deadline)
         rows, partial = got or [], got is None
     else:
         span = None
@@ -144,35 +148,58 @@ async def search(
             span = await _rowid_span(db, session_id)
             if span is None:
                 return Found([])
-        rows = []
-        pool = max(limit * POOL_FACTOR, POOL_MIN)
-        for group in ([" ".join(terms)], terms) if len(terms) > 1 else ([" ".join(terms)],):
-            if len(rows) >= pool:
-                break  # the whole query as a phrase filled the pool: its words alone rank lower
-            got = await _search_sqlite(db, scope, group, pool, span, deadline)
-            if got is None:
-                partial = True
-                break
-            seen = {r[2] for r in rows}
-            rows += [r for r in got if r[2] not in seen]
+        rows, partial = await _pool_sqlite(db, scope, terms, pool, span, deadline)
     verbatim = verbatim_of(query)
     quoted = await _in_summaries(db, [r[2] for r in rows], deadline)
     ranked = await asyncio.to_thread(
         _ranked, rows, verbatim, terms, db.kind != "postgresql", quoted
     )
+    # Across sessions each one's open turn is left out here (one session's was cut above).
+    skip_open = session_id is None and not include_recall
+    hits = await _best(db, ranked, limit, [verbatim, *terms], skip_open)
+    return Found(hits, partial)
+
+
+async def _pool_sqlite(
+    db: Backend,
+    scope: _Scope,
+    terms: Sequence[str],
+    pool: int,
+    span: tuple[int, int] | None,
+    deadline: float,
+) -> tuple[list[Row], bool]:
+    """Up to ``pool`` candidates: the whole query as a phrase, then, if too few, its terms;
+    and whether the budget ran out first."""
+    rows: list[Row] = []
+    for group in ([" ".join(terms)], terms) if len(terms) > 1 else ([" ".join(terms)],):
+        if len(rows) >= pool:
+            break  # the whole query as a phrase filled the pool: its words alone rank lower
+        got = await _search_sqlite(db, scope, group, pool, span, deadline)
+        if got is None:
+            return rows, True
+        seen = {r[2] for r in rows}
+        rows += [r for r in got if r[2] not in seen]
+    return rows, False
+
+
+async def _best(
+    db: Backend, ranked: list[Row], limit: int, terms: Sequence[str], skip_open: bool
+) -> list[Hit]:
+    """The first ``limit`` of ``ranked`` as hits, with their snippets; ``skip_open``: not in
+    their session's open turn (``open_turn``)."""
     hits: list[Hit] = []
     cuts: dict[str, Key | None] = {}
     for r in ranked:
         if len(hits) == limit:
             break
-        if session_id is None and not include_recall:
+        if skip_open:
             if r[0] not in cuts:
                 cuts[r[0]] = await open_turn(db, r[0])
             cut = cuts[r[0]]
             if cut is not None and Key(r[5], r[1]) >= cut:
                 continue
-        hits.append((*r[:6], snippet_of(r[6], [verbatim, *terms]), r[7]))
-    return Found(hits, partial)
+        hits.append((*r[:6], snippet_of(r[6], terms), r[7]))
+    return hits
 
 
 async def _in_summaries(db: Backend, part_ids: Sequence[str], deadline: float) -> frozenset[str]:
@@ -276,6 +303,12 @@ class _Scope:
         return sql, args
 
 
+#: The columns of a ``Row`` up to its text, given how a backend reads a tool part's name.
+_HIT = (
+    "SELECT p.session_id, p.message_id, p.id, m.role, "
+    "CASE WHEN p.type = 'tool' THEN {tool} END, m.created, "
+)
+
 #: A tool part's name: the first line of its indexed text (``schema.history_body``), read
 #: with it; SQLite parses a part's JSON again for every ``json_extract``.
 _LITE_TOOL = "substr(history_fts.body, 1, instr(history_fts.body, char(10)) - 1)"
@@ -291,9 +324,7 @@ async def _search_sqlite(
 ) -> list[Row] | None:
     """The newest ``limit`` matches (FTS5 walks the index backwards by rowid and stops)."""
     sql = (
-        "SELECT p.session_id, p.message_id, p.id, m.role, "
-        f"CASE WHEN p.type = 'tool' THEN {_LITE_TOOL} END, m.created, "
-        f"substr(history_fts.body, 1, {RANK_CHARS}), 0 "
+        _HIT.format(tool=_LITE_TOOL) + f"substr(history_fts.body, 1, {RANK_CHARS}), 0 "
         "FROM history_fts JOIN parts p ON p.rowid = history_fts.rowid "
         "JOIN messages m ON m.id = p.message_id WHERE history_fts MATCH ?"
     )
@@ -362,9 +393,7 @@ async def _search_pg(
     substr = all(len(t) >= 3 for t in terms)
     match = "h.tsv @@ q.q" + (" OR h.body ILIKE ALL (?::text[])" if substr else "")
     sql = (
-        "SELECT p.session_id, p.message_id, p.id, m.role, "
-        f"CASE WHEN p.type = 'tool' THEN {_PG_TOOL} END, m.created, "
-        f"left(h.body, {RANK_CHARS}), "
+        _HIT.format(tool=_PG_TOOL) + f"left(h.body, {RANK_CHARS}), "
         "ts_rank(h.tsv, q.q) + CASE WHEN h.body ILIKE ALL (?::text[]) THEN 1 ELSE 0 END "
         f"FROM (SELECT {words} AS q) q, history h JOIN parts p ON p.id = h.part_id "
         f"JOIN messages m ON m.id = p.message_id WHERE ({match})"
@@ -388,6 +417,24 @@ async def _search_pg(
 CHUNK_PARTS = 500
 #: ``(indexed, total)`` after each chunk (``indexed == total`` at the end).
 BackfillReport = Callable[[int, int], None]
+
+
+async def run_backfill(db: Backend, report: BackfillReport) -> None:
+    """``backfill``, logged: how many parts it indexed and how long it took, or why it
+    stopped (how far it got is stored: the next open resumes there)."""
+    started = time.monotonic()
+    try:
+        total = await backfill(db, report)
+    except Exception as exc:
+        if isinstance(exc, Unavailable):
+            log.warning("history index: backfill stopped (%s); the next open resumes", exc)
+        else:
+            log.exception("history index: backfill failed; the next open resumes")
+        return
+    if total:
+        log.warning(
+            "history index: indexed %d stored parts in %.1f s", total, time.monotonic() - started
+        )
 
 
 async def backfill(db: Backend, report: BackfillReport) -> int:

@@ -46,7 +46,15 @@ from sidecar.store.pg_commit import (
     unavailable,
 )
 from sidecar.store.pg_schema import HISTORY_BATCH, MIGRATION_LOCK, MIGRATIONS
-from sidecar.store.schema import SCHEMA_VERSION, check_opened
+from sidecar.store.schema import (
+    FIRST_VERSION,
+    READ_VERSION,
+    SCHEMA_VERSION,
+    SET_VERSION,
+    VERSION_TABLE,
+    check_opened,
+)
+from sidecar.store.statements import SET_PART_DATA
 from sidecar.store.url import CannotOpen, redact, unreachable
 
 log = logging.getLogger("sidecar.store")
@@ -62,6 +70,9 @@ NOTIFY_MAX = 7900
 # Relay rows are read within moments of their notification; older ones are deleted.
 RELAY_KEEP_MS = 5 * 60_000
 _NOW_SQL = "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+_MIGRATION_LOCK = "SELECT pg_advisory_xact_lock($1)"
+_SET_VERSION = pg_sql(SET_VERSION)
+_SET_PART_DATA = pg_sql(SET_PART_DATA)
 
 
 class _Event(msgspec.Struct, array_like=True):
@@ -209,7 +220,7 @@ class PostgresBackend:
             )
             updates = [(patched, pid) for pid, data in rows if (patched := _compacted(data, ts))]
             if updates:
-                await conn.executemany("UPDATE parts SET data = $1 WHERE id = $2", updates)
+                await conn.executemany(_SET_PART_DATA, updates)
             return [len(updates)]
 
         await self._commit.run(patch)
@@ -408,7 +419,7 @@ class PostgresReader(ReadOnly):
             raise CannotOpen(f"{redact(dsn)}: cannot connect ({unreachable(dsn, exc)})") from None
 
         async def version() -> int | None:
-            return cast(int | None, await conn.fetchval("SELECT version FROM schema_version"))
+            return cast(int | None, await conn.fetchval(READ_VERSION))
 
         await check_opened(redact(dsn), version, conn.close, asyncpg.PostgresError)
         return cls(dsn, conn)
@@ -505,11 +516,11 @@ def _compacted(data: str, ts: int) -> str | None:
 async def _migrate(conn: asyncpg.Connection) -> None:
     """Forward-only, one transaction per version, serialised across daemons by a lock."""
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
-        await conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        version = await conn.fetchval("SELECT version FROM schema_version")
+        await conn.execute(_MIGRATION_LOCK, MIGRATION_LOCK)
+        await conn.execute(VERSION_TABLE)
+        version = await conn.fetchval(READ_VERSION)
         if version is None:
-            await conn.execute("INSERT INTO schema_version (version) VALUES (0)")
+            await conn.execute(FIRST_VERSION)
             version = 0
     if version > SCHEMA_VERSION:
         raise RuntimeError(
@@ -517,9 +528,9 @@ async def _migrate(conn: asyncpg.Connection) -> None:
         )
     for target in range(version + 1, SCHEMA_VERSION + 1):
         async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
-            current = await conn.fetchval("SELECT version FROM schema_version")
+            await conn.execute(_MIGRATION_LOCK, MIGRATION_LOCK)
+            current = await conn.fetchval(READ_VERSION)
             if current >= target:  # another daemon got there first
                 continue
             await conn.execute(MIGRATIONS[target - 1])
-            await conn.execute("UPDATE schema_version SET version = $1", target)
+            await conn.execute(_SET_VERSION, target)

@@ -182,11 +182,6 @@ HISTORY_INDEX = _history_index(INDEX_CHARS)
 # noted again, so a part streamed in many updates costs each update one probe. A search first
 # runs the batch over everything noted (read-your-writes); after a crash the notes are still
 # there and the batch catches up at the next start.
-_NOTE_7 = (
-    "INSERT INTO history_dirty (rid) SELECT NEW.rowid "
-    "WHERE NEW.type IN " + _INDEXED + " AND " + _NOT_BACKFILL.format(row="NEW") + " AND "
-    "NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = NEW.rowid);"
-)
 
 
 def _gone(row: str) -> str:
@@ -209,7 +204,7 @@ HISTORY_BATCHED = f"""
     CREATE TRIGGER history_on_insert AFTER INSERT ON parts
     WHEN NEW.type IN {_INDEXED}
     BEGIN
-        {_NOTE_7}
+        {_NOTE}
     END;
     CREATE TRIGGER history_on_update AFTER UPDATE OF data, type ON parts
     WHEN NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = NEW.rowid)
@@ -217,7 +212,7 @@ HISTORY_BATCHED = f"""
     AND {history_body("OLD", INDEX_CHARS)} IS NOT {history_body("NEW", INDEX_CHARS)}
     BEGIN
         {_gone("OLD")}
-        {_NOTE_7}
+        {_NOTE}
     END;
     CREATE TRIGGER history_on_delete AFTER DELETE ON parts
     WHEN OLD.type IN {_INDEXED}
@@ -245,9 +240,6 @@ HISTORY_BATCH = (
 #: Around a statement that changes no part's indexed text (see above).
 HISTORY_HOLD = "INSERT OR IGNORE INTO history_hold (held) VALUES (1)"
 HISTORY_RELEASE = "DELETE FROM history_hold"
-#: Is anything noted for the index? (A plain-table probe.)
-HISTORY_PENDING = "SELECT 1 FROM history_dirty LIMIT 1"
-
 # The parts stored before the index existed: ``Store.backfill_history`` indexes them by rowid
 # in chunks (each one op of the group commit, so writes go on meanwhile), recording how far
 # it got in ``history_backfill`` and dropping the row at the end. No trigger touches the index
@@ -344,6 +336,13 @@ MIGRATIONS: list[str] = [
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
+
+# The version row, as both backends' migrations read and bump it (PostgreSQL's placeholders
+# through ``pg_commit.pg_sql``).
+VERSION_TABLE = "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"
+READ_VERSION = "SELECT version FROM schema_version"
+FIRST_VERSION = "INSERT INTO schema_version (version) VALUES (0)"
+SET_VERSION = "UPDATE schema_version SET version = ?"
 
 
 def check_readable(display: str, version: int | None) -> None:

@@ -27,11 +27,15 @@ from sidecar.store.backend import (
 from sidecar.store.cache import WindowCache
 from sidecar.store.commit import TRUNCATE_WAIT_MS, WAL_SIZE_LIMIT, GroupCommit
 from sidecar.store.schema import (
+    FIRST_VERSION,
     HISTORY_BATCH,
     HISTORY_HOLD,
     HISTORY_RELEASE,
     MIGRATIONS,
+    READ_VERSION,
     SCHEMA_VERSION,
+    SET_VERSION,
+    VERSION_TABLE,
     check_opened,
 )
 from sidecar.store.url import CannotOpen
@@ -285,7 +289,7 @@ class SqliteReader(ReadOnly):
 
         async def version() -> int | None:
             await conn.execute("PRAGMA busy_timeout=5000")
-            rows = list(await conn.execute_fetchall("SELECT version FROM schema_version"))
+            rows = list(await conn.execute_fetchall(READ_VERSION))
             return int(rows[0][0]) if rows else None
 
         await check_opened(str(file), version, conn.close, sqlite3.DatabaseError)
@@ -349,10 +353,10 @@ class _Chunks:
 
 
 async def _migrate(db: aiosqlite.Connection) -> None:
-    await db.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-    rows = list(await db.execute_fetchall("SELECT version FROM schema_version"))
+    await db.execute(VERSION_TABLE)
+    rows = list(await db.execute_fetchall(READ_VERSION))
     if not rows:
-        await db.execute("INSERT INTO schema_version (version) VALUES (0)")
+        await db.execute(FIRST_VERSION)
         await db.commit()
         version = 0
     else:
@@ -364,16 +368,16 @@ async def _migrate(db: aiosqlite.Connection) -> None:
     for target in range(version + 1, SCHEMA_VERSION + 1):
         await db.execute("BEGIN IMMEDIATE")
         try:
-            for stmt in _split(MIGRATIONS[target - 1]):
+            for stmt in split_script(MIGRATIONS[target - 1]):
                 await db.execute(stmt)
-            await db.execute("UPDATE schema_version SET version = ?", (target,))
+            await db.execute(SET_VERSION, (target,))
             await db.execute("COMMIT")
         except sqlite3.Error:
             await db.execute("ROLLBACK")
             raise
 
 
-def _split(script: str) -> list[str]:
+def split_script(script: str) -> list[str]:
     """Statements of a migration script (a trigger's body holds ``;`` of its own)."""
     out: list[str] = []
     pending = ""

@@ -1,5 +1,9 @@
-"""The ingest statements both backends run, written once (PostgreSQL folds a batch of them
-into one server-side function call; SQLite runs them as they are)."""
+"""The statements more than one module runs, written once.
+
+The ingest statements both backends run (PostgreSQL folds a batch of them into one
+server-side function call; SQLite runs them as they are), and the few that two feature
+modules share. Every other statement lives in the one module that runs it.
+"""
 
 UPSERT_MESSAGE = (
     "INSERT INTO messages (id, session_id, created, role, parent_id, summary_ok, data) "
@@ -15,3 +19,9 @@ UPSERT_PART = (
     "message_id = excluded.message_id, session_id = excluded.session_id"
 )
 TOUCH_SESSION = "UPDATE sessions SET updated = ? WHERE id = ? AND updated < ?"
+# Read back by id: the parts a prune marked (``compaction.mark_compacted``) or unmarked
+# (``steer.unmark_compacted``).
+PARTS_BY_IDS = "SELECT id, data FROM parts WHERE id IN ({ids}) ORDER BY id"
+# JSON patched in Python (``steer.unmark_compacted``; PostgreSQL's ``mark_compacted``).
+SET_PART_DATA = "UPDATE parts SET data = ? WHERE id = ?"
+DELETE_MESSAGE = "DELETE FROM messages WHERE id = ? AND session_id = ?"

@@ -15,160 +15,132 @@ import msgspec
 from sidecar.errors import InvalidParams, UnknownMessage
 from sidecar.model.messages import WithParts
 from sidecar.model.parts import Part
-from sidecar.store.store import Store, _assemble, _cached_part, _chunks, decode_part, rows_in
+from sidecar.store.parts import PART_ROWS
+from sidecar.store.rows import Tables, assemble, cached_part, chunks, decode_part, rows_in
+from sidecar.store.statements import DELETE_MESSAGE, PARTS_BY_IDS, SET_PART_DATA
 
 _dict = msgspec.json.Decoder(dict[str, Any])
 _enc = msgspec.json.Encoder()
 
+_PIN = (
+    "INSERT INTO pins (part_id, message_id, session_id, created) "
+    "VALUES (?, ?, ?, ?) ON CONFLICT (part_id) DO NOTHING"
+)
+_UNPIN = "DELETE FROM pins WHERE part_id = ?"
+_SESSION_MESSAGE = "SELECT created FROM messages WHERE id = ? AND session_id = ?"
+_MESSAGE_PART = "SELECT id FROM parts WHERE id = ? AND message_id = ?"
+_PART_IDS = "SELECT id FROM parts WHERE message_id = ? ORDER BY id"
+_PINNED_OF = "SELECT part_id FROM pins WHERE part_id IN ({ids})"
+_PINS = (
+    "SELECT p.message_id, p.part_id FROM pins p JOIN messages m ON m.id = p.message_id "
+    "WHERE p.session_id = ? ORDER BY m.created, m.id, p.part_id"
+)
+_PINNED_IDS = "SELECT part_id FROM pins WHERE session_id = ?"
+_PINNED_PARTS = (
+    "SELECT p.data FROM pins x JOIN parts p ON p.id = x.part_id "
+    "JOIN messages m ON m.id = x.message_id "
+    "WHERE x.session_id = ? ORDER BY m.created, m.id, p.id"
+)
+_FIRST_USER = (
+    "SELECT id, data FROM messages WHERE session_id = ? AND role = 'user' "
+    "ORDER BY created, id LIMIT 1"
+)
+_RECORD = (
+    "INSERT INTO compactions (message_id, session_id, created, data) "
+    "VALUES (?, ?, ?, ?) ON CONFLICT (message_id) DO UPDATE SET data = excluded.data"
+)
+_COMPACTIONS = "SELECT data FROM compactions WHERE session_id = ? ORDER BY created, message_id"
+_SESSION_MESSAGES = "SELECT id FROM messages WHERE session_id = ? AND id IN ({ids})"
+
 
 async def set_pin(
-    store: Store, session_id: str, message_id: str, part_id: str | None, pinned: bool
+    store: Tables, session_id: str, message_id: str, part_id: str | None, pinned: bool
 ) -> None:
     """Pin (or unpin) one part of ``message_id``, or every part it has now when ``part_id``
     is None. Refused, naming the field, when the message or part is not the session's."""
     db = store.backend
-    rows = await db.query(
-        "SELECT created FROM messages WHERE id = ? AND session_id = ?", (message_id, session_id)
-    )
+    rows = await db.query(_SESSION_MESSAGE, (message_id, session_id))
     if not rows:
         raise UnknownMessage(message_id)
     if part_id is not None:
-        found = await db.query(
-            "SELECT id FROM parts WHERE id = ? AND message_id = ?", (part_id, message_id)
-        )
+        found = await db.query(_MESSAGE_PART, (part_id, message_id))
         if not found:
             raise InvalidParams(
                 f"invalid params: `$.partID` {part_id!r} is not a part of message {message_id!r}"
             )
         ids = [part_id]
     else:
-        ids = [
-            r[0]
-            for r in await db.query(
-                "SELECT id FROM parts WHERE message_id = ? ORDER BY id", (message_id,)
-            )
-        ]
+        ids = [r[0] for r in await db.query(_PART_IDS, (message_id,))]
     if not ids:
         return
     if pinned:
         now = await db.now_ms()
-        await db.submit(
-            [
-                (
-                    "INSERT INTO pins (part_id, message_id, session_id, created) "
-                    "VALUES (?, ?, ?, ?) ON CONFLICT (part_id) DO NOTHING",
-                    [(pid, message_id, session_id, now) for pid in ids],
-                )
-            ]
-        )
+        await db.submit([(_PIN, [(pid, message_id, session_id, now) for pid in ids])])
     else:
-        await db.submit([("DELETE FROM pins WHERE part_id = ?", [(pid,) for pid in ids])])
+        await db.submit([(_UNPIN, [(pid,) for pid in ids])])
 
 
-async def copy_pins(store: Store, session_id: str, parts: Sequence[tuple[str, str, str]]) -> None:
+async def copy_pins(store: Tables, session_id: str, parts: Sequence[tuple[str, str, str]]) -> None:
     """Pin ``(old part id, new part id, new message id)`` in ``session_id`` where the old part
     is pinned (a fork inherits its source's pins)."""
     if not parts:
         return
-    rows = await rows_in(
-        store.backend.query,
-        "SELECT part_id FROM pins WHERE part_id IN ({ids})",
-        [old for old, _, _ in parts],
-    )
+    rows = await rows_in(store.backend.query, _PINNED_OF, [old for old, _, _ in parts])
     pinned = {r[0] for r in rows}
     rows_out = [(new, mid, session_id, 0) for old, new, mid in parts if old in pinned]
     if rows_out:
-        await store.backend.submit(
-            [
-                (
-                    "INSERT INTO pins (part_id, message_id, session_id, created) "
-                    "VALUES (?, ?, ?, ?) ON CONFLICT (part_id) DO NOTHING",
-                    rows_out,
-                )
-            ]
-        )
+        await store.backend.submit([(_PIN, rows_out)])
 
 
-async def pins(store: Store, session_id: str) -> list[tuple[str, str]]:
+async def pins(store: Tables, session_id: str) -> list[tuple[str, str]]:
     """``(message id, part id)`` of every pin, oldest message first."""
-    rows = await store.backend.query(
-        "SELECT p.message_id, p.part_id FROM pins p JOIN messages m ON m.id = p.message_id "
-        "WHERE p.session_id = ? ORDER BY m.created, m.id, p.part_id",
-        (session_id,),
-    )
+    rows = await store.backend.query(_PINS, (session_id,))
     return [(r[0], r[1]) for r in rows]
 
 
-async def pinned_ids(store: Store, session_id: str) -> frozenset[str]:
+async def pinned_ids(store: Tables, session_id: str) -> frozenset[str]:
     """Asked by every prune (each turn's end): an indexed read of a few ids, on the loop."""
-    rows = await store.backend.query_point(
-        "SELECT part_id FROM pins WHERE session_id = ?", (session_id,)
-    )
+    rows = await store.backend.query_point(_PINNED_IDS, (session_id,))
     return frozenset(r[0] for r in rows)
 
 
-async def pinned_parts(store: Store, session_id: str) -> list[Part]:
+async def pinned_parts(store: Tables, session_id: str) -> list[Part]:
     """The pinned parts themselves, oldest message first."""
-    rows = await store.backend.query(
-        "SELECT p.data FROM pins x JOIN parts p ON p.id = x.part_id "
-        "JOIN messages m ON m.id = x.message_id "
-        "WHERE x.session_id = ? ORDER BY m.created, m.id, p.id",
-        (session_id,),
-    )
+    rows = await store.backend.query(_PINNED_PARTS, (session_id,))
     return [decode_part(r[0]) for r in rows]
 
 
-async def first_user_message(store: Store, session_id: str) -> WithParts | None:
+async def first_user_message(store: Tables, session_id: str) -> WithParts | None:
     """The session's first user message (by ``(created, id)``) with its parts."""
     db = store.backend
-    rows = await db.query(
-        "SELECT id, data FROM messages WHERE session_id = ? AND role = 'user' "
-        "ORDER BY created, id LIMIT 1",
-        (session_id,),
-    )
+    rows = await db.query(_FIRST_USER, (session_id,))
     if not rows:
         return None
     mid = rows[0][0]
-    parts = await db.query(
-        "SELECT message_id, id, data FROM parts WHERE message_id = ? ORDER BY id", (mid,)
-    )
-    found = _assemble([(mid, rows[0][1])], parts)
+    parts = [(mid, pid, data) for pid, data in await db.query(PART_ROWS, (mid,))]
+    found = assemble([(mid, rows[0][1])], parts)
     return found[0] if found else None
 
 
 async def record_compaction(
-    store: Store, session_id: str, message_id: str, created: int, data: bytes
+    store: Tables, session_id: str, message_id: str, created: int, data: bytes
 ) -> None:
     """One compaction's diagnostics, keyed by its summary message."""
-    await store.backend.submit(
-        [
-            (
-                "INSERT INTO compactions (message_id, session_id, created, data) "
-                "VALUES (?, ?, ?, ?) ON CONFLICT (message_id) DO UPDATE SET data = excluded.data",
-                [(message_id, session_id, created, data.decode())],
-            )
-        ]
-    )
+    await store.backend.submit([(_RECORD, [(message_id, session_id, created, data.decode())])])
 
 
-async def compactions(store: Store, session_id: str) -> list[str]:
+async def compactions(store: Tables, session_id: str) -> list[str]:
     """The stored diagnostics of the session's compactions, oldest first."""
-    rows = await store.backend.query(
-        "SELECT data FROM compactions WHERE session_id = ? ORDER BY created, message_id",
-        (session_id,),
-    )
+    rows = await store.backend.query(_COMPACTIONS, (session_id,))
     return [r[0] for r in rows]
 
 
-async def unmark_compacted(store: Store, part_ids: Sequence[str]) -> list[str]:
+async def unmark_compacted(store: Tables, part_ids: Sequence[str]) -> list[str]:
     """Clear ``state.time.compacted`` of these parts (a prune undone); returns the updated
     parts' JSON. Patched in Python, so both backends keep the client's other keys as they are."""
     out: list[tuple[str, str]] = []  # (part id, updated JSON)
-    for chunk in _chunks(list(part_ids), 500):
-        marks = ",".join("?" * len(chunk))
-        rows = await store.backend.query(
-            f"SELECT id, data FROM parts WHERE id IN ({marks}) ORDER BY id", chunk
-        )
+    for chunk in chunks(list(part_ids), 500):
+        rows = await rows_in(store.backend.query, PARTS_BY_IDS, chunk)
         updates: list[tuple[str, str]] = []
         for pid, data in rows:
             doc = _dict.decode(data)
@@ -178,33 +150,21 @@ async def unmark_compacted(store: Store, part_ids: Sequence[str]) -> list[str]:
                 del time["compacted"]
                 updates.append((_enc.encode(doc).decode(), pid))
         if updates:
-            await store.backend.submit([("UPDATE parts SET data = ? WHERE id = ?", updates)])
+            await store.backend.submit([(SET_PART_DATA, updates)])
             out.extend((pid, data) for data, pid in updates)
     for pid, raw in out:
-        part = _cached_part(pid, raw)
+        part = cached_part(pid, raw)
         store.cache.part_written(part.session_id, part.message_id, part.id, raw)
     return [raw for _, raw in out]
 
 
-async def remove_messages(store: Store, session_id: str, ids: Sequence[str]) -> list[str]:
+async def remove_messages(store: Tables, session_id: str, ids: Sequence[str]) -> list[str]:
     """Delete these messages of the session (their parts, pins and diagnostics go with them)
     in one transaction; returns the ids that existed, in the order given."""
-    rows = await rows_in(
-        store.backend.query,
-        "SELECT id FROM messages WHERE session_id = ? AND id IN ({ids})",
-        ids,
-        session_id,
-    )
+    rows = await rows_in(store.backend.query, _SESSION_MESSAGES, ids, session_id)
     found = {r[0] for r in rows}
     present = [i for i in ids if i in found]
     if present:
-        await store.backend.submit(
-            [
-                (
-                    "DELETE FROM messages WHERE id = ? AND session_id = ?",
-                    [(mid, session_id) for mid in present],
-                )
-            ]
-        )
+        await store.backend.submit([(DELETE_MESSAGE, [(mid, session_id) for mid in present])])
         store.cache.invalidate(session_id)
     return present

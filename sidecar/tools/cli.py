@@ -412,8 +412,7 @@ async def _write(
 ) -> list[dict[str, Any]]:
     import sqlite3
 
-    from sidecar.store import Store
-    from sidecar.store.url import CannotOpen, UnsupportedDatabase, redact, unreachable
+    from sidecar.store import CannotOpen, Store, UnsupportedDatabase, redact, unreachable
     from sidecar.tools.readdb import CannotOpenDatabase
 
     db = _db(args)

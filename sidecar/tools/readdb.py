@@ -22,8 +22,7 @@ from sidecar.engine import window
 from sidecar.model.messages import WithParts
 from sidecar.model.rpc import CompactionRecord
 from sidecar.model.session import Session
-from sidecar.store import Store, steer
-from sidecar.store.url import CannotOpen, UnsupportedDatabase
+from sidecar.store import CannotOpen, Store, UnsupportedDatabase, steer
 
 T = TypeVar("T")
 

@@ -28,7 +28,7 @@ from sidecar.model.session import Session
 from sidecar.protocol.framing import frame_header
 from sidecar.server.app import App
 from sidecar.server.settings import ConfigManager
-from sidecar.store.store import Store
+from sidecar.store import Store
 
 SIZE = 10 << 20
 

@@ -19,9 +19,8 @@ from hypothesis import strategies as st
 from sidecar.errors import Conflict, UnknownSession
 from sidecar.model.messages import MessageTime, UserMessage
 from sidecar.model.session import Session, SessionTime
-from sidecar.store import Store
+from sidecar.store import Store, message_error, message_row
 from sidecar.store.commit import INLINE_MAX_ROWS
-from sidecar.store.store import message_error, message_row
 
 _UPSERT = (
     "INSERT INTO messages (id, session_id, created, role, parent_id, summary_ok, data) "

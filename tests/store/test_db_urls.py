@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pgcluster import Cluster, new_pg_database, run_async
 
-from sidecar.store.url import UnsupportedDatabase, is_postgres, redact, sqlite_path
+from sidecar.store import UnsupportedDatabase, is_postgres, redact, sqlite_path
 
 
 def _serve(cwd: Path, db: str) -> subprocess.CompletedProcess[str]:

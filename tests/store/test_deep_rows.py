@@ -102,7 +102,7 @@ async def test_rows_the_daemon_stored_are_not_checked_again(
         scans.append(len(data))
         return False
 
-    for target in ("sidecar.model.jsonguard", "sidecar.store.store"):
+    for target in ("sidecar.model.jsonguard", "sidecar.store.rows"):
         monkeypatch.setattr(f"{target}.deeper_than", scan, raising=False)
         monkeypatch.setattr(f"{target}.flatten_deep", scan, raising=False)
     session = await store.require_session(sid)

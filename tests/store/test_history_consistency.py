@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.store import schema
-from sidecar.store.sqlite import _split, index_noted
-from sidecar.store.statements import UPSERT_PART
+from sidecar.store import UPSERT_PART, schema
+from sidecar.store.sqlite import index_noted, split_script
 
 KINDS = ("text", "reasoning", "tool", "step-start")
 
@@ -30,7 +29,7 @@ def _open(path: Path, version: int) -> sqlite3.Connection:
         conn.execute("INSERT INTO schema_version VALUES (0)")
     for target in range(start + 1, version + 1):
         conn.execute("BEGIN")
-        for stmt in _split(schema.MIGRATIONS[target - 1]):
+        for stmt in split_script(schema.MIGRATIONS[target - 1]):
             conn.execute(stmt)
         conn.execute("UPDATE schema_version SET version = ?", (target,))
         conn.execute("COMMIT")

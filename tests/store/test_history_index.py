@@ -16,7 +16,7 @@ from sidecar.model.session import Session, SessionTime
 from sidecar.store import Store, history
 from sidecar.store import pg_schema as pg
 from sidecar.store import schema as lite
-from sidecar.store.sqlite import _split
+from sidecar.store.sqlite import split_script
 
 PARTS = 2 * history.CHUNK_PARTS + 7  # three chunks
 #: The schema version before the index's migration.
@@ -43,7 +43,7 @@ async def _old_database(db: str | Path) -> None:
         conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
         conn.execute("INSERT INTO schema_version VALUES (?)", (BEFORE,))
         for script in lite.MIGRATIONS[:BEFORE]:
-            for stmt in _split(script):
+            for stmt in split_script(script):
                 conn.execute(stmt)
         conn.execute("INSERT INTO sessions VALUES (?, ?, ?, ?, ?)", session)
         conn.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?)", messages)

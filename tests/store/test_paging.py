@@ -137,7 +137,7 @@ async def test_a_history_of_too_many_messages_is_refused_before_anything_is_read
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await _session(store, [1] * 30)
-    monkeypatch.setattr("sidecar.store.store.MAX_PAGE_MESSAGES", 20)
+    monkeypatch.setattr("sidecar.store.pages.MAX_PAGE_MESSAGES", 20)
     streamed: list[str] = []
     stream = store._db.stream
 

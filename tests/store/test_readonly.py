@@ -19,10 +19,7 @@ from pgcluster import execute, is_pg
 
 from sidecar.model.messages import MessageTime, UserMessage
 from sidecar.model.session import Session, SessionTime
-from sidecar.store import Store
-from sidecar.store.backend import ReadOnlyStore
-from sidecar.store.schema import SCHEMA_VERSION
-from sidecar.store.url import CannotOpen
+from sidecar.store import SCHEMA_VERSION, CannotOpen, ReadOnlyStore, Store
 
 enc = msgspec.json.encode
 

@@ -13,8 +13,7 @@ from sidecar.errors import UnknownMessage, UnknownSession
 from sidecar.model.messages import AssistantMessage, MessageTime, UserMessage
 from sidecar.model.parts import CompactionPart, TextPart, ToolCompleted, ToolPart, ToolTime
 from sidecar.model.session import Session, SessionTime
-from sidecar.store import Key, Store
-from sidecar.store.schema import SCHEMA_VERSION
+from sidecar.store import SCHEMA_VERSION, Key, Store
 
 enc = msgspec.json.encode
 

@@ -13,8 +13,7 @@ from sidecar.errors import Conflict
 from sidecar.model.messages import MessageTime, UserMessage
 from sidecar.model.parts import TextPart, ToolCompleted, ToolPart, ToolTime
 from sidecar.model.session import Session, SessionTime
-from sidecar.store import Key, Store
-from sidecar.store.cache import Decoded, WindowCache
+from sidecar.store import Decoded, Key, Store, WindowCache
 
 enc = msgspec.json.encode
 FAR = Key(2**62, "~")  # an explicit end bypasses the cache: a fresh SQLite read

@@ -15,8 +15,7 @@ from sidecar.model.rpc import (
     HistorySearchResult,
 )
 from sidecar.server.context import Context
-from sidecar.store.cache import Key
-from sidecar.store.history import part_content, terms_of
+from sidecar.store import Key, part_content, terms_of
 
 ALL = "*"
 

@@ -31,8 +31,7 @@ from sidecar.model.rpc import (
 )
 from sidecar.protocol.shared import Shared
 from sidecar.server.context import Context
-from sidecar.store.backend import Done
-from sidecar.store.store import PartKey, may_keep_prune_mark, part_key
+from sidecar.store import Done, PartKey, may_keep_prune_mark, part_key
 
 _message_decoder = msgspec.json.Decoder(Message)
 _part_decoder = msgspec.json.Decoder(Part)

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from sidecar.store import opencode_db
 from sidecar.tools.importers.common import (
     Imported,
     ImportFailure,
@@ -133,9 +134,9 @@ def sqlite_path(path: Path) -> Path | None:
     return None
 
 
-def _rows(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...] = ()) -> Iterator[Any]:
+def _rows(rows: Iterator[Any]) -> Iterator[Any]:
     try:
-        yield from conn.execute(sql, args)
+        yield from rows
     except sqlite3.DatabaseError as exc:
         raise ImportFailure(f"not an OpenCode >= 1.2 database: {exc}") from None
 
@@ -155,16 +156,10 @@ def read_sqlite(path: Path) -> list[Imported]:
     db = sqlite_path(path)
     if db is None:
         raise ImportFailure(f"{path}: not an SQLite database")
-    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    conn = opencode_db.open_readonly(db)
     try:
         out: list[Imported] = []
-        sessions = list(
-            _rows(
-                conn,
-                "SELECT id, parent_id, title, directory, revert, time_created, time_updated "
-                "FROM session ORDER BY time_created, id",
-            )
-        )
+        sessions = list(_rows(opencode_db.sessions(conn)))
         for sid, parent, title, directory, revert, created, updated in sessions:
             where = f"{db}: session {sid}"
             info: dict[str, Any] = {
@@ -178,20 +173,12 @@ def read_sqlite(path: Path) -> list[Imported]:
             if revert:
                 info["revert"] = _with_ids(revert, f"{where}: revert")
             imp = Imported(SOURCE_SQLITE, decode_session(info, where))
-            for mid, data in _rows(
-                conn,
-                "SELECT id, data FROM message WHERE session_id = ? ORDER BY time_created, id",
-                (sid,),
-            ):
+            for mid, data in _rows(opencode_db.messages(conn, sid)):
                 imp.add_message(
                     _with_ids(data, f"{db}: message {mid}", id=mid, sessionID=sid),
                     f"{db}: message {mid}",
                 )
-            for pid, mid, data in _rows(
-                conn,
-                "SELECT id, message_id, data FROM part WHERE session_id = ? ORDER BY id",
-                (sid,),
-            ):
+            for pid, mid, data in _rows(opencode_db.parts(conn, sid)):
                 imp.add_part(
                     _with_ids(data, f"{db}: part {pid}", id=pid, sessionID=sid, messageID=mid),
                     f"{db}: part {pid}",

@@ -1,0 +1,250 @@
+"""What a stored row is, both ways, for every feature module of the store.
+
+A message or part row is the client's JSON as given plus the columns copied out of it
+(``message_row``, ``part_row``); a read decodes it once, cached by id (``cached_part``,
+``assemble``). ``Tables`` is what a feature module needs of the store; ``Store`` is one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol, TypeVar
+
+import msgspec
+
+from sidecar.errors import Conflict, InvalidParams, UnknownMessage, UnknownSession
+from sidecar.model.conversation import is_finished_summary
+from sidecar.model.jsonguard import flatten_deep
+from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithParts
+from sidecar.model.parts import Part, ToolCompleted, ToolPart
+from sidecar.store.backend import Backend, Done, OnIntegrity, Row, Statement
+from sidecar.store.cache import Decoded, WindowCache
+
+_message_decoder = msgspec.json.Decoder(Message)
+_part_decoder = msgspec.json.Decoder(Part)
+T = TypeVar("T")
+
+
+class Tables(Protocol):
+    """What a feature module needs of the store (``Store`` is one): the backend that runs
+    its SQL, and the window cache its writes keep current."""
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def cache(self) -> WindowCache: ...
+
+
+# Rows nested deeper than any frame the daemon now accepts (``server.maxDepth`` is at most
+# this) were written before the door checked depth. What the daemon stored itself is never
+# checked again: a row is decoded as it is, and only one whose decoding recursed too deep (such
+# an old row) is decoded again with its over-deep values as null.
+STORED_MAX_DEPTH = 512
+
+is_summary_ok = is_finished_summary  # the column the boundary query reads
+
+
+def shallow_json(raw: str | bytes | msgspec.Raw) -> bytes:
+    """An old over-deep row's JSON with values nested past ``STORED_MAX_DEPTH`` as null: what
+    a read decodes once decoding the row as it is recursed too deep (``decode_stored``)."""
+    data = raw.encode() if isinstance(raw, str) else bytes(raw)
+    return flatten_deep(data, STORED_MAX_DEPTH)
+
+
+def decode_stored(decoder: msgspec.json.Decoder[T], raw: str | bytes | msgspec.Raw) -> T:
+    """A stored row, decoded with no check first (the door checked what the daemon stored);
+    only a row older than that check can recurse too deep, and is read flattened."""
+    try:
+        return decoder.decode(raw)
+    except RecursionError:
+        return decoder.decode(shallow_json(raw))
+
+
+# Ids of the old over-deep rows met so far (``decode_stored`` flattened them): served from
+# their decoded Structs, not as stored, so a client decodes them too. Only such rows land here.
+_flattened: set[str] = set()
+
+
+def _decode_row(decoder: msgspec.json.Decoder[T], raw: str | bytes) -> T:
+    try:
+        return decoder.decode(raw)
+    except RecursionError:
+        row = decoder.decode(shallow_json(raw))
+        _flattened.add(row.id)  # type: ignore[attr-defined]  # messages and parts have ids
+        return row
+
+
+def served(raw: str) -> msgspec.Raw:
+    """Stored JSON as the daemon serves it: as stored (the row's own str when it can be, no
+    copy: an ASCII str's data is its UTF-8), never scanned again."""
+    return msgspec.Raw(raw)
+
+
+def decode_message(raw: str | bytes) -> Message:
+    message: Message = _decode_row(_message_decoder, raw)
+    return message
+
+
+def decode_part(raw: str | bytes) -> Part:
+    part: Part = _decode_row(_part_decoder, raw)
+    return part
+
+
+def may_keep_prune_mark(part: Part) -> bool:
+    """A completed tool output written without ``state.time.compacted``: if the stored part
+    was pruned and has the same output, the write keeps its mark (``Store.prune_mark_of``)."""
+    return (
+        isinstance(part, ToolPart)
+        and isinstance(part.state, ToolCompleted)
+        and not part.state.time.compacted
+        and bool(part.id)
+    )
+
+
+def _text(raw: bytes | str) -> str:
+    return raw if isinstance(raw, str) else raw.decode()
+
+
+def _nul_in(what: str, ids: Mapping[str, str | None]) -> InvalidParams:
+    """Ids are columns; PostgreSQL's text cannot hold U+0000 and no client means one. Checked
+    by the store on the ingest path (a plain ``in``) rather than by a pattern on the Struct (a
+    regex per id field costs more than the rest of the decode); this names the field."""
+    field = next(k for k, v in ids.items() if v and "\x00" in v)
+    return InvalidParams(
+        f"invalid params: `$.{what}.{field}` holds the character U+0000, which an id may not"
+    )
+
+
+def message_row(info: Message, raw: bytes | str) -> tuple[Any, ...]:
+    parent = info.parent_id if isinstance(info, AssistantMessage) else None
+    if "\x00" in info.id or "\x00" in info.session_id or (parent and "\x00" in parent):
+        raise _nul_in("message", {"id": info.id, "sessionID": info.session_id, "parentID": parent})
+    return (
+        info.id,
+        info.session_id,
+        info.time.created,
+        "user" if isinstance(info, UserMessage) else "assistant",
+        parent,
+        1 if is_summary_ok(info) else 0,
+        _text(raw),
+    )
+
+
+class PartKey(NamedTuple):
+    """What the store needs of a part besides its JSON: a large part's decoded Struct (its
+    text, its output) need not stay alive while its row is written (``part_key``)."""
+
+    id: str
+    message_id: str
+    session_id: str
+    tag: Any
+
+
+def part_key(part: Part) -> PartKey:
+    return PartKey(part.id, part.message_id, part.session_id, type(part).__struct_config__.tag)
+
+
+def part_row(part: Part | PartKey, raw: bytes | str) -> tuple[Any, ...]:
+    if "\x00" in part.id or "\x00" in part.session_id or "\x00" in part.message_id:
+        ids = {"id": part.id, "sessionID": part.session_id, "messageID": part.message_id}
+        raise _nul_in("part", ids)
+    tag = part.tag if isinstance(part, PartKey) else type(part).__struct_config__.tag
+    return (part.id, part.message_id, part.session_id, tag, _text(raw))
+
+
+#: An op's statements, and what its commit's row counts are told to (the cache's update).
+Write = tuple[list[Statement], Callable[[list[int]], None]]
+
+
+def message_error(info: Message) -> Callable[[Exception], Exception]:
+    """What a client sees when ``info``'s row breaks an integrity rule."""
+
+    def mapped(exc: Exception) -> Exception:
+        if "sidecar:message-session" in str(exc):
+            return Conflict(f"message id {info.id!r} belongs to another session")
+        return UnknownSession(info.session_id)
+
+    return mapped
+
+
+def part_error(part: Part | PartKey) -> Callable[[Exception], Exception]:
+    """What a client sees when ``part``'s row breaks an integrity rule."""
+
+    def mapped(exc: Exception) -> Exception:
+        text = str(exc)
+        if "sidecar:part-message" in text:
+            return Conflict(f"part id {part.id!r} belongs to another message")
+        if "sidecar:part-session" in text:
+            return InvalidParams(
+                f"invalid params: `$.part.sessionID` {part.session_id!r} is not the session "
+                f"of message {part.message_id!r}"
+            )
+        return UnknownMessage(part.message_id)
+
+    return mapped
+
+
+def submit_then(
+    db: Backend, op: Callable[[], Write], on_integrity: OnIntegrity, then: Done[None]
+) -> None:
+    """``submit_then`` of ``op()``: a row that cannot be stored (``InvalidParams``) fails at
+    once; after a commit the row counts go to the op's own callback, then ``then``."""
+    try:
+        statements, written = op()
+    except InvalidParams as exc:
+        then(None, exc)
+        return
+
+    def committed(counts: list[int], exc: BaseException | None) -> None:
+        if exc is None:
+            written(counts)
+        then(None, exc)
+
+    db.submit_then(statements, committed, on_integrity)
+
+
+cached_part = Decoded(decode_part)
+cached_message = Decoded(decode_message)
+
+
+def assemble_one(mid: str, data: str, parts: list[tuple[str, str]]) -> WithParts:
+    """One cached message with its parts (``WindowCache.assembled``): shared, like the Structs
+    it holds, so callers must not change it (they build changed copies)."""
+    return WithParts(info=cached_message(mid, data), parts=[cached_part(p, d) for p, d in parts])
+
+
+def assemble(msgs: Any, parts: Any, raws: dict[str, str] | None = None) -> list[WithParts]:
+    """``(id, JSON)`` messages with their ``(message id, part id, JSON)`` parts, decoded (cached
+    by id); ``raws``, when given, is filled with the stored JSON of each by id."""
+    by_message: dict[str, list[Part]] = {}
+    for mid, pid, data in parts:
+        part = cached_part(pid, data)
+        by_message.setdefault(mid, []).append(part)
+        if raws is not None and part.id not in _flattened:
+            raws[part.id] = data
+    out = [
+        WithParts(info=cached_message(mid, data), parts=by_message.get(mid, []))
+        for mid, data in msgs
+    ]
+    if raws is not None:
+        raws.update((mid, data) for mid, data in msgs if mid not in _flattened)
+    return out
+
+
+def chunks(items: list[str], size: int) -> list[list[str]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+async def rows_in(
+    read: Callable[[str, Sequence[Any]], Awaitable[list[Row]]],
+    sql: str,
+    ids: Sequence[str],
+    *first: Any,
+) -> list[Row]:
+    """The rows of ``sql`` for ``ids``, asked 500 at a time (a statement's bound values are
+    limited): ``{ids}`` in ``sql`` becomes that many placeholders, after ``first``'s."""
+    out: list[Row] = []
+    for chunk in chunks(list(ids), 500):
+        out.extend(await read(sql.format(ids=",".join("?" * len(chunk))), [*first, *chunk]))
+    return out
