@@ -90,10 +90,24 @@ TO_DAEMON: Direction = "client->daemon"
 TO_CLIENT: Direction = "daemon->client"
 
 
+class Call(msgspec.Struct, frozen=True):
+    """How the clients' generated wrappers (``sidecar.protocol.clients``) call a row: ``name``
+    in Python (TypeScript's is its camelCase); the params fields taken positionally in Python
+    (``args``) and in TypeScript (``ts``, default ``args``), the others keyword-only (Python)
+    or in an ``options`` object (TypeScript); ``unwrap``: the result field returned instead
+    of the whole result."""
+
+    name: str
+    args: tuple[str, ...] = ()
+    ts: tuple[str, ...] | None = None
+    unwrap: str = ""
+
+
 class RequestSpec(msgspec.Struct, frozen=True, kw_only=True):
     """A request: ``result`` is a type (a Struct, a union alias) or ``None`` for ``null``.
 
-    ``handler`` is ``"module:function"`` in ``sidecar.server.handlers`` (client->daemon rows).
+    ``handler`` is ``"module:function"`` in ``sidecar.server.handlers`` (client->daemon rows);
+    ``call``, its clients' wrapper (none: hand-written, as ``initialize``).
     """
 
     method: str
@@ -103,6 +117,7 @@ class RequestSpec(msgspec.Struct, frozen=True, kw_only=True):
     ordering: Ordering = "read"
     handler: str = ""
     doc: str = ""
+    call: Call | None = None
 
 
 class NotificationSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -123,6 +138,7 @@ def _req(
     ordering: Ordering,
     handler: str,
     doc: str = "",
+    call: Call | None = None,
 ) -> RequestSpec:
     return RequestSpec(
         method=method,
@@ -132,62 +148,97 @@ def _req(
         ordering=ordering,
         handler=handler,
         doc=doc,
+        call=call,
     )
+
+
+S = ("session_id",)  # the usual first argument of a wrapper
 
 
 # fmt: off
 REQUESTS: tuple[RequestSpec, ...] = (
-    # method, params, result, ordering, handler ("module:function"), doc
+    # method, params, result, ordering, handler ("module:function"), doc, the clients' call
     _req("initialize", InitializeParams, InitializeResult, "write", "lifecycle:initialize",
          "must be the first request"),
-    _req("shutdown", Empty, None, "write", "lifecycle:shutdown"),
-    _req("session/create", SessionCreateParams, Session, "write", "sessions:create"),
-    _req("session/get", SessionRef, Session, "read", "sessions:get"),
-    _req("session/list", SessionListParams, SessionList, "read", "sessions:list_"),
-    _req("session/delete", SessionRef, None, "write", "sessions:delete"),
+    _req("shutdown", Empty, None, "write", "lifecycle:shutdown",
+         call=Call("shutdown")),
+    _req("session/create", SessionCreateParams, Session, "write", "sessions:create",
+         call=Call("create_session")),
+    _req("session/get", SessionRef, Session, "read", "sessions:get",
+         call=Call("get_session", S)),
+    _req("session/list", SessionListParams, SessionList, "read", "sessions:list_",
+         call=Call("list_sessions", ("limit", "cursor"), ts=())),
+    _req("session/delete", SessionRef, None, "write", "sessions:delete",
+         call=Call("delete_session", S)),
     _req("session/messages", SessionMessagesParams, MessagesPage, "read", "sessions:messages",
-         "full history, chronological"),
+         "full history, chronological",
+         call=Call("messages", (*S, "limit", "cursor"), ts=S)),
     _req("session/subscribe", SessionRef, None, "write", "sessions:subscribe",
-         'sessionID "*" subscribes to every session'),
-    _req("session/unsubscribe", SessionRef, None, "write", "sessions:unsubscribe"),
+         'sessionID "*" subscribes to every session',
+         call=Call("subscribe", S)),
+    _req("session/unsubscribe", SessionRef, None, "write", "sessions:unsubscribe",
+         call=Call("unsubscribe", S)),
     _req("session/context", SessionContextParams, ContextResult, "read", "compaction:context",
-         "the filtered window"),
+         "the filtered window",
+         call=Call("context", (*S, "format"))),
     _req("session/breakdown", SessionBreakdownParams, BreakdownResult, "read",
-         "compaction:breakdown", "what fills the window the next session/context serves"),
+         "compaction:breakdown", "what fills the window the next session/context serves",
+         call=Call("breakdown", S)),
     _req("session/overflow", SessionOverflowParams, OverflowResult, "read",
-         "compaction:overflow"),
+         "compaction:overflow",
+         call=Call("overflow", S)),
     _req("session/idle", SessionRef, None, "read", "compaction:idle",
-         "answered once automatic work has finished"),
-    _req("session/prune", SessionRef, PruneResult, "write", "compaction:prune"),
-    _req("session/compact", SessionCompactParams, CompactResult, "write", "compaction:compact"),
-    _req("session/fork", SessionForkParams, Session, "write", "compaction:fork"),
-    _req("session/revert", SessionRevertParams, Session, "write", "compaction:revert"),
-    _req("session/unrevert", SessionRef, Session, "write", "compaction:unrevert"),
+         "answered once automatic work has finished",
+         call=Call("idle", S)),
+    _req("session/prune", SessionRef, PruneResult, "write", "compaction:prune",
+         call=Call("prune", S)),
+    _req("session/compact", SessionCompactParams, CompactResult, "write", "compaction:compact",
+         call=Call("compact", (*S, "auto"), ts=S)),
+    _req("session/fork", SessionForkParams, Session, "write", "compaction:fork",
+         call=Call("fork", (*S, "message_id"))),
+    _req("session/revert", SessionRevertParams, Session, "write", "compaction:revert",
+         call=Call("revert", (*S, "message_id", "part_id"))),
+    _req("session/unrevert", SessionRef, Session, "write", "compaction:unrevert",
+         call=Call("unrevert", S)),
     _req("session/compactions", SessionRef, CompactionsResult, "read", "steering:compactions",
-         "each compaction's diagnostics, oldest first"),
+         "each compaction's diagnostics, oldest first",
+         call=Call("compactions", S, unwrap="compactions")),
     _req("session/uncompact", SessionUncompactParams, UncompactResult, "write",
-         "steering:uncompact", "undo the newest (or the named and every later) compaction"),
+         "steering:uncompact", "undo the newest (or the named and every later) compaction",
+         call=Call("uncompact", (*S, "message_id"), ts=S, unwrap="removed")),
     _req("part/pin", PartPinParams, None, "write", "steering:pin",
-         "pin or unpin a part (or every part of a message)"),
-    _req("session/pins", SessionRef, PinsResult, "read", "steering:pins"),
+         "pin or unpin a part (or every part of a message)",
+         call=Call("pin", (*S, "message_id", "part_id", "pinned"))),
+    _req("session/pins", SessionRef, PinsResult, "read", "steering:pins",
+         call=Call("pins", S, unwrap="pins")),
     _req("message/update", MessageUpdateParams, Message, "ingest", "messages:message_update",
-         "upsert; echoes the stored message"),
-    _req("message/remove", MessageRemoveParams, None, "write", "messages:message_remove"),
+         "upsert; echoes the stored message",
+         call=Call("update_message", ("message",))),
+    _req("message/remove", MessageRemoveParams, None, "write", "messages:message_remove",
+         call=Call("remove_message", (*S, "message_id"))),
     _req("part/update", PartUpdateParams, Part, "ingest", "messages:part_update",
-         "upsert; echoes the stored part"),
-    _req("part/remove", PartRemoveParams, None, "write", "messages:part_remove"),
+         "upsert; echoes the stored part",
+         call=Call("update_part", ("part",))),
+    _req("part/remove", PartRemoveParams, None, "write", "messages:part_remove",
+         call=Call("remove_part", (*S, "message_id", "part_id"))),
     _req("history/search", HistorySearchParams, HistorySearchResult, "read", "history:search",
-         'full-text search of stored history; sessionID "*" searches every session'),
+         'full-text search of stored history; sessionID "*" searches every session',
+         call=Call("search_history", (*S, "query"))),
     _req("history/expand", HistoryExpandParams, HistoryExpandResult, "read", "history:expand",
-         "a message's or part's original content, paged by characters"),
+         "a message's or part's original content, paged by characters",
+         call=Call("expand_history", (*S, "message_id", "part_id"), ts=(*S, "message_id"))),
     _req("config/get", Empty, Config, "read", "config:get",
-         "the effective config, secrets redacted"),
+         "the effective config, secrets redacted",
+         call=Call("get_config")),
     _req("config/update", ConfigUpdateParams, Config, "write", "config:update",
-         "partial, deep-merged"),
+         "partial, deep-merged",
+         call=Call("update_config", ("config",))),
     _req("daemon/status", Empty, DaemonStatus, "read", "admin:status",
-         "extension: the daemon's pid, listener, db, load"),
+         "extension: the daemon's pid, listener, db, load",
+         call=Call("daemon_status")),
     _req("daemon/stop", Empty, None, "read", "admin:stop",
-         "extension: answered, then the daemon stops"),
+         "extension: answered, then the daemon stops",
+         call=Call("stop_daemon")),
     RequestSpec(
         method="compaction/compacting",
         direction=TO_CLIENT,

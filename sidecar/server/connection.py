@@ -20,15 +20,9 @@ from sidecar.model.rpc import ClientCapabilities, Event
 from sidecar.protocol.framing import FrameError, FrameReader
 from sidecar.protocol.methods import NOTIFICATION_OF
 from sidecar.server.context import Control
-from sidecar.server.dispatch import bind, routes
 from sidecar.server.hub import Hub
-from sidecar.server.protocol import (
-    FEED_BYTES,
-    MethodSpec,
-    SidecarProtocol,
-    Starting,
-    new_protocol,
-)
+from sidecar.server.outbox import FEED_BYTES
+from sidecar.server.protocol import SidecarProtocol, Starting, new_protocol
 from sidecar.server.settings import ConfigManager
 from sidecar.store import Store
 
@@ -57,14 +51,14 @@ class Connection:
     def __init__(self, app: Shared) -> None:
         self.app = app
         self.number = next(_numbers)
-        self.protocol: SidecarProtocol = new_protocol()
+        self.protocol: SidecarProtocol = new_protocol(self)
         self.protocol.on_exit = self._on_exit
         self.protocol.starting = app.starting
         daemon = app.config  # the limits are the daemon's, never a client's
         self.protocol.max_depth = lambda: daemon.current.server.max_depth
-        self.protocol.max_outgoing = lambda: daemon.current.server.max_outgoing_bytes
+        self.protocol.out.max_outgoing = lambda: daemon.current.server.max_outgoing_bytes
         self.protocol.max_reply = lambda: daemon.current.server.max_reply_bytes
-        self.protocol.on_stalled = self._on_stalled
+        self.protocol.out.on_stalled = self._on_stalled
         self.config = app.config.for_connection()
         # What handlers use (they never reach through the App): plain attributes, since the
         # ingest path reads them on every request.
@@ -83,9 +77,6 @@ class Connection:
         self._auth_timer: asyncio.TimerHandle | None = None
         self._transport: asyncio.BaseTransport | None = None
         self._reader: FrameReader | None = None
-        for r in routes().values():
-            self.protocol.specs[r.method] = MethodSpec(r.decoder, r.writes)
-            self.protocol.register(r.method, bind(self, r))
 
     # -- the handlers' Context --------------------------------------------------------------
 
@@ -129,10 +120,10 @@ class Connection:
             duplex=duplex,
         )
         # Backpressure (the peer's own requests) before the stalled-reader cut (everything).
-        protocol = self.protocol
-        reader.should_hold = lambda: protocol.backlog_over_hold()
-        protocol.on_drained = reader.release
-        reader.on_writable = protocol.feed
+        out = self.protocol.out
+        reader.should_hold = lambda: out.backlog_over_hold()
+        out.on_drained = reader.release
+        reader.on_writable = out.feed
         self._reader = reader
         return reader
 
@@ -174,7 +165,7 @@ class Connection:
     def attach(self, transport: asyncio.BaseTransport, writer: Any) -> None:
         self._transport = transport
         self.protocol.set_writer(writer)
-        low = self.protocol.low_water()
+        low = self.protocol.out.low_water()
         set_limits = getattr(writer, "set_write_buffer_limits", None)
         if set_limits is not None:
             # Told (``resume_writing``) once the peer has read us down to the low-water mark,
@@ -210,7 +201,7 @@ class Connection:
     def close(self) -> None:
         """Close after flushing what is queued for the peer (its transport drains the rest)."""
         self.protocol.ended = True  # nothing more is read
-        self.protocol.flush_now()
+        self.protocol.out.flush_now()
         transport = self._transport
         if transport is not None and not transport.is_closing():
             transport.close()
@@ -249,7 +240,7 @@ class _WriteSide(asyncio.Protocol):
         self._conn = conn
 
     def resume_writing(self) -> None:
-        self._conn.protocol.feed()
+        self._conn.protocol.out.feed()
         if self._conn._reader is not None:
             self._conn._reader.release()
 

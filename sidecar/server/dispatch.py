@@ -1,17 +1,23 @@
-"""Dispatch: each row of the method table (``sidecar.protocol.methods``) bound to its handler.
+"""Dispatch: each row of the method table (``sidecar.protocol.methods``) with its handler.
+
+``routes()`` is the one mapping of served methods, built once per process from the table and
+read by every connection's protocol at each frame; nothing is registered per connection.
 
 Handlers are thin — ``async def h(ctx, params) -> result`` — and call the store or the
 engine. An *ingest* handler is instead a plain function ``h(ctx, params, done)`` that calls
 ``done(result, None)`` or ``done(None, exc)`` exactly once, possibly later (from a store
 commit callback), or raises before calling it: a request then costs no task of its own.
 ``done`` has the one completion shape of the ingest path (``sidecar.store.backend.Done``),
-from the store's commit through the handler to the protocol's reply. It
-queues its write before it returns; one that cannot (it must read first) returns the future
-of the task that will, and the connection's later requests wait for that future.
+from the store's commit through the handler to the protocol's reply; it is given the stored
+JSON, and annotated with the type that JSON is (``Annotated[Done[Any], Part]``), which
+``tests/protocol/test_handler_types.py`` checks against the row as it checks the others'
+params and return annotations. An ingest handler queues its write before it returns; one that
+cannot (it must read first) returns the future of the task that will, and the connection's
+later requests wait for that future.
 
-Errors are mapped here once: ``SidecarError`` to its application code, a
-``ValidationError`` raised inside a handler to -32602, anything unexpected to -32603 with
-only the exception type (details go to the daemon's log).
+Errors are mapped here once (``rpc_error``): a ``SidecarError`` keeps its code, a
+``ValidationError`` raised inside a handler is -32602, anything unexpected -32603 with only
+the exception type (details go to the daemon's log).
 """
 
 from __future__ import annotations
@@ -19,16 +25,16 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+from asyncio import Future
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from sidecar.errors import SidecarError
+from sidecar.errors import ErrorCode, InvalidParams, SidecarError
 from sidecar.protocol.methods import SERVED, NotificationSpec, RequestSpec
 from sidecar.server.context import Context
-from sidecar.server.protocol import RpcError, internal_error, invalid_params
 from sidecar.store import Done as Done  # an ingest handler's ``done``
 
 log = logging.getLogger("sidecar.handlers")
@@ -40,24 +46,31 @@ HANDLERS_PACKAGE = "sidecar.server.handlers"
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """A served row of the method table with its handler function resolved."""
+    """A served row of the method table with its handler function and params decoder."""
 
     spec: RequestSpec | NotificationSpec
     fn: Handler
     decoder: msgspec.json.Decoder[Any]
+    #: Ordering class ``ingest``: called at once, answered through ``done``.
+    ingest: bool = False
+    #: Ordering class ``write``: the connection's later requests wait for its reply.
+    writes: bool = False
 
     @property
     def method(self) -> str:
         return self.spec.method
 
-    @property
-    def ingest(self) -> bool:
-        return isinstance(self.spec, RequestSpec) and self.spec.ordering == "ingest"
 
-    @property
-    def writes(self) -> bool:
-        """Later requests of the connection wait for its reply."""
-        return isinstance(self.spec, RequestSpec) and self.spec.ordering == "write"
+def route(spec: RequestSpec | NotificationSpec, fn: Handler) -> Route:
+    """``spec`` served by ``fn``."""
+    ordering = spec.ordering if isinstance(spec, RequestSpec) else "read"
+    return Route(
+        spec,
+        fn,
+        msgspec.json.Decoder(spec.params),
+        ingest=ordering == "ingest",
+        writes=ordering == "write",
+    )
 
 
 def resolve(handler: str) -> Handler:
@@ -70,48 +83,38 @@ def resolve(handler: str) -> Handler:
 @functools.cache
 def routes() -> dict[str, Route]:
     """Every method a client may call, from the table (built once per process)."""
-    return {s.method: Route(s, resolve(s.handler), msgspec.json.Decoder(s.params)) for s in SERVED}
+    return {s.method: route(s, resolve(s.handler)) for s in SERVED}
 
 
-def rpc_error(method: str, exc: BaseException) -> RpcError:
-    """The JSON-RPC error a client sees for an exception raised while serving ``method``."""
-    if isinstance(exc, RpcError):
-        return exc
+def rpc_error(method: str, exc: BaseException) -> SidecarError:
+    """The error a client sees for an exception raised while serving ``method``."""
     if isinstance(exc, SidecarError):
-        return RpcError(str(exc), exc.code)
+        return exc
     if isinstance(exc, msgspec.ValidationError):
-        return invalid_params(f"invalid params for {method}: {exc}")
+        return InvalidParams(f"invalid params for {method}: {exc}")
     log.error("%s failed", method, exc_info=exc)
-    return internal_error(f"internal error in {method}: {type(exc).__name__}")
+    return SidecarError(
+        f"internal error in {method}: {type(exc).__name__}", ErrorCode.INTERNAL_ERROR
+    )
 
 
-def bind(ctx: Context, r: Route) -> Callable[..., Any]:
-    """The callable the protocol dispatches for ``r`` on the connection ``ctx``."""
-    if r.ingest:
-        return _bind_ingest(ctx, r)
+def call_ingest(r: Route, ctx: Context, params: Any, reply: Done[Any]) -> Future[None] | None:
+    """Call an ingest handler; ``reply`` gets its result or its mapped error, exactly once."""
 
-    async def handler(params: Any) -> Any:
-        try:
-            return await r.fn(ctx, params)
-        except Exception as exc:
-            raise rpc_error(r.method, exc) from None
+    def done(result: Any, exc: BaseException | None) -> None:
+        reply(result, None if exc is None else rpc_error(r.method, exc))
 
-    handler.__name__ = r.method.replace("/", "_")
-    handler.sidecar_coroutine = True  # type: ignore[attr-defined]  # see SidecarProtocol
-    return handler
+    try:
+        later: Future[None] | None = r.fn(ctx, params, done)
+    except Exception as exc:
+        done(None, exc)
+        return None
+    return later
 
 
-def _bind_ingest(ctx: Context, r: Route) -> Callable[[Any, Done[Any]], Any]:
-    def handler(params: Any, reply: Done[Any]) -> Any:
-        def done(result: Any, exc: BaseException | None) -> None:
-            reply(result, None if exc is None else rpc_error(r.method, exc))
-
-        try:
-            return r.fn(ctx, params, done)
-        except Exception as exc:
-            done(None, exc)
-            return None
-
-    handler.__name__ = r.method.replace("/", "_")
-    handler.sidecar_deferred = True  # type: ignore[attr-defined]  # see SidecarProtocol
-    return handler
+async def call_notification(r: Route, ctx: Context, params: Any) -> None:
+    """Run a notification's handler; a failure is logged (there is no one to answer)."""
+    try:
+        await r.fn(ctx, params)
+    except Exception as exc:
+        log.warning("notification %s failed: %s", r.method, rpc_error(r.method, exc))

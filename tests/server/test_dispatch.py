@@ -4,12 +4,14 @@ cancellation before and during a handler, and the count of requests yet to start
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
-from sidecar.errors import UnknownSession
-from sidecar.server.protocol import MethodSpec, SidecarProtocol, new_protocol
+from sidecar.errors import SidecarError, UnknownSession
+from sidecar.protocol.methods import TO_DAEMON, Ordering, RequestSpec
+from sidecar.server.dispatch import Route, route
+from sidecar.server.protocol import SidecarProtocol, new_protocol
 
 from .frames import split_frames
 
@@ -46,12 +48,17 @@ class Out:
         return self.replies()
 
 
-def _protocol(handlers: dict[str, Any]) -> tuple[SidecarProtocol, Out]:
-    proto = new_protocol()
-    for method, fn in handlers.items():
-        fn.sidecar_coroutine = True
-        proto.specs[method] = MethodSpec(msgspec.json.Decoder(Params))
-        proto.register(method, fn)
+def _route(method: str, fn: Any, ordering: Ordering = "read") -> Route:
+    spec = RequestSpec(
+        method=method, direction=TO_DAEMON, params=Params, result=None, ordering=ordering
+    )
+    return route(spec, fn)
+
+
+def _protocol(handlers: dict[str, Any], ordering: Ordering = "read") -> tuple[SidecarProtocol, Out]:
+    """A protocol serving ``handlers`` (``fn(ctx, params)``) as rows of ``ordering``."""
+    served = {method: _route(method, fn, ordering) for method, fn in handlers.items()}
+    proto = new_protocol(cast(Any, None), served)
     proto.initialized = True
     out = Out()
     proto.set_writer(out)
@@ -64,7 +71,7 @@ def _request(rid: int, method: str, x: int = 0) -> bytes:
 
 
 async def test_reply_leaves_in_the_same_write_as_the_handlers_notifications() -> None:
-    async def echo(p: Params) -> dict[str, int]:
+    async def echo(ctx: Any, p: Params) -> dict[str, int]:
         await asyncio.sleep(0)  # a real suspension, as a store write would be
         proto.notify("thing/updated", {"x": p.x})
         return {"x": p.x}
@@ -82,7 +89,7 @@ async def test_reply_leaves_in_the_same_write_as_the_handlers_notifications() ->
 async def test_cancel_before_the_handler_starts_gets_one_cancelled_reply() -> None:
     started: list[int] = []
 
-    async def slow(p: Params) -> int:
+    async def slow(ctx: Any, p: Params) -> int:
         started.append(p.x)
         return p.x
 
@@ -100,7 +107,7 @@ async def test_cancel_while_the_handler_waits_gets_one_cancelled_reply() -> None
     gate = asyncio.Event()
     entered = asyncio.Event()
 
-    async def waits(p: Params) -> int:
+    async def waits(ctx: Any, p: Params) -> int:
         entered.set()
         await gate.wait()
         return 1
@@ -118,10 +125,8 @@ async def test_cancel_while_the_handler_waits_gets_one_cancelled_reply() -> None
 
 
 async def test_handler_errors_are_replied_once_with_their_code() -> None:
-    from pygls.exceptions import JsonRpcException
-
-    async def fails(p: Params) -> int:
-        raise JsonRpcException("unknown session: 'ses_x'", -32040)
+    async def fails(ctx: Any, p: Params) -> int:
+        raise SidecarError("unknown session: 'ses_x'", -32040)
 
     proto, out = _protocol({"t/fails": fails})
     proto.handle_frame(_request(4, "t/fails"))
@@ -132,7 +137,7 @@ async def test_handler_errors_are_replied_once_with_their_code() -> None:
 async def test_frames_of_one_read_are_all_counted_as_starting_before_any_runs() -> None:
     seen: list[int] = []
 
-    async def record(p: Params) -> int:
+    async def record(ctx: Any, p: Params) -> int:
         seen.append(proto.starting.count)
         return p.x
 
@@ -145,19 +150,8 @@ async def test_frames_of_one_read_are_all_counted_as_starting_before_any_runs() 
 
 
 def _deferred_protocol(fn: Any) -> tuple[SidecarProtocol, Out]:
-    """A protocol whose ``t/def`` method is a deferred route bound like the daemon's."""
-    from sidecar.protocol.methods import RequestSpec
-    from sidecar.server.dispatch import Route, bind
-
-    spec = RequestSpec(
-        method="t/def", direction="client->daemon", params=Params, result=None, ordering="ingest"
-    )
-    proto, out = _protocol({})
-    route = Route(spec, fn, msgspec.json.Decoder(Params))
-    handler = bind(None, route)  # type: ignore[arg-type]
-    proto.specs["t/def"] = MethodSpec(msgspec.json.Decoder(Params))
-    proto.register("t/def", handler)
-    return proto, out
+    """A protocol whose ``t/def`` method is an ingest row served by ``fn``."""
+    return _protocol({"t/def": fn}, "ingest")
 
 
 async def test_deferred_request_is_answered_when_its_callback_fires() -> None:
@@ -196,18 +190,23 @@ async def test_deferred_handler_that_raises_is_answered_once() -> None:
 
 
 async def test_a_raw_exception_given_to_the_deferred_reply_is_an_internal_error() -> None:
-    """The protocol's deferred reply takes the ingest path's one ``Done`` shape, any
-    exception included: one not mapped by dispatch is a bug, answered -32603 by type only."""
-    proto, out = _protocol({})
+    """An ingest handler's ``done`` takes any exception: one that is not the client's
+    mistake is a bug, answered -32603 by type only."""
 
-    def handler(p: Params, reply: Any) -> None:
-        reply(None, RuntimeError("secret detail"))
+    def handler(ctx: Any, p: Params, done: Any) -> None:
+        done(None, RuntimeError("secret detail"))
 
-    handler.sidecar_deferred = True  # type: ignore[attr-defined]
-    proto.specs["t/raw"] = MethodSpec(msgspec.json.Decoder(Params))
-    proto.register("t/raw", handler)
-    proto.handle_frame(_request(3, "t/raw"))
+    proto, out = _deferred_protocol(handler)
+    proto.handle_frame(_request(3, "t/def"))
     (reply,) = await out.wait_replies(1)
     assert reply["id"] == 3 and reply["error"]["code"] == -32603
     assert "RuntimeError" in reply["error"]["message"]
     assert "secret" not in reply["error"]["message"]
+
+
+def test_every_connection_reads_the_one_mapping_built_from_the_table() -> None:
+    """No per-connection registry: each protocol reads ``routes()`` itself."""
+    from sidecar.server.dispatch import routes
+
+    first, second = new_protocol(cast(Any, None)), new_protocol(cast(Any, None))
+    assert first.routes is routes() and second.routes is routes()

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from pygls.protocol import default_converter
-from pygls.protocol.json_rpc import JsonRPCResponseMessage
-from pygls.server import JsonRPCServer
+from typing import Any, cast
 
 from sidecar.protocol.framing import FrameError, FrameReader, encode_frame
-from sidecar.server.protocol import SidecarProtocol
+from sidecar.server.protocol import new_protocol
 
 from .frames import split_frames
 
@@ -58,27 +54,33 @@ def test_malformed_headers_are_reported_and_the_next_frame_still_parses() -> Non
 
 
 def test_unserialisable_result_gets_an_internal_error_reply() -> None:
-    server = JsonRPCServer(protocol_cls=SidecarProtocol, converter_factory=default_converter)
-    proto = server.protocol
+    proto = new_protocol(cast(Any, None))
     out = Capture()
     proto.set_writer(out)
-    proto._send_data(JsonRPCResponseMessage(id=7, jsonrpc="2.0", result=object()))
+    proto._send_result(7, object())
     (reply,) = out.messages()
     assert reply["id"] == 7 and reply["error"]["code"] == -32603
     assert "serialised" in reply["error"]["message"]
 
 
-def test_tracebacks_are_not_sent_to_clients() -> None:
-    from lsprotocol.types import ResponseError, ResponseErrorMessage
+async def test_an_unexpected_handler_error_is_answered_by_its_type_only() -> None:
+    """No traceback or exception text reaches the client: those are for the daemon's log."""
+    from sidecar.model.rpc import Empty
+    from sidecar.protocol.methods import TO_DAEMON, RequestSpec
+    from sidecar.server.dispatch import route
 
-    server = JsonRPCServer(protocol_cls=SidecarProtocol, converter_factory=default_converter)
-    proto = server.protocol
+    async def boom(ctx: Any, p: Empty) -> None:
+        raise RuntimeError("secret frame")
+
+    spec = RequestSpec(method="t/boom", direction=TO_DAEMON, params=Empty, result=None)
+    proto = new_protocol(cast(Any, None), {"t/boom": route(spec, boom)})
+    proto.initialized = True
     out = Capture()
     proto.set_writer(out)
-    err = ResponseError(code=-32603, message="boom", data={"traceback": ["secret frame"]})
-    proto._send_data(ResponseErrorMessage(id=1, error=err))
+    proto.handle_frame(b'{"jsonrpc":"2.0","id":1,"method":"t/boom"}')
+    await proto.answered()
     (reply,) = out.messages()
-    assert reply["error"] == {"code": -32603, "message": "boom"}
+    assert reply["error"] == {"code": -32603, "message": "internal error in t/boom: RuntimeError"}
 
 
 def test_read_end_is_signalled_once_per_read_after_all_its_frames() -> None:

@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import os
 import tracemalloc
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
 from sidecar.model.rpc import PartUpdatedEvent
 from sidecar.server.handlers.messages import _with_id
-from sidecar.server.protocol import FEED_BYTES, SidecarProtocol, new_protocol
+from sidecar.server.outbox import FEED_BYTES
+from sidecar.server.protocol import SidecarProtocol, new_protocol
 
 from .frames import split_frames
 
@@ -30,7 +31,7 @@ class _Feeds(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         assert self.proto is not None
-        self.proto.feed()
+        self.proto.out.feed()
 
 
 class _Frames(asyncio.Protocol):
@@ -66,7 +67,7 @@ async def _pipe() -> tuple[SidecarProtocol, asyncio.WriteTransport, int]:
     rfd, wfd = os.pipe()
     side = _Feeds()
     writer, _ = await loop.connect_write_pipe(lambda: side, os.fdopen(wfd, "wb", buffering=0))
-    proto = new_protocol()
+    proto = new_protocol(cast(Any, None))
     proto.initialized = True
     proto.set_writer(writer)
     side.proto = proto
@@ -108,10 +109,10 @@ async def test_a_large_reply_is_handed_to_the_transport_as_the_peer_reads_it() -
     proto, writer, rfd = await _pipe()
     proto._send_result(7, msgspec.Raw(msgspec.json.encode("x" * SIZE)))
     proto.notify("thing/updated", {"n": 1})  # queued behind the reply: must stay behind it
-    proto._flush()  # what the loop runs next
+    proto.out.flush()  # what the loop runs next
     # Nobody reads yet: the transport holds a megabyte or two, not the rest of the reply.
     assert writer.get_write_buffer_size() <= 2 * FEED_BYTES
-    assert proto._held_out_bytes > SIZE - 3 * FEED_BYTES  # the rest waits here, uncopied
+    assert proto.out.held_bytes > SIZE - 3 * FEED_BYTES  # the rest waits here, uncopied
     try:
         reply, note = await _read(rfd, 2)
     finally:

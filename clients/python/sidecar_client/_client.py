@@ -24,26 +24,7 @@ from typing import Any, Generic, TypeVar, cast, overload
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from sidecar.model.config import Config
-from sidecar.model.daemon import DaemonStatus
-from sidecar.model.messages import Message
-from sidecar.model.parts import Part
-from sidecar.model.rpc import (
-    BreakdownResult,
-    CompactionRecord,
-    CompactionsResult,
-    CompactResult,
-    ContextResult,
-    HistoryExpandResult,
-    HistorySearchResult,
-    OverflowResult,
-    Pin,
-    PinsResult,
-    PruneResult,
-    SessionList,
-    UncompactResult,
-)
-from sidecar.model.session import Session
+from sidecar.model.rpc import ContextFormat
 from sidecar.protocol.codes import ErrorCode
 from sidecar.protocol.envelopes import (
     JSONRPC,
@@ -55,14 +36,13 @@ from sidecar.protocol.envelopes import (
     Response,
 )
 from sidecar.protocol.framing import FrameError, StreamFrames, encode_frame
+from sidecar_client._methods import Methods, _clean
 from sidecar_client._transport import StreamTransport, open_connected, open_socket, spawn_stdio
-from sidecar_client._types import MessagesPage
+from sidecar_client._types import ContextResult
 
 log = logging.getLogger("sidecar_client")
 
 T = TypeVar("T")
-M = TypeVar("M", bound=Message)
-P = TypeVar("P", bound=Part)
 Predicate = Callable[[Any], bool]
 RequestHandler = Callable[[Any], Awaitable[Any]]
 
@@ -219,12 +199,7 @@ class Call(Generic[T]):
 # -- the client --------------------------------------------------------------------------------
 
 
-def _clean(params: Mapping[str, Any]) -> dict[str, Any]:
-    """Drop ``None`` values: optional params are left out rather than sent as null."""
-    return {k: v for k, v in params.items() if v is not None}
-
-
-class Client:
+class Client(Methods):
     """A connection to one daemon (spawned over stdio, or a shared one over a socket)."""
 
     def __init__(self, transport: StreamTransport, *, default_timeout: float | None = 30.0) -> None:
@@ -587,9 +562,6 @@ class Client:
             self.notify("initialized", {})
         return result
 
-    async def shutdown(self) -> None:
-        await self.request("shutdown")
-
     async def shutdown_and_exit(self, timeout: float = 10.0) -> int | None:
         """``shutdown``, then ``exit``; waits for the process (or the socket) to end.
 
@@ -663,281 +635,16 @@ class Client:
             return
         await self.close()
 
-    # -- typed helpers: sessions ---------------------------------------------------------------
+    # -- the generated wrappers' one way out, and what a table cannot say -------------------------
 
-    async def create_session(
-        self,
-        *,
-        id: str | None = None,
-        title: str | None = None,
-        parent_id: str | None = None,
-        directory: str | None = None,
-    ) -> Session:
-        params = _clean({"id": id, "title": title, "parentID": parent_id, "directory": directory})
-        return await self.request("session/create", params, Session)
+    async def _rpc(
+        self, method: str, params: Any, result: Any, timeout: float | UnsetType | None
+    ) -> Any:
+        return await self.request(method, params, result, timeout=timeout)
 
-    async def get_session(self, session_id: str) -> Session:
-        return await self.request("session/get", {"sessionID": session_id}, Session)
-
-    async def list_sessions(
-        self, limit: int | None = None, cursor: str | None = None
-    ) -> SessionList:
-        return await self.request(
-            "session/list", _clean({"limit": limit, "cursor": cursor}), SessionList
-        )
-
-    async def delete_session(self, session_id: str) -> None:
-        await self.request("session/delete", {"sessionID": session_id})
-
-    async def messages(
-        self, session_id: str, limit: int | None = None, cursor: str | None = None
-    ) -> MessagesPage:
-        params = _clean({"sessionID": session_id, "limit": limit, "cursor": cursor})
-        return await self.request("session/messages", params, MessagesPage)
-
-    async def idle(self, session_id: str, *, timeout: float | UnsetType | None = UNSET) -> None:
-        """Return once the automatic work (overflow check, prune, compaction) that earlier
-        writes to the session started has finished: ``session/idle``."""
-        await self.request("session/idle", {"sessionID": session_id}, timeout=timeout)
-
-    async def subscribe(self, session_id: str) -> None:
-        await self.request("session/subscribe", {"sessionID": session_id})
-
-    async def unsubscribe(self, session_id: str) -> None:
-        await self.request("session/unsubscribe", {"sessionID": session_id})
-
-    # -- typed helpers: messages and parts -----------------------------------------------------
-
-    @overload
-    async def update_message(self, message: M) -> M: ...
-
-    @overload
-    async def update_message(self, message: Mapping[str, Any]) -> Message: ...
-
-    async def update_message(self, message: Message | Mapping[str, Any]) -> Message:
-        """Upsert a message; returns it as stored (with any daemon-filled id and time).
-
-        A ``UserMessage``/``AssistantMessage`` comes back as the same type. A mapping is sent
-        as the wire JSON object it is (wire names, e.g. ``sessionID``) and comes back typed.
-        """
-        result_type: Any = type(message) if isinstance(message, msgspec.Struct) else Message
-        return cast(
-            Message, await self.request("message/update", {"message": message}, result_type)
-        )
-
-    @overload
-    async def update_part(self, part: P) -> P: ...
-
-    @overload
-    async def update_part(self, part: Mapping[str, Any]) -> Part: ...
-
-    async def update_part(self, part: Part | Mapping[str, Any]) -> Part:
-        """Upsert a part; returns it as stored (the same Struct type, with its id)."""
-        result_type: Any = type(part) if isinstance(part, msgspec.Struct) else Part
-        return cast(Part, await self.request("part/update", {"part": part}, result_type))
-
-    async def remove_message(self, session_id: str, message_id: str) -> None:
-        await self.request("message/remove", {"sessionID": session_id, "messageID": message_id})
-
-    async def remove_part(self, session_id: str, message_id: str, part_id: str) -> None:
-        params = {"sessionID": session_id, "messageID": message_id, "partID": part_id}
-        await self.request("part/remove", params)
-
-    # -- typed helpers: configuration ----------------------------------------------------------
-
-    async def get_config(self) -> Config:
-        return await self.request("config/get", {}, Config)
-
-    async def update_config(self, patch: Mapping[str, Any]) -> Config:
-        """Deep-merge ``patch`` (wire names, e.g. ``{"compaction": {"auto": False}}``)."""
-        return await self.request("config/update", {"config": patch}, Config)
-
-    async def daemon_status(self) -> DaemonStatus:
-        """``daemon/status``: with ``compaction.prepare``, ``summary_tokens`` and
-        ``prepared_discarded_tokens`` say what background summaries cost."""
-        return await self.request("daemon/status", {}, DaemonStatus)
-
-    # -- typed helpers: compaction -------------------------------------------------------------
-
-    async def context(
-        self,
-        session_id: str,
-        format: str = "parts",
-        *,
-        wait: bool = True,
-        fit: bool = True,
-        since: str | None = None,
-        overhead_tokens: int | None = None,
-    ) -> ContextResult:
-        """The window to send; ``wait``/``fit`` as in PROTOCOL.md (both default on). With
-        ``since`` (an earlier reply's ``revision``) the reply may be a delta (``delta``,
-        ``start``): ``ContextWindow`` keeps the assembled window for you. ``overhead_tokens``:
-        what the frontend adds to the window (system prompt, tool schemas), counted by ``fit``;
-        None: the overhead the daemon learned from the session's reported usage."""
-        params: dict[str, Any] = {"sessionID": session_id, "format": format}
-        if not wait:
-            params["wait"] = False
-        if not fit:
-            params["fit"] = False
-        if since is not None:
-            params["since"] = since
-        if overhead_tokens is not None:
-            params["overheadTokens"] = overhead_tokens
-        result = await self.request("session/context", params, ContextResult)
-        if result.delta is UNSET:  # no ``since``: not a delta, and no ``start`` to keep
-            result.delta = result.start = None
-        return result
-
-    async def breakdown(
-        self, session_id: str, *, wait: bool = True, overhead_tokens: int | None = None
-    ) -> BreakdownResult:
-        """``session/breakdown``: what fills the window the next ``context`` would serve
-        (categories with their share of the usable input, free space, the trigger and the
-        largest parts). ``overhead_tokens``: the frontend's system prompt and tools, if known
-        (else what the daemon learned from the session's reported usage)."""
-        params = _clean(
-            {
-                "sessionID": session_id,
-                "wait": None if wait else False,
-                "overheadTokens": overhead_tokens,
-            }
-        )
-        return await self.request("session/breakdown", params, BreakdownResult)
-
-    def window(self, session_id: str, format: str = "parts") -> ContextWindow:
+    def window(self, session_id: str, format: ContextFormat = "parts") -> ContextWindow:
         """A ``ContextWindow`` of one session in one format."""
         return ContextWindow(self, session_id, format)
-
-    async def overflow(
-        self,
-        session_id: str | None = None,
-        *,
-        tokens: Mapping[str, Any] | None = None,
-        limit: Mapping[str, Any] | None = None,
-    ) -> OverflowResult:
-        """For a session, or for explicit ``tokens`` against a model ``limit``
-        (``{context, input?, output}``)."""
-        params = _clean(
-            {
-                "sessionID": session_id,
-                "tokens": tokens,
-                "model": {"limit": limit} if limit is not None else None,
-            }
-        )
-        return await self.request("session/overflow", params, OverflowResult)
-
-    async def prune(self, session_id: str) -> PruneResult:
-        return await self.request("session/prune", {"sessionID": session_id}, PruneResult)
-
-    async def compact(
-        self,
-        session_id: str,
-        auto: bool = False,
-        *,
-        model: Mapping[str, Any] | None = None,
-        instructions: str | None = None,
-        up_to: str | None = None,
-        timeout: float | UnsetType | None = UNSET,
-    ) -> CompactResult:
-        """``session/compact``; ``up_to``: summarize only up to and including that message,
-        keeping every later one as it is."""
-        params = _clean(
-            {
-                "sessionID": session_id,
-                "auto": auto,
-                "model": model,
-                "instructions": instructions,
-                "upTo": up_to,
-            }
-        )
-        return await self.request("session/compact", params, CompactResult, timeout=timeout)
-
-    async def pin(
-        self, session_id: str, message_id: str, part_id: str | None = None, pinned: bool = True
-    ) -> None:
-        """``part/pin``: pin (or unpin) a part, or every part of the message without
-        ``part_id``. A pinned part is never pruned and is kept verbatim in every summary."""
-        params = _clean(
-            {"sessionID": session_id, "messageID": message_id, "partID": part_id, "pinned": pinned}
-        )
-        await self.request("part/pin", params)
-
-    async def pins(self, session_id: str) -> list[Pin]:
-        """``session/pins``: the session's pinned parts, oldest message first."""
-        result = await self.request("session/pins", {"sessionID": session_id}, PinsResult)
-        return result.pins
-
-    async def compactions(self, session_id: str) -> list[CompactionRecord]:
-        """``session/compactions``: each compaction's diagnostics, oldest first."""
-        params = {"sessionID": session_id}
-        result = await self.request("session/compactions", params, CompactionsResult)
-        return result.compactions
-
-    async def uncompact(
-        self, session_id: str, message_id: str | None = None, *, restore_pruned: bool = False
-    ) -> list[str]:
-        """``session/uncompact``: undo the newest compaction (or ``message_id``'s and every
-        later one); returns the ids of the messages removed."""
-        params = _clean(
-            {"sessionID": session_id, "messageID": message_id, "restorePruned": restore_pruned}
-        )
-        result = await self.request("session/uncompact", params, UncompactResult)
-        return result.removed
-
-    async def fork(self, session_id: str, message_id: str | None = None) -> Session:
-        params = _clean({"sessionID": session_id, "messageID": message_id})
-        return await self.request("session/fork", params, Session)
-
-    async def revert(self, session_id: str, message_id: str, part_id: str | None = None) -> Session:
-        params = _clean({"sessionID": session_id, "messageID": message_id, "partID": part_id})
-        return await self.request("session/revert", params, Session)
-
-    async def unrevert(self, session_id: str) -> Session:
-        return await self.request("session/unrevert", {"sessionID": session_id}, Session)
-
-    # -- typed helpers: history ----------------------------------------------------------------
-
-    async def search_history(
-        self,
-        session_id: str,
-        query: str,
-        *,
-        limit: int | None = None,
-        before: str | None = None,
-        kinds: Sequence[str] | None = None,
-    ) -> HistorySearchResult:
-        """``history/search``: ``session_id`` ``"*"`` searches every session."""
-        params = _clean(
-            {
-                "sessionID": session_id,
-                "query": query,
-                "limit": limit,
-                "before": before,
-                "kinds": list(kinds) if kinds is not None else None,
-            }
-        )
-        return await self.request("history/search", params, HistorySearchResult)
-
-    async def expand_history(
-        self,
-        session_id: str,
-        message_id: str,
-        part_id: str | None = None,
-        *,
-        offset: int | None = None,
-        max_chars: int | None = None,
-    ) -> HistoryExpandResult:
-        """``history/expand``: a message's (or one part's) original content, one page."""
-        params = _clean(
-            {
-                "sessionID": session_id,
-                "messageID": message_id,
-                "partID": part_id,
-                "offset": offset,
-                "maxChars": max_chars,
-            }
-        )
-        return await self.request("history/expand", params, HistoryExpandResult)
 
 
 # -- constructors ------------------------------------------------------------------------------
@@ -1065,7 +772,7 @@ class ContextWindow:
     ``session/context`` with ``since`` the last ``revision`` and applies a delta reply (keep
     the first ``start`` messages, append the rest), so only what changed crosses the wire."""
 
-    def __init__(self, client: Client, session_id: str, format: str = "parts") -> None:
+    def __init__(self, client: Client, session_id: str, format: ContextFormat = "parts") -> None:
         self.client = client
         self.session_id = session_id
         self.format = format

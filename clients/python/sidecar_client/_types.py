@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import msgspec
 
+from sidecar.model import rpc
 from sidecar.model.base import wire_name
 from sidecar.model.messages import WithParts
 
@@ -19,3 +20,12 @@ class MessagesPage(msgspec.Struct, kw_only=True, rename=wire_name):
 
     messages: list[WithParts]
     next_cursor: str | None = None
+
+
+class ContextResult(rpc.ContextResult, kw_only=True):
+    """A ``session/context`` reply; without ``since`` its ``delta`` and ``start`` are None
+    (not a delta, nothing to keep) rather than absent."""
+
+    def __post_init__(self) -> None:
+        if self.delta is msgspec.UNSET:
+            self.delta = self.start = None

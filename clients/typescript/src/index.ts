@@ -22,49 +22,31 @@ import {
   type MessageConnection,
 } from "vscode-jsonrpc/node";
 import type {
-  BreakdownResult,
   ClientCapabilities,
   ClientInfo,
-  CompactionRecord,
-  CompactResult,
-  Config,
   ContextResult,
-  HistoryExpandResult,
-  HistorySearchResult,
   InitializeParams,
   InitializeResult,
-  Message,
-  MessagesPage,
-  OverflowResult,
   Part,
-  Pin,
   Protocol,
-  PruneResult,
   Session,
-  SessionCreateParams,
-  SessionList,
-  SessionListParams,
 } from "./protocol";
 import { PROTOCOL_VERSION } from "./protocol";
+import { Methods, type ClientRequest, type ParamsOf, type ResultOf } from "./methods";
 
 export * from "./protocol";
+export { Methods, type ClientRequest, type ParamsOf, type ResultOf } from "./methods";
 export { CancellationToken, CancellationTokenSource, ResponseError } from "vscode-jsonrpc/node";
 
 type Requests = Protocol["requests"];
 type Notifications = Protocol["notifications"];
 
-/** Requests a client sends (`session/create`, ...). */
-export type ClientRequest = {
-  [M in keyof Requests]: Requests[M]["direction"] extends "client->daemon" ? M : never;
-}[keyof Requests];
 /** Requests the daemon sends to a capable client: `compaction/compacting`, `summarizer/complete`. */
 export type DaemonRequest = Exclude<keyof Requests, ClientRequest>;
 /** Notifications the daemon sends (`session/compacted`, `message/updated`, ...). */
 export type DaemonNotification = {
   [M in keyof Notifications]: Notifications[M]["direction"] extends "daemon->client" ? M : never;
 }[keyof Notifications];
-export type ParamsOf<M extends keyof Requests> = Requests[M]["params"];
-export type ResultOf<M extends keyof Requests> = Requests[M]["result"];
 export type NotificationParams<M extends keyof Notifications> = Notifications[M]["params"];
 export type ContextFormat = ContextResult["format"];
 /** The stored part of the same `type` as `T`: every state its type has (not `T`'s narrowed one). */
@@ -373,7 +355,7 @@ async function socketLink(
 type State = "connected" | "reconnecting" | "closed";
 
 /** An initialized connection to one daemon (to its successors, with `reconnect`). */
-export class SidecarClient {
+export class SidecarClient extends Methods {
   /** What the daemon answered to `initialize` (the latest one, after a reconnect). */
   initializeResult!: InitializeResult;
   private link!: Link;
@@ -401,6 +383,7 @@ export class SidecarClient {
     private readonly authToken: string | undefined,
     private readonly reconnect: Required<ReconnectOptions> | undefined,
   ) {
+    super();
     this.closedPromise = new Promise((resolve) => this.closeEmitter.event(() => resolve()));
   }
 
@@ -713,131 +696,14 @@ export class SidecarClient {
     this.closeEmitter.fire();
   }
 
-  // -- convenience -----------------------------------------------------------------------------
-  createSession(params: SessionCreateParams = {}): Promise<Session> {
-    return this.request("session/create", params);
+  /** The generated wrappers (./methods.ts) send through `request`. */
+  protected call<M extends ClientRequest>(method: M, params: ParamsOf<M>): Promise<ResultOf<M>> {
+    return this.request(method, params);
   }
-  getSession(sessionID: string): Promise<Session> {
-    return this.request("session/get", { sessionID });
-  }
-  listSessions(params: SessionListParams = {}): Promise<SessionList> {
-    return this.request("session/list", params);
-  }
-  deleteSession(sessionID: string): Promise<null> {
-    return this.request("session/delete", { sessionID });
-  }
-  messages(
-    sessionID: string,
-    page: { limit?: number; cursor?: string } = {},
-  ): Promise<MessagesPage> {
-    return this.request("session/messages", { sessionID, ...page });
-  }
-  /** The filtered context window, ready to send to a model. `options.overheadTokens`: what the
-   * frontend adds to it (system prompt, tool schemas), which `fit` counts; without it the daemon
-   * uses the overhead it learned from the session's reported usage (the reply says which). */
-  context(
-    sessionID: string,
-    format: ContextFormat = "parts",
-    options: Omit<ParamsOf<"session/context">, "sessionID" | "format"> = {},
-  ): Promise<ContextResult> {
-    return this.request("session/context", { sessionID, format, ...options });
-  }
-  /** What fills the window the next `context` would serve: `categories` (each with its share
-   * of the usable input), `free`, `reservedOutput`, `trigger`, `prepareAt` and the `largest`
-   * parts. `options.overheadTokens` as for `context`. */
-  breakdown(
-    sessionID: string,
-    options: Omit<ParamsOf<"session/breakdown">, "sessionID"> = {},
-  ): Promise<BreakdownResult> {
-    return this.request("session/breakdown", { sessionID, ...options });
-  }
-  /** Resolves once the automatic work caused by earlier writes has finished. */
-  idle(sessionID: string): Promise<null> {
-    return this.request("session/idle", { sessionID });
-  }
-  overflow(sessionID: string): Promise<OverflowResult> {
-    return this.request("session/overflow", { sessionID });
-  }
-  prune(sessionID: string): Promise<PruneResult> {
-    return this.request("session/prune", { sessionID });
-  }
-  compact(
-    sessionID: string,
-    options: Omit<ParamsOf<"session/compact">, "sessionID"> = {},
-  ): Promise<CompactResult> {
-    return this.request("session/compact", { sessionID, ...options });
-  }
-  /** Pin (or unpin) a part, or every part of the message without `partID`: never pruned, kept
-   * verbatim in every summary (`compaction.keep.pinned`). */
-  pin(sessionID: string, messageID: string, partID?: string, pinned = true): Promise<null> {
-    return this.request("part/pin", { sessionID, messageID, partID, pinned });
-  }
-  async pins(sessionID: string): Promise<Pin[]> {
-    return (await this.request("session/pins", { sessionID })).pins;
-  }
-  /** Each compaction's diagnostics, oldest first. */
-  async compactions(sessionID: string): Promise<CompactionRecord[]> {
-    return (await this.request("session/compactions", { sessionID })).compactions;
-  }
-  /** Undo the newest compaction (or `messageID`'s and every later one); the removed ids. */
-  async uncompact(
-    sessionID: string,
-    options: { messageID?: string; restorePruned?: boolean } = {},
-  ): Promise<string[]> {
-    return (await this.request("session/uncompact", { sessionID, ...options })).removed;
-  }
-  fork(sessionID: string, messageID?: string): Promise<Session> {
-    return this.request("session/fork", { sessionID, messageID });
-  }
-  revert(sessionID: string, messageID: string, partID?: string): Promise<Session> {
-    return this.request("session/revert", { sessionID, messageID, partID });
-  }
-  unrevert(sessionID: string): Promise<Session> {
-    return this.request("session/unrevert", { sessionID });
-  }
-  subscribe(sessionID: string): Promise<null> {
-    return this.request("session/subscribe", { sessionID });
-  }
-  unsubscribe(sessionID: string): Promise<null> {
-    return this.request("session/unsubscribe", { sessionID });
-  }
-  /** Upsert a message; the reply is the stored message (with any id the daemon made). */
-  updateMessage<T extends Message>(message: T): Promise<T & { id: string }> {
-    return this.request("message/update", { message }) as Promise<T & { id: string }>;
-  }
-  /** Upsert a part; the reply is the stored part: of the same `type` as `part`, with every
-   * state of that type (a tool part written pending comes back as a `ToolPart` whose state
-   * can be set to completed). */
-  updatePart<T extends Part>(part: T): Promise<PartOf<T> & { id: string }> {
-    return this.request("part/update", { part }) as Promise<PartOf<T> & { id: string }>;
-  }
-  removeMessage(sessionID: string, messageID: string): Promise<null> {
-    return this.request("message/remove", { sessionID, messageID });
-  }
-  removePart(sessionID: string, messageID: string, partID: string): Promise<null> {
-    return this.request("part/remove", { sessionID, messageID, partID });
-  }
-  /** Full-text search of the stored history (`sessionID` "*": every session), best first. */
-  searchHistory(
-    sessionID: string,
-    query: string,
-    options: Omit<ParamsOf<"history/search">, "sessionID" | "query"> = {},
-  ): Promise<HistorySearchResult> {
-    return this.request("history/search", { sessionID, query, ...options });
-  }
-  /** A message's (or one part's) original content, one page of characters. */
-  expandHistory(
-    sessionID: string,
-    messageID: string,
-    options: Omit<ParamsOf<"history/expand">, "sessionID" | "messageID"> = {},
-  ): Promise<HistoryExpandResult> {
-    return this.request("history/expand", { sessionID, messageID, ...options });
-  }
-  getConfig(): Promise<Config> {
-    return this.request("config/get", {});
-  }
-  updateConfig(config: Record<string, unknown>): Promise<Config> {
-    return this.request("config/update", { config });
+
+  /** A `ContextWindow` of one session in one format. */
+  window(sessionID: string, format: ContextFormat = "parts"): ContextWindow {
+    return new ContextWindow(this, sessionID, format);
   }
 
   /** `shutdown`, `exit`, then close the connection (and wait for a spawned program to end). */
@@ -928,4 +794,35 @@ export async function connectSidecar(options: ConnectOptions = {}): Promise<Side
 /** True when `err` is an error reply with `code` (see `ErrorCodes`). */
 export function isRpcError(err: unknown, code?: number): err is ResponseError<unknown> {
   return err instanceof ResponseError && (code === undefined || err.code === code);
+}
+
+/**
+ * One session's window in one format, kept assembled: each `refresh` asks `session/context` with
+ * `since` the last `revision` and applies a delta reply (keep the first `start` messages, append
+ * the rest), so only what changed crosses the wire.
+ */
+export class ContextWindow {
+  /** The whole window, as the last `refresh` assembled it. */
+  messages: ContextResult["messages"] = [];
+  /** The last reply's `revision`: what the next `refresh` asks changes since. */
+  revision: string | undefined;
+
+  constructor(
+    readonly client: SidecarClient,
+    readonly sessionID: string,
+    readonly format: ContextFormat = "parts",
+  ) {}
+
+  /** The current window; the returned result's `messages` is the whole window. */
+  async refresh(
+    options: Omit<ParamsOf<"session/context">, "sessionID" | "format" | "since"> = {},
+  ): Promise<ContextResult> {
+    const since = this.revision;
+    const result = await this.client.context(this.sessionID, this.format, { ...options, since });
+    this.messages = result.delta
+      ? [...this.messages.slice(0, result.start ?? 0), ...result.messages]
+      : [...result.messages];
+    this.revision = result.revision || undefined;
+    return { ...result, messages: this.messages };
+  }
 }

@@ -11,7 +11,7 @@ import asyncio
 import functools
 from asyncio import Future
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -65,7 +65,9 @@ def decode_part(raw: msgspec.Raw) -> Part:
     return part
 
 
-def message_update(ctx: Context, p: MessageUpdateParams, done: Done[Any]) -> Future[None] | None:
+def message_update(
+    ctx: Context, p: MessageUpdateParams, done: Annotated[Done[Any], Message]
+) -> Future[None] | None:
     """Deferred like ``part/update``, so a part pipelined behind its message queues behind it.
 
     Only an update of a known id that leaves out ``time.created`` must read first (the stored
@@ -149,7 +151,9 @@ def _answer(
     done(stored, None)
 
 
-def part_update(ctx: Context, p: PartUpdateParams, done: Done[Any]) -> Future[None] | None:
+def part_update(
+    ctx: Context, p: PartUpdateParams, done: Annotated[Done[Any], Part]
+) -> Future[None] | None:
     """The hot path (streamed parts): answered from the store's commit callback, so a request
     costs no task, and the parts of one read share one commit.
 
