@@ -1393,6 +1393,7 @@ export interface HistoryConfig {
   maxQueryChars?: number;
   maxQueryTerms?: number;
   searchBudgetMs?: number;
+  indexDelayMs?: number;
 }
 /**
  * ``compaction-sidecar mcp``: read from the config files it is started with.
