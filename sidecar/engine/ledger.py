@@ -39,8 +39,7 @@ from sidecar.model.parts import (
     ToolPart,
 )
 from sidecar.model.tokens import estimate, js_length
-from sidecar.summarizers._text import cut
-from sidecar.summarizers.extractive import ERRORS, FILES_MODIFIED, FILES_READ, parse_summary
+from sidecar.summarizers.sections import ERRORS, FILES_MODIFIED, FILES_READ, cut, parse_summary
 from sidecar.toolcalls import outputs, shell
 from sidecar.toolcalls import vocabulary as tools
 from sidecar.toolcalls.vocabulary import (

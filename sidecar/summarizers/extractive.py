@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import sidecar.summarizers._changes as _changes
@@ -25,20 +25,38 @@ from sidecar.model.parts import (
     ToolPart,
 )
 from sidecar.model.tokens import Tokens
-from sidecar.summarizers._text import (
-    CUT_NOTE,
-    cut,
-    estimate_tokens,
-    first_line,
-    one_line,
-    to_json,
-    trim,
-)
+from sidecar.summarizers._text import estimate_tokens, first_line, one_line, to_json, trim
 from sidecar.summarizers.base import (
     DEFAULT_PROMPT,
     Progress,
     SummaryRequest,
     SummaryResult,
+)
+from sidecar.summarizers.sections import (
+    COMMANDS,
+    CONTEXT,
+    CUT_NOTE,
+    DIRECTIVES,
+    DONE,
+    EARLIER,
+    ERRORS,
+    FILES_MODIFIED,
+    FILES_READ,
+    ITEM,
+    LATEST,
+    LEDGER_SECTIONS,
+    LISTS,
+    NEXT,
+    OBJECTIVE,
+    OPEN,
+    ORDER,
+    PARAGRAPHS,
+    RESOLVED,
+    SCRATCH,
+    STATE,
+    Sections,
+    cut,
+    parse_summary,
 )
 from sidecar.toolcalls import outputs, shell
 from sidecar.toolcalls.vocabulary import (
@@ -68,42 +86,6 @@ EMPTY_TEXT = (
 )
 MIN_MAX_TOKENS = 16
 
-# Section names, in output order. Paragraph sections hold one text; the rest are lists.
-OBJECTIVE = "Goal"  # the session's first request
-LATEST = "Latest request"  # a later request that changed course
-DIRECTIVES = "User directives"
-CONTEXT = "Additional context"
-DONE = "What was done"  # each changed file once, with what changed in it and why
-SCRATCH = "Scratch files (reproduce / probe)"  # created, then run or deleted, never edited
-FILES_READ = "Files read"
-FILES_MODIFIED = "Files modified"
-COMMANDS = "Commands run"
-ERRORS = "Errors"
-OPEN = "Open problems"  # failures no later passing run of the same thing answered
-RESOLVED = "Resolved"  # each answered failure with what made it pass
-EARLIER = "Earlier summaries"
-STATE = "Current state"
-NEXT = "Next steps"
-ORDER = (
-    OBJECTIVE,
-    LATEST,
-    DIRECTIVES,
-    CONTEXT,
-    DONE,
-    SCRATCH,
-    FILES_READ,
-    FILES_MODIFIED,
-    COMMANDS,
-    ERRORS,
-    OPEN,
-    RESOLVED,
-    EARLIER,
-    STATE,
-    NEXT,
-)
-PARAGRAPHS = frozenset({OBJECTIVE, LATEST, STATE})
-LEDGER_SECTIONS = (FILES_READ, FILES_MODIFIED, COMMANDS, ERRORS)  # what the ledger carries
-LISTS = tuple(name for name in ORDER if name not in PARAGRAPHS)
 # Trimmed before the paragraphs and before "Files modified", which goes last of all; the
 # fixes and the next steps only once the other lists are gone (what a successor needs most).
 TRIMMABLE = tuple(name for name in LISTS if name != FILES_MODIFIED)
@@ -114,7 +96,6 @@ OBJECTIVE_CHARS = 600
 DIRECTIVE_CHARS = 300
 STATE_LINE_CHARS = 300
 ITEM_CHARS = 240
-EARLIER_CHARS = 600
 COMMAND_CHARS = 100
 LIST_CAPS = {
     DIRECTIVES: 60,
@@ -128,37 +109,6 @@ LIST_CAPS = {
     OPEN: 12,
     EARLIER: 5,
     NEXT: 8,
-}
-
-_OMITTED = re.compile(r"^\(\d+ older entr(?:y|ies) omitted\)$")
-_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$")
-_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+(.*)$")
-_ALIASES = {name.lower(): name for name in ORDER} | {
-    "objective": OBJECTIVE,
-    "latest user request": LATEST,
-    "what we did": DONE,
-    "open issues": OPEN,
-    "resolved problems": RESOLVED,
-    "fixed": RESOLVED,
-    "scratch files": SCRATCH,
-    "known issues": OPEN,
-    "task": OBJECTIVE,
-    "objectives": OBJECTIVE,
-    "user requests": DIRECTIVES,
-    "directives": DIRECTIVES,
-    "user preferences": DIRECTIVES,
-    "modified files": FILES_MODIFIED,
-    "files changed": FILES_MODIFIED,
-    "changed files": FILES_MODIFIED,
-    "files edited": FILES_MODIFIED,
-    "read files": FILES_READ,
-    "commands": COMMANDS,
-    "errors encountered": ERRORS,
-    "current status": STATE,
-    "state": STATE,
-    "next step": NEXT,
-    "todo": NEXT,
-    "todos": NEXT,
 }
 
 _NEXT_HINT = re.compile(
@@ -182,64 +132,6 @@ def shell_modified_files(command: str) -> list[str]:
 # -- extraction ---------------------------------------------------------------------------------
 
 
-@dataclass
-class Sections:
-    objective: str = ""
-    latest: str = ""
-    state: str = ""
-    lists: dict[str, dict[str, None]] = field(default_factory=lambda: {n: {} for n in LISTS})
-
-    def add(self, name: str, item: str) -> None:
-        item = one_line(item)
-        if item and not _OMITTED.match(item):
-            bucket = self.lists[name]
-            bucket.pop(item, None)  # a repeated item moves to the newest position
-            bucket[item] = None
-
-    def extend(self, name: str, items: Iterable[str]) -> None:
-        for item in items:
-            self.add(name, item)
-
-
-def parse_summary(text: str) -> Sections:
-    """Sections of an earlier summary (ours or a model's markdown); unknown prose is kept as one
-    "Earlier summaries" entry so that nothing silently disappears. "Current state" keeps its
-    lines; the other paragraphs are read as one line."""
-    sections = Sections()
-    current: str | None = None
-    paragraph: dict[str, list[str]] = {name: [] for name in PARAGRAPHS}
-    stray: list[str] = []
-    for raw in text.splitlines():
-        line = raw.rstrip()
-        if line.startswith("\\#"):  # an escaped paragraph that starts with "#"
-            line = line[1:]
-            heading = None
-        else:
-            heading = _HEADING.match(line)
-        if heading:
-            current = _ALIASES.get(one_line(heading.group(1)).rstrip(":").lower())
-            continue
-        if not line.strip():
-            continue
-        if current is None:
-            stray.append(line)
-        elif current == STATE:
-            paragraph[current].append(line.strip())
-        elif current in PARAGRAPHS:
-            item = _ITEM.match(line)
-            paragraph[current].append(item.group(1) if item else line)
-        else:
-            item = _ITEM.match(line)
-            sections.add(current, item.group(1) if item else line)
-    sections.objective = one_line(" ".join(paragraph[OBJECTIVE]))
-    sections.latest = one_line(" ".join(paragraph[LATEST]))
-    sections.state = "\n".join(paragraph[STATE])
-    prose = one_line(" ".join(stray))
-    if prose:  # prose outside the known sections (a model-written summary): keep its gist
-        sections.add(EARLIER, trim(prose, EARLIER_CHARS))
-    return sections
-
-
 def _is_plan(sentence: str) -> bool:
     """A sentence that states what comes next: an intent ("Let me ...") or a plan word."""
     text = one_line(sentence)
@@ -250,7 +142,7 @@ def _intent(text: str) -> str:
     """The last sentence of ``text`` saying what the assistant is about to do ("" if none)."""
     found = ""
     for chunk in _SENTENCES.split(text):
-        item = _ITEM.match(chunk)
+        item = ITEM.match(chunk)
         sentence = one_line(item.group(1) if item else chunk)
         if len(sentence) > 8 and _INTENT.match(sentence):
             found = sentence

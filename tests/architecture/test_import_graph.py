@@ -175,6 +175,14 @@ def test_the_model_layer_imports_only_itself() -> None:
     assert {m: d for m, d in bad.items() if d} == {}
 
 
+def test_the_ledger_takes_nothing_from_the_extractive_writer() -> None:
+    """The ledger reads summaries through their shared vocabulary
+    (``summarizers/sections.py``), not through the writer that happens to produce them."""
+    deps = import_graph()["sidecar.engine.ledger"]
+    assert "sidecar.summarizers.sections" in deps
+    assert {"sidecar.summarizers.extractive", "sidecar.summarizers._text"} & deps == set()
+
+
 def test_status_runs_without_loading_pygls(tmp_path: Path) -> None:
     """``status`` and ``connect`` run on every editor start: they never import the server."""
     import subprocess
