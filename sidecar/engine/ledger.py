@@ -136,22 +136,11 @@ _EXIT = outputs.EXIT
 
 # -- tests --------------------------------------------------------------------------------------
 
-_PASS = re.compile(r"\b(\d+ passed|passed|OK\b|ok\b|PASS\b|All tests passed|0 failed)", re.I)
-_FAIL = re.compile(
-    r"\b(\d+ failed|FAILED|FAIL\b|failures?=\d|errors?=\d|\d+ failing|Error\b)", re.I
-)
-
 
 def _test_status(code: int | None, output: str, failed: bool) -> str:
     if code is not None:
         return "passed" if code == 0 else f"failed (exit {code})"
-    if failed:
-        return "failed"
-    if _FAIL.search(output):
-        return "failed"
-    if _PASS.search(output):
-        return "passed"
-    return "ran"
+    return "failed" if failed else outputs.test_outcome(output)
 
 
 # -- building -----------------------------------------------------------------------------------

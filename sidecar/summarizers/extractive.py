@@ -160,7 +160,7 @@ def _shell_outcome(
     if failed:
         return "failed"
     if tests:
-        return "passed" if status == 0 or _PASSED.search(output) else "ran"
+        return "passed" if status == 0 or outputs.test_outcome(output) == "passed" else "ran"
     return "ok" if status == 0 else "ran"
 
 
@@ -494,7 +494,6 @@ def _command(data: dict[str, Any]) -> str:
     return shell_script(data) or to_json(data)
 
 
-_PASSED = re.compile(r"\b\d+ passed\b|^OK\b|\bAll tests passed\b", re.M)
 _PIPE = re.compile(r"(?<!\|)\|(?![|&])")
 
 
