@@ -9,7 +9,8 @@ import pytest
 from sidecar.engine import ledger
 from sidecar.engine.ledger import Ledger
 from sidecar.model.config import build
-from sidecar.summarizers.extractive import INTENTION, ExtractiveSummarizer
+from sidecar.summarizers._extract import INTENTION
+from sidecar.summarizers.extractive import ExtractiveSummarizer
 
 from .helpers import assistant, offline_summary, summarize_bounded, tool, user
 
