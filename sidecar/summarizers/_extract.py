@@ -40,6 +40,7 @@ from sidecar.summarizers.sections import (
 from sidecar.toolcalls import outputs, shell
 from sidecar.toolcalls.vocabulary import (
     EDITOR_TOOLS,
+    OPEN_FILE_ACTIONS,
     call_kind,
     cell_shell,
     classify,
@@ -50,6 +51,7 @@ from sidecar.toolcalls.vocabulary import (
     no_match,
     patch_text,
     shell_script,
+    text_action_paths,
     todo_items,
     tool_kind,
     tool_name,
@@ -429,12 +431,8 @@ def _text_action_path(name: str, data: dict[str, Any], opened: str) -> list[str]
     """The file of a SWE-agent text action: "create f.py" names it, "edit 10:12" edits the open
     file."""
     command = data.get("command")
-    words = command.split() if isinstance(command, str) else []
-    if len(words) > 1 and words[0] == name and not re.match(r"^\d+(?::\d+)?$", words[1]):
-        return [words[1]]
-    if name in ("edit", "insert", "replace", "str_replace") and opened:
-        return [opened]
-    return []
+    named = text_action_paths(name, command) if isinstance(command, str) else []
+    return named or ([opened] if name in OPEN_FILE_ACTIONS and opened else [])
 
 
 def _command(data: dict[str, Any]) -> str:

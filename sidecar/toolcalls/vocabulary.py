@@ -351,6 +351,20 @@ def unfinished(items: list[tuple[str, str]]) -> list[str]:
     ]
 
 
+# SWE-agent's text actions that work on the file opened last when they name none.
+OPEN_FILE_ACTIONS = frozenset({"edit", "insert", "replace", "str_replace"})
+_LINE_RANGE = re.compile(r"^\d+(?::\d+)?$")
+
+
+def text_action_paths(name: str, command: str) -> list[str]:
+    """The file a SWE-agent text action typed as a command names: "create f.py" and
+    "open f.py 40" name it as the second word; "edit 287:295" is a line range of the open
+    file, no path."""
+    words = command.split()
+    named = len(words) > 1 and words[0] == name and not _LINE_RANGE.match(words[1])
+    return [words[1]] if named else []
+
+
 def main_argument(name: str, data: dict[str, Any]) -> str:
     """The one argument that says what a call was about: its file, command, or search pattern."""
     kind = tool_kind(name, data)
