@@ -261,8 +261,11 @@ class Extractor:
         )
         self.changes.read(fx.read)
         ok = not (errored or (code is not None and code != 0))
-        written = self.bodies.writes(fx, output) if ok else fx.redirected  # a failed line
-        # surely wrote only its redirection targets
+        self._shell_writes(fx, first, self.bodies.writes(fx, output) if ok else fx.redirected)
+
+    def _shell_writes(self, fx: shell.Effects, first: str, written: list[str]) -> None:
+        """The files a command line wrote (a failed line surely wrote only its redirection
+        targets), each a change made by ``first``; the scripts it ran."""
         deleted = {
             shell.join(c.cwd, w)
             for c in fx.commands
@@ -344,13 +347,19 @@ class Extractor:
             if items is not None:
                 self.todos = [trim(t, ITEM_CHARS) for t in unfinished(items)]
             return
+        if kind in ("write", "read"):
+            self._file_tool(part, kind, data, state.output)
+
+    def _file_tool(self, part: ToolPart, kind: str, data: dict[str, Any], output: str) -> None:
+        """A completed tool that writes or reads files by name."""
+        name = tool_name(part.tool)
         paths = tool_paths(data)
         arg = trim(main_argument(part.tool, data), COMMAND_CHARS)
         if kind == "write":
-            if _EDIT_FAILED.search(state.output[:400]):
-                self._failed_tool(part, data, state.output)
+            if _EDIT_FAILED.search(output[:400]):
+                self._failed_tool(part, data, output)
                 return
-            paths = self._targets(name, data, state.output)
+            paths = self._targets(name, data, output)
             self._wrote(name, data, paths, patch_text(data))
             arg = ", ".join(paths[:2]) or arg
             self.runs.append(
@@ -366,7 +375,7 @@ class Extractor:
             )
             if paths and name in ("create", "create_file"):
                 self.opened = paths[-1]
-        elif kind == "read":
+        else:
             paths = paths or _text_action_path(name, data, "")
             key = _tool_key(part.tool, data, arg)
             self.runs.append(_changes.Run(f"{part.tool} {arg}", "ok", "", False, False, key))

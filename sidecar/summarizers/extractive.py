@@ -151,7 +151,29 @@ def _fit(doc: _Doc, max_tokens: int) -> str:
     if estimate_tokens(text) <= max_tokens:
         return text
     budget = max_tokens * 4 + 1  # estimate(n chars) <= max_tokens  <=>  n <= 4*max_tokens + 1
-    excess = len(text) - budget  # tracked incrementally, re-checked against the real render
+    _trim_lists(doc, len(text) - budget, budget)
+    text = doc.render()
+    if estimate_tokens(text) <= max_tokens or _shrink_paragraphs(doc, max_tokens):
+        return doc.render()
+    # Only now do modified files go, oldest first.
+    text = doc.render()
+    modified = doc.lists[FILES_MODIFIED]
+    while estimate_tokens(text) > max_tokens and modified:
+        excess, n = len(text) - budget, 0
+        while n < len(modified) and excess > 0:
+            excess -= len(modified[n]) + 3
+            n += 1
+        del modified[:n]
+        doc.omitted[FILES_MODIFIED] = doc.omitted.get(FILES_MODIFIED, 0) + n
+        text = doc.render()
+    if estimate_tokens(text) > max_tokens:
+        text = text[: budget - 2].rstrip() + "…\n"
+    return text
+
+
+def _trim_lists(doc: _Doc, excess: int, budget: int) -> None:
+    """Oldest entries off the longest trimmable list until ``excess`` characters went (tracked
+    incrementally, re-checked against the real render)."""
     sizes = {name: _list_chars(doc, name) for name in TRIMMABLE}
     while excess > 0:
         candidates = [n for n in TRIMMABLE if doc.lists[n] and n not in KEPT_LONGER] or [
@@ -167,34 +189,21 @@ def _fit(doc: _Doc, max_tokens: int) -> str:
             excess += 30  # the "(N older entries omitted)" line appears
         doc.omitted[name] = doc.omitted.get(name, 0) + 1
         if excess <= 0 or not doc.lists[name]:  # an emptied list loses its whole section
-            text = doc.render()
-            excess = len(text) - budget
-    text = doc.render()
-    if estimate_tokens(text) <= max_tokens:
-        return text
-    # Then the paragraphs shrink: the current state first, then the latest request, the goal.
+            excess = len(doc.render()) - budget
+
+
+def _shrink_paragraphs(doc: _Doc, max_tokens: int) -> bool:
+    """Shorten the paragraphs, the current state first, then the latest request, the goal;
+    whether ``doc`` fits now."""
     for attr, caps in (("state", (600, 200, 0)), ("latest", (200, 0)), ("objective", (200, 80))):
         for cap in caps:
             value = getattr(doc, attr)
             if len(value) <= cap and cap:
                 continue
             setattr(doc, attr, _shorten(value, cap) if cap else "")
-            text = doc.render()
-            if estimate_tokens(text) <= max_tokens:
-                return text
-    # Only now do modified files go, oldest first.
-    modified = doc.lists[FILES_MODIFIED]
-    while estimate_tokens(text) > max_tokens and modified:
-        excess, n = len(text) - budget, 0
-        while n < len(modified) and excess > 0:
-            excess -= len(modified[n]) + 3
-            n += 1
-        del modified[:n]
-        doc.omitted[FILES_MODIFIED] = doc.omitted.get(FILES_MODIFIED, 0) + n
-        text = doc.render()
-    if estimate_tokens(text) > max_tokens:
-        text = text[: budget - 2].rstrip() + "…\n"
-    return text
+            if estimate_tokens(doc.render()) <= max_tokens:
+                return True
+    return False
 
 
 def _shorten(text: str, cap: int) -> str:
