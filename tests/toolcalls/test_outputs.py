@@ -8,7 +8,7 @@ import pytest
 from sidecar.engine import ledger
 from sidecar.engine.ledger import Ledger, SuiteRun
 from sidecar.toolcalls import outputs
-from tests.summarizers.helpers import assistant, offline_summary, tool, user
+from tests.summarizers.helpers import assistant, bash, offline_summary, user
 
 
 @pytest.mark.parametrize(
@@ -33,7 +33,7 @@ def test_one_set_of_patterns_reads_a_test_run(output: str, expected: str) -> Non
 
 
 def _run(output: str) -> list:  # type: ignore[type-arg]
-    return [user("Run the tests."), assistant(tool("bash", {"command": "pytest -q"}, output))]
+    return [user("Run the tests."), assistant(bash("pytest -q", output))]
 
 
 def test_the_ledger_reads_zero_failed_as_passed() -> None:
@@ -54,8 +54,8 @@ def test_the_ledger_and_the_summary_agree(output: str) -> None:
     history = [
         user("Fix test_a."),
         assistant(
-            tool("bash", {"command": "pytest tests/test_a.py"}, failing, metadata={"exit": 1}),
-            tool("bash", {"command": "pytest"}, output),
+            bash("pytest tests/test_a.py", failing, exit=1),
+            bash("pytest", output),
         ),
     ]
     led = ledger.update(Ledger(), history)
