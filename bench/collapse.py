@@ -55,7 +55,7 @@ from sidecar.model.parts import (
 )
 from sidecar.model.session import Session, SessionTime
 from sidecar.model.tokens import CacheTokens, Tokens
-from sidecar.replay.transcript import TMessage, Transcript, load
+from sidecar.model.transcript import TMessage, Transcript, load
 from sidecar.store import Store
 
 enc = msgspec.json.encode

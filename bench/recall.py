@@ -94,7 +94,7 @@ from sidecar.model.parts import Part, ReasoningPart, TextPart, ToolCompleted, To
 from sidecar.model.parts import ToolTime as _ToolTime
 from sidecar.model.session import Session, SessionTime
 from sidecar.model.tokens import CacheTokens, Tokens
-from sidecar.replay.transcript import TMessage, TPart, Transcript, load
+from sidecar.model.transcript import TMessage, TPart, Transcript, load
 from sidecar.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]

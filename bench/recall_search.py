@@ -51,7 +51,7 @@ from sidecar.model.ids import new_id, now_ms
 from sidecar.model.messages import AssistantMessage, MessageTime, ModelRef, UserMessage
 from sidecar.model.parts import Part, ReasoningPart, TextPart, ToolCompleted, ToolError, ToolPart
 from sidecar.model.session import Session, SessionTime
-from sidecar.replay.transcript import Transcript, load
+from sidecar.model.transcript import Transcript, load
 from sidecar.store import Store
 from sidecar.store.sqlite import index_noted
 

@@ -7,6 +7,7 @@ An empty XDG config home (no user config file), a data home of its own, and none
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,20 @@ def cli_env(home: Path) -> dict[str, str]:
     )
     assert env is not None
     return env
+
+
+def run_cli(
+    args: list[str], home: Path, *, timeout: float, stdin: Any = subprocess.DEVNULL
+) -> subprocess.CompletedProcess[str]:
+    """``python -m sidecar ARGS`` in ``cli_env(home)``, its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "sidecar", *args],
+        env=cli_env(home),
+        stdin=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 #: An MCP ``initialize`` request, for the raw-pipe tests of ``compaction-sidecar mcp``.

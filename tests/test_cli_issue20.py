@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_env import cli_env
+from daemon_env import cli_env, run_cli
 
 GUARD = 120
 EXPORT = Path(__file__).parent / "fixtures" / "opencode-1.1.53" / "export.json"
@@ -27,14 +27,7 @@ EXPORT = Path(__file__).parent / "fixtures" / "opencode-1.1.53" / "export.json"
 def _run(
     args: list[str], tmp_path: Path, stdin: Any = subprocess.DEVNULL
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sidecar", *args],
-        env=cli_env(tmp_path),
-        stdin=stdin,
-        capture_output=True,
-        text=True,
-        timeout=GUARD,
-    )
+    return run_cli(args, tmp_path, timeout=GUARD, stdin=stdin)
 
 
 def test_demo_and_inspect_print_the_same_figures_and_say_what_they_measure(

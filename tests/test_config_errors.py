@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from daemon_env import cli_env
+from daemon_env import run_cli
 
 GUARD = 60
 
@@ -24,14 +23,7 @@ def _user_config(tmp_path: Path, text: str) -> Path:
 
 
 def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sidecar", *args],
-        env=cli_env(tmp_path),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=GUARD,
-    )
+    return run_cli(args, tmp_path, timeout=GUARD)
 
 
 CASES = [

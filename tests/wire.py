@@ -42,6 +42,27 @@ async def put_part(client: Client, part: Any) -> dict[str, Any]:
     return result
 
 
+def read_call(
+    session_id: str, message_id: str, path: str, output: str, **state: Any
+) -> dict[str, Any]:
+    """A completed ``read`` tool part of ``path`` (one call per message) as a frontend sends
+    it; ``state``: more fields of its state (``title``, ``metadata``)."""
+    return {
+        "type": "tool",
+        "sessionID": session_id,
+        "messageID": message_id,
+        "callID": f"call-{message_id}",
+        "tool": "read",
+        "state": {
+            "status": "completed",
+            "input": {"filePath": path},
+            "output": output,
+            "time": {"start": 1, "end": 2},
+            **state,
+        },
+    }
+
+
 async def stored(
     client: Client, session_id: str, limit: int | None = None, cursor: str | None = None
 ) -> StoredPage:

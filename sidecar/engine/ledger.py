@@ -39,8 +39,7 @@ from sidecar.model.parts import (
     ToolPart,
 )
 from sidecar.model.tokens import estimate, js_length
-from sidecar.summarizers._text import cut
-from sidecar.summarizers.extractive import ERRORS, FILES_MODIFIED, FILES_READ, parse_summary
+from sidecar.summarizers.sections import ERRORS, FILES_MODIFIED, FILES_READ, cut, parse_summary
 from sidecar.toolcalls import outputs, shell
 from sidecar.toolcalls import vocabulary as tools
 from sidecar.toolcalls.vocabulary import (
@@ -137,22 +136,11 @@ _EXIT = outputs.EXIT
 
 # -- tests --------------------------------------------------------------------------------------
 
-_PASS = re.compile(r"\b(\d+ passed|passed|OK\b|ok\b|PASS\b|All tests passed|0 failed)", re.I)
-_FAIL = re.compile(
-    r"\b(\d+ failed|FAILED|FAIL\b|failures?=\d|errors?=\d|\d+ failing|Error\b)", re.I
-)
-
 
 def _test_status(code: int | None, output: str, failed: bool) -> str:
     if code is not None:
         return "passed" if code == 0 else f"failed (exit {code})"
-    if failed:
-        return "failed"
-    if _FAIL.search(output):
-        return "failed"
-    if _PASS.search(output):
-        return "passed"
-    return "ran"
+    return "failed" if failed else outputs.test_outcome(output)
 
 
 # -- building -----------------------------------------------------------------------------------
@@ -231,21 +219,21 @@ class _Builder:
         text_action = bool(command.strip()) and not paths and name not in SHELL_TOOLS
         if kind == "shell" or (text_action and name not in READ_TOOLS | WRITE_TOOLS):
             self.shell(command, output, state.metadata, errored)
-            return
-        if kind == "code":
+        elif kind == "code":
             self.code(tools.code_text(data), output, state.metadata, errored)
-            return
-        if text_action:
-            # SWE-agent style "create reproduce.py" / "open file.py 40": the path is the 2nd word
-            words = command.split()
-            paths = [words[1]] if len(words) > 1 and words[0] == name else []
-            if paths and re.match(r"^\d+(?::\d+)?$", paths[0]):
-                paths = []  # "edit 287:295": a line range of the open file
-        if errored:
+        elif errored:
             self.signatures(output)
             if not error_signatures(output) and output.strip():
                 _touch(self.l.errors, _first_error_line(output))  # the tool's own words
-            return
+        else:
+            if text_action:
+                paths = tools.text_action_paths(name, command)
+            self._file_tool(name, kind, data, paths, output)
+
+    def _file_tool(
+        self, name: str, kind: str, data: dict[str, Any], paths: list[str], output: str
+    ) -> None:
+        """A completed tool that reads or writes files by name (an editor, write, read)."""
         if name in EDITOR_TOOLS:
             verb = str(data.get("command", "")).lower()
             if verb in ("view", "read", ""):
@@ -259,7 +247,7 @@ class _Builder:
             shown = _OPEN_FILE.search(output) if not paths else None
             if shown:  # SWE-agent: the tool names the file it edited
                 paths = [shown.group(1)]
-            if not paths and self.opened and name in ("edit", "insert", "replace", "str_replace"):
+            if not paths and self.opened and name in tools.OPEN_FILE_ACTIONS:
                 paths = [self.opened]
             self.modified(paths)
             self._remember(paths, data)

@@ -27,8 +27,8 @@ def _summarizer(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from sidecar.model.transcript import load
     from sidecar.replay.runner import replay
-    from sidecar.replay.transcript import load
 
     if args.command == "demo":
         data = resources.files("sidecar") / "data" / "demo-transcript.jsonl"

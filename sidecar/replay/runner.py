@@ -28,7 +28,7 @@ from sidecar_client import (
 
 from sidecar.engine.tokens import estimate
 from sidecar.model.ids import now_ms
-from sidecar.replay.transcript import TMessage, TPart, Transcript
+from sidecar.model.transcript import TMessage, TPart, Transcript
 
 Echo = Callable[[str], None]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from sidecar.summarizers._text import one_line, trim
 from sidecar.toolcalls import shell
-from sidecar.toolcalls.vocabulary import classify, is_test
+from sidecar.toolcalls.commands import classify, is_test
 
 SIDE_CHARS = 80  # each side of an edit's "old -> new"
 REASON_CHARS = 220

@@ -37,32 +37,6 @@ def trim(text: str, limit: int) -> str:
     return flat[: max(0, limit - 1)].rstrip() + "…"
 
 
-_CUT = " [… cut here: {n:,} more characters of this request not kept]"
-# The note ``cut`` ends a cut request with (how many characters were left out).
-CUT_NOTE = re.compile(r" \[… cut here: ([\d,]+) more characters of this request not kept\]$")
-_SENTENCE_END = re.compile(r"[.!?:;](?=\s)|\s(?=[-*•]\s|\d+[.)]\s)")
-
-
-def cut(text: str, chars: int) -> str:
-    """``text`` in at most ``chars`` characters: whole, or cut at the last sentence end that
-    fits (else a word end), followed by a note of where and how much was cut -- never a
-    silent cut in the middle of a sentence."""
-    if len(text) <= chars:
-        return text
-    earlier = CUT_NOTE.search(text)  # cut before: count from the whole request
-    lost = int(earlier.group(1).replace(",", "")) if earlier else 0
-    body = text[: earlier.start()] if earlier else text
-    room = max(0, chars - len(_CUT.format(n=len(body) + lost)))
-    head = body[:room]
-    ends = [m.end() for m in _SENTENCE_END.finditer(head) if m.end() >= room // 2]
-    if ends:
-        head = head[: ends[-1]]
-    elif " " in head[room // 2 :]:
-        head = head[: head.rfind(" ")]
-    head = head.rstrip()
-    return head + _CUT.format(n=len(body) - len(head) + lost)
-
-
 def first_line(text: str, limit: int = 120) -> str:
     """The first non-blank line of ``text``, trimmed."""
     for line in text.splitlines():

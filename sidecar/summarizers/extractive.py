@@ -8,57 +8,60 @@ named after any number of merges, and the text is bounded by ``max_tokens``.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
-import sidecar.summarizers._changes as _changes
-from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
+from sidecar.model.messages import WithParts
 from sidecar.model.parts import (
-    FilePart,
-    PatchPart,
-    SubtaskPart,
     TextPart,
     ToolCompleted,
     ToolError,
     ToolPart,
 )
 from sidecar.model.tokens import Tokens
-from sidecar.summarizers._text import (
-    CUT_NOTE,
-    cut,
-    estimate_tokens,
-    first_line,
-    one_line,
-    to_json,
-    trim,
+from sidecar.summarizers._extract import (
+    DIRECTIVE_CHARS,
+    OBJECTIVE_CHARS,
+    Extractor,
+    changed_course,
+    current_state,
+    goal_of,
+    next_steps,
+    problems,
 )
+from sidecar.summarizers._text import estimate_tokens, one_line, to_json, trim
 from sidecar.summarizers.base import (
     DEFAULT_PROMPT,
     Progress,
     SummaryRequest,
     SummaryResult,
 )
-from sidecar.toolcalls import outputs, shell
-from sidecar.toolcalls.vocabulary import (
-    EDITOR_TOOLS,
-    call_kind,
-    cell_shell,
-    classify,
-    code_text,
-    is_machinery,
-    is_test,
-    main_argument,
-    no_match,
-    patch_text,
-    shell_script,
-    todo_items,
-    tool_kind,
-    tool_name,
-    tool_paths,
-    unfinished,
+from sidecar.summarizers.sections import (
+    COMMANDS,
+    CONTEXT,
+    DIRECTIVES,
+    DONE,
+    EARLIER,
+    ERRORS,
+    FILES_MODIFIED,
+    FILES_READ,
+    LATEST,
+    LEDGER_SECTIONS,
+    LISTS,
+    NEXT,
+    OBJECTIVE,
+    OPEN,
+    ORDER,
+    PARAGRAPHS,
+    RESOLVED,
+    SCRATCH,
+    STATE,
+    Sections,
+    cut,
+    parse_summary,
 )
+from sidecar.toolcalls import shell
 
 PROVIDER_ID = "extractive"
 MODEL_ID = "extractive-v1"
@@ -68,54 +71,12 @@ EMPTY_TEXT = (
 )
 MIN_MAX_TOKENS = 16
 
-# Section names, in output order. Paragraph sections hold one text; the rest are lists.
-OBJECTIVE = "Goal"  # the session's first request
-LATEST = "Latest request"  # a later request that changed course
-DIRECTIVES = "User directives"
-CONTEXT = "Additional context"
-DONE = "What was done"  # each changed file once, with what changed in it and why
-SCRATCH = "Scratch files (reproduce / probe)"  # created, then run or deleted, never edited
-FILES_READ = "Files read"
-FILES_MODIFIED = "Files modified"
-COMMANDS = "Commands run"
-ERRORS = "Errors"
-OPEN = "Open problems"  # failures no later passing run of the same thing answered
-RESOLVED = "Resolved"  # each answered failure with what made it pass
-EARLIER = "Earlier summaries"
-STATE = "Current state"
-NEXT = "Next steps"
-ORDER = (
-    OBJECTIVE,
-    LATEST,
-    DIRECTIVES,
-    CONTEXT,
-    DONE,
-    SCRATCH,
-    FILES_READ,
-    FILES_MODIFIED,
-    COMMANDS,
-    ERRORS,
-    OPEN,
-    RESOLVED,
-    EARLIER,
-    STATE,
-    NEXT,
-)
-PARAGRAPHS = frozenset({OBJECTIVE, LATEST, STATE})
-LEDGER_SECTIONS = (FILES_READ, FILES_MODIFIED, COMMANDS, ERRORS)  # what the ledger carries
-LISTS = tuple(name for name in ORDER if name not in PARAGRAPHS)
 # Trimmed before the paragraphs and before "Files modified", which goes last of all; the
 # fixes and the next steps only once the other lists are gone (what a successor needs most).
 TRIMMABLE = tuple(name for name in LISTS if name != FILES_MODIFIED)
 KEPT_LONGER = frozenset({RESOLVED, NEXT})
 
 # Per-item and per-list caps (the token bound applies on top).
-OBJECTIVE_CHARS = 600
-DIRECTIVE_CHARS = 300
-STATE_LINE_CHARS = 300
-ITEM_CHARS = 240
-EARLIER_CHARS = 600
-COMMAND_CHARS = 100
 LIST_CAPS = {
     DIRECTIVES: 60,
     CONTEXT: 20,
@@ -130,598 +91,10 @@ LIST_CAPS = {
     NEXT: 8,
 }
 
-_OMITTED = re.compile(r"^\(\d+ older entr(?:y|ies) omitted\)$")
-_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$")
-_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+(.*)$")
-_ALIASES = {name.lower(): name for name in ORDER} | {
-    "objective": OBJECTIVE,
-    "latest user request": LATEST,
-    "what we did": DONE,
-    "open issues": OPEN,
-    "resolved problems": RESOLVED,
-    "fixed": RESOLVED,
-    "scratch files": SCRATCH,
-    "known issues": OPEN,
-    "task": OBJECTIVE,
-    "objectives": OBJECTIVE,
-    "user requests": DIRECTIVES,
-    "directives": DIRECTIVES,
-    "user preferences": DIRECTIVES,
-    "modified files": FILES_MODIFIED,
-    "files changed": FILES_MODIFIED,
-    "changed files": FILES_MODIFIED,
-    "files edited": FILES_MODIFIED,
-    "read files": FILES_READ,
-    "commands": COMMANDS,
-    "errors encountered": ERRORS,
-    "current status": STATE,
-    "state": STATE,
-    "next step": NEXT,
-    "todo": NEXT,
-    "todos": NEXT,
-}
-
-_NEXT_HINT = re.compile(
-    r"\b(next|todo|remaining|still need|need to|will now|i will|i'll|then|should|plan)\b", re.I
-)
-# What the assistant says it is about to do: "Let me ...", "I'll ...", "Now I need to ...".
-_INTENT = re.compile(
-    r"^(?:(?:now|next|then|first|ok(?:ay)?|great|good|perfect)[,!.]?\s+)*"
-    r"(?:let me|let's|i'll|i will|i'm going to|i am going to|i need to|we need to|i should|"
-    r"we should|i'm now going to|i will now|next,? i)\b",
-    re.I,
-)
-_SENTENCES = re.compile(r"\n+|(?<=[.!?])\s+")
-
 
 def shell_modified_files(command: str) -> list[str]:
     """Files a shell command line writes (the one shell parser: ``sidecar.toolcalls.shell``)."""
     return shell.analyse(command).written
-
-
-# -- extraction ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Sections:
-    objective: str = ""
-    latest: str = ""
-    state: str = ""
-    lists: dict[str, dict[str, None]] = field(default_factory=lambda: {n: {} for n in LISTS})
-
-    def add(self, name: str, item: str) -> None:
-        item = one_line(item)
-        if item and not _OMITTED.match(item):
-            bucket = self.lists[name]
-            bucket.pop(item, None)  # a repeated item moves to the newest position
-            bucket[item] = None
-
-    def extend(self, name: str, items: Iterable[str]) -> None:
-        for item in items:
-            self.add(name, item)
-
-
-def parse_summary(text: str) -> Sections:
-    """Sections of an earlier summary (ours or a model's markdown); unknown prose is kept as one
-    "Earlier summaries" entry so that nothing silently disappears. "Current state" keeps its
-    lines; the other paragraphs are read as one line."""
-    sections = Sections()
-    current: str | None = None
-    paragraph: dict[str, list[str]] = {name: [] for name in PARAGRAPHS}
-    stray: list[str] = []
-    for raw in text.splitlines():
-        line = raw.rstrip()
-        if line.startswith("\\#"):  # an escaped paragraph that starts with "#"
-            line = line[1:]
-            heading = None
-        else:
-            heading = _HEADING.match(line)
-        if heading:
-            current = _ALIASES.get(one_line(heading.group(1)).rstrip(":").lower())
-            continue
-        if not line.strip():
-            continue
-        if current is None:
-            stray.append(line)
-        elif current == STATE:
-            paragraph[current].append(line.strip())
-        elif current in PARAGRAPHS:
-            item = _ITEM.match(line)
-            paragraph[current].append(item.group(1) if item else line)
-        else:
-            item = _ITEM.match(line)
-            sections.add(current, item.group(1) if item else line)
-    sections.objective = one_line(" ".join(paragraph[OBJECTIVE]))
-    sections.latest = one_line(" ".join(paragraph[LATEST]))
-    sections.state = "\n".join(paragraph[STATE])
-    prose = one_line(" ".join(stray))
-    if prose:  # prose outside the known sections (a model-written summary): keep its gist
-        sections.add(EARLIER, trim(prose, EARLIER_CHARS))
-    return sections
-
-
-def _is_plan(sentence: str) -> bool:
-    """A sentence that states what comes next: an intent ("Let me ...") or a plan word."""
-    text = one_line(sentence)
-    return len(text) > 8 and bool(_INTENT.match(text) or _NEXT_HINT.search(text))
-
-
-def _intent(text: str) -> str:
-    """The last sentence of ``text`` saying what the assistant is about to do ("" if none)."""
-    found = ""
-    for chunk in _SENTENCES.split(text):
-        item = _ITEM.match(chunk)
-        sentence = one_line(item.group(1) if item else chunk)
-        if len(sentence) > 8 and _INTENT.match(sentence):
-            found = sentence
-    return found
-
-
-def _shell_outcome(
-    output: str, status: int | None, errored: bool, failed: bool, tests: bool
-) -> str:
-    """A shell call's outcome word: error, exit N, failed, passed, ok or ran."""
-    if errored:
-        return "error"
-    if status is not None and status != 0:
-        return f"exit {status}"
-    if failed:
-        return "failed"
-    if tests:
-        return "passed" if status == 0 or _PASSED.search(output) else "ran"
-    return "ok" if status == 0 else "ran"
-
-
-def _whole_suite(tests: list[shell.Command]) -> bool:
-    """Test commands naming no file, path or test id: the whole suite ran."""
-    return bool(tests) and all(
-        not any(("/" in w or "." in w or "::" in w) for w in c.argv[1:]) for c in tests
-    )
-
-
-# An edit tool's output that says the edit was not made (OpenHands "ERROR:\nNo replacement was
-# performed", SWE-agent "Your proposed edit has introduced new syntax error(s)").
-_EDIT_FAILED = re.compile(
-    r"\A\s*(?:error\b|failed\b|failure\b)|no replacement was performed|"
-    r"your proposed edit has introduced|edit was not applied",
-    re.I,
-)
-_OPEN_FILE = re.compile(r"^\[File: (\S+) \(\d+ lines total\)\]", re.M)
-_WRITE_VERBS = frozenset({"write", "create", "create_file", "write_file", "writefile"})
-
-
-class _Extractor:
-    def __init__(self, sections: Sections) -> None:
-        self.s = sections
-        self.first_user: str = ""
-        self.last_assistant_text: str = ""
-        self.last_user_text: str = ""
-        self.last_is_user = False
-        self.todos: list[str] | None = None  # the newest plan's unfinished items
-        self.earlier: list[str] = []  # summaries met inline (standard compaction sends them)
-        self.changes = _changes.Changes()
-        self.runs: list[_changes.Run] = []  # every finished command or tool call, in order
-        self.intent: str = ""  # the last thing the assistant said it would do
-        self.step = 0
-        self.said = ""  # the assistant's text just before the current tool call
-        self.opened = ""  # the file an editor without a path works on (SWE-agent)
-        self.bodies = shell.Bodies()  # scripts and patches written, to follow when run
-
-    def run(self, history: Sequence[WithParts]) -> None:
-        for msg in history:
-            if isinstance(msg.info, UserMessage):
-                self._user(msg)
-            elif msg.info.summary:
-                self.earlier.extend(
-                    p.text for p in msg.parts if isinstance(p, TextPart) and p.text.strip()
-                )
-            else:
-                self._assistant(msg)
-
-    def _why(self) -> str:
-        return _changes.reason(self.said)
-
-    def _user(self, msg: WithParts) -> None:
-        texts: list[str] = []
-        for part in msg.parts:
-            if isinstance(part, TextPart):
-                if part.ignored or part.synthetic or not part.text.strip():
-                    continue
-                if is_machinery(part.text):
-                    continue
-                texts.append(part.text)
-            elif isinstance(part, FilePart):
-                path = (part.source or {}).get("path") if part.source else None
-                name = path if isinstance(path, str) and path else part.filename
-                if name:
-                    self.s.add(FILES_READ, name)
-            elif isinstance(part, SubtaskPart):
-                what = part.description or part.prompt
-                if what.strip():
-                    self.s.add(DIRECTIVES, "(subtask) " + trim(what, DIRECTIVE_CHARS))
-        if not texts:
-            return
-        joined = "\n".join(texts)
-        if not self.first_user:
-            self.first_user = joined
-        self.last_user_text = joined
-        self.last_is_user = True
-        self.said = ""
-        for text in texts:
-            self.s.add(DIRECTIVES, trim(text, DIRECTIVE_CHARS))
-
-    def _assistant(self, msg: WithParts) -> None:
-        info = msg.info
-        assert isinstance(info, AssistantMessage)
-        texts: list[str] = []
-        for part in msg.parts:
-            if isinstance(part, TextPart):
-                if not part.ignored and not part.synthetic and part.text.strip():
-                    texts.append(part.text)
-                    self.said = part.text
-            elif isinstance(part, ToolPart):
-                self.step += 1
-                self._tool(part)
-            elif isinstance(part, PatchPart):
-                self.step += 1
-                for f in part.files:
-                    if f.strip():
-                        self.changes.by_command(
-                            f, "patch", self.step, self._why(), creates=False, deletes=False
-                        )
-        if texts:
-            text = "\n".join(texts)
-            self.last_assistant_text = text
-            self.last_is_user = False
-            self.intent = _intent(text) or self.intent
-        elif any(isinstance(p, ToolPart) for p in msg.parts):
-            self.last_is_user = False
-        if info.error is not None:
-            data = info.error.data or {}
-            detail = data.get("message") if isinstance(data, dict) else None
-            self.s.add(
-                ERRORS,
-                trim(
-                    f"assistant {info.error.name}" + (f": {detail}" if detail else ""), ITEM_CHARS
-                ),
-            )
-
-    def _shell(self, cmd: str, output: str, code: int | None, errored: bool) -> None:
-        fx = shell.analyse(cmd)
-        tests = [c for c in fx.commands if is_test(c)]
-        kind = call_kind(fx.commands)
-        runs = kind in ("runner", "test")
-        # "pytest | tail": the status is tail's, so the output decides
-        status = None if code == 0 and _masked(cmd, fx.commands) else code
-        sigs = outputs.error_signatures(output) if errored or code or kind != "viewer" else []
-        failed = (
-            errored
-            or (status is not None and status != 0)
-            or (status is None and runs and bool(sigs))
-        )
-        if not errored and code == 1 and no_match(fx.commands, output):
-            failed = False  # a search found nothing: no problem
-        error = outputs.first_error_line(output) if failed else ""
-        first = f"`{trim(cmd.split(chr(10), 1)[0], COMMAND_CHARS)}`"
-        self.runs.append(
-            _changes.Run(
-                what=first,
-                outcome=_shell_outcome(output, status, errored, failed, bool(tests)),
-                error=error,
-                failed=failed,
-                test=bool(tests),
-                key=_changes.command_key(cmd),
-                full=_whole_suite(tests),
-                step=self.step,
-                files=_changes.test_files(tests, output) if tests else (),
-                acts=kind in ("writer", "runner", "test"),
-                last_error=(outputs.edge_signatures(output, 1) or [""])[-1] if failed else "",
-            )
-        )
-        self.changes.read(fx.read)
-        ok = not (errored or (code is not None and code != 0))
-        written = self.bodies.writes(fx, output) if ok else fx.redirected  # a failed line
-        # surely wrote only its redirection targets
-        deleted = {
-            shell.join(c.cwd, w)
-            for c in fx.commands
-            if c.program in ("rm", "unlink")
-            for w in c.argv[1:]
-            if not w.startswith("-")
-        }
-        why = self._why()
-        for path in written:
-            self.changes.by_command(
-                path,
-                first,
-                self.step,
-                why,
-                creates=path in fx.redirected or path in fx.bodies,
-                deletes=path in deleted,
-            )
-        for script, cwd in fx.scripts_run:
-            self.changes.ran(shell.join(cwd, script))
-
-    def _targets(self, name: str, data: dict[str, Any], output: str) -> list[str]:
-        """The files a write-like call names: its path arguments, the files of its diff, the
-        file a SWE-agent text action works on ("[File: f.py ...]" in its output)."""
-        paths = tool_paths(data) or shell.diff_files(patch_text(data))
-        found = _OPEN_FILE.search(output) if not paths else None
-        return paths or ([found.group(1)] if found else _text_action_path(name, data, self.opened))
-
-    def _failed_tool(self, part: ToolPart, data: dict[str, Any], error: str) -> None:
-        name = tool_name(part.tool)
-        writes = tool_kind(part.tool, data) == "write"
-        target = ", ".join((self._targets(name, data, "") if writes else tool_paths(data))[:2])
-        arg = target or trim(main_argument(part.tool, data), COMMAND_CHARS)
-        self.runs.append(
-            _changes.Run(
-                what=f"{part.tool} {arg}".strip(),
-                outcome="error",
-                error=outputs.first_error_line(error) or first_line(error),
-                failed=True,
-                test=False,
-                key=_tool_key(part.tool, data, arg),
-                step=self.step,
-            )
-        )
-        label = f"{part.tool}" + (f" {target}" if target else "")
-        self.s.add(ERRORS, trim(f"{label}: {first_line(error, ITEM_CHARS)}", ITEM_CHARS))
-
-    def _tool(self, part: ToolPart) -> None:
-        name = tool_name(part.tool)
-        state = part.state
-        data = state.input if isinstance(state.input, dict) else {}
-        kind = tool_kind(part.tool, data)
-        if name == "think" and isinstance(data.get("thought"), str):
-            self.said = data["thought"]  # OpenHands' think tool: the assistant's reasoning
-            return
-        if isinstance(state, ToolError):
-            if kind in ("shell", "code"):
-                cmd = _command(data) if kind == "shell" else code_text(data)
-                self.s.add(COMMANDS, _command_item(cmd, "error", state.error))
-                self._shell(cmd if kind == "shell" else "", state.error, None, True)
-            else:
-                self._failed_tool(part, data, state.error)
-            return
-        if not isinstance(state, ToolCompleted):
-            return  # pending / running: interrupted, nothing happened for sure
-        if kind == "shell" or (kind == "other" and _command(data) and not tool_paths(data)):
-            cmd = _command(data)
-            self._text_action(name, cmd, state.output)
-            output = "" if state.time.compacted else state.output
-            code = outputs.exit_status(state.output, state.metadata)
-            failed = code is not None and code != 0
-            self.s.add(COMMANDS, _command_item(cmd, f"exit {code}" if failed else "ok", output))
-            self._shell(cmd, state.output, code, False)
-            return
-        if kind == "code":
-            self._code(code_text(data), state.output, state.metadata)
-            return
-        if kind == "todo":
-            items = todo_items(data)
-            if items is not None:
-                self.todos = [trim(t, ITEM_CHARS) for t in unfinished(items)]
-            return
-        paths = tool_paths(data)
-        arg = trim(main_argument(part.tool, data), COMMAND_CHARS)
-        if kind == "write":
-            if _EDIT_FAILED.search(state.output[:400]):
-                self._failed_tool(part, data, state.output)
-                return
-            paths = self._targets(name, data, state.output)
-            self._wrote(name, data, paths, patch_text(data))
-            arg = ", ".join(paths[:2]) or arg
-            self.runs.append(
-                _changes.Run(
-                    f"{part.tool} {arg}".strip(),
-                    "ok",
-                    "",
-                    False,
-                    False,
-                    _tool_key(part.tool, data, arg),
-                    step=self.step,
-                )
-            )
-            if paths and name in ("create", "create_file"):
-                self.opened = paths[-1]
-        elif kind == "read":
-            paths = paths or _text_action_path(name, data, "")
-            key = _tool_key(part.tool, data, arg)
-            self.runs.append(_changes.Run(f"{part.tool} {arg}", "ok", "", False, False, key))
-            self.s.extend(FILES_READ, paths)
-            self.changes.read(paths)
-            if paths:
-                self.opened = paths[-1]
-
-    def _text_action(self, name: str, cmd: str, output: str) -> None:
-        """SWE-agent's "open f.py" / "create f.py" typed as a command: the file it opens."""
-        words = cmd.split()
-        if len(words) > 1 and words[0] == name and name in ("open", "create", "goto"):
-            self.opened = words[1]
-
-    def _wrote(self, name: str, data: dict[str, Any], paths: list[str], patch: str) -> None:
-        why = self._why()
-        content = next(
-            (v for k in _changes.CONTENT_KEYS if isinstance(v := data.get(k), str)), None
-        )
-        verb = str(data.get("command", "")).lower() if name in EDITOR_TOOLS else name
-        if content is not None and len(paths) == 1:
-            self.bodies.remember(paths[0], content)
-        for path in paths:
-            if content is not None and (verb in _WRITE_VERBS or len(paths) == 1):
-                self.changes.wrote(path, content, self.step, why)
-            elif verb in ("create", "create_file") and content is None:
-                self.changes.wrote(path, "", self.step, why)
-            else:
-                self.changes.edited(path, _changes.edit_change(data, patch), self.step, why)
-
-    def _code(self, code: str, output: str, metadata: dict[str, Any] | None) -> None:
-        """A live interpreter's cell: its shell lines, its writes, its traceback."""
-        lines = cell_shell(code)
-        sigs = outputs.error_signatures(output)
-        failed = "Traceback" in output or any(
-            s.split(":", 1)[0].endswith(("Error", "Exception")) for s in sigs
-        )
-        first = f"`{trim(code.split(chr(10), 1)[0], COMMAND_CHARS)}`"
-        self.s.add(COMMANDS, _command_item(code, "error" if failed else "ok", output))
-        if lines.strip():
-            self._shell(lines, output, 1 if failed else 0, False)
-        else:
-            self.runs.append(
-                _changes.Run(
-                    what=first,
-                    outcome="error" if failed else "ok",
-                    error=outputs.first_error_line(output) if failed else "",
-                    failed=failed,
-                    test=False,
-                    key=first,
-                    step=self.step,
-                )
-            )
-        if not failed:
-            for path in shell.script_writes(code):
-                self.changes.by_command(
-                    path, first, self.step, self._why(), creates=True, deletes=False
-                )
-
-
-def _text_action_path(name: str, data: dict[str, Any], opened: str) -> list[str]:
-    """The file of a SWE-agent text action: "create f.py" names it, "edit 10:12" edits the open
-    file."""
-    command = data.get("command")
-    words = command.split() if isinstance(command, str) else []
-    if len(words) > 1 and words[0] == name and not re.match(r"^\d+(?::\d+)?$", words[1]):
-        return [words[1]]
-    if name in ("edit", "insert", "replace", "str_replace") and opened:
-        return [opened]
-    return []
-
-
-def _command(data: dict[str, Any]) -> str:
-    return shell_script(data) or to_json(data)
-
-
-_PASSED = re.compile(r"\b\d+ passed\b|^OK\b|\bAll tests passed\b", re.M)
-_PIPE = re.compile(r"(?<!\|)\|(?![|&])")
-
-
-def _masked(script: str, commands: list[shell.Command]) -> bool:
-    """Whether a pipeline hides a program's exit status behind a viewer (``make | tail``)."""
-    if len(commands) < 2 or not _PIPE.search(script):
-        return False
-    kinds = [classify(c) for c in commands]
-    return kinds[-1] in ("viewer", "search") and any(k in ("runner", "test") for k in kinds)
-
-
-def _tool_key(tool: str, data: dict[str, Any], arg: str) -> str:
-    """What a later call must match to answer a failed one: the same kind of action on the
-    same file (a failed ``edit`` of a file is answered by a later ``write`` of it)."""
-    return f"{tool_kind(tool, data)} {arg}"
-
-
-def _command_item(cmd: str, outcome: str, output: str) -> str:
-    head = f"$ {trim(cmd, 160)} → {outcome}"
-    line = first_line(output, 100)
-    return f"{head}: {line}" if line else head
-
-
-def _problems(ex: _Extractor, carried: Iterable[str]) -> tuple[list[str], list[str]]:
-    """Open problems (failures no later run answered, those carried from an earlier summary
-    included) and "failure ⇒ fix" pairs for the answered ones."""
-    runs = list(ex.runs)
-    earlier: list[_changes.Run] = []
-    for item in carried:
-        what = item.split(" → ", 1)[0]
-        if what.startswith("`"):
-            key = _changes.command_key(what.strip("`"))
-        else:
-            tool, _, arg = what.partition(" ")
-            key = _tool_key(tool, {}, arg)
-        is_test = what.startswith("`") and _is_test_key(what.strip("`"))
-        earlier.append(
-            _changes.Run(
-                what=what,
-                outcome=item.split(" → ", 1)[1] if " → " in item else "failed",
-                error="",
-                failed=True,
-                test=is_test,
-                key=key,
-                step=-1,
-            )
-        )
-    still, resolved = _changes.pair(earlier + runs, ex.changes, outputs.BARE)
-    lines = {id(r): item for r, item in zip(earlier, carried, strict=True)}
-    open_ = [lines.get(id(r)) or trim(r.line(outputs.BARE), ITEM_CHARS) for r in still]
-    return open_, resolved
-
-
-def _is_test_key(key: str) -> bool:
-    return any(is_test(c) for c in shell.parse(key))
-
-
-def _state(ex: _Extractor, carried: str) -> str:
-    """Where things stand, from what happened last: the last test run and the last command with
-    their results, the last file changed, and the assistant's last words and stated intent."""
-    lines: list[str] = []
-    last_test = next((r for r in reversed(ex.runs) if r.test), None)
-    last_cmd = next((r for r in reversed(ex.runs) if r.what.startswith("`")), None)
-    if last_test is not None:
-        lines.append(f"- Last test run: {trim(last_test.line(outputs.BARE), STATE_LINE_CHARS)}")
-    if last_cmd is not None and last_cmd is not last_test:
-        lines.append(f"- Last command: {trim(last_cmd.line(outputs.BARE), STATE_LINE_CHARS)}")
-    if ex.changes.files:
-        last = next(reversed(ex.changes.files.values()))
-        lines.append(f"- Last change: {trim(last.what(), STATE_LINE_CHARS)}")
-    if ex.last_assistant_text:
-        lines.append(
-            f"- Assistant's last message: {trim(ex.last_assistant_text, STATE_LINE_CHARS)}"
-        )
-    if ex.intent and one_line(ex.intent) != one_line(ex.last_assistant_text):
-        lines.append(f"- Assistant said it would: {trim(ex.intent, STATE_LINE_CHARS)}")
-    if not lines:
-        return carried
-    return "\n".join(lines)
-
-
-INTENTION = "(the assistant's last stated intention, no plan was kept) "
-
-
-def _next_steps(ex: _Extractor) -> list[str]:
-    """The newest plan's unfinished items (todowrite, TodoWrite, update_plan ...); without a
-    plan, the assistant's last stated intention, labelled as such. A user request nobody
-    answered yet comes first."""
-    steps: list[str] = []
-    if ex.last_is_user and ex.last_user_text:
-        steps.append("Answer the latest user request: " + trim(ex.last_user_text, ITEM_CHARS))
-    if ex.todos:  # a plan with everything done leaves the assistant's intention
-        return steps + ex.todos
-    intent = ex.intent or _intent(ex.last_assistant_text)
-    if not intent and ex.last_assistant_text:
-        found = [one_line(c) for c in _SENTENCES.split(ex.last_assistant_text) if _is_plan(c)]
-        intent = found[-1] if found else ""
-    if intent:
-        steps.append(INTENTION + trim(intent, ITEM_CHARS))
-    return steps
-
-
-_LEDGER_FIRST = re.compile(r"^### First user request\n- (.+)$", re.M)
-
-
-def _goal(req: SummaryRequest, carried: str, ex: _Extractor) -> str:
-    """The session's first request: the daemon's ledger carries it verbatim across compactions;
-    else an earlier summary's goal; else the first request in this history."""
-    found = _LEDGER_FIRST.search(req.ledger) if req.ledger else None
-    if found:
-        return cut(found.group(1), OBJECTIVE_CHARS)
-    return carried or cut(one_line(ex.first_user), OBJECTIVE_CHARS)
-
-
-def _changed_course(goal: str, latest: str) -> bool:
-    """A later request counts when it is not the goal again and says something (3+ words)."""
-    a, b = (CUT_NOTE.sub("", one_line(t)).rstrip("…").lower() for t in (goal, latest))
-    n = min(len(a), len(b))  # either may have been cut: the same request starts the same
-    return bool(b) and len(b.split()) >= 3 and a[:n] != b[:n]
 
 
 # -- rendering and the token bound -------------------------------------------------------------
@@ -778,7 +151,29 @@ def _fit(doc: _Doc, max_tokens: int) -> str:
     if estimate_tokens(text) <= max_tokens:
         return text
     budget = max_tokens * 4 + 1  # estimate(n chars) <= max_tokens  <=>  n <= 4*max_tokens + 1
-    excess = len(text) - budget  # tracked incrementally, re-checked against the real render
+    _trim_lists(doc, len(text) - budget, budget)
+    text = doc.render()
+    if estimate_tokens(text) <= max_tokens or _shrink_paragraphs(doc, max_tokens):
+        return doc.render()
+    # Only now do modified files go, oldest first.
+    text = doc.render()
+    modified = doc.lists[FILES_MODIFIED]
+    while estimate_tokens(text) > max_tokens and modified:
+        excess, n = len(text) - budget, 0
+        while n < len(modified) and excess > 0:
+            excess -= len(modified[n]) + 3
+            n += 1
+        del modified[:n]
+        doc.omitted[FILES_MODIFIED] = doc.omitted.get(FILES_MODIFIED, 0) + n
+        text = doc.render()
+    if estimate_tokens(text) > max_tokens:
+        text = text[: budget - 2].rstrip() + "…\n"
+    return text
+
+
+def _trim_lists(doc: _Doc, excess: int, budget: int) -> None:
+    """Oldest entries off the longest trimmable list until ``excess`` characters went (tracked
+    incrementally, re-checked against the real render)."""
     sizes = {name: _list_chars(doc, name) for name in TRIMMABLE}
     while excess > 0:
         candidates = [n for n in TRIMMABLE if doc.lists[n] and n not in KEPT_LONGER] or [
@@ -794,34 +189,21 @@ def _fit(doc: _Doc, max_tokens: int) -> str:
             excess += 30  # the "(N older entries omitted)" line appears
         doc.omitted[name] = doc.omitted.get(name, 0) + 1
         if excess <= 0 or not doc.lists[name]:  # an emptied list loses its whole section
-            text = doc.render()
-            excess = len(text) - budget
-    text = doc.render()
-    if estimate_tokens(text) <= max_tokens:
-        return text
-    # Then the paragraphs shrink: the current state first, then the latest request, the goal.
+            excess = len(doc.render()) - budget
+
+
+def _shrink_paragraphs(doc: _Doc, max_tokens: int) -> bool:
+    """Shorten the paragraphs, the current state first, then the latest request, the goal;
+    whether ``doc`` fits now."""
     for attr, caps in (("state", (600, 200, 0)), ("latest", (200, 0)), ("objective", (200, 80))):
         for cap in caps:
             value = getattr(doc, attr)
             if len(value) <= cap and cap:
                 continue
             setattr(doc, attr, _shorten(value, cap) if cap else "")
-            text = doc.render()
-            if estimate_tokens(text) <= max_tokens:
-                return text
-    # Only now do modified files go, oldest first.
-    modified = doc.lists[FILES_MODIFIED]
-    while estimate_tokens(text) > max_tokens and modified:
-        excess, n = len(text) - budget, 0
-        while n < len(modified) and excess > 0:
-            excess -= len(modified[n]) + 3
-            n += 1
-        del modified[:n]
-        doc.omitted[FILES_MODIFIED] = doc.omitted.get(FILES_MODIFIED, 0) + n
-        text = doc.render()
-    if estimate_tokens(text) > max_tokens:
-        text = text[: budget - 2].rstrip() + "…\n"
-    return text
+            if estimate_tokens(doc.render()) <= max_tokens:
+                return True
+    return False
 
 
 def _shorten(text: str, cap: int) -> str:
@@ -878,7 +260,7 @@ def _carry(sections: Sections, earlier: list[Sections]) -> dict[str, list[str]]:
 def summarize_extractive(req: SummaryRequest) -> str:
     """The summary text of ``req`` (pure function)."""
     sections = Sections()
-    ex = _Extractor(sections)
+    ex = Extractor(sections)
     ex.run(req.history)
     # Earlier summaries: merge requests first (collapse), then those met inline (standard).
     earlier = [parse_summary(p) for p in [*req.previous_summaries, *ex.earlier] if p.strip()]
@@ -891,23 +273,23 @@ def summarize_extractive(req: SummaryRequest) -> str:
         sections.add(CONTEXT, trim(extra, 600))
     # Steps and problems carried over are replaced by the newest ones when there are.
     sections.lists[NEXT] = {}
-    still, resolved = _problems(ex, carried[OPEN])
+    still, resolved = problems(ex, carried[OPEN])
     sections.lists[OPEN] = {i: None for i in still}
     sections.extend(RESOLVED, resolved)
-    objective = _goal(req, objective, ex)
+    objective = goal_of(req, objective, ex)
     if objective:
         sections.lists[DIRECTIVES].pop(trim(objective, DIRECTIVE_CHARS), None)
     if ex.last_user_text:
         latest = cut(one_line(ex.last_user_text), OBJECTIVE_CHARS)
-    if not _changed_course(objective, latest):
+    if not changed_course(objective, latest):
         latest = ""
     if latest:
         sections.lists[DIRECTIVES].pop(trim(latest, DIRECTIVE_CHARS), None)
     for change in ex.changes.files.values():
         sections.add(SCRATCH if change.scratch() else DONE, change.what())
         sections.add(FILES_MODIFIED, change.path)
-    state = _state(ex, state)
-    steps = _next_steps(ex) if req.history else []
+    state = current_state(ex, state)
+    steps = next_steps(ex) if req.history else []
     sections.extend(NEXT, steps or carried[NEXT])
     lists = {name: list(sections.lists[name]) for name in LISTS}
     if req.ledger:  # the engine's artifact ledger follows this text: no second copy of it

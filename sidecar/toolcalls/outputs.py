@@ -1,4 +1,5 @@
-"""What a tool's output says about how the call went: its exit status and its error lines.
+"""What a tool's output says about how the call went: its exit status, its error lines and,
+for a test run, its outcome.
 
 Shared by the artifact ledger, the informative stubs and the offline writer, so that all three
 agree on whether a call failed and how. Pure: no I/O.
@@ -7,7 +8,7 @@ agree on whether a call failed and how. Pure: no I/O.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 ERROR_CHARS = 160
 # Every distinct error line of one output is kept (the ledger's budget bounds them, newest
@@ -183,3 +184,22 @@ def first_error_line(output: str) -> str:
         if line and not EXIT.search(line) and not _HEADING_LINE.match(line):
             return _line(line, ERROR_CHARS)
     return ""
+
+
+# -- test outcomes ------------------------------------------------------------------------------
+# The one set of patterns that reads a test runner's verdict from its output, for a run whose
+# exit status is unknown. Anchored to what runners print (pytest, unittest, go, jest, cargo), so
+# a word in prose ("looks ok", "no Error here") is no verdict, and "0 failed" no failure.
+TESTS_FAILED = re.compile(
+    r"\b[1-9]\d* (?:failed|failing|errors?)\b|^(?:FAILED|FAIL|ERROR)\b|^--- FAIL\b"
+    r"|\b(?:failures|errors)=[1-9]|^test result: FAILED\b",
+    re.M,
+)
+TESTS_PASSED = re.compile(r"\b\d+ passed\b|^OK\b|\bAll tests passed\b|^ok\s|^PASS\b", re.M)
+
+
+def test_outcome(output: str) -> Literal["passed", "failed", "ran"]:
+    """A test run's verdict as its output states it: a failure anywhere wins over a pass."""
+    if TESTS_FAILED.search(output):
+        return "failed"
+    return "passed" if TESTS_PASSED.search(output) else "ran"

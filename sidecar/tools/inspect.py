@@ -174,41 +174,9 @@ def inspect(
         if not isinstance(info, AssistantMessage):
             continue
         if info.summary:
-            if not is_finished_summary(info) or info.parent_id not in index:
-                continue
-            k = index[info.parent_id]
-            marker = history[k]
-            part = next((p for p in marker.parts if isinstance(p, CompactionPart)), None)
-            if part is None:
-                continue
-            at_marker = marker.info.time.created
-            done = info.time.completed or info.time.created
-            replaced = filter_compacted(history[:k])
-            recorded = (diagnostics or {}).get(info.id)
-            after_window = _after(history, i)
-            before, after = (
-                (recorded.tokens_before, recorded.tokens_after)
-                if recorded is not None
-                else (costs.window(replaced, at_marker), costs.window(after_window, done))
-            )
-            # What the marker's tailStartID keeps after the summary was not replaced.
-            kept = {r.info.id for r in after_window}
-            compactions.append(
-                CompactionEvent(
-                    turn=sum(1 for t in turns if index[t.message_id] < k),
-                    marker_id=marker.info.id,
-                    summary_id=info.id,
-                    auto=part.auto,
-                    before=before,
-                    after=after,
-                    time=done,
-                    summary=summary_text(m),
-                    writer=writer_name(info.provider_id, info.model_id),
-                    replaced_ids=[r.info.id for r in replaced if r.info.id not in kept],
-                    replaced=[_preview(r) for r in replaced if r.info.id not in kept],
-                    diagnostics=_plain((diagnostics or {}).get(info.id)),
-                )
-            )
+            event = _compaction(history, i, index, turns, costs, diagnostics or {})
+            if event is not None:
+                compactions.append(event)
             continue
         t = info.tokens
         reported = t.input + t.cache.read + t.output
@@ -223,29 +191,8 @@ def inspect(
                 categories=split,
             )
         )
-    prunes = _prunes(history, turns)
     model = model_of(history)
-    window: int | None = context
-    usable: int | None = None
-    limit: ModelLimit | None = None
-    source: str | None = None
-    if context is not None:
-        limit = ModelLimit(context=context, output=0)
-        source = "--context"
-    elif session.limits is not None:
-        # What the daemon's decisions used: the window the session really ran under.
-        stored = session.limits
-        window, usable, source = stored.context, stored.usable or None, "session"
-    elif model is not None:
-        limit = lookup(*model)
-        window = limit.context if limit else None
-        source = "catalog" if limit else None
-    if limit is not None and limit.context and (context is None or limit.output):
-        # With only ``--context`` the output reserve is unknown, so no usable line is drawn.
-        usable = check(Tokens(), limit, cfg).usable
-    if context is None and session.limits is not None:
-        s = session.limits
-        limit = ModelLimit(context=s.context, output=s.output, input=s.input)
+    window, usable, limit, source = _limits(session, model, context, cfg)
     learned = session.limits.overhead if session.limits is not None else None
     current = breakdown.result(
         session.id,
@@ -267,10 +214,86 @@ def inspect(
         limits_from=source,
         turns=turns,
         compactions=compactions,
-        prunes=prunes,
+        prunes=_prunes(history, turns),
         latest_summary=compactions[-1].summary if compactions else None,
         breakdown=current,
     )
+
+
+def _compaction(
+    history: Sequence[WithParts],
+    i: int,
+    index: Mapping[str, int],
+    turns: Sequence[TurnPoint],
+    costs: _Costs,
+    diagnostics: Mapping[str, Diagnostics],
+) -> CompactionEvent | None:
+    """The compaction whose summary is ``history[i]``; None for an unfinished summary or one
+    whose marker is not in the history."""
+    m = history[i]
+    info = m.info
+    assert isinstance(info, AssistantMessage)
+    if not is_finished_summary(info) or info.parent_id not in index:
+        return None
+    k = index[info.parent_id]
+    marker = history[k]
+    part = next((p for p in marker.parts if isinstance(p, CompactionPart)), None)
+    if part is None:
+        return None
+    at_marker = marker.info.time.created
+    done = info.time.completed or info.time.created
+    replaced = filter_compacted(history[:k])
+    recorded = diagnostics.get(info.id)
+    after_window = _after(history, i)
+    before, after = (
+        (recorded.tokens_before, recorded.tokens_after)
+        if recorded is not None
+        else (costs.window(replaced, at_marker), costs.window(after_window, done))
+    )
+    # What the marker's tailStartID keeps after the summary was not replaced.
+    kept = {r.info.id for r in after_window}
+    return CompactionEvent(
+        turn=sum(1 for t in turns if index[t.message_id] < k),
+        marker_id=marker.info.id,
+        summary_id=info.id,
+        auto=part.auto,
+        before=before,
+        after=after,
+        time=done,
+        summary=summary_text(m),
+        writer=writer_name(info.provider_id, info.model_id),
+        replaced_ids=[r.info.id for r in replaced if r.info.id not in kept],
+        replaced=[_preview(r) for r in replaced if r.info.id not in kept],
+        diagnostics=_plain(recorded),
+    )
+
+
+def _limits(
+    session: Session, model: tuple[str, str] | None, context: int | None, cfg: CompactionConfig
+) -> tuple[int | None, int | None, ModelLimit | None, str | None]:
+    """(window, usable input, the limits the breakdown uses, where they came from)."""
+    window: int | None = context
+    usable: int | None = None
+    limit: ModelLimit | None = None
+    source: str | None = None
+    if context is not None:
+        limit = ModelLimit(context=context, output=0)
+        source = "--context"
+    elif session.limits is not None:
+        # What the daemon's decisions used: the window the session really ran under.
+        stored = session.limits
+        window, usable, source = stored.context, stored.usable or None, "session"
+    elif model is not None:
+        limit = lookup(*model)
+        window = limit.context if limit else None
+        source = "catalog" if limit else None
+    if limit is not None and limit.context and (context is None or limit.output):
+        # With only ``--context`` the output reserve is unknown, so no usable line is drawn.
+        usable = check(Tokens(), limit, cfg).usable
+    if context is None and session.limits is not None:
+        s = session.limits
+        limit = ModelLimit(context=s.context, output=s.output, input=s.input)
+    return window, usable, limit, source
 
 
 PREVIEW_WORDS = 12

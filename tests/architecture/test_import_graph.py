@@ -1,4 +1,6 @@
-"""The package's import graph, built from the source, has no circle.
+"""The package's import graph, built from the source, has no circle: neither between modules
+nor between packages (each module collapsed to its package under ``sidecar``, the Python
+client ``sidecar_client`` one more node).
 
 Every ``import`` counts, those under ``TYPE_CHECKING`` and inside functions included: a
 circle hidden from the interpreter is still a circle for a reader. A module that imports a
@@ -14,15 +16,17 @@ from pathlib import Path
 from tests.paths import ROOT
 
 PACKAGE = ROOT / "sidecar"
+CLIENT = ROOT / "clients" / "python" / "sidecar_client"
 
 
 def _modules() -> dict[str, Path]:
     out: dict[str, Path] = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        out[".".join(parts)] = path
+    for top in (PACKAGE, CLIENT):
+        for path in top.rglob("*.py"):
+            parts = list(path.relative_to(top.parent).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
     return out
 
 
@@ -97,8 +101,47 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def package_of(module: str) -> str:
+    """``sidecar.engine.ledger`` -> ``sidecar.engine``; ``sidecar_client._client`` ->
+    ``sidecar_client``; a module at the top of ``sidecar`` (``__main__``) is its own node."""
+    parts = module.split(".")
+    if parts[0] != "sidecar":
+        return parts[0]
+    return ".".join(parts[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for mod, deps in graph.items():
+        node = out.setdefault(package_of(mod), set())
+        node.update(package_of(d) for d in deps if package_of(d) != package_of(mod))
+    return out
+
+
 def test_the_package_has_no_import_circle() -> None:
     assert circles(import_graph()) == []
+
+
+def test_no_circle_between_packages() -> None:
+    """Lazy imports count: ``replay`` reading ``tools`` while ``tools`` read ``replay`` was a
+    circle no interpreter saw."""
+    assert circles(package_graph(import_graph())) == []
+
+
+def test_the_package_graph_finds_a_lazy_circle() -> None:
+    """The checker can fail: a function-level import of ``sidecar_client`` from a package
+    the client depends on closes a circle between packages."""
+    graph = package_graph(import_graph())
+    assert "sidecar.shared_daemon" in graph["sidecar_client"]
+    graph["sidecar.shared_daemon"].add("sidecar_client")
+    assert circles(graph) != []
+
+
+def test_only_main_is_loose_at_the_top() -> None:
+    """The layout shows the architecture: every module of ``sidecar`` lives in a package,
+    besides ``__main__`` (``python -m sidecar``)."""
+    loose = {p.name for p in PACKAGE.glob("*.py")} - {"__init__.py", "__main__.py"}
+    assert loose == set()
 
 
 def test_the_graph_sees_type_checking_imports_and_finds_a_circle() -> None:
@@ -130,6 +173,14 @@ def test_the_model_layer_imports_only_itself() -> None:
         if m.startswith("sidecar.model")
     }
     assert {m: d for m, d in bad.items() if d} == {}
+
+
+def test_the_ledger_takes_nothing_from_the_extractive_writer() -> None:
+    """The ledger reads summaries through their shared vocabulary
+    (``summarizers/sections.py``), not through the writer that happens to produce them."""
+    deps = import_graph()["sidecar.engine.ledger"]
+    assert "sidecar.summarizers.sections" in deps
+    assert {"sidecar.summarizers.extractive", "sidecar.summarizers._text"} & deps == set()
 
 
 def test_status_runs_without_loading_pygls(tmp_path: Path) -> None:

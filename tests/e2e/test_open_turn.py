@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from sidecar_client import Client
-from wire import put_message, put_part, stored
+from wire import put_message, put_part, read_call, stored
 
 from .conftest import Spawner
 
@@ -63,24 +63,9 @@ class Agent:
         a.update(MODEL)
         a = await put_message(self.c, a)
         if output:
-            await put_part(
-                self.c,
-                {
-                    "type": "tool",
-                    "sessionID": self.sid,
-                    "messageID": a["id"],
-                    "callID": f"call-{a['id']}",
-                    "tool": "read",
-                    "state": {
-                        "status": "completed",
-                        "input": {"filePath": f"f{self.n}.py"},
-                        "output": f"<{self.n}>" + "o" * (4 * output),
-                        "title": "read",
-                        "metadata": {},
-                        "time": {"start": 1, "end": 2},
-                    },
-                },
-            )
+            body = f"<{self.n}>" + "o" * (4 * output)
+            part = read_call(self.sid, a["id"], f"f{self.n}.py", body, title="read", metadata={})
+            await put_part(self.c, part)
         if text:
             await put_part(
                 self.c, {"type": "text", "sessionID": self.sid, "messageID": a["id"], "text": text}

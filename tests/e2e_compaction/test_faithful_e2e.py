@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from sidecar_client import Client
-from wire import put_message, put_part
+from wire import put_message, put_part, read_call
 
 from .conftest import Spawn
 
@@ -81,23 +81,8 @@ class Writer:
             },
         )
         if output is not None:
-            await put_part(
-                self.c,
-                {
-                    "id": self._id("prt"),
-                    "type": "tool",
-                    "sessionID": self.sid,
-                    "messageID": a["id"],
-                    "callID": f"call-{a['id']}",
-                    "tool": "read",
-                    "state": {
-                        "status": "completed",
-                        "input": {"filePath": f"f{self.n}.py"},
-                        "output": output,
-                        "time": {"start": 1, "end": 2},
-                    },
-                },
-            )
+            part = read_call(self.sid, a["id"], f"f{self.n}.py", output)
+            await put_part(self.c, {"id": self._id("prt"), **part})
         await put_part(
             self.c,
             {

@@ -11,7 +11,7 @@ from sidecar.engine.tokens import estimate
 from sidecar.summarizers.extractive import ExtractiveSummarizer
 from sidecar.toolcalls import shell
 from sidecar.toolcalls import vocabulary as tools
-from tests.summarizers.helpers import assistant, patch, summarize_bounded, text, tool, user
+from tests.summarizers.helpers import assistant, bash, patch, summarize_bounded, text, tool, user
 
 TRACEBACK = """<returncode>1</returncode>
 <output>
@@ -48,7 +48,7 @@ def _history() -> list:  # type: ignore[type-arg]
                 },
                 "<returncode>0</returncode>\n<output>\n</output>",
             ),
-            tool("bash", {"command": "cd /testbed && python test_fix.py 2>&1"}, TRACEBACK),
+            bash("cd /testbed && python test_fix.py 2>&1", TRACEBACK),
             tool(
                 "bash",
                 {"command": "grep -rn 'error:' src/ | head"},  # a search: its hits are no errors
@@ -60,13 +60,8 @@ def _history() -> list:  # type: ignore[type-arg]
         user("Now run the type check."),
         assistant(
             tool("bash", {"command": "cd /repo && npm run check"}, error=TSC),
-            tool(
-                "bash",
-                {"command": "python -m pytest tests/test_x.py -q"},
-                "3 passed in 0.2s",
-                metadata={"exit": 0},
-            ),
-            tool("bash", {"command": "sed -i 's/x/y/' broken.py"}, "", metadata={"exit": 4}),
+            bash("python -m pytest tests/test_x.py -q", "3 passed in 0.2s", exit=0),
+            bash("sed -i 's/x/y/' broken.py", "", exit=4),
         ),
     ]
 
@@ -221,7 +216,7 @@ async def test_every_summary_ends_with_the_rolling_ledger() -> None:
     first = await compact(
         [
             user("Refactor the parser."),
-            assistant(tool("bash", {"command": "sed -i 's/a/b/' src/parser.py"}, "")),
+            assistant(bash("sed -i 's/a/b/' src/parser.py", "")),
         ],
         [],
     )
@@ -246,7 +241,7 @@ def test_a_script_written_by_a_tool_then_run_from_the_shell_is_followed() -> Non
         [
             assistant(
                 tool("write", {"filePath": "/work/app/fix_settings.py", "content": script}, ""),
-                tool("bash", {"command": "cd /work/app && python3 fix_settings.py"}, "done"),
+                bash("cd /work/app && python3 fix_settings.py", "done"),
             )
         ],
     )

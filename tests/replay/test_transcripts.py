@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from sidecar.model.transcript import load
 from sidecar.replay.runner import replay
-from sidecar.replay.transcript import load
 
 # ../shared beside the clone (CI has it); SIDECAR_SHARED points elsewhere, e.g. from a worktree.
 SHARED = Path(

@@ -64,6 +64,13 @@ def tool(
     return ToolPart(session_id=SID, message_id="", call_id=_next("call"), tool=name, state=state)
 
 
+def bash(command: str, output: str = "", *, exit: int | None = None) -> ToolPart:
+    """A completed ``bash`` call; ``exit``: the status its metadata reports."""
+    return tool(
+        "bash", {"command": command}, output, metadata=None if exit is None else {"exit": exit}
+    )
+
+
 def patch(*files: str) -> PatchPart:
     return PatchPart(session_id=SID, message_id="", hash="abc", files=list(files))
 

@@ -14,10 +14,10 @@ from sidecar.summarizers.base import (
 from sidecar.summarizers.extractive import (
     EMPTY_TEXT,
     ExtractiveSummarizer,
-    parse_summary,
     shell_modified_files,
     summarize_extractive,
 )
+from sidecar.summarizers.sections import parse_summary
 
 from .helpers import assistant, patch, text, tool, user
 

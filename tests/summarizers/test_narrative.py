@@ -4,8 +4,9 @@ deterministic, bounded, and never saying anything the session did not."""
 from __future__ import annotations
 
 from sidecar.model.messages import WithParts
+from sidecar.summarizers._extract import ITEM_CHARS, STATE_LINE_CHARS
 from sidecar.summarizers.base import COMPACTION_SYSTEM, DEFAULT_PROMPT, SummaryRequest
-from sidecar.summarizers.extractive import ITEM_CHARS, STATE_LINE_CHARS, summarize_extractive
+from sidecar.summarizers.extractive import summarize_extractive
 
 from .helpers import assistant, text, tool, user
 

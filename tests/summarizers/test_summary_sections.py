@@ -9,9 +9,10 @@ import pytest
 from sidecar.engine import ledger
 from sidecar.engine.ledger import Ledger
 from sidecar.model.config import build
-from sidecar.summarizers.extractive import INTENTION, ExtractiveSummarizer
+from sidecar.summarizers._extract import INTENTION
+from sidecar.summarizers.extractive import ExtractiveSummarizer
 
-from .helpers import assistant, offline_summary, summarize_bounded, tool, user
+from .helpers import assistant, bash, offline_summary, summarize_bounded, tool, user
 
 CUT = " more characters of this request not kept]"
 
@@ -128,16 +129,11 @@ def test_files_written_to_reproduce_or_probe_are_grouped_apart() -> None:
     history = [
         user("Fix the crash."),
         assistant(
-            tool(
-                "bash",
-                {"command": "cat > repro.py <<'EOF'\nimport p\nEOF"},
-                "",
-                metadata={"exit": 0},
-            ),
-            tool("bash", {"command": "python repro.py"}, "ValueError: x", metadata={"exit": 1}),
+            bash("cat > repro.py <<'EOF'\nimport p\nEOF", "", exit=0),
+            bash("python repro.py", "ValueError: x", exit=1),
             edit("src/p.py", "a", "b"),
-            tool("bash", {"command": "python repro.py"}, "ok", metadata={"exit": 0}),
-            tool("bash", {"command": "rm repro.py"}, "", metadata={"exit": 0}),
+            bash("python repro.py", "ok", exit=0),
+            bash("rm repro.py", "", exit=0),
         ),
     ]
     text = summary(history)
@@ -155,14 +151,9 @@ def test_a_failure_answered_later_is_resolved_with_what_fixed_it() -> None:
     history = [
         user("Fix the test."),
         assistant(
-            tool("bash", {"command": "pytest tests/test_p.py -x"}, failing, metadata={"exit": 1}),
+            bash("pytest tests/test_p.py -x", failing, exit=1),
             edit("src/p.py", "return 1", "return 2"),
-            tool(
-                "bash",
-                {"command": "cd repo && pytest tests/test_p.py -q"},
-                "1 passed",
-                metadata={"exit": 0},
-            ),
+            bash("cd repo && pytest tests/test_p.py -q", "1 passed", exit=0),
         ),
     ]
     text = summary(history)
@@ -178,12 +169,7 @@ def test_an_install_that_timed_out_and_later_succeeded_is_resolved() -> None:
         user("Set up."),
         assistant(
             tool("bash", {"command": "pip install -e ."}, error="Command timed out after 120s"),
-            tool(
-                "bash",
-                {"command": "timeout 600 pip install -e . 2>&1 | tail -3"},
-                "Successfully installed x",
-                metadata={"exit": 0},
-            ),
+            bash("timeout 600 pip install -e . 2>&1 | tail -3", "Successfully installed x", exit=0),
         ),
     ]
     text = summary(history)
@@ -194,7 +180,7 @@ def test_an_install_that_timed_out_and_later_succeeded_is_resolved() -> None:
 def test_a_search_that_finds_nothing_is_no_failure() -> None:
     history = [
         user("Find it."),
-        assistant(tool("bash", {"command": "grep -rn missing_name src"}, "", metadata={"exit": 1})),
+        assistant(bash("grep -rn missing_name src", "", exit=1)),
     ]
     assert section(summary(history), "Open problems") == []
     assert ledger.update(Ledger(), history).failed == []
@@ -203,9 +189,7 @@ def test_a_search_that_finds_nothing_is_no_failure() -> None:
 def test_an_unanswered_failure_stays_open() -> None:
     history = [
         user("Fix it."),
-        assistant(
-            tool("bash", {"command": "make"}, "make: *** [all] Error 2", metadata={"exit": 2})
-        ),
+        assistant(bash("make", "make: *** [all] Error 2", exit=2)),
     ]
     assert section(summary(history), "Open problems") == [
         "- `make` → exit 2: make: *** [all] Error 2"

@@ -145,11 +145,10 @@ def test_single_command_kinds(script: str, kind: str) -> None:
 
 def test_the_ledger_and_the_extractive_writer_share_one_vocabulary() -> None:
     from sidecar.engine import ledger as ledger_module
-    from sidecar.summarizers import extractive
+    from sidecar.summarizers import _extract, extractive
 
     assert ledger_module.SHELL_TOOLS is tools.SHELL_TOOLS
-    assert extractive.tool_kind is tools.tool_kind
-    assert extractive.tool_kind is tools.tool_kind
+    assert _extract.tool_kind is tools.tool_kind
     assert extractive.shell_modified_files("sed -i 's/a/b/' x.py") == ["x.py"]
 
 

@@ -11,7 +11,7 @@ import pytest
 from daemon_env import isolated_env
 from sidecar_client import Client, spawn
 
-from sidecar.replay.transcript import load
+from sidecar.model.transcript import load
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 

@@ -10,11 +10,9 @@ no record exists (an imported session).
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-from daemon_env import cli_env
+from daemon_env import run_cli
 
 from sidecar.tools.inspect import inspect
 from sidecar.tools.readdb import list_sessions, load_diagnostics, load_history, open_ro
@@ -23,14 +21,7 @@ GUARD = 180
 
 
 def _run(args: list[str], tmp_path: Path) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "sidecar", *args],
-        env=cli_env(tmp_path),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=GUARD,
-    )
+    done = run_cli(args, tmp_path, timeout=GUARD)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 

@@ -7,6 +7,7 @@ import re
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,6 +72,21 @@ def _session(
     )
 
 
+def _compaction(summary: str, marker_id: str = "k", **fields: Any) -> CompactionEvent:
+    """A hand-made automatic compaction after turn 1 (60 -> 15 tokens) with ``summary``."""
+    return CompactionEvent(
+        turn=1,
+        marker_id=marker_id,
+        summary_id="s",
+        auto=True,
+        before=60,
+        after=15,
+        time=2,
+        summary=summary,
+        **fields,
+    )
+
+
 def test_report_structure(compacted: tuple[Path, str], tmp_path: Path) -> None:
     db, sid = compacted
     out = tmp_path / "r.html"
@@ -114,18 +130,7 @@ def test_untrusted_text_is_escaped() -> None:
             TurnPoint(turn=1, message_id="m1", time=1, context_tokens=50),
             TurnPoint(turn=2, message_id="m2", time=3, context_tokens=20),
         ],
-        compactions=[
-            CompactionEvent(
-                turn=1,
-                marker_id='x"><script>',
-                summary_id="s",
-                auto=True,
-                before=60,
-                after=15,
-                time=2,
-                summary=evil,
-            )
-        ],
+        compactions=[_compaction(evil, marker_id='x"><script>')],
     )
     html = render(ins)
     page = _parse(html)
@@ -145,15 +150,8 @@ def test_a_summary_renders_from_markdown_and_stays_inert() -> None:
         session=_session("s", messages=2, compactions=1),
         turns=[TurnPoint(turn=1, message_id="m1", time=1, context_tokens=50)],
         compactions=[
-            CompactionEvent(
-                turn=1,
-                marker_id="k",
-                summary_id="s",
-                auto=True,
-                before=60,
-                after=15,
-                time=2,
-                summary=summary,
+            _compaction(
+                summary,
                 replaced_ids=["m0"],
                 replaced=[ReplacedMessage(id="m0", role="user", words="fix the parser please")],
             )

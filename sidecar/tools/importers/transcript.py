@@ -1,4 +1,4 @@
-"""The project's neutral transcript JSONL (``sidecar.replay.transcript``).
+"""The project's neutral transcript JSONL (``sidecar.model.transcript``).
 
 Transcripts carry no ids or times: ids are made from the header's ``session`` name and times
 from the file's modification time, ascending in file order, so that importing the same file
@@ -11,7 +11,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from sidecar.replay.transcript import parse
+from sidecar.model.transcript import parse
 from sidecar.tools.importers.common import (
     Draft,
     Imported,

@@ -20,30 +20,11 @@ from sidecar.engine import render
 from sidecar.engine.compactor import Compactor, Outcome, Request
 from sidecar.engine.tokens import estimate_messages
 from sidecar.engine.window import load_window
+from sidecar.model import messages as mm
+from sidecar.model import parts as mp
 from sidecar.model.config import Config, build
 from sidecar.model.conversation import compaction_part, is_marker, is_summary
 from sidecar.model.ids import new_id, now_ms
-from sidecar.model.messages import (
-    AssistantMessage,
-    MessageError,
-    MessageTime,
-    ModelRef,
-    UserMessage,
-    WithParts,
-)
-from sidecar.model.parts import (
-    Part,
-    ReasoningPart,
-    StepFinishPart,
-    StepStartPart,
-    TextPart,
-    ToolCompleted,
-    ToolError,
-    ToolPart,
-    ToolPending,
-    ToolRunning,
-    ToolTime,
-)
 from sidecar.model.session import Session, SessionTime
 from sidecar.model.tokens import CacheTokens, Tokens
 from sidecar.store import Store
@@ -54,7 +35,7 @@ from tests.engine.service.harness import RecordingHost
 from .specs import StepSpec, ToolSpec, TurnSpec
 
 enc = msgspec.json.encode
-MODEL = ModelRef(provider_id="test", model_id="collapse-model")
+MODEL = mm.ModelRef(provider_id="test", model_id="collapse-model")
 WRITE_TOOLS = ("edit", "write")
 
 
@@ -140,7 +121,9 @@ class Writer:
         await self.store.put_session(s)
         return s
 
-    async def put(self, info: UserMessage | AssistantMessage, parts: Sequence[Part]) -> None:
+    async def put(
+        self, info: mm.UserMessage | mm.AssistantMessage, parts: Sequence[mp.Part]
+    ) -> None:
         raw_m = enc(info)
         raw_p = [enc(p) for p in parts]
         self.raw[info.id] = raw_m
@@ -148,21 +131,23 @@ class Writer:
             self.raw[p.id] = r
         await self.store.put_many([(info, raw_m)], list(zip(parts, raw_p, strict=True)))
 
-    async def user(self, sid: str, size: int) -> UserMessage:
-        m = UserMessage(
+    async def user(self, sid: str, size: int) -> mm.UserMessage:
+        m = mm.UserMessage(
             id=new_id("msg"),
             session_id=sid,
-            time=MessageTime(created=self.tick()),
+            time=mm.MessageTime(created=self.tick()),
             model=MODEL,
             agent="build",
         )
         tag = self.tag("user")
         self.texts[m.id] = [tag]
-        part = TextPart(id=new_id("prt"), session_id=sid, message_id=m.id, text=filler(tag, size))
+        part = mp.TextPart(
+            id=new_id("prt"), session_id=sid, message_id=m.id, text=filler(tag, size)
+        )
         await self.put(m, [part])
         return m
 
-    def _tool(self, sid: str, mid: str, spec: ToolSpec) -> ToolPart:
+    def _tool(self, sid: str, mid: str, spec: ToolSpec) -> mp.ToolPart:
         tag = self.tag("out")
         if spec.tool in ("edit", "write", "read"):
             args: dict[str, Any] = {"filePath": file_path(spec.file)}
@@ -176,24 +161,24 @@ class Writer:
             args = {"pattern": f"needle{spec.file}"}
         state: Any
         if spec.status == "completed":
-            state = ToolCompleted(
+            state = mp.ToolCompleted(
                 input=args,
                 output=filler(tag, spec.size),
                 title=spec.tool,
-                time=ToolTime(start=1, end=2),
+                time=mp.ToolTime(start=1, end=2),
             )
             if spec.tool in WRITE_TOOLS:
                 self.modified.setdefault(mid, set()).add(args["filePath"])
         elif spec.status == "error":
-            state = ToolError(
-                input=args, error=filler(tag, spec.size), time=ToolTime(start=1, end=2)
+            state = mp.ToolError(
+                input=args, error=filler(tag, spec.size), time=mp.ToolTime(start=1, end=2)
             )
         elif spec.status == "pending":
-            state = ToolPending(input=args)
+            state = mp.ToolPending(input=args)
         else:
-            state = ToolRunning(input=args, time=ToolTime(start=1))
+            state = mp.ToolRunning(input=args, time=mp.ToolTime(start=1))
         self.texts.setdefault(mid, []).append(tag)
-        return ToolPart(
+        return mp.ToolPart(
             id=new_id("prt"),
             session_id=sid,
             message_id=mid,
@@ -204,14 +189,14 @@ class Writer:
 
     async def step(
         self, sid: str, parent: str, spec: StepSpec, finish: str | None, input_tokens: int = 0
-    ) -> AssistantMessage:
+    ) -> mm.AssistantMessage:
         mid = new_id("msg")
-        parts: list[Part] = [StepStartPart(id=new_id("prt"), session_id=sid, message_id=mid)]
+        parts: list[mp.Part] = [mp.StepStartPart(id=new_id("prt"), session_id=sid, message_id=mid)]
         if spec.reasoning:
             tag = self.tag("think")
             self.texts.setdefault(mid, []).append(tag)
             parts.append(
-                ReasoningPart(
+                mp.ReasoningPart(
                     id=new_id("prt"), session_id=sid, message_id=mid, text=filler(tag, 80)
                 )
             )
@@ -219,24 +204,24 @@ class Writer:
             tag = self.tag("say")
             self.texts.setdefault(mid, []).append(tag)
             parts.append(
-                TextPart(
+                mp.TextPart(
                     id=new_id("prt"), session_id=sid, message_id=mid, text=filler(tag, spec.text)
                 )
             )
         parts += [self._tool(sid, mid, t) for t in spec.tools]
         parts.append(
-            StepFinishPart(id=new_id("prt"), session_id=sid, message_id=mid, reason=finish or "")
+            mp.StepFinishPart(id=new_id("prt"), session_id=sid, message_id=mid, reason=finish or "")
         )
         error = None
         if spec.error is not None:
-            error = MessageError(name=spec.error, data={"message": "step failed"})
+            error = mm.MessageError(name=spec.error, data={"message": "step failed"})
             finish = None
         t = self.tick()
-        m = AssistantMessage(
+        m = mm.AssistantMessage(
             id=mid,
             session_id=sid,
             parent_id=parent,
-            time=MessageTime(created=t, completed=t),
+            time=mm.MessageTime(created=t, completed=t),
             provider_id=MODEL.provider_id,
             model_id=MODEL.model_id,
             mode="build",
@@ -275,7 +260,7 @@ class Writer:
         await self.sync_clock(sid)
         return outcome
 
-    async def window(self, sid: str) -> list[WithParts]:
+    async def window(self, sid: str) -> list[mm.WithParts]:
         session = await self.store.require_session(sid)
         return await load_window(self.store, session)
 
@@ -294,7 +279,7 @@ class Writer:
 # -- checks ------------------------------------------------------------------------------------
 
 
-def size(window: Sequence[WithParts]) -> int:
+def size(window: Sequence[mm.WithParts]) -> int:
     return estimate_messages(window)
 
 
@@ -353,12 +338,12 @@ def check_anthropic(messages: list[dict[str, Any]]) -> None:
                 assert kinds[: len(results)] == ["tool_result"] * len(results)
 
 
-def check_rendered(window: Sequence[WithParts]) -> None:
+def check_rendered(window: Sequence[mm.WithParts]) -> None:
     check_openai(render.to_openai(window))
     check_anthropic(render.to_anthropic(window))
 
 
-def check_boundaries(window: Sequence[WithParts], stored_ids: set[str]) -> None:
+def check_boundaries(window: Sequence[mm.WithParts], stored_ids: set[str]) -> None:
     """A compacted window starts with its marker and summary; a collapse marker points at a
     stored message that is in the window."""
     markers = [m for m in window if is_marker(m)]
@@ -366,7 +351,7 @@ def check_boundaries(window: Sequence[WithParts], stored_ids: set[str]) -> None:
         return
     head = window[0]
     assert is_marker(head), "a compacted window starts with its marker"
-    assert is_summary(window[1]) and isinstance(window[1].info, AssistantMessage)
+    assert is_summary(window[1]) and isinstance(window[1].info, mm.AssistantMessage)
     assert window[1].info.parent_id == head.info.id
     part = compaction_part(head)
     assert part is not None

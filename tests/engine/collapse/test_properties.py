@@ -24,7 +24,7 @@ from sidecar.model.conversation import is_marker, is_summary
 from sidecar.model.messages import AssistantMessage, WithParts
 from sidecar.model.parts import CompactionPart, TextPart
 from sidecar.store import Key
-from sidecar.summarizers.extractive import FILES_MODIFIED, parse_summary
+from sidecar.summarizers.sections import FILES_MODIFIED, parse_summary
 
 from . import strategies as S
 from .harness import (

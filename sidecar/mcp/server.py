@@ -11,7 +11,7 @@ do, never a protocol error or a traceback.
 It sees its project only: the sessions whose ``directory`` is its working directory (or
 ``--directory``), unless started with ``--all-projects``. A session id outside that scope is
 refused with the same words as one that does not exist, so a client learns nothing of other
-projects. Its stdio transport is ``sidecar.mcp_stdio`` (lines bounded, bad requests answered).
+projects. Its stdio transport is ``sidecar.mcp.stdio`` (lines bounded, bad requests answered).
 """
 
 from __future__ import annotations
@@ -561,7 +561,7 @@ def build_server(tools: Tools, all_projects: bool = False) -> Any:
 
 
 async def serve(options: Options, max_line: int) -> None:
-    from sidecar.mcp_stdio import bounded_stdio
+    from sidecar.mcp.stdio import bounded_stdio
 
     tools = Tools(options)
     server = build_server(tools, options.all_projects)

@@ -260,7 +260,7 @@ def run_connect(args: argparse.Namespace) -> int:
 
 
 def run_mcp(args: argparse.Namespace) -> int:
-    from sidecar import mcp_server
+    from sidecar.mcp import server as mcp_server
 
     existing_file("--config", args.config)
     return mcp_server.main(
@@ -278,13 +278,13 @@ def run_mcp(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from sidecar.shared_daemon import ctl
+    from sidecar.cli import ctl
 
     return ctl.status(_socket(args)[0], as_json=args.json)
 
 
 def run_stop(args: argparse.Namespace) -> int:
-    from sidecar.shared_daemon import ctl
+    from sidecar.cli import ctl
 
     return ctl.stop(_socket(args)[0])
 

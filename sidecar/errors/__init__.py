@@ -58,6 +58,8 @@ class UnknownPart(SidecarError):
 
 
 class Conflict(SidecarError):
+    """What the request would create exists already (a session id taken)."""
+
     code = ErrorCode.CONFLICT
 
 
@@ -74,10 +76,14 @@ class TooLarge(SidecarError):
 
 
 class Busy(SidecarError):
+    """The session is compacting (here or in another daemon): retry once it finished."""
+
     code = ErrorCode.BUSY
 
 
 class CompactionFailed(SidecarError):
+    """The summary could not be written; the compaction removed what it appended."""
+
     code = ErrorCode.COMPACTION_FAILED
 
 
