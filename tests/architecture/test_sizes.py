@@ -19,7 +19,7 @@ MAX_CLASS_LINES = 400
 MAX_CC = 25
 
 #: Files written by a generator: their size follows from the table they are generated from.
-GENERATED: frozenset[str] = frozenset()
+GENERATED: frozenset[str] = frozenset({"clients/python/sidecar_client/_methods.py"})
 
 TREES = (ROOT / "sidecar", ROOT / "clients" / "python" / "sidecar_client")
 

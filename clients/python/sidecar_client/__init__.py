@@ -63,17 +63,11 @@ from sidecar.model.session import Session
 from sidecar.model.tokens import CacheTokens, ModelLimit, Tokens
 from sidecar.protocol.codes import ErrorCode
 from sidecar.shared_daemon.paths import default_socket_path
-from sidecar_client._client import (
-    Call,
-    Client,
-    ConnectionClosed,
-    ContextWindow,
-    RpcError,
-    connect,
-    connect_shared,
-    spawn,
-)
+from sidecar_client._client import Call, Client
+from sidecar_client._connect import connect, connect_shared, spawn
+from sidecar_client._inbox import ConnectionClosed, RpcError
 from sidecar_client._types import MessagesPage
+from sidecar_client._window import ContextWindow
 
 __all__ = [
     "AgentPart",

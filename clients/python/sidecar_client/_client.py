@@ -16,9 +16,7 @@ import itertools
 import logging
 import os
 import signal
-import socket as pysocket
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from typing import Any, Generic, TypeVar, cast, overload
 
 import msgspec
@@ -29,16 +27,15 @@ from sidecar.protocol.codes import ErrorCode
 from sidecar.protocol.envelopes import (
     JSONRPC,
     ErrorBody,
-    ErrorResponse,
     Incoming,
     Notification,
     Request,
-    Response,
 )
 from sidecar.protocol.framing import FrameError, StreamFrames, encode_frame
+from sidecar_client._inbox import ConnectionClosed, Inbox, RpcError
 from sidecar_client._methods import Methods, _clean
-from sidecar_client._transport import StreamTransport, open_connected, open_socket, spawn_stdio
-from sidecar_client._types import ContextResult
+from sidecar_client._transport import StreamTransport
+from sidecar_client._window import ContextWindow
 
 log = logging.getLogger("sidecar_client")
 
@@ -52,100 +49,10 @@ CLIENT_NAME = "compaction-sidecar-client"
 CLIENT_VERSION = "0.1.0"
 
 
-class RpcError(Exception):
-    """An error reply: ``code``, ``message`` and optional ``data``, as the daemon sent them.
-
-    ``method`` and ``request_id`` name the request it answers (both ``None`` for an error
-    with ``id: null``).
-    """
-
-    def __init__(
-        self,
-        code: int,
-        message: str,
-        data: Any = None,
-        *,
-        method: str | None = None,
-        request_id: int | str | None = None,
-    ) -> None:
-        super().__init__(code, message, data)
-        self.code = code
-        self.message = message
-        self.data = data
-        self.method = method
-        self.request_id = request_id
-
-    def __str__(self) -> str:
-        where = f"{self.method}: " if self.method else ""
-        return f"{where}[{self.code}] {self.message}"
-
-
-class ConnectionClosed(ConnectionError):
-    """The daemon closed the connection (or exited) before answering."""
-
-
 _incoming = msgspec.json.Decoder(Incoming)
 _error_body = msgspec.json.Decoder(ErrorBody)
 _any = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
-
-
-# -- mailboxes ---------------------------------------------------------------------------------
-
-
-class _Mailbox:
-    """Everything received under one key, plus the not-yet-consumed part for ``get``."""
-
-    def __init__(self) -> None:
-        self.received: list[Any] = []
-        self._unconsumed: list[Any] = []
-        self._waiters: list[tuple[Predicate | None, asyncio.Future[Any]]] = []
-        self._closed: BaseException | None = None
-
-    def put(self, item: Any) -> None:
-        self.received.append(item)
-        for i, (predicate, fut) in enumerate(self._waiters):
-            if fut.done():
-                continue
-            try:
-                matches = predicate is None or predicate(item)
-            except Exception as exc:  # a broken predicate fails its own waiter only
-                fut.set_exception(exc)
-                continue
-            if matches:
-                del self._waiters[i]
-                fut.set_result(item)
-                return
-        self._unconsumed.append(item)
-
-    def close(self, exc: BaseException) -> None:
-        self._closed = exc
-        for _, fut in self._waiters:
-            if not fut.done():
-                fut.set_exception(exc)
-        self._waiters.clear()
-
-    async def get(self, predicate: Predicate | None, timeout: float | None, what: str) -> Any:
-        for i, item in enumerate(self._unconsumed):
-            if predicate is None or predicate(item):
-                del self._unconsumed[i]
-                return item
-        if self._closed is not None:
-            raise ConnectionClosed(f"connection closed while waiting for {what}")
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        waiter = (predicate, fut)
-        self._waiters.append(waiter)
-        try:
-            async with asyncio.timeout(timeout):
-                return await fut
-        except TimeoutError:
-            seen = len(self.received)
-            raise TimeoutError(
-                f"no matching {what} within {timeout}s ({seen} received in total)"
-            ) from None
-        finally:
-            with contextlib.suppress(ValueError):
-                self._waiters.remove(waiter)
 
 
 # -- calls -------------------------------------------------------------------------------------
@@ -199,7 +106,7 @@ class Call(Generic[T]):
 # -- the client --------------------------------------------------------------------------------
 
 
-class Client(Methods):
+class Client(Inbox, Methods):
     """A connection to one daemon (spawned over stdio, or a shared one over a socket)."""
 
     def __init__(self, transport: StreamTransport, *, default_timeout: float | None = 30.0) -> None:
@@ -207,17 +114,10 @@ class Client(Methods):
         self.default_timeout = default_timeout
         self._ids = itertools.count(1)
         self._pending: dict[int, tuple[str, asyncio.Future[tuple[bool, Any]]]] = {}
-        self._mailboxes: dict[str, _Mailbox] = {}
-        self._errors = _Mailbox()
-        self._all_notifications: list[tuple[str, Any]] = []
-        self._handlers: dict[str, RequestHandler] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        Inbox.__init__(self)
         self._closed = asyncio.Event()
-        self._close_reason: BaseException | None = None
         #: Frames from the daemon that were not valid JSON-RPC (should stay empty).
         self.protocol_errors: list[str] = []
-        #: Requests the daemon sent us, in arrival order: ``(method, params)``.
-        self.requests_received: list[tuple[str, Any]] = []
         #: The ``initialize`` result once ``initialize()`` has run.
         self.initialize_result: dict[str, Any] | None = None
         self._reader = asyncio.create_task(self._read_loop(), name="sidecar-client-reader")
@@ -372,83 +272,6 @@ class Client(Methods):
                 self.notify("$/cancelRequest", {"id": request_id})
 
     # -- notifications and unsolicited errors --------------------------------------------------
-
-    def _mailbox(self, method: str) -> _Mailbox:
-        box = self._mailboxes.get(method)
-        if box is None:
-            box = self._mailboxes[method] = _Mailbox()
-            if self._close_reason is not None:
-                box.close(self._close_reason)
-        return box
-
-    async def wait_for(
-        self, method: str, predicate: Predicate | None = None, timeout: float | None = 10.0
-    ) -> Any:
-        """The params of the first ``method`` notification matching ``predicate`` that no
-        earlier ``wait_for`` has returned, including ones that arrived before this call."""
-        return await self._mailbox(method).get(predicate, timeout, f"{method!r} notification")
-
-    def notifications(self, method: str) -> list[Any]:
-        """Params of every ``method`` notification received so far (consumed or not)."""
-        box = self._mailboxes.get(method)
-        return list(box.received) if box is not None else []
-
-    def all_notifications(self) -> list[tuple[str, Any]]:
-        """Every notification received so far as ``(method, params)``, in arrival order."""
-        return list(self._all_notifications)
-
-    async def wait_for_error(
-        self, predicate: Callable[[RpcError], bool] | None = None, timeout: float | None = 10.0
-    ) -> RpcError:
-        """The next unconsumed error reply with ``id: null`` matching ``predicate``."""
-        return cast(
-            RpcError, await self._errors.get(predicate, timeout, "error reply with id null")
-        )
-
-    def unsolicited_errors(self) -> list[RpcError]:
-        """Every error reply with ``id: null`` received so far."""
-        return list(self._errors.received)
-
-    # -- daemon -> client requests -------------------------------------------------------------
-
-    def on_request(self, method: str, handler: RequestHandler | None) -> None:
-        """Answer daemon requests for ``method`` with ``await handler(params)``.
-
-        The return value is sent as the result; ``RpcError`` is sent with its own code, any
-        other exception as -32603. ``None`` removes the handler (the daemon then gets -32601).
-        """
-        if handler is None:
-            self._handlers.pop(method, None)
-        else:
-            self._handlers[method] = handler
-
-    async def _serve(self, request_id: int | str, method: str, params: Any) -> None:
-        handler = self._handlers.get(method)
-        reply: msgspec.Struct
-        if handler is None:
-            reply = ErrorResponse(
-                JSONRPC,
-                request_id,
-                ErrorBody(ErrorCode.METHOD_NOT_FOUND, f"unhandled method: {method}"),
-            )
-        else:
-            try:
-                result = await handler(params)
-                reply = Response(JSONRPC, request_id, result)
-                _encoder.encode(result)  # fail here, as -32603, if it cannot be sent
-            except RpcError as exc:
-                reply = ErrorResponse(
-                    JSONRPC, request_id, ErrorBody(exc.code, exc.message, exc.data)
-                )
-            except Exception as exc:
-                log.warning("handler for %s failed", method, exc_info=True)
-                reply = ErrorResponse(
-                    JSONRPC,
-                    request_id,
-                    ErrorBody(ErrorCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"),
-                )
-        with contextlib.suppress(ConnectionError):
-            self._write(reply)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -645,149 +468,3 @@ class Client(Methods):
     def window(self, session_id: str, format: ContextFormat = "parts") -> ContextWindow:
         """A ``ContextWindow`` of one session in one format."""
         return ContextWindow(self, session_id, format)
-
-
-# -- constructors ------------------------------------------------------------------------------
-
-
-async def _start(
-    client: Client,
-    initialize: bool,
-    capabilities: Mapping[str, Any] | None,
-    initialization_options: Mapping[str, Any] | None,
-    auth_token: str | None = None,
-) -> Client:
-    try:
-        if initialize:
-            await client.initialize(capabilities, initialization_options, auth_token=auth_token)
-    except ConnectionClosed as exc:
-        if client.process is None:
-            await client.close()
-            raise
-        code = await client.kill()
-        raise ConnectionClosed(
-            f"the daemon exited (status {code}) before answering initialize: {exc}\n"
-            f"{client.stderr()}"
-        ) from exc
-    except BaseException:
-        if client.process is not None:
-            await client.kill()
-        else:
-            await client.close()
-        raise
-    return client
-
-
-async def spawn(
-    db_path: str | os.PathLike[str],
-    *,
-    extra_args: Sequence[str] = (),
-    env: Mapping[str, str | None] | None = None,
-    initialize: bool = True,
-    capabilities: Mapping[str, Any] | None = None,
-    initialization_options: Mapping[str, Any] | None = None,
-    cwd: str | os.PathLike[str] | None = None,
-) -> Client:
-    """Start ``python -m sidecar serve --db DB_PATH [extra_args]`` on stdio and connect.
-
-    ``env`` is applied on top of this process's environment (a ``None`` value removes a
-    variable). Unless ``initialize=False``, ``initialize`` + ``initialized`` are done here,
-    with ``capabilities`` (wire names, e.g. ``{"summarizer": True}``) and
-    ``initialization_options`` (a partial config). A daemon that exits before answering
-    ``initialize`` raises ``ConnectionClosed`` with its stderr.
-    """
-    transport = await spawn_stdio(db_path, extra_args, env, cwd)
-    return await _start(Client(transport), initialize, capabilities, initialization_options)
-
-
-async def connect(
-    address: str,
-    *,
-    initialize: bool = True,
-    capabilities: Mapping[str, Any] | None = None,
-    initialization_options: Mapping[str, Any] | None = None,
-    auth_token: str | None = None,
-) -> Client:
-    """Connect to a shared daemon at ``tcp://127.0.0.1:PORT`` or ``unix:/path``.
-
-    A TCP daemon requires ``auth_token``: the contents of its ``--token-file`` (or its
-    ``COMPACTION_SIDECAR_TOKEN``). A unix socket (0600) needs none.
-    """
-    client = Client(await open_socket(address))
-    return await _start(client, initialize, capabilities, initialization_options, auth_token)
-
-
-async def connect_shared(
-    socket: str | os.PathLike[str] | None = None,
-    *,
-    db: str | os.PathLike[str] | None = None,
-    config: str | os.PathLike[str] | None = None,
-    idle_exit: float | None = None,
-    log_level: str | None = None,
-    log_file: str | os.PathLike[str] | None = None,
-    initialize: bool = True,
-    capabilities: Mapping[str, Any] | None = None,
-    initialization_options: Mapping[str, Any] | None = None,
-) -> Client:
-    """Join the shared background daemon, starting it when none answers: what
-    ``compaction-sidecar connect`` does for an editor, without the stdio bridge.
-
-    ``socket`` defaults to ``default_socket_path()``; ``db``, ``config``, ``idle_exit``
-    (seconds without a client before it exits; default 300, as ``connect``), ``log_level``
-    and ``log_file`` apply only to a daemon this call starts (a running one keeps its own: see
-    ``daemon/status``). Starting is done by ``sidecar.shared_daemon.bridge`` under the
-    socket's lock, so agents and editors starting together end with one daemon. Raises
-    ``ConnectionError`` saying why when the daemon cannot be reached or started.
-    """
-    from sidecar.shared_daemon import bridge, paths
-
-    default = socket is None
-    where = paths.default_socket_path() if socket is None else Path(socket)
-    target = bridge.Target(
-        socket=where,
-        db=os.fspath(db) if db is not None else None,
-        config=Path(config) if config is not None else None,
-        log_file=Path(log_file) if log_file is not None else None,
-    )
-    if idle_exit is not None:
-        target = dataclasses.replace(target, idle_exit=idle_exit)
-    if log_level is not None:
-        target = dataclasses.replace(target, log_level=log_level)
-
-    def attach() -> pysocket.socket:
-        bridge.socket_dir(where, default=default)
-        return bridge.attach(target)
-
-    try:
-        # Blocking (a file lock, maybe a daemon's start-up): off the event loop.
-        conn = await asyncio.to_thread(attach)
-    except (bridge.BridgeError, paths.UnsafeDirectory) as exc:
-        raise ConnectionError(str(exc)) from exc
-    client = Client(await open_connected(conn, f"unix:{where}"))
-    return await _start(client, initialize, capabilities, initialization_options)
-
-
-class ContextWindow:
-    """One session's window in one format, kept assembled: each ``refresh`` asks
-    ``session/context`` with ``since`` the last ``revision`` and applies a delta reply (keep
-    the first ``start`` messages, append the rest), so only what changed crosses the wire."""
-
-    def __init__(self, client: Client, session_id: str, format: ContextFormat = "parts") -> None:
-        self.client = client
-        self.session_id = session_id
-        self.format = format
-        self.messages: list[Any] = []
-        self.revision: str | None = None
-
-    async def refresh(self, *, wait: bool = True, fit: bool = True) -> ContextResult:
-        """The current window; the returned result's ``messages`` is the whole window."""
-        result = await self.client.context(
-            self.session_id, self.format, wait=wait, fit=fit, since=self.revision
-        )
-        if result.delta:
-            self.messages = self.messages[: result.start or 0] + list(result.messages)
-        else:
-            self.messages = list(result.messages)
-        self.revision = result.revision or None
-        result.messages = self.messages
-        return result
