@@ -49,7 +49,7 @@ class TooDeep:
         return f"params nest deeper than {limit} levels (config server.maxDepth) at `{where}`"
 
 
-def bad_utf8_field(body: bytes) -> str:
+def bad_utf8_field(body: bytes | bytearray) -> str:
     """The path (relative to ``params``) of the first string holding invalid UTF-8, or a byte
     offset when it is not inside a string of ``params``. Only called on a bad frame."""
     offset = first_bad_utf8(body)
@@ -77,7 +77,7 @@ def _find_replacement(value: object, path: str) -> str | None:
     return None
 
 
-def first_bad_utf8(body: bytes) -> int | None:
+def first_bad_utf8(body: bytes | bytearray) -> int | None:
     """Byte offset of the first invalid UTF-8 sequence, or ``None`` when the body is valid."""
     if body.isascii():
         return None
@@ -88,7 +88,7 @@ def first_bad_utf8(body: bytes) -> int | None:
     return None
 
 
-def too_deep(body: bytes, limit: int) -> TooDeep | None:
+def too_deep(body: bytes | bytearray, limit: int) -> TooDeep | None:
     """``None`` when no value inside ``params`` nests deeper than ``limit`` levels.
 
     The envelope's own object is level 0, so ``params`` itself is level 1 of the limit.
@@ -107,7 +107,7 @@ class _Open:
     key: str | int | None
 
 
-def deeper_than(text: bytes, limit: int, chunk: int = CHUNK) -> bool:
+def deeper_than(text: bytes | bytearray, limit: int, chunk: int = CHUNK) -> bool:
     """Does any value in this JSON document nest more than ``limit`` levels?
 
     One pass, ``chunk`` bytes at a time, holding a few chunks at most; brackets inside
@@ -207,7 +207,7 @@ def flatten_deep(text: bytes, limit: int) -> bytes:
     return b"".join(out)
 
 
-def _locate(body: bytes, frame_limit: int) -> TooDeep:
+def _locate(body: bytes | bytearray, frame_limit: int) -> TooDeep:
     """Walk the tokens to the first container past the limit: its path, and the top-level id."""
     stack: list[_Open] = []
     request_id: int | str | None = None

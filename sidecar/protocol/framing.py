@@ -40,6 +40,13 @@ def encode_frame(body: bytes) -> bytes:
     return frame_header(len(body)) + body
 
 
+#: A frame's body: ``bytes``, or the ``bytearray`` a large body was read into.
+Body = bytes | bytearray
+
+#: A frame body this large is read into a buffer of its own size (``FrameParser``).
+DIRECT_BYTES = 1 << 20
+
+
 def _no_cap() -> int:
     return sys.maxsize
 
@@ -47,7 +54,7 @@ def _no_cap() -> int:
 class FrameParser:
     """Feed bytes with ``feed``; take frames with ``next`` until it returns ``None``."""
 
-    __slots__ = ("_buf", "_discard", "_length", "_need", "max_frame_bytes")
+    __slots__ = ("_body", "_buf", "_discard", "_filled", "_length", "_need", "max_frame_bytes")
 
     def __init__(self, max_frame_bytes: Callable[[], int] = _no_cap) -> None:
         self.max_frame_bytes = max_frame_bytes
@@ -55,6 +62,10 @@ class FrameParser:
         self._length = -1  # a parsed header's length, not yet checked against the cap
         self._need = -1  # body bytes still expected; -1 = reading headers
         self._discard = 0  # bytes of an oversized body still to drop
+        # A large body is read straight into a buffer of its size (``DIRECT_BYTES``), which is
+        # then the frame: no buffer that grows by copies, no copy handed over at the end.
+        self._body: bytearray | None = None
+        self._filled = 0
 
     def feed(self, data: bytes) -> None:
         if self._discard:
@@ -63,12 +74,20 @@ class FrameParser:
                 return
             data = data[self._discard :]
             self._discard = 0
+        body = self._body
+        if body is not None and self._filled < len(body):
+            take = min(len(data), len(body) - self._filled)
+            body[self._filled : self._filled + take] = memoryview(data)[:take]
+            self._filled += take
+            if take == len(data):
+                return
+            data = data[take:]
         self._buf += data
 
     @property
     def buffered(self) -> int:
         """Bytes held (an oversized body is dropped as it streams in, never held)."""
-        return len(self._buf)
+        return len(self._buf) + self._filled
 
     @property
     def inside_frame(self) -> str | None:
@@ -81,7 +100,7 @@ class FrameParser:
             return "a header block"
         return None
 
-    def next(self) -> bytes | FrameError | None:
+    def next(self) -> Body | FrameError | None:
         """The next frame body, a ``FrameError`` to report, or ``None``: more bytes needed."""
         buf = self._buf
         while True:
@@ -121,6 +140,16 @@ class FrameParser:
                         "(config server.maxFrameBytes)",
                     )
                 self._need = length
+                if length >= DIRECT_BYTES and len(buf) < length:
+                    self._body = bytearray(length)
+                    self._filled = len(buf)
+                    self._body[: self._filled] = buf
+                    buf.clear()
+            if self._body is not None:
+                if self._filled < len(self._body):
+                    return None
+                direct, self._body, self._filled, self._need = self._body, None, 0, -1
+                return direct
             if len(buf) < self._need:
                 return None
             if len(buf) == self._need:
@@ -186,7 +215,7 @@ class FrameReader(asyncio.Protocol):
 
     def __init__(
         self,
-        on_frame: Callable[[bytes], None],
+        on_frame: Callable[[Body], None],
         on_error: Callable[[FrameError], None],
         on_close: Callable[[], None],
         max_frame_bytes: Callable[[], int],
@@ -305,7 +334,7 @@ class StreamFrames:
         self._on_error = on_error
         self._parser = FrameParser()
 
-    async def next(self) -> bytes | None:
+    async def next(self) -> Body | None:
         """The next frame body, or ``None`` at a clean end of stream between frames."""
         parser = self._parser
         while True:

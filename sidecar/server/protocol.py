@@ -57,7 +57,7 @@ from sidecar.protocol.envelopes import (
     Request,
     Response,
 )
-from sidecar.protocol.framing import FrameError
+from sidecar.protocol.framing import Body, FrameError
 from sidecar.protocol.shared import PieceEncoder, Shared
 from sidecar.server.context import Context
 from sidecar.server.dispatch import Route, call_ingest, call_notification, routes, rpc_error
@@ -142,7 +142,7 @@ class SidecarProtocol(JsonRPCProtocol):
 
     # -- inbound ---------------------------------------------------------------------------
 
-    def handle_frame(self, body: bytes) -> None:
+    def handle_frame(self, body: Body) -> None:
         """Decode one frame and dispatch it; never raises (a raise would close the pipe)."""
         try:
             self._handle_frame(body)
@@ -155,7 +155,7 @@ class SidecarProtocol(JsonRPCProtocol):
     def frame_error(self, err: FrameError) -> None:
         self.send_error(None, err.code, err.message)
 
-    def _handle_frame(self, body: bytes) -> None:
+    def _handle_frame(self, body: Body) -> None:
         """Parse the envelope, then route it: a reply, or a request or notification that the
         connection's lifecycle admits, with its params decoded."""
         if self.ended:
@@ -493,7 +493,7 @@ class Refusal(NamedTuple):
     message: str
 
 
-def parse_envelope(body: bytes, limit: int) -> Incoming | Refusal:
+def parse_envelope(body: Body, limit: int) -> Incoming | Refusal:
     """The frame's envelope, or why it is refused (too deep, not UTF-8, not JSON, not
     JSON-RPC 2.0)."""
     if (deep := too_deep(body, limit)) is not None:
@@ -520,7 +520,7 @@ def parse_envelope(body: bytes, limit: int) -> Incoming | Refusal:
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
-def _recover_id(body: bytes) -> int | str | None:
+def _recover_id(body: Body) -> int | str | None:
     """The request id of a frame that failed a check, when it can still be read (a lone
     surrogate escape elsewhere in the frame does not hide it)."""
     text = _SURROGATE_ESCAPE.sub(rb"\\ufffd", body).decode("utf-8", "replace")

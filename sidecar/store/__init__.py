@@ -7,7 +7,7 @@ rearrange its modules without touching them. The backends' own modules (``sqlite
 """
 
 from sidecar.store import history, holder, opencode_db, steer
-from sidecar.store.backend import Done, ReadOnlyStore
+from sidecar.store.backend import LARGE_BYTES, Done, Pieces, ReadOnlyStore
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
 from sidecar.store.compaction import Boundary
 from sidecar.store.history import part_content, terms_of
@@ -34,6 +34,7 @@ from sidecar.store.url import (
 from sidecar.store.windows import PAGE, LightMessage, LightPart
 
 __all__ = [
+    "LARGE_BYTES",
     "PAGE",
     "SCHEMA_VERSION",
     "UPSERT_PART",
@@ -46,6 +47,7 @@ __all__ = [
     "LightPart",
     "PageCursor",
     "PartKey",
+    "Pieces",
     "ReadOnlyStore",
     "Store",
     "Tally",

@@ -35,6 +35,28 @@ Row = Sequence[Any]
 EventSink = Callable[[str, str, bytes], None]
 
 
+#: A part's JSON of this many bytes or more is written from the buffers it arrived in
+#: (``Pieces``) where the backend can (SQLite: incremental blob I/O), never copied into a
+#: bound value: binding copies it, and building the row copies it again.
+LARGE_BYTES = 1 << 20
+
+
+class Pieces:
+    """A document as the buffers it arrived in (a frame's slices), written without a copy
+    where the backend can (``Backend.large_part``), else joined into one ``str``."""
+
+    __slots__ = ("buffers", "size")
+
+    def __init__(self, buffers: Sequence[bytes | memoryview]) -> None:
+        self.buffers = buffers
+        self.size = sum(len(b) for b in buffers)
+
+    def text(self) -> str:
+        if len(self.buffers) == 1:
+            return str(self.buffers[0], "utf-8")
+        return "".join(str(b, "utf-8") for b in self.buffers)
+
+
 class Backend(Protocol):
     #: ``"sqlite"`` or ``"postgresql"``.
     kind: str
@@ -83,6 +105,11 @@ class Backend(Protocol):
     def commit_queued(self) -> None:
         """Commit what is queued now rather than on the next loop iteration."""
 
+    def large_part(self, row: tuple[Any, ...], pieces: Pieces) -> list[Statement] | None:
+        """The statements that store the part ``row`` (its columns but the JSON) with the JSON
+        ``pieces`` written in place, or ``None`` where the backend cannot (then the JSON is
+        bound as one value)."""
+
     #: The history index's batch statements (``indexer.Indexer``); empty: no indexer.
     history_batch: Sequence[str]
     #: Called after each commit that stored a write (set by the store: the indexer's cue).
@@ -127,6 +154,9 @@ class ReadOnly:
     shares_events = False
     commits = 0
     history_batch: Sequence[str] = ()  # nothing is written, so nothing to index
+
+    def large_part(self, row: tuple[Any, ...], pieces: Pieces) -> list[Statement] | None:
+        return None  # refused at the write itself
 
     def __init__(self, display: str) -> None:
         self.display = display

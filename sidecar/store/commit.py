@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from sidecar.store.backend import OnIntegrity, Statement, Then
+from sidecar.store.backend import OnIntegrity, Pieces, Statement, Then
 
 log = logging.getLogger("sidecar.store")
 
@@ -406,6 +406,8 @@ def _size(batch: list[Op]) -> tuple[int, int]:
                 last = row[-1] if row else None
                 if isinstance(last, str | bytes):
                     payload += len(last)
+                elif isinstance(last, Pieces):
+                    payload += last.size
     return rows, payload
 
 
@@ -445,8 +447,26 @@ def _apply(conn: sqlite3.Connection, batch: list[Op]) -> tuple[list[BaseExceptio
     return outcomes, commits
 
 
+#: Not SQL: each row ``(part id, Pieces)`` is written into its part's ``data``, a blob of its
+#: size made by the statement before (``schema.large_part_statements``), through incremental
+#: blob I/O: from the buffers it arrived in, a page at a time, with no copy of it made.
+WRITE_PIECES = "-- sidecar: write pieces"
+_ROWID_OF_PART = "SELECT rowid FROM parts WHERE id = ?"
+
+
+def _execute(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+    if sql != WRITE_PIECES:
+        return conn.executemany(sql, rows).rowcount
+    for pid, pieces in rows:
+        (rowid,) = conn.execute(_ROWID_OF_PART, (pid,)).fetchone()
+        with conn.blobopen("parts", "data", rowid) as blob:
+            for buffer in pieces.buffers:
+                blob.write(buffer)
+    return len(rows)
+
+
 def _run_op(conn: sqlite3.Connection, op: Op) -> list[int]:
-    return [conn.executemany(sql, rows).rowcount for sql, rows in op.statements]
+    return [_execute(conn, sql, rows) for sql, rows in op.statements]
 
 
 def _run_grouped(conn: sqlite3.Connection, batch: list[Op]) -> None:
@@ -463,7 +483,7 @@ def _run_grouped(conn: sqlite3.Connection, batch: list[Op]) -> None:
     def flush() -> None:
         if pending_sql is None:
             return
-        exact = conn.executemany(pending_sql, pending_rows).rowcount == len(pending_rows)
+        exact = _execute(conn, pending_sql, pending_rows) == len(pending_rows)
         for op, index, rows in owners:
             op.rowcounts[index] = rows if exact else -1
 

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from sidecar.model.parts import Part, ToolCompleted, ToolPart
-from sidecar.store.backend import Done
+from sidecar.store.backend import LARGE_BYTES, Done, Pieces
 from sidecar.store.rows import (
     PartKey,
     Tables,
@@ -28,7 +28,15 @@ _DELETE_PART = "DELETE FROM parts WHERE id = ? AND message_id = ? AND session_id
 PART_ROWS = "SELECT id, data FROM parts WHERE message_id = ? ORDER BY id"
 
 
-def _part_op(t: Tables, part: Part | PartKey, raw: bytes | str) -> Write:
+def _part_op(t: Tables, part: Part | PartKey, raw: bytes | str | Pieces) -> Write:
+    if isinstance(raw, Pieces):
+        if raw.size >= LARGE_BYTES:
+            head = part_row(part, "")[:-1]
+            statements = t.backend.large_part(head, raw)
+            if statements is not None:
+                # The cache would need a copy: the session's next read loads the row.
+                return statements, lambda _: t.cache.invalidate(part.session_id)
+        raw = raw.text()
     row = part_row(part, raw)
     return [(UPSERT_PART, [row])], functools.partial(_part_written, t, part, row)
 
@@ -45,7 +53,9 @@ async def put_part(t: Tables, part: Part, raw: bytes | str) -> None:
     written(await t.backend.submit(statements, on_integrity=part_error(part)))
 
 
-def put_part_then(t: Tables, part: Part | PartKey, raw: bytes | str, then: Done[None]) -> None:
+def put_part_then(
+    t: Tables, part: Part | PartKey, raw: bytes | str | Pieces, then: Done[None]
+) -> None:
     submit_then(t.backend, functools.partial(_part_op, t, part, raw), part_error(part), then)
 
 

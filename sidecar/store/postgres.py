@@ -33,6 +33,7 @@ from sidecar.model.ids import now_ms
 from sidecar.store.backend import (
     Chunks,
     EventSink,
+    Pieces,
     ReadOnly,
     Row,
     Statement,
@@ -192,6 +193,9 @@ class PostgresBackend:
 
     def commit_queued(self) -> None:
         """Nothing to bring forward: the writer task commits as soon as it is free."""
+
+    def large_part(self, row: tuple[Any, ...], pieces: Pieces) -> list[Statement] | None:
+        return None  # bound as one value: asyncpg sends it as it is
 
     #: The history index's batch (``indexer.Indexer``).
     history_batch: Sequence[str] = HISTORY_BATCH

@@ -7,6 +7,7 @@ crash mid-upgrade leaves the database at a consistent earlier version.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from sidecar.store.url import CannotOpen
 
@@ -17,20 +18,23 @@ from sidecar.store.url import CannotOpen
 # JSON text with the escapes ``\n``, ``\t`` and ``\"`` turned back into what they stand for,
 # so an escaped newline in a command does not glue two words (a ``json_tree`` walk did the
 # same at several times the cost of the whole insert).
-def history_body(row: str, limit: int | None = None) -> str:
+def history_body(row: str, limit: int | None = None, *, text: bool = False) -> str:
     """The indexed text of the ``parts`` row ``row`` (``NULL`` for kinds not indexed), its
-    first ``limit`` characters (``None``: all of it, as migration 5 indexed)."""
-    tool_input = f"json_extract({row}.data, '$.state.input')"
+    first ``limit`` characters (``None``: all of it, as migration 5 indexed). ``text``: the
+    JSON read through ``CAST`` (since migration 7, a large part's JSON may be a BLOB, which
+    SQLite 3.45 and later would read as JSONB)."""
+    data = f"CAST({row}.data AS TEXT)" if text else f"{row}.data"
+    tool_input = f"json_extract({data}, '$.state.input')"
     for escape, plain in (("\\n", "char(10)"), ("\\t", "char(9)"), ('\\"', "'\"'")):
         tool_input = f"replace({tool_input}, '{escape}', {plain})"
     body = (
-        f"CASE {row}.type WHEN 'text' THEN json_extract({row}.data, '$.text') "
-        f"WHEN 'reasoning' THEN json_extract({row}.data, '$.text') "
-        f"WHEN 'tool' THEN coalesce(json_extract({row}.data, '$.tool'), '') || char(10) || "
+        f"CASE {row}.type WHEN 'text' THEN json_extract({data}, '$.text') "
+        f"WHEN 'reasoning' THEN json_extract({data}, '$.text') "
+        f"WHEN 'tool' THEN coalesce(json_extract({data}, '$.tool'), '') || char(10) || "
         f"coalesce({tool_input}, '') || char(10) || "
-        f"coalesce(json_extract({row}.data, '$.state.title'), '') || char(10) || "
-        f"coalesce(json_extract({row}.data, '$.state.output'), '') || "
-        f"coalesce(json_extract({row}.data, '$.state.error'), '') END"
+        f"coalesce(json_extract({data}, '$.state.title'), '') || char(10) || "
+        f"coalesce(json_extract({data}, '$.state.output'), '') || "
+        f"coalesce(json_extract({data}, '$.state.error'), '') END"
     )
     return body if limit is None else f"substr({body}, 1, {limit})"
 
@@ -189,7 +193,7 @@ def _gone(row: str) -> str:
     one (an indexed kind, not noted since the last batch, not left to the backfill)."""
     return (
         "INSERT INTO history_dirty (rid, gone, gone_sid) "
-        f"SELECT {row}.rowid, {history_body(row, INDEX_CHARS)}, hex({row}.session_id) "
+        f"SELECT {row}.rowid, {history_body(row, INDEX_CHARS, text=True)}, hex({row}.session_id) "
         f"WHERE {row}.type IN {_INDEXED} AND {_NOT_BACKFILL.format(row=row)} "
         f"AND NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = {row}.rowid);"
     )
@@ -199,6 +203,11 @@ HISTORY_BATCHED = f"""
     DROP TRIGGER IF EXISTS history_on_insert;
     DROP TRIGGER IF EXISTS history_on_update;
     DROP TRIGGER IF EXISTS history_on_delete;
+    DROP VIEW history_src;
+    CREATE VIEW history_src AS
+    SELECT rowid AS rid, {history_body("parts", INDEX_CHARS, text=True)} AS body,
+        hex(session_id) AS sid
+    FROM parts WHERE type IN {_INDEXED};
     ALTER TABLE history_dirty ADD COLUMN gone TEXT;
     ALTER TABLE history_dirty ADD COLUMN gone_sid TEXT;
     CREATE TRIGGER history_on_insert AFTER INSERT ON parts
@@ -209,7 +218,8 @@ HISTORY_BATCHED = f"""
     CREATE TRIGGER history_on_update AFTER UPDATE OF data, type ON parts
     WHEN NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = NEW.rowid)
     AND NOT EXISTS (SELECT 1 FROM history_hold)
-    AND {history_body("OLD", INDEX_CHARS)} IS NOT {history_body("NEW", INDEX_CHARS)}
+    AND {history_body("OLD", INDEX_CHARS, text=True)}
+        IS NOT {history_body("NEW", INDEX_CHARS, text=True)}
     BEGIN
         {_gone("OLD")}
         {_NOTE}
@@ -220,6 +230,45 @@ HISTORY_BATCHED = f"""
         {_gone("OLD")}
     END;
 """
+
+# A part of ``backend.LARGE_BYTES`` or more is stored from the buffers it arrived in
+# (``SqliteBackend.large_part``): its row is written with a ``zeroblob`` of its size, which
+# SQLite never builds in memory, and its JSON then written into that blob in place
+# (``commit.WRITE_PIECES``). Such a row holds its JSON as a BLOB: the store reads it as bytes,
+# and SQL reads it as text through ``CAST``. The rewrite of a part the index holds is held
+# from the update trigger (which would parse the zeros) and noted by these two instead: the
+# entry to forget before, the part after.
+_LARGE_GONE = (
+    "INSERT INTO history_dirty (rid, gone, gone_sid) "
+    f"SELECT p.rowid, {history_body('p', INDEX_CHARS, text=True)}, hex(p.session_id) "
+    "FROM parts p "
+    f"WHERE p.id = ? AND p.type IN {_INDEXED} AND {_NOT_BACKFILL.format(row='p')} "
+    "AND NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = p.rowid)"
+)
+_LARGE_NOTE = (
+    "INSERT INTO history_dirty (rid) SELECT p.rowid FROM parts p "
+    f"WHERE p.id = ? AND p.type IN {_INDEXED} AND {_NOT_BACKFILL.format(row='p')} "
+    "AND NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = p.rowid)"
+)
+_LARGE_UPSERT = (
+    "INSERT INTO parts (id, message_id, session_id, type, data) "
+    "VALUES (?, ?, ?, ?, zeroblob(?)) ON CONFLICT (id) DO UPDATE SET type = excluded.type, "
+    "data = excluded.data, message_id = excluded.message_id, session_id = excluded.session_id"
+)
+
+
+def large_part_statements(row: tuple[Any, ...], size: int) -> list[tuple[str, list[Any]]]:
+    """The statements before a large part's JSON is written into its row (``row``: the
+    part's columns but the JSON; ``size``: the JSON's bytes)."""
+    pid = row[0]
+    return [
+        (_LARGE_GONE, [(pid,)]),
+        (HISTORY_HOLD, [()]),
+        (_LARGE_UPSERT, [(*row, size)]),
+        (HISTORY_RELEASE, [()]),
+        (_LARGE_NOTE, [(pid,)]),
+    ]
+
 
 #: The noted parts (the first ``?`` of them by rowid) into the index, in a transaction of
 #: their own (``indexer.Indexer``): entries of their old texts removed, their current texts

@@ -20,12 +20,13 @@ from sidecar.model.ids import now_ms
 from sidecar.store.backend import (
     Chunks,
     EventSink,
+    Pieces,
     ReadOnly,
     Row,
     Statement,
 )
 from sidecar.store.cache import WindowCache
-from sidecar.store.commit import TRUNCATE_WAIT_MS, WAL_SIZE_LIMIT, GroupCommit
+from sidecar.store.commit import TRUNCATE_WAIT_MS, WAL_SIZE_LIMIT, WRITE_PIECES, GroupCommit
 from sidecar.store.schema import (
     FIRST_VERSION,
     HISTORY_BATCH,
@@ -37,6 +38,7 @@ from sidecar.store.schema import (
     SET_VERSION,
     VERSION_TABLE,
     check_opened,
+    large_part_statements,
 )
 from sidecar.store.url import CannotOpen
 
@@ -163,6 +165,9 @@ class SqliteBackend:
     def commit_queued(self) -> None:
         self._commit.commit_queued()
 
+    def large_part(self, row: tuple[Any, ...], pieces: Pieces) -> list[Statement] | None:
+        return [*large_part_statements(row, pieces.size), (WRITE_PIECES, [(row[0], pieces)])]
+
     #: The history index's batch (``indexer.Indexer``).
     history_batch: Sequence[str] = HISTORY_BATCH
 
@@ -184,9 +189,9 @@ class SqliteBackend:
             [
                 (HISTORY_HOLD, [()]),
                 (
-                    "UPDATE parts SET data = json_set(data, '$.state.time.compacted', ?) "
-                    "WHERE id = ? AND type = 'tool' "
-                    "AND json_extract(data, '$.state.status') = 'completed'",
+                    "UPDATE parts SET data = json_set(CAST(data AS TEXT), "
+                    "'$.state.time.compacted', ?) WHERE id = ? AND type = 'tool' "
+                    "AND json_extract(CAST(data AS TEXT), '$.state.status') = 'completed'",
                     [(ts, pid) for pid in part_ids],
                 ),
                 (HISTORY_RELEASE, [()]),

@@ -30,7 +30,7 @@ from sidecar.model.messages import Message, WithParts
 from sidecar.model.parts import Part
 from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
-from sidecar.store.backend import Backend, Done
+from sidecar.store.backend import Backend, Done, Pieces
 from sidecar.store.cache import Key, WindowCache
 from sidecar.store.compaction import Boundary
 from sidecar.store.history import Found
@@ -192,7 +192,9 @@ class Store:
     async def put_part(self, part: Part, raw: bytes | str) -> None:
         await parts.put_part(self, part, raw)
 
-    def put_part_then(self, part: Part | PartKey, raw: bytes | str, then: Done[None]) -> None:
+    def put_part_then(
+        self, part: Part | PartKey, raw: bytes | str | Pieces, then: Done[None]
+    ) -> None:
         """``put_part`` for callers without a task: ``then(None, None)`` once the part is
         committed, ``then(None, exc)`` if it could not be (``backend.Done``). Called from the
         writer, right after the commit."""

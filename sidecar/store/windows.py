@@ -125,7 +125,8 @@ def _light_sql(get: Callable[[str, str], str], zero: str) -> tuple[str, str]:
 
 
 _LIGHT_SQL: dict[str, tuple[str, str]] = {
-    "sqlite": _light_sql(lambda col, path: f"json_extract({col}, '$.{path}')", "0"),
+    # (``CAST``: a large part's JSON is a BLOB, which SQLite 3.45+ would read as JSONB.)
+    "sqlite": _light_sql(lambda col, path: f"json_extract(CAST({col} AS TEXT), '$.{path}')", "0"),
     "postgresql": _light_sql(
         lambda col, path: f"({col}::jsonb #>> '{{{','.join(path.split('.'))}}}')", "'0'"
     ),

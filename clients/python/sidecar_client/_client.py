@@ -31,7 +31,7 @@ from sidecar.protocol.envelopes import (
     Notification,
     Request,
 )
-from sidecar.protocol.framing import FrameError, StreamFrames, encode_frame
+from sidecar.protocol.framing import Body, FrameError, StreamFrames, encode_frame
 from sidecar_client._inbox import ConnectionClosed, Inbox, RpcError
 from sidecar_client._methods import Methods, _clean
 from sidecar_client._transport import StreamTransport
@@ -307,13 +307,13 @@ class Client(Inbox, Methods):
             box.close(reason)
         self._errors.close(reason)
 
-    def _dispatch(self, body: bytes) -> None:
+    def _dispatch(self, body: Body) -> None:
         try:
             self._dispatch_frame(body)
         except RecursionError:  # JSON nested past what Python decodes: one bad frame
             self.protocol_errors.append("a frame from the daemon nests too deep to decode")
 
-    def _dispatch_frame(self, body: bytes) -> None:
+    def _dispatch_frame(self, body: Body) -> None:
         try:
             msg = _incoming.decode(body)
         except msgspec.DecodeError as exc:

@@ -31,7 +31,7 @@ from sidecar.model.rpc import (
 )
 from sidecar.protocol.shared import Shared
 from sidecar.server.context import Context
-from sidecar.store import Done, PartKey, may_keep_prune_mark, part_key
+from sidecar.store import Done, PartKey, Pieces, may_keep_prune_mark, part_key
 
 _message_decoder = msgspec.json.Decoder(Message)
 _part_decoder = msgspec.json.Decoder(Part)
@@ -201,7 +201,8 @@ async def _update_keeping_mark(ctx: Context, part: Part, view: memoryview, done:
 
 def _store_part(ctx: Context, part: PartKey, stored: Shared, done: Done[Any]) -> None:
     """Queue the row; once committed: subscribe, notify, reply."""
-    raw = stored.text()
+    # The frame's own buffers: a large part is written from them, never copied (``Pieces``).
+    raw = Pieces(stored.buffers)
 
     def committed(_: None, exc: BaseException | None) -> None:
         _answer(ctx, part.session_id, stored, PartUpdatedEvent(part=stored), done, exc)  # type: ignore[arg-type]  # a ``Shared`` is encoded as the Raw it holds
