@@ -26,6 +26,7 @@ from sidecar.engine import bounded, ledger, open_turn, overflow, render, revert,
 from sidecar.engine.collapse import split
 from sidecar.engine.filter import filter_compacted
 from sidecar.engine.host import Host
+from sidecar.engine.ports import StorePort, steering
 from sidecar.engine.tokens import estimate, estimate_messages
 from sidecar.engine.window import load_window
 from sidecar.errors import InvalidParams
@@ -69,7 +70,7 @@ from sidecar.model.rpc import (
     StatusEvent,
 )
 from sidecar.model.session import Session
-from sidecar.store import Key, Store
+from sidecar.store import Key
 from sidecar.store import steer as steer_data
 from sidecar.summarizers.base import (
     COMPACTION_SYSTEM,
@@ -419,7 +420,7 @@ def _open_turn_after(plan: _Plan, cut: Key) -> OpenTurn | None:
 
 
 class Compactor:
-    def __init__(self, store: Store, host: Host) -> None:
+    def __init__(self, store: StorePort, host: Host) -> None:
         self.store = store
         self.host = host
 
@@ -584,7 +585,7 @@ class Compactor:
             record.open_turn = how
         try:
             await steer_data.record_compaction(
-                self.store, plan.sid, done.id, done.time.created, _encoder.encode(record)
+                steering(self.store), plan.sid, done.id, done.time.created, _encoder.encode(record)
             )
         except Exception:  # the compaction itself is committed: it stands, unrecorded
             log.exception("could not record the diagnostics of compaction %s", done.id)

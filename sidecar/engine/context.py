@@ -6,23 +6,23 @@ from collections.abc import Sequence
 
 from sidecar.engine import render
 from sidecar.engine.fit import truncate_to_fit
+from sidecar.engine.ports import StorePort
 from sidecar.engine.tokens import estimate_messages
 from sidecar.engine.window import load_window
 from sidecar.model.messages import WithParts
 from sidecar.model.parts import CompactionPart
 from sidecar.model.rpc import ContextFormat, ContextResult
 from sidecar.model.session import Session
-from sidecar.store import Store
 
 
 async def build(
-    store: Store, session: Session, fmt: ContextFormat, stub: render.Stub = "opencode"
+    store: StorePort, session: Session, fmt: ContextFormat, stub: render.Stub = "opencode"
 ) -> ContextResult:
     return (await build_with_window(store, session, fmt, stub))[0]
 
 
 async def build_with_window(
-    store: Store, session: Session, fmt: ContextFormat, stub: render.Stub = "opencode"
+    store: StorePort, session: Session, fmt: ContextFormat, stub: render.Stub = "opencode"
 ) -> tuple[ContextResult, list[WithParts]]:
     """The rendered window and the window itself (``fit`` measures and may cut it)."""
     raws: dict[str, str] = {}
@@ -55,7 +55,7 @@ def render_result(
 
 
 async def build_fitted(
-    store: Store,
+    store: StorePort,
     session: Session,
     fmt: ContextFormat,
     window: list[WithParts],

@@ -11,11 +11,12 @@ decision reads: never an output already pruned.
 from __future__ import annotations
 
 from sidecar.engine import prune_plan
+from sidecar.engine.ports import StorePort, steering
 from sidecar.engine.window import cut_reverted, revert_key
 from sidecar.model.config import CompactionConfig
 from sidecar.model.ids import now_ms
 from sidecar.model.session import Session
-from sidecar.store import Key, Store, steer
+from sidecar.store import Key, steer
 from sidecar.store.store import PAGE, LightMessage
 
 
@@ -43,7 +44,7 @@ def _visible(
 
 
 async def walk(
-    store: Store,
+    store: StorePort,
     session: Session,
     cfg: CompactionConfig,
     cutoff: Key | None = None,
@@ -82,7 +83,7 @@ async def walk(
 
 
 async def run(
-    store: Store,
+    store: StorePort,
     session: Session,
     cfg: CompactionConfig,
     *,
@@ -93,7 +94,9 @@ async def run(
 
     ``cutoff``: walk only messages up to it (what a turn-end prune saw when its turn ended,
     whatever the frontend has written since); ``ts``: the ``time.compacted`` to set."""
-    plan = await walk(store, session, cfg, cutoff, pinned=await steer.pinned_ids(store, session.id))
+    plan = await walk(
+        store, session, cfg, cutoff, pinned=await steer.pinned_ids(steering(store), session.id)
+    )
     if not plan.commit:
         return plan, []
     updated = await store.mark_compacted(plan.part_ids, ts if ts is not None else now_ms())

@@ -9,14 +9,17 @@ clears the revert, as OpenCode's ``SessionRevert.cleanup`` does.
 from __future__ import annotations
 
 from sidecar.engine.host import Host
+from sidecar.engine.ports import StorePort
 from sidecar.errors import ErrorCode, SidecarError, UnknownMessage
 from sidecar.model.ids import now_ms
 from sidecar.model.rpc import MessageRemovedEvent
 from sidecar.model.session import RevertInfo, Session
-from sidecar.store import Key, Store
+from sidecar.store import Key
 
 
-async def revert(store: Store, session: Session, message_id: str, part_id: str | None) -> Session:
+async def revert(
+    store: StorePort, session: Session, message_id: str, part_id: str | None
+) -> Session:
     found = await store.get_message(message_id)
     if found is None or found[0].session_id != session.id:
         raise UnknownMessage(message_id)
@@ -32,14 +35,14 @@ async def revert(store: Store, session: Session, message_id: str, part_id: str |
     return session
 
 
-async def unrevert(store: Store, session: Session) -> Session:
+async def unrevert(store: StorePort, session: Session) -> Session:
     session.revert = None
     session.time.updated = now_ms()
     await store.put_session(session)
     return session
 
 
-async def cleanup(store: Store, host: Host, session: Session) -> Session:
+async def cleanup(store: StorePort, host: Host, session: Session) -> Session:
     """Delete what the armed revert hides, then clear it."""
     info = session.revert
     if info is None:

@@ -36,6 +36,7 @@ from sidecar.engine import revert as revert_mod
 from sidecar.engine.compactor import Compactor, Outcome, Prepared, Request, fingerprint
 from sidecar.engine.fit import limit_for_window
 from sidecar.engine.host import Host
+from sidecar.engine.ports import StorePort, steering
 from sidecar.engine.window import load_window
 from sidecar.errors import Busy, ErrorCode, InvalidParams, SidecarError
 from sidecar.model.catalog import lookup, lookup_with_source
@@ -59,7 +60,7 @@ from sidecar.model.rpc import (
 )
 from sidecar.model.session import Session, SessionLimits
 from sidecar.model.tokens import ModelLimit, Tokens
-from sidecar.store import Key, Store, holder
+from sidecar.store import Key, holder
 from sidecar.store import steer as steer_data
 from sidecar.store.backend import Done
 from sidecar.summarizers.base import Summarizer, SummaryError
@@ -128,7 +129,7 @@ def _settings(cfg: Config) -> bytes:
 
 
 class Engine:
-    def __init__(self, store: Store, host: Host, config: Callable[[], Config]) -> None:
+    def __init__(self, store: StorePort, host: Host, config: Callable[[], Config]) -> None:
         self.store = store
         self.host = host
         self.config = config
@@ -360,7 +361,7 @@ class Engine:
         extra, source = self.overhead_of(session, overhead)
         window = await load_window(self.store, session)
         cfg = steer.for_window(cfg or self.config(), window)
-        pinned = await steer_data.pinned_ids(self.store, session_id)
+        pinned = await steer_data.pinned_ids(steering(self.store), session_id)
         return breakdown_mod.result(
             session_id,
             window,
@@ -980,7 +981,10 @@ class Engine:
 
     async def compactions(self, session_id: str) -> list[CompactionRecord]:
         await self.store.require_session(session_id)
-        return [_record.decode(d) for d in await steer_data.compactions(self.store, session_id)]
+        return [
+            _record.decode(d)
+            for d in await steer_data.compactions(steering(self.store), session_id)
+        ]
 
     async def uncompact(
         self, session_id: str, message_id: str | None, restore_pruned: bool
@@ -1033,14 +1037,14 @@ class Engine:
             for mid in (r.continue_id, r.message_id, r.marker_id)
             if mid is not None
         ]
-        removed = await steer_data.remove_messages(self.store, session_id, ids)
+        removed = await steer_data.remove_messages(steering(self.store), session_id, ids)
         for mid in removed:
             self.host.publish(
                 session_id, MessageRemovedEvent(session_id=session_id, message_id=mid)
             )
         if restore_pruned:
             pruned = [pid for r in undone for pid in r.pruned_part_ids]
-            for raw in await steer_data.unmark_compacted(self.store, pruned):
+            for raw in await steer_data.unmark_compacted(steering(self.store), pruned):
                 self.host.publish(session_id, PartUpdatedEvent(part=msgspec.Raw(raw)))
         self._cuts.pop(session_id, None)
         self._streak.pop(session_id, None)
