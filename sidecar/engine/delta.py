@@ -46,6 +46,17 @@ class Revisions:
         self._bytes = 0
         self._prefix = os.urandom(4).hex()
         self._count = itertools.count(1)
+        self._writes: dict[str, int] = {}
+
+    def wrote(self, session_id: str) -> None:
+        """The write door's step: the session changed. Served revisions need no dropping
+        (``since`` compares what it served with the current rendering); the count says how
+        many writes the session has had here, which ``generation`` reports."""
+        self._writes[session_id] = self._writes.get(session_id, 0) + 1
+
+    def generation(self, session_id: str) -> int:
+        """How many writes went through the write door for the session."""
+        return self._writes.get(session_id, 0)
 
     def serve(self, session_id: str, result: ContextResult, since: str | None) -> ContextResult:
         """``result`` with its ``revision`` set and, for ``since``, cut to a delta if it can."""

@@ -8,6 +8,8 @@ clears the revert, as OpenCode's ``SessionRevert.cleanup`` does.
 
 from __future__ import annotations
 
+import msgspec
+
 from sidecar.engine.host import Host
 from sidecar.engine.ports import StorePort
 from sidecar.errors import ErrorCode, SidecarError, UnknownMessage
@@ -29,17 +31,19 @@ async def revert(
             raise SidecarError(
                 f"part {part_id!r} is not in message {message_id!r}", ErrorCode.UNKNOWN_PART
             )
-    session.revert = RevertInfo(message_id=message_id, part_id=part_id)
-    session.time.updated = now_ms()
-    await store.put_session(session)
-    return session
+    return await _put_revert(store, session, RevertInfo(message_id=message_id, part_id=part_id))
 
 
 async def unrevert(store: StorePort, session: Session) -> Session:
-    session.revert = None
-    session.time.updated = now_ms()
-    await store.put_session(session)
-    return session
+    return await _put_revert(store, session, None)
+
+
+async def _put_revert(store: StorePort, session: Session, info: RevertInfo | None) -> Session:
+    """A new ``Session`` with ``revert`` set (the one read is shared: never mutated)."""
+    time = msgspec.structs.replace(session.time, updated=now_ms())
+    changed = msgspec.structs.replace(session, revert=info, time=time)
+    await store.put_session(changed)
+    return changed
 
 
 async def cleanup(store: StorePort, host: Host, session: Session) -> Session:

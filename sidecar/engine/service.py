@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -38,7 +39,28 @@ from sidecar.engine.fit import limit_for_window
 from sidecar.engine.host import Host
 from sidecar.engine.ports import StorePort, steering
 from sidecar.engine.window import load_window
-from sidecar.errors import Busy, ErrorCode, InvalidParams, SidecarError
+from sidecar.engine.writes import (
+    COMPACTION,
+    FORK,
+    MESSAGE,
+    MESSAGE_REMOVE,
+    PART,
+    PART_REMOVE,
+    PIN,
+    PRUNE,
+    REVERT,
+    UNCOMPACT,
+    UNREVERT,
+    WriteDoor,
+)
+from sidecar.errors import (
+    Busy,
+    ErrorCode,
+    InvalidParams,
+    SidecarError,
+    UnknownMessage,
+    UnknownPart,
+)
 from sidecar.model.catalog import lookup, lookup_with_source
 from sidecar.model.config import Config, SummarizerConfig
 from sidecar.model.ids import now_ms
@@ -50,9 +72,12 @@ from sidecar.model.rpc import (
     CompactResult,
     ContextFormat,
     ContextResult,
+    Event,
     MessageRemovedEvent,
+    MessageUpdatedEvent,
     OverflowResult,
     OverheadSource,
+    PartRemovedEvent,
     PartUpdatedEvent,
     PrunedEvent,
     PruneResult,
@@ -63,6 +88,7 @@ from sidecar.model.tokens import ModelLimit, Tokens
 from sidecar.store import Key, holder
 from sidecar.store import steer as steer_data
 from sidecar.store.backend import Done
+from sidecar.store.store import PartKey
 from sidecar.summarizers.base import Summarizer, SummaryError
 from sidecar.summarizers.factory import build_summarizer
 
@@ -136,6 +162,9 @@ class Engine:
         self.compactor = Compactor(store, host)
         # The windows ``session/context`` served, for ``since``.
         self.revisions = delta.Revisions()
+        # Every write, and what follows it (cache, revisions, prepared summary, turn clock,
+        # history index, notifications).
+        self.writes = WriteDoor(store, host, self.revisions, self.touched, self.invalidate_prepared)
         # Their estimates and the frontend overhead learned from the steps they served.
         self.overheads = overhead.Overheads()
         self._locks: dict[str, asyncio.Lock] = {}
@@ -308,9 +337,12 @@ class Engine:
         wait: bool = True,
         fit: bool = True,
         overhead_tokens: int | None = None,
+        since: str | None = None,
     ) -> ContextResult:
-        """The window; ``wait``: after earlier writes' automatic work; ``fit``: see ``_fit``;
-        ``overhead_tokens``: the frontend's overhead (None: the learned one)."""
+        """``session/context``: the window, with its revision; ``wait``: after earlier writes'
+        automatic work; ``fit``: see ``_fit``; ``overhead_tokens``: the frontend's overhead
+        (None: the learned one); ``since``: a revision served before (then only what changed
+        after it, when it can: ``delta``)."""
         if wait:
             await self.idle(session_id)
         session = await self.store.require_session(session_id)
@@ -318,7 +350,7 @@ class Engine:
         result = await self._context(session, fmt, cfg or self.config(), fit, extra)
         result.overhead_tokens, result.overhead_source = extra, source
         self.overheads.served(session_id, result.estimated_tokens)
-        return result
+        return self.revisions.serve(session_id, result, since)
 
     def overhead_of(self, session: Session, given: int | None) -> tuple[int, OverheadSource]:
         """The frontend overhead a read counts: ``given``, else the one learned here, else the
@@ -334,7 +366,7 @@ class Engine:
         self, session: Session, fmt: ContextFormat, cfg: Config, fit: bool, extra: int
     ) -> ContextResult:
         stub = cfg.compaction.pruned_stub
-        result, window = await context_mod.build_with_window(self.store, session, fmt, stub)
+        result, window, _ = await context_mod.build_with_window(self.store, session, fmt, stub)
         if not fit:
             return result
         cfg = steer.for_window(cfg, window)
@@ -382,10 +414,12 @@ class Engine:
         room = usable - extra
         async with self.lock(sid):
             session = await self.store.require_session(sid)
-            result, window = await context_mod.build_with_window(self.store, session, fmt, stub)
+            built = await context_mod.build_with_window(self.store, session, fmt, stub)
+            result, window, _ = built
             if result.estimated_tokens > room and cfg.compaction.prune:
-                await self._prune(sid, cfg)
-                result, window = await context_mod.build_with_window(self.store, session, fmt, stub)
+                if (await self._prune(sid, cfg)).part_ids:  # else nothing of ours changed
+                    built = await context_mod.build_with_window(self.store, session, fmt, stub)
+                    result, window, _ = built
             if result.estimated_tokens > room and cfg.compaction.auto:
                 last = next(
                     (
@@ -401,13 +435,11 @@ class Engine:
                         await self._auto_compact(
                             sid, cfg, limit_for=last, keep_open_turn=True, extra=extra
                         )
-                    result, window = await context_mod.build_with_window(
-                        self.store, session, fmt, stub
-                    )
+                    built = await context_mod.build_with_window(self.store, session, fmt, stub)
+                    result, window, _ = built
             if result.estimated_tokens > room:
-                return await context_mod.build_fitted(
-                    self.store, session, fmt, window, usable, stub, extra
-                )
+                # The stored JSON of the window just read: no second read for it.
+                return context_mod.build_fitted(fmt, window, built[2], usable, stub, extra)
             return result
 
     async def overflow_of(
@@ -454,22 +486,111 @@ class Engine:
             cfg = steer.for_window(cfg or self.config(), await load_window(self.store, session))
             return await self._prune(session_id, cfg)
 
+    # -- writes: each through the write door ---------------------------------------------------
+
+    def put_message(
+        self,
+        info: Message,
+        raw: bytes,
+        cfg: Config | None,
+        then: Done[Any],
+        subscribe: Callable[[str], None] | None = None,
+    ) -> None:
+        """``message/update``: queue the row; once committed the work it causes may run (see
+        ``will_store``, registered before the write is queued so a read behind it waits), the
+        writer is subscribed, what follows a write is applied and ``then`` gets the stored
+        JSON."""
+        stored = msgspec.Raw(raw)
+        work = self.will_store(info, cfg)
+        self.writes.queue(
+            MESSAGE,
+            info.session_id,
+            functools.partial(self.store.put_message_then, info, raw),
+            (MessageUpdatedEvent(message=stored),),
+            then,
+            stored,
+            committed=work,
+            subscribe=subscribe,
+        )
+
+    def put_part(
+        self,
+        part: PartKey,
+        raw: str,
+        stored: Any,
+        then: Done[Any],
+        subscribe: Callable[[str], None] | None = None,
+    ) -> None:
+        """``part/update``'s hot path: queue the row (``raw``); once committed, ``stored``
+        (the client's bytes, whatever encodes as them) is echoed in ``part/updated`` and the
+        reply."""
+        self.writes.queue(
+            PART,
+            part.session_id,
+            functools.partial(self.store.put_part_then, part, raw),
+            (PartUpdatedEvent(part=stored),),
+            then,
+            stored,
+            subscribe=subscribe,
+        )
+
+    async def remove_message(self, session_id: str, message_id: str) -> None:
+        async def op() -> tuple[None, list[Event]]:
+            await self.store.require_session(session_id)
+            if not await self.store.remove_message(session_id, message_id):
+                raise UnknownMessage(message_id)
+            return None, [MessageRemovedEvent(session_id=session_id, message_id=message_id)]
+
+        await self.writes.write(MESSAGE_REMOVE, session_id, op)
+
+    async def remove_part(self, session_id: str, message_id: str, part_id: str) -> None:
+        async def op() -> tuple[None, list[Event]]:
+            await self.store.require_session(session_id)
+            if not await self.store.remove_part(session_id, message_id, part_id):
+                raise UnknownPart(part_id)
+            event = PartRemovedEvent(session_id=session_id, message_id=message_id, part_id=part_id)
+            return None, [event]
+
+        await self.writes.write(PART_REMOVE, session_id, op)
+
+    async def pin(
+        self, session_id: str, message_id: str, part_id: str | None, pinned: bool
+    ) -> None:
+        """``part/pin``. The kept block of a summary prepared in the background holds the pins
+        as they were: the door drops it (``PIN``)."""
+
+        async def op() -> tuple[None, list[Event]]:
+            await self.store.require_session(session_id)
+            store = steering(self.store)
+            await steer_data.set_pin(store, session_id, message_id, part_id, pinned)
+            return None, []
+
+        await self.writes.write(PIN, session_id, op)
+
     async def fork(self, session_id: str, message_id: str | None) -> Session:
-        source = await self.store.require_session(session_id)
-        return await fork_mod.fork(self.store, source, message_id)
+        async def op() -> tuple[Session, list[Event]]:
+            source = await self.store.require_session(session_id)
+            return await fork_mod.fork(self.store, source, message_id), []
+
+        return await self.writes.write(FORK, session_id, op)
 
     async def revert(self, session_id: str, message_id: str, part_id: str | None) -> Session:
         """Hide messages from ``message_id`` on; refused while the session compacts."""
         if self.is_compacting(session_id):
             raise Busy(f"session {session_id!r} is compacting")
-        session = await self.store.require_session(session_id)
-        self.invalidate_prepared(session_id)
-        return await revert_mod.revert(self.store, session, message_id, part_id)
+
+        async def op() -> tuple[Session, list[Event]]:
+            session = await self.store.require_session(session_id)
+            return await revert_mod.revert(self.store, session, message_id, part_id), []
+
+        return await self.writes.write(REVERT, session_id, op)
 
     async def unrevert(self, session_id: str) -> Session:
-        self.invalidate_prepared(session_id)
-        session = await self.store.require_session(session_id)
-        return await revert_mod.unrevert(self.store, session)
+        async def op() -> tuple[Session, list[Event]]:
+            session = await self.store.require_session(session_id)
+            return await revert_mod.unrevert(self.store, session), []
+
+        return await self.writes.write(UNREVERT, session_id, op)
 
     async def _prune(
         self,
@@ -493,16 +614,16 @@ class Engine:
         # cleared (126 MB for a long imported session's first prune, in one burst). The
         # ``session/pruned`` events name the parts and their ``time.compacted``, a bounded
         # number of ids each.
-        for start in range(0, len(plan.part_ids), PRUNED_PER_EVENT):
-            self.host.publish(
-                session_id,
-                PrunedEvent(
-                    session_id=session_id,
-                    part_ids=plan.part_ids[start : start + PRUNED_PER_EVENT],
-                    tokens_saved=sum(plan.saved[start : start + PRUNED_PER_EVENT]),
-                    compacted=ts,
-                ),
+        events = [
+            PrunedEvent(
+                session_id=session_id,
+                part_ids=plan.part_ids[start : start + PRUNED_PER_EVENT],
+                tokens_saved=sum(plan.saved[start : start + PRUNED_PER_EVENT]),
+                compacted=ts,
             )
+            for start in range(0, len(plan.part_ids), PRUNED_PER_EVENT)
+        ]
+        self.writes.after(PRUNE, session_id, events)
         return PruneResult(part_ids=plan.part_ids, tokens_saved=plan.tokens_saved)
 
     def is_compacting(self, session_id: str) -> bool:
@@ -526,10 +647,12 @@ class Engine:
                     return None
             used = await self._commit_prepared(req, cfg)
             if used is not None:
+                self.writes.after(COMPACTION, sid)
                 return used
             outcome = await self.compactor.run(req, cfg, self.writer(cfg))
             if outcome.result.error is None:
                 self.summary_tokens += await self._summary_output(sid, outcome)
+            self.writes.after(COMPACTION, sid)  # its events went out as it ran
             return outcome
         finally:
             renew.cancel()
@@ -1002,15 +1125,18 @@ class Engine:
             if not await self.store.acquire_lease(lease, self._owner, LEASE_MS):
                 raise Busy(f"session {session_id!r} is being compacted by another daemon")
             try:
-                # A summary prepared in the background covers the window being changed.
-                self.invalidate_prepared(session_id)
-                return await self._uncompact(session_id, message_id, restore_pruned)
+                # A summary prepared in the background covers the window being changed: the
+                # door drops it (``UNCOMPACT``).
+                async def op() -> tuple[list[str], list[Event]]:
+                    return await self._uncompact(session_id, message_id, restore_pruned)
+
+                return await self.writes.write(UNCOMPACT, session_id, op)
             finally:
                 await self.store.release_lease(lease, self._owner)
 
     async def _uncompact(
         self, session_id: str, message_id: str | None, restore_pruned: bool
-    ) -> list[str]:
+    ) -> tuple[list[str], list[Event]]:
         records = await self.compactions(session_id)
         if not records:
             raise InvalidParams(f"invalid params: session {session_id!r} has no compaction to undo")
@@ -1038,17 +1164,16 @@ class Engine:
             if mid is not None
         ]
         removed = await steer_data.remove_messages(steering(self.store), session_id, ids)
-        for mid in removed:
-            self.host.publish(
-                session_id, MessageRemovedEvent(session_id=session_id, message_id=mid)
-            )
+        events: list[Event] = [
+            MessageRemovedEvent(session_id=session_id, message_id=mid) for mid in removed
+        ]
         if restore_pruned:
             pruned = [pid for r in undone for pid in r.pruned_part_ids]
             for raw in await steer_data.unmark_compacted(steering(self.store), pruned):
-                self.host.publish(session_id, PartUpdatedEvent(part=msgspec.Raw(raw)))
+                events.append(PartUpdatedEvent(part=msgspec.Raw(raw)))
         self._cuts.pop(session_id, None)
         self._streak.pop(session_id, None)
-        return removed
+        return removed, events
 
 
 _record = msgspec.json.Decoder(CompactionRecord)

@@ -17,11 +17,7 @@ from sidecar.store import steer
 
 
 async def pin(ctx: Context, p: PartPinParams) -> None:
-    await ctx.store.require_session(p.session_id)
-    await steer.set_pin(ctx.store, p.session_id, p.message_id, p.part_id, p.pinned)
-    # The kept block of a summary prepared in the background (compaction.prepare) holds the
-    # pins as they were: it no longer matches.
-    ctx.engine.invalidate_prepared(p.session_id)
+    await ctx.engine.pin(p.session_id, p.message_id, p.part_id, p.pinned)
     return None
 
 

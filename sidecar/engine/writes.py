@@ -1,0 +1,147 @@
+"""The write door: every write to a session goes through here, and so does what follows it.
+
+A write changes more than its rows: the window cache (``Store.cache``), the delta revisions
+``since`` refers to, a summary prepared ahead of an overflow (``compaction.prepare``), the
+session's turn clock (the automatic work waiting for the turn's end), the history index, and
+the session's subscribers. Each ``WriteKind`` says which of these it touches; ``WriteDoor``
+applies them in one order, so no caller (a handler, an engine unit) has to remember them:
+
+1. ``before``: the turn clock (a write of the turn being written), before the write is
+   queued, so automatic work registered behind it waits;
+2. the write itself (an awaited op, or a queued one answered from the commit callback on the
+   ingest path, which stays zero-copy and task-free);
+3. ``after`` (once committed): the window cache (dropped when the store's commit does not keep
+   it for this kind), the revisions, the prepared summary, the history indexer hook, then the
+   events to subscribers.
+
+The history index itself is still written in the part's own transaction by the store's
+commit; ``index`` is the named step where a background indexer plugs in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from sidecar.engine.delta import Revisions
+from sidecar.engine.host import Host
+from sidecar.engine.ports import StorePort
+from sidecar.model.rpc import Event
+from sidecar.store.backend import Done
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class WriteKind:
+    """A kind of write, and which of a write's consequences it has."""
+
+    name: str
+    #: The store's commit keeps the window cache for it (row-exact); else the door drops the
+    #: session's cached window after the commit.
+    cache_kept: bool = True
+    #: It changes what a prepared summary covers without a message write (whose changes the
+    #: summary's fingerprint catches when it would be committed): the summary is dropped.
+    history: bool = False
+    #: A write of the turn being written: the turn's quiet timer starts again.
+    turn: bool = False
+
+
+MESSAGE = WriteKind("message", turn=True)
+PART = WriteKind("part", turn=True)
+MESSAGE_REMOVE = WriteKind("message.remove")
+PART_REMOVE = WriteKind("part.remove")
+PIN = WriteKind("pin", history=True)
+REVERT = WriteKind("revert", history=True)
+UNREVERT = WriteKind("unrevert", history=True)
+UNCOMPACT = WriteKind("uncompact", cache_kept=False, history=True)
+FORK = WriteKind("fork")
+IMPORT = WriteKind("import", cache_kept=False)
+PRUNE = WriteKind("prune")
+COMPACTION = WriteKind("compaction")
+
+Indexer = Callable[[WriteKind, str], None]
+
+
+def _no_index(_kind: WriteKind, _session_id: str) -> None:
+    """The history index is written by the store's commit, in the write's transaction."""
+
+
+class WriteDoor:
+    """The one entry for writes (see the module docstring). ``touch`` is the turn clock,
+    ``invalidate_prepared`` the prepared summaries' drop; ``index`` may be replaced."""
+
+    def __init__(
+        self,
+        store: StorePort,
+        host: Host,
+        revisions: Revisions,
+        touch: Callable[[str], None],
+        invalidate_prepared: Callable[[str], None],
+    ) -> None:
+        self.store = store
+        self.host = host
+        self.revisions = revisions
+        self._touch = touch
+        self._invalidate_prepared = invalidate_prepared
+        self.index: Indexer = _no_index
+
+    def before(self, kind: WriteKind, session_id: str) -> None:
+        if kind.turn:
+            self._touch(session_id)
+
+    def after(self, kind: WriteKind, session_id: str, events: Sequence[Event] = ()) -> None:
+        """What follows a committed write of ``kind`` to the session."""
+        if not kind.cache_kept:
+            self.store.cache.invalidate(session_id)
+        self.revisions.wrote(session_id)
+        if kind.history:
+            self._invalidate_prepared(session_id)
+        self.index(kind, session_id)
+        for event in events:
+            self.host.publish(session_id, event)
+
+    async def write(
+        self,
+        kind: WriteKind,
+        session_id: str,
+        op: Callable[[], Awaitable[tuple[T, Sequence[Event]]]],
+    ) -> T:
+        """Run ``op`` (the write; it returns its result and the events it causes), then what
+        follows it. Nothing follows a write that raised: nothing was stored."""
+        self.before(kind, session_id)
+        result, events = await op()
+        self.after(kind, session_id, events)
+        return result
+
+    def queue(
+        self,
+        kind: WriteKind,
+        session_id: str,
+        submit: Callable[[Done[None]], None],
+        events: Sequence[Event],
+        then: Done[Any],
+        reply: Any,
+        *,
+        committed: Done[None] | None = None,
+        subscribe: Callable[[str], None] | None = None,
+    ) -> None:
+        """The ingest path: ``submit(callback)`` queues the write; once it committed,
+        ``committed`` (the automatic work it causes) is told, ``subscribe`` (the writer's
+        subscription) runs, what follows the write is applied, and ``then(reply, None)``
+        answers; a failed write only answers ``then(None, exc)``."""
+        self.before(kind, session_id)
+
+        def done(_: None, exc: BaseException | None) -> None:
+            if committed is not None:
+                committed(None, exc)
+            if exc is not None:
+                then(None, exc)
+                return
+            if subscribe is not None:
+                subscribe(session_id)
+            self.after(kind, session_id, events)
+            then(reply, None)
+
+        submit(done)
