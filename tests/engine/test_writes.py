@@ -9,7 +9,8 @@ from typing import Any
 import msgspec
 
 from sidecar.engine import writes
-from sidecar.engine.service import Engine, _Preparing
+from sidecar.engine.prepared import _Preparing
+from sidecar.engine.service import Engine
 from sidecar.engine.writes import WriteKind
 from sidecar.model.rpc import Event, StatusEvent
 from sidecar.model.session import Session
@@ -23,7 +24,7 @@ async def _prepared(engine: Engine, sid: str) -> asyncio.Task[Any]:
     one: a task the door must cancel when the session's history changes under it."""
     never: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     task = asyncio.ensure_future(never)
-    engine._prepared[sid] = _Preparing(task, b"")
+    engine.preparer._prepared[sid] = _Preparing(task, b"")
     return task
 
 
@@ -59,7 +60,9 @@ async def test_a_new_write_kind_gets_every_invalidation(store: Store) -> None:
     assert store.cache.get(sid, None) is None  # the window cache dropped
     assert engine.revisions.generation(sid) == generation + 1  # revisions told
     await asyncio.sleep(0)
-    assert task.cancelled() and engine._prepared.get(sid) is None  # prepared summary dropped
+    assert (
+        task.cancelled() and engine.preparer._prepared.get(sid) is None
+    )  # prepared summary dropped
     assert turn.last > touched_at  # the turn clock touched
     assert indexed == [("test.retitle", sid)]  # the indexer hook called
     assert (sid, "session/status", event) in h.host.events  # the notification sent
