@@ -41,7 +41,6 @@ from sidecar.engine.writes import (
     MESSAGE_REMOVE,
     PART,
     PART_REMOVE,
-    PRUNE,
     REVERT,
     UNREVERT,
     WriteDoor,
@@ -52,7 +51,6 @@ from sidecar.model.config import Config, SummarizerConfig
 from sidecar.model.ids import now_ms
 from sidecar.model.messages import AssistantMessage, Message
 from sidecar.model.rpc import (
-    PRUNED_PER_EVENT,
     BreakdownResult,
     CompactionRecord,
     CompactResult,
@@ -65,7 +63,6 @@ from sidecar.model.rpc import (
     OverheadSource,
     PartRemovedEvent,
     PartUpdatedEvent,
-    PrunedEvent,
     PruneResult,
 )
 from sidecar.model.session import Session
@@ -372,27 +369,9 @@ class Engine:
         only up to that message, and marks with ``ts`` (automatic work: deterministic whatever
         the frontend writes next)."""
         session = await self.store.require_session(session_id)
+        ccfg = (cfg or self.config()).compaction
         ts = ts if ts is not None else now_ms()
-        plan, _updated = await prune_run.run(
-            self.store, session, (cfg or self.config()).compaction, cutoff=cutoff, ts=ts
-        )
-        if not plan.commit:
-            return PruneResult(part_ids=[], tokens_saved=0)
-        # No ``part/updated`` per pruned part: it would carry the very output the prune
-        # cleared (126 MB for a long imported session's first prune, in one burst). The
-        # ``session/pruned`` events name the parts and their ``time.compacted``, a bounded
-        # number of ids each.
-        events = [
-            PrunedEvent(
-                session_id=session_id,
-                part_ids=plan.part_ids[start : start + PRUNED_PER_EVENT],
-                tokens_saved=sum(plan.saved[start : start + PRUNED_PER_EVENT]),
-                compacted=ts,
-            )
-            for start in range(0, len(plan.part_ids), PRUNED_PER_EVENT)
-        ]
-        self.writes.after(PRUNE, session_id, events)
-        return PruneResult(part_ids=plan.part_ids, tokens_saved=plan.tokens_saved)
+        return await prune_run.prune(self.store, self.writes, session, ccfg, cutoff=cutoff, ts=ts)
 
     def is_compacting(self, session_id: str) -> bool:
         return session_id in self._compacting
