@@ -67,12 +67,7 @@ class Face(Protocol):
     def last_work(self, session_id: str) -> asyncio.Task[Any] | None: ...
     def overhead_of(self, session: Session, given: int | None) -> tuple[int, OverheadSource]: ...
     async def prune_locked(
-        self,
-        session_id: str,
-        cfg: Config | None = None,
-        *,
-        cutoff: Key | None = None,
-        ts: int | None = None,
+        self, session_id: str, cfg: Config, *, cutoff: Key, ts: int
     ) -> PruneResult: ...
     async def run_compaction(
         self, req: Request, cfg: Config, turn: Key | None = None

@@ -16,8 +16,8 @@ from typing import Protocol
 
 from sidecar.engine import breakdown as breakdown_mod
 from sidecar.engine import context as context_mod
-from sidecar.engine import delta, overhead, steer
 from sidecar.engine import overflow as overflow_mod
+from sidecar.engine import overhead, steer
 from sidecar.engine.auto import Automatic
 from sidecar.engine.fit import limit_for_window
 from sidecar.engine.ports import StorePort, steering
@@ -44,7 +44,6 @@ class Face(Protocol):
     store: StorePort
     config: Callable[[], Config]
     overheads: overhead.Overheads
-    revisions: delta.Revisions
     auto: Automatic
 
     def lock(self, session_id: str) -> asyncio.Lock: ...
@@ -61,30 +60,6 @@ class Reads:
         self.face = face
         self.store = face.store
 
-    async def context(
-        self,
-        session_id: str,
-        fmt: ContextFormat,
-        cfg: Config | None = None,
-        *,
-        wait: bool = True,
-        fit: bool = True,
-        overhead_tokens: int | None = None,
-        since: str | None = None,
-    ) -> ContextResult:
-        """``session/context``: the window, with its revision; ``wait``: after earlier writes'
-        automatic work; ``fit``: see ``_fit``; ``overhead_tokens``: the frontend's overhead
-        (None: the learned one); ``since``: a revision served before (then only what changed
-        after it, when it can: ``delta``)."""
-        if wait:
-            await self.face.idle(session_id)
-        session = await self.store.require_session(session_id)
-        extra, source = self.overhead_of(session, overhead_tokens)
-        result = await self._context(session, fmt, cfg or self.face.config(), fit, extra)
-        result.overhead_tokens, result.overhead_source = extra, source
-        self.face.overheads.served(session_id, result.estimated_tokens)
-        return self.face.revisions.serve(session_id, result, since)
-
     def overhead_of(self, session: Session, given: int | None) -> tuple[int, OverheadSource]:
         """The frontend overhead a read counts: ``given``, else the one learned here, else the
         one stored with the session's limits (learned before a restart), else none."""
@@ -95,7 +70,7 @@ class Reads:
             learned = session.limits.overhead
         return (0, "none") if learned is None else (learned, "learned")
 
-    async def _context(
+    async def window(
         self, session: Session, fmt: ContextFormat, cfg: Config, fit: bool, extra: int
     ) -> ContextResult:
         stub = cfg.compaction.pruned_stub
@@ -112,23 +87,15 @@ class Reads:
         return await self._fit(session.id, fmt, usable, cfg, extra)
 
     async def breakdown(
-        self,
-        session_id: str,
-        cfg: Config | None = None,
-        *,
-        wait: bool = True,
-        overhead: int | None = None,
+        self, session: Session, cfg: Config, extra: int, source: OverheadSource
     ) -> BreakdownResult:
-        """``session/breakdown``: the window ``context`` would serve next, split by category."""
-        if wait:
-            await self.face.idle(session_id)
-        session = await self.store.require_session(session_id)
-        extra, source = self.overhead_of(session, overhead)
+        """``session/breakdown``: the window ``context`` would serve next, split by category;
+        ``extra``: the frontend overhead counted (``source``: where it came from)."""
         window = await load_window(self.store, session)
-        cfg = steer.for_window(cfg or self.face.config(), window)
-        pinned = await steer_data.pinned_ids(steering(self.store), session_id)
+        cfg = steer.for_window(cfg, window)
+        pinned = await steer_data.pinned_ids(steering(self.store), session.id)
         return breakdown_mod.result(
-            session_id,
+            session.id,
             window,
             pinned,
             limit_for_window(window, cfg.models),

@@ -133,18 +133,6 @@ class Engine:
         or a test's), instead of building one from the config."""
         self.writers.use(summarizer, writer)
 
-    @property
-    def summary_tokens(self) -> int:
-        return self.tally.summary_tokens
-
-    @property
-    def prepared_discarded_tokens(self) -> int:
-        return self.tally.prepared_discarded_tokens
-
-    @property
-    def prepared_failed(self) -> int:
-        return self.tally.prepared_failed
-
     def spawn(self, session_id: str, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` as the session's newest automatic work (``idle`` waits for it)."""
         task = asyncio.get_running_loop().create_task(coro)
@@ -230,10 +218,18 @@ class Engine:
         overhead_tokens: int | None = None,
         since: str | None = None,
     ) -> ContextResult:
-        """``session/context``: see ``Reads.context``."""
-        return await self.reads.context(
-            session_id, fmt, cfg, wait=wait, fit=fit, overhead_tokens=overhead_tokens, since=since
-        )
+        """``session/context``: the window, with its revision; ``wait``: after earlier writes'
+        automatic work; ``fit``: see ``Reads.window``; ``overhead_tokens``: the frontend's
+        overhead (None: the learned one); ``since``: a revision served before (then only
+        what changed after it, when it can: ``delta``)."""
+        if wait:
+            await self.idle(session_id)
+        session = await self.store.require_session(session_id)
+        extra, source = self.overhead_of(session, overhead_tokens)
+        result = await self.reads.window(session, fmt, cfg or self.config(), fit, extra)
+        result.overhead_tokens, result.overhead_source = extra, source
+        self.overheads.served(session_id, result.estimated_tokens)
+        return self.revisions.serve(session_id, result, since)
 
     def overhead_of(self, session: Session, given: int | None) -> tuple[int, OverheadSource]:
         return self.reads.overhead_of(session, given)
@@ -246,7 +242,12 @@ class Engine:
         wait: bool = True,
         overhead: int | None = None,
     ) -> BreakdownResult:
-        return await self.reads.breakdown(session_id, cfg, wait=wait, overhead=overhead)
+        """``session/breakdown``: the window ``context`` would serve next, split by category."""
+        if wait:
+            await self.idle(session_id)
+        session = await self.store.require_session(session_id)
+        extra, source = self.overhead_of(session, overhead)
+        return await self.reads.breakdown(session, cfg or self.config(), extra, source)
 
     async def overflow_of(
         self, tokens: Tokens, limit: ModelLimit, cfg: Config | None = None
