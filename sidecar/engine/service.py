@@ -13,15 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-import msgspec
-
 from sidecar.engine import delta, overhead, prune_run, steer
-from sidecar.engine import fork as fork_mod
 from sidecar.engine import lease as lease_mod
 from sidecar.engine import revert as revert_mod
 from sidecar.engine.auto import Automatic
@@ -36,16 +32,11 @@ from sidecar.engine.window import load_window
 from sidecar.engine.writers import Writers
 from sidecar.engine.writes import (
     COMPACTION,
-    FORK,
-    MESSAGE,
-    MESSAGE_REMOVE,
-    PART,
-    PART_REMOVE,
     REVERT,
     UNREVERT,
     WriteDoor,
 )
-from sidecar.errors import Busy, UnknownMessage, UnknownPart
+from sidecar.errors import Busy
 from sidecar.model.catalog import lookup
 from sidecar.model.config import Config, SummarizerConfig
 from sidecar.model.ids import now_ms
@@ -57,19 +48,14 @@ from sidecar.model.rpc import (
     ContextFormat,
     ContextResult,
     Event,
-    MessageRemovedEvent,
-    MessageUpdatedEvent,
     OverflowResult,
     OverheadSource,
-    PartRemovedEvent,
-    PartUpdatedEvent,
     PruneResult,
 )
 from sidecar.model.session import Session
 from sidecar.model.tokens import ModelLimit, Tokens
 from sidecar.store import Key, holder
 from sidecar.store.backend import Done
-from sidecar.store.store import PartKey
 from sidecar.summarizers.base import Summarizer
 
 log = logging.getLogger("sidecar.engine")
@@ -90,9 +76,6 @@ class Engine:
         self.revisions = delta.Revisions()
         # Every write, and what follows it (cache, revisions, prepared summary, turn clock,
         # history index, notifications).
-        self.writes = WriteDoor(
-            store, host, self.revisions, self.turns.touch, self.preparer.invalidate
-        )
         # Their estimates and the frontend overhead learned from the steps they served.
         self.overheads = overhead.Overheads()
         self._locks: dict[str, asyncio.Lock] = {}
@@ -103,6 +86,14 @@ class Engine:
         # The newest automatic-work task per session: the next one waits for it (write order).
         self._last: dict[str, asyncio.Task[Any]] = {}
         self.auto = Automatic(self)
+        self.writes = WriteDoor(
+            store,
+            host,
+            self.revisions,
+            self.turns.touch,
+            self.preparer.invalidate,
+            self.auto.will_store,
+        )
         self.reads = Reads(self)
         self.steering = Steering(self)
 
@@ -266,79 +257,7 @@ class Engine:
             cfg = steer.for_window(cfg or self.config(), await load_window(self.store, session))
             return await self.prune_locked(session_id, cfg)
 
-    # -- writes: each through the write door ---------------------------------------------------
-
-    def put_message(
-        self,
-        info: Message,
-        raw: bytes,
-        cfg: Config | None,
-        then: Done[Any],
-        subscribe: Callable[[str], None] | None = None,
-    ) -> None:
-        """``message/update``: queue the row; once committed the work it causes may run (see
-        ``will_store``, registered before the write is queued so a read behind it waits), the
-        writer is subscribed, what follows a write is applied and ``then`` gets the stored
-        JSON."""
-        stored = msgspec.Raw(raw)
-        work = self.will_store(info, cfg)
-        self.writes.queue(
-            MESSAGE,
-            info.session_id,
-            functools.partial(self.store.put_message_then, info, raw),
-            (MessageUpdatedEvent(message=stored),),
-            then,
-            stored,
-            committed=work,
-            subscribe=subscribe,
-        )
-
-    def put_part(
-        self,
-        part: PartKey,
-        raw: str,
-        stored: Any,
-        then: Done[Any],
-        subscribe: Callable[[str], None] | None = None,
-    ) -> None:
-        """``part/update``'s hot path: queue the row (``raw``); once committed, ``stored``
-        (the client's bytes, whatever encodes as them) is echoed in ``part/updated`` and the
-        reply."""
-        self.writes.queue(
-            PART,
-            part.session_id,
-            functools.partial(self.store.put_part_then, part, raw),
-            (PartUpdatedEvent(part=stored),),
-            then,
-            stored,
-            subscribe=subscribe,
-        )
-
-    async def remove_message(self, session_id: str, message_id: str) -> None:
-        async def op() -> tuple[None, list[Event]]:
-            await self.store.require_session(session_id)
-            if not await self.store.remove_message(session_id, message_id):
-                raise UnknownMessage(message_id)
-            return None, [MessageRemovedEvent(session_id=session_id, message_id=message_id)]
-
-        await self.writes.write(MESSAGE_REMOVE, session_id, op)
-
-    async def remove_part(self, session_id: str, message_id: str, part_id: str) -> None:
-        async def op() -> tuple[None, list[Event]]:
-            await self.store.require_session(session_id)
-            if not await self.store.remove_part(session_id, message_id, part_id):
-                raise UnknownPart(part_id)
-            event = PartRemovedEvent(session_id=session_id, message_id=message_id, part_id=part_id)
-            return None, [event]
-
-        await self.writes.write(PART_REMOVE, session_id, op)
-
-    async def fork(self, session_id: str, message_id: str | None) -> Session:
-        async def op() -> tuple[Session, list[Event]]:
-            source = await self.store.require_session(session_id)
-            return await fork_mod.fork(self.store, source, message_id), []
-
-        return await self.writes.write(FORK, session_id, op)
+    # -- writes: through the write door (``writes``) ----------------------------------------
 
     async def revert(self, session_id: str, message_id: str, part_id: str | None) -> Session:
         """Hide messages from ``message_id`` on; refused while the session compacts."""

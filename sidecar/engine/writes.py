@@ -20,15 +20,30 @@ commit; ``index`` is the named step where a background indexer plugs in.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import msgspec
+
+from sidecar.engine import fork as fork_mod
 from sidecar.engine.delta import Revisions
 from sidecar.engine.host import Host
 from sidecar.engine.ports import StorePort
-from sidecar.model.rpc import Event
+from sidecar.errors import UnknownMessage, UnknownPart
+from sidecar.model.config import Config
+from sidecar.model.messages import Message
+from sidecar.model.rpc import (
+    Event,
+    MessageRemovedEvent,
+    MessageUpdatedEvent,
+    PartRemovedEvent,
+    PartUpdatedEvent,
+)
+from sidecar.model.session import Session
 from sidecar.store.backend import Done
+from sidecar.store.store import PartKey
 
 T = TypeVar("T")
 
@@ -57,7 +72,8 @@ REVERT = WriteKind("revert", history=True)
 UNREVERT = WriteKind("unrevert", history=True)
 UNCOMPACT = WriteKind("uncompact", cache_kept=False, history=True)
 FORK = WriteKind("fork")
-IMPORT = WriteKind("import", cache_kept=False)
+SESSION = WriteKind("session")
+SESSION_DELETE = WriteKind("session.delete", cache_kept=False, history=True)
 PRUNE = WriteKind("prune")
 COMPACTION = WriteKind("compaction")
 
@@ -79,12 +95,14 @@ class WriteDoor:
         revisions: Revisions,
         touch: Callable[[str], None],
         invalidate_prepared: Callable[[str], None],
+        will_store: Callable[[Message, Config | None], Done[Any] | None],
     ) -> None:
         self.store = store
         self.host = host
         self.revisions = revisions
         self._touch = touch
         self._invalidate_prepared = invalidate_prepared
+        self._will_store = will_store  # the automatic work a message write causes
         self.index: Indexer = _no_index
 
     def before(self, kind: WriteKind, session_id: str) -> None:
@@ -145,3 +163,94 @@ class WriteDoor:
             then(reply, None)
 
         submit(done)
+
+    # -- the writes ----------------------------------------------------------------------------
+
+    def put_message(
+        self,
+        info: Message,
+        raw: bytes,
+        cfg: Config | None,
+        then: Done[Any],
+        subscribe: Callable[[str], None] | None = None,
+    ) -> None:
+        """``message/update``: queue the row; once committed the work it causes may run (see
+        ``will_store``, registered before the write is queued so a read behind it waits), the
+        writer is subscribed, what follows a write is applied and ``then`` gets the stored
+        JSON."""
+        stored = msgspec.Raw(raw)
+        work = self._will_store(info, cfg)
+        self.queue(
+            MESSAGE,
+            info.session_id,
+            functools.partial(self.store.put_message_then, info, raw),
+            (MessageUpdatedEvent(message=stored),),
+            then,
+            stored,
+            committed=work,
+            subscribe=subscribe,
+        )
+
+    def put_part(
+        self,
+        part: PartKey,
+        raw: str,
+        stored: Any,
+        then: Done[Any],
+        subscribe: Callable[[str], None] | None = None,
+    ) -> None:
+        """``part/update``'s hot path: queue the row (``raw``); once committed, ``stored``
+        (the client's bytes, whatever encodes as them) is echoed in ``part/updated`` and the
+        reply."""
+        self.queue(
+            PART,
+            part.session_id,
+            functools.partial(self.store.put_part_then, part, raw),
+            (PartUpdatedEvent(part=stored),),
+            then,
+            stored,
+            subscribe=subscribe,
+        )
+
+    async def put_session(self, session: Session) -> None:
+        """``session/create``: store the new session."""
+
+        async def op() -> tuple[None, list[Event]]:
+            await self.store.put_session(session)
+            return None, []
+
+        await self.write(SESSION, session.id, op)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """``session/delete``: False when there was no such session."""
+
+        async def op() -> tuple[bool, list[Event]]:
+            return await self.store.delete_session(session_id), []
+
+        return await self.write(SESSION_DELETE, session_id, op)
+
+    async def remove_message(self, session_id: str, message_id: str) -> None:
+        async def op() -> tuple[None, list[Event]]:
+            await self.store.require_session(session_id)
+            if not await self.store.remove_message(session_id, message_id):
+                raise UnknownMessage(message_id)
+            return None, [MessageRemovedEvent(session_id=session_id, message_id=message_id)]
+
+        await self.write(MESSAGE_REMOVE, session_id, op)
+
+    async def remove_part(self, session_id: str, message_id: str, part_id: str) -> None:
+        async def op() -> tuple[None, list[Event]]:
+            await self.store.require_session(session_id)
+            if not await self.store.remove_part(session_id, message_id, part_id):
+                raise UnknownPart(part_id)
+            event = PartRemovedEvent(session_id=session_id, message_id=message_id, part_id=part_id)
+            return None, [event]
+
+        await self.write(PART_REMOVE, session_id, op)
+
+    async def fork(self, session_id: str, message_id: str | None) -> Session:
+        async def op() -> tuple[Session, list[Event]]:
+            source = await self.store.require_session(session_id)
+            return await fork_mod.fork(self.store, source, message_id), []
+
+        return await self.write(FORK, session_id, op)

@@ -98,8 +98,8 @@ async def test_every_engine_write_goes_through_the_door(store: Store) -> None:
     await engine.pin(s.id, a.id, part.id, True)
     await engine.revert(s.id, a.id, None)
     await engine.unrevert(s.id)
-    forked = await engine.fork(s.id, None)
-    await engine.remove_part(s.id, a.id, part.id)
-    await engine.remove_message(s.id, a.id)
+    forked = await engine.writes.fork(s.id, None)
+    await engine.writes.remove_part(s.id, a.id, part.id)
+    await engine.writes.remove_message(s.id, a.id)
     assert seen == ["pin", "revert", "unrevert", "fork", "part.remove", "message.remove"]
     assert forked.id != s.id

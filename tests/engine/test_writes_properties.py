@@ -73,12 +73,14 @@ class Session_:
         return f"{kind}_{self.sid}_{next(self.ids):04d}"
 
     async def message(self, info: Any) -> None:
-        await _committed(self.h.engine.put_message, info, enc(info), self.h.cfg)
+        await _committed(self.h.engine.writes.put_message, info, enc(info), self.h.cfg)
         self.messages.append(info.id)
 
     async def part(self, part: Any) -> None:
         raw = enc(part).decode()
-        await _committed(self.h.engine.put_part, part_key(part), raw, msgspec.Raw(raw.encode()))
+        await _committed(
+            self.h.engine.writes.put_part, part_key(part), raw, msgspec.Raw(raw.encode())
+        )
         self.parts = [p for p in self.parts if p[1] != part.id] + [(part.message_id, part.id, part)]
 
     async def apply(self, o: tuple[Any, ...]) -> None:
@@ -107,11 +109,11 @@ class Session_:
                 await engine.pin(sid, mid, pid, o[2])
             elif kind == "remove_part" and self.parts:
                 mid, pid, _ = self.parts.pop(o[1] % len(self.parts))
-                await engine.remove_part(sid, mid, pid)
+                await engine.writes.remove_part(sid, mid, pid)
             elif kind == "remove_message" and self.messages:
                 mid = self.messages.pop(o[1] % len(self.messages))
                 self.parts = [p for p in self.parts if p[0] != mid]
-                await engine.remove_message(sid, mid)
+                await engine.writes.remove_message(sid, mid)
             elif kind == "revert" and self.messages:
                 await engine.revert(sid, self.messages[o[1] % len(self.messages)], None)
             elif kind == "unrevert":

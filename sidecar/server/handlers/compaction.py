@@ -80,7 +80,7 @@ async def compact(ctx: Context, p: SessionCompactParams) -> CompactResult:
 
 
 async def fork(ctx: Context, p: SessionForkParams) -> Session:
-    forked = await ctx.engine.fork(p.session_id, p.message_id)
+    forked = await ctx.engine.writes.fork(p.session_id, p.message_id)
     ctx.subscribe(forked.id)
     return forked
 

@@ -114,7 +114,7 @@ def _store_message(ctx: Context, info: Message, raw: bytes, done: Done[Any]) -> 
     """Through the engine's write door: once committed the writer is subscribed to the
     session, everyone subscribed hears ``message/updated``, then the reply; else only the
     error reply."""
-    ctx.engine.put_message(info, raw, ctx.config.current, done, ctx.subscribe)
+    ctx.engine.writes.put_message(info, raw, ctx.config.current, done, ctx.subscribe)
 
 
 def part_update(ctx: Context, p: PartUpdateParams, done: Done[Any]) -> Future[None] | None:
@@ -166,7 +166,7 @@ def _store_part(ctx: Context, part: PartKey, stored: Shared, done: Done[Any]) ->
     """Through the engine's write door (the turn is still being written: its clock is
     touched); once committed: subscribe, notify, reply. A ``Shared`` is encoded as the Raw it
     holds, in ``part/updated`` and in the reply."""
-    ctx.engine.put_part(part, stored.text(), stored, done, ctx.subscribe)
+    ctx.engine.writes.put_part(part, stored.text(), stored, done, ctx.subscribe)
 
 
 class _Id(msgspec.Struct):
@@ -192,10 +192,10 @@ def _with_id(view: memoryview, ident: str) -> Shared:
 
 
 async def message_remove(ctx: Context, p: MessageRemoveParams) -> None:
-    await ctx.engine.remove_message(p.session_id, p.message_id)
+    await ctx.engine.writes.remove_message(p.session_id, p.message_id)
     return None
 
 
 async def part_remove(ctx: Context, p: PartRemoveParams) -> None:
-    await ctx.engine.remove_part(p.session_id, p.message_id, p.part_id)
+    await ctx.engine.writes.remove_part(p.session_id, p.message_id, p.part_id)
     return None

@@ -112,7 +112,7 @@ async def test_same_window_as_a_normal_compaction_at_the_cut(store: Store) -> No
     assert prepared is not None
     text = next(p.text for p in prepared.parts if isinstance(p, TextPart))
     # The same history compacted normally (a fork up to the cut), by a writer that writes text.
-    twin = await h.engine.fork(s.id, None)
+    twin = await h.engine.writes.fork(s.id, None)
     normal = await h.engine.compactor.run(
         Request(session_id=twin.id, auto=True, overflow=True), h.cfg, _Writer(text)
     )
@@ -228,7 +228,7 @@ async def test_prompt_change_discards(store: Store) -> None:
 
 async def test_fork_prepares_its_own(store: Store) -> None:
     h, s = await _prepared_session(store)
-    twin = await h.engine.fork(s.id, None)
+    twin = await h.engine.writes.fork(s.id, None)
     assert await h.engine.prepared(twin.id) is None
     await _overflow(h, twin.id)
     (event,) = _compacted(h)
