@@ -25,6 +25,8 @@ MAX_REVISIONS = 64
 # And at most about this much of rendered windows held (estimated as 4 bytes a token; the
 # renderer's memos share most of it): memory stays bounded whatever the windows' sizes.
 MAX_REVISION_BYTES = 64 << 20
+# Sessions whose write count is kept (``generation``).
+MAX_WRITE_COUNTS = 4096
 
 
 class _Served(NamedTuple):
@@ -52,7 +54,10 @@ class Revisions:
         """The write door's step: the session changed. Served revisions need no dropping
         (``since`` compares what it served with the current rendering); the count says how
         many writes the session has had here, which ``generation`` reports."""
-        self._writes[session_id] = self._writes.get(session_id, 0) + 1
+        writes = self._writes
+        writes[session_id] = writes.pop(session_id, 0) + 1
+        if len(writes) > MAX_WRITE_COUNTS:  # bounded: the least recently written forgotten
+            del writes[next(iter(writes))]
 
     def generation(self, session_id: str) -> int:
         """How many writes went through the write door for the session."""
