@@ -8,8 +8,8 @@ applies them in one order, so no caller (a handler, an engine unit) has to remem
 
 1. ``before``: the turn clock (a write of the turn being written), before the write is
    queued, so automatic work registered behind it waits;
-2. the write itself (an awaited op, or a queued one answered from the commit callback on the
-   ingest path, which stays zero-copy and task-free);
+2. the write itself (an awaited op, or, on the ingest path, a queued one answered from the
+   commit callback, which stays zero-copy and task-free);
 3. ``after`` (once committed): the window cache (dropped when the store's commit does not keep
    it for this kind), the revisions, the prepared summary, the history indexer hook, then the
    events to subscribers.
@@ -20,7 +20,6 @@ commit; ``index`` is the named step where a background indexer plugs in.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -80,6 +79,14 @@ COMPACTION = WriteKind("compaction")
 Indexer = Callable[[WriteKind, str], None]
 
 
+def _message_event(stored: Any) -> Event:
+    return MessageUpdatedEvent(message=stored)
+
+
+def _part_event(stored: Any) -> Event:
+    return PartUpdatedEvent(part=stored)
+
+
 def _no_index(_kind: WriteKind, _session_id: str) -> None:
     """The history index is written by the store's commit, in the write's transaction."""
 
@@ -133,23 +140,21 @@ class WriteDoor:
         self.after(kind, session_id, events)
         return result
 
-    def queue(
+    def _on_commit(
         self,
         kind: WriteKind,
         session_id: str,
-        submit: Callable[[Done[None]], None],
-        events: Sequence[Event],
-        then: Done[Any],
         reply: Any,
-        *,
-        committed: Done[None] | None = None,
-        subscribe: Callable[[str], None] | None = None,
-    ) -> None:
-        """The ingest path: ``submit(callback)`` queues the write; once it committed,
-        ``committed`` (the automatic work it causes) is told, ``subscribe`` (the writer's
-        subscription) runs, what follows the write is applied, and ``then(reply, None)``
-        answers; a failed write only answers ``then(None, exc)``."""
-        self.before(kind, session_id)
+        event: Callable[[Any], Event],
+        then: Done[Any],
+        committed: Done[None] | None,
+        subscribe: Callable[[str], None] | None,
+    ) -> Done[None]:
+        """The ingest path's commit callback: ``committed`` (the automatic work the write
+        causes) is told, ``subscribe`` (the writer's subscription) runs, what follows the
+        write is applied (``event(reply)`` to subscribers), and ``then(reply, None)``
+        answers; a failed write only answers ``then(None, exc)``. One closure a write and
+        the event made only once committed: a queued write holds as few objects as it can."""
 
         def done(_: None, exc: BaseException | None) -> None:
             if committed is not None:
@@ -159,10 +164,10 @@ class WriteDoor:
                 return
             if subscribe is not None:
                 subscribe(session_id)
-            self.after(kind, session_id, events)
+            self.after(kind, session_id, (event(reply),))
             then(reply, None)
 
-        submit(done)
+        return done
 
     # -- the writes ----------------------------------------------------------------------------
 
@@ -178,18 +183,13 @@ class WriteDoor:
         ``will_store``, registered before the write is queued so a read behind it waits), the
         writer is subscribed, what follows a write is applied and ``then`` gets the stored
         JSON."""
-        stored = msgspec.Raw(raw)
         work = self._will_store(info, cfg)
-        self.queue(
-            MESSAGE,
-            info.session_id,
-            functools.partial(self.store.put_message_then, info, raw),
-            (MessageUpdatedEvent(message=stored),),
-            then,
-            stored,
-            committed=work,
-            subscribe=subscribe,
+        sid = info.session_id
+        self.before(MESSAGE, sid)
+        done = self._on_commit(
+            MESSAGE, sid, msgspec.Raw(raw), _message_event, then, work, subscribe
         )
+        self.store.put_message_then(info, raw, done)
 
     def put_part(
         self,
@@ -202,15 +202,10 @@ class WriteDoor:
         """``part/update``'s hot path: queue the row (``raw``); once committed, ``stored``
         (the client's bytes, whatever encodes as them) is echoed in ``part/updated`` and the
         reply."""
-        self.queue(
-            PART,
-            part.session_id,
-            functools.partial(self.store.put_part_then, part, raw),
-            (PartUpdatedEvent(part=stored),),
-            then,
-            stored,
-            subscribe=subscribe,
-        )
+        sid = part.session_id
+        self.before(PART, sid)
+        done = self._on_commit(PART, sid, stored, _part_event, then, None, subscribe)
+        self.store.put_part_then(part, raw, done)
 
     async def put_session(self, session: Session) -> None:
         """``session/create``: store the new session."""
