@@ -118,9 +118,7 @@ def load_history(conn: Reader, session: Session) -> list[WithParts]:
 def load_diagnostics(conn: Reader, session: Session) -> dict[str, CompactionRecord]:
     """Each compaction's stored diagnostics by summary message id (``session/compactions``'
     rows; a database from before they were recorded is at an older schema, refused on open)."""
-    records = [
-        _record_decoder.decode(r) for r in conn.run(conn.store.compactions(session.id))
-    ]
+    records = [_record_decoder.decode(r) for r in conn.run(conn.store.compactions(session.id))]
     return {r.message_id: r for r in records}
 
 
