@@ -6,28 +6,29 @@ from collections.abc import Sequence
 
 from sidecar.engine import render
 from sidecar.engine.fit import truncate_to_fit
+from sidecar.engine.ports import StorePort
 from sidecar.engine.tokens import estimate_messages
 from sidecar.engine.window import load_window
 from sidecar.model.messages import WithParts
 from sidecar.model.parts import CompactionPart
 from sidecar.model.rpc import ContextFormat, ContextResult
 from sidecar.model.session import Session
-from sidecar.store import Store
 
 
 async def build(
-    store: Store, session: Session, fmt: ContextFormat, stub: render.Stub = "opencode"
+    store: StorePort, session: Session, fmt: ContextFormat, stub: render.Stub = "opencode"
 ) -> ContextResult:
     return (await build_with_window(store, session, fmt, stub))[0]
 
 
 async def build_with_window(
-    store: Store, session: Session, fmt: ContextFormat, stub: render.Stub = "opencode"
-) -> tuple[ContextResult, list[WithParts]]:
-    """The rendered window and the window itself (``fit`` measures and may cut it)."""
-    raws: dict[str, str] = {}
-    window = await load_window(store, session, raws if fmt == "parts" else None)
-    return render_result(window, fmt, raws, stub), window
+    store: StorePort, session: Session, fmt: ContextFormat, stub: render.Stub = "opencode"
+) -> tuple[ContextResult, list[WithParts], dict[str, str] | None]:
+    """The rendered window, the window itself (``fit`` measures and may cut it) and, for the
+    ``parts`` format, the stored JSON of its messages and parts by id."""
+    raws: dict[str, str] | None = {} if fmt == "parts" else None
+    window = await load_window(store, session, raws)
+    return render_result(window, fmt, raws, stub), window, raws
 
 
 def render_result(
@@ -54,24 +55,22 @@ def render_result(
     )
 
 
-async def build_fitted(
-    store: Store,
-    session: Session,
+def build_fitted(
     fmt: ContextFormat,
     window: list[WithParts],
+    raws: dict[str, str] | None,
     usable: int,
     stub: render.Stub = "opencode",
     overhead: int = 0,
 ) -> ContextResult:
     """The last resort: oversized tool outputs cut in the rendering (stored data untouched);
-    ``overflow`` when even that does not fit. ``overhead``: the frontend's, which the window
+    ``overflow`` when even that does not fit. ``raws``: the window's stored JSON (``parts``
+    format), as ``build_with_window`` read it. ``overhead``: the frontend's, which the window
     must leave room for."""
     fitted, cut = truncate_to_fit(window, usable - overhead)
-    raws: dict[str, str] | None = None
-    if fmt == "parts":
+    if raws is not None:
         # Unchanged objects keep their stored JSON; the cut parts are re-encoded.
-        raws = {}
-        await load_window(store, session, raws)
+        raws = dict(raws)
         for pid in cut:
             raws.pop(pid, None)
     result = render_result(fitted, fmt, raws, stub)

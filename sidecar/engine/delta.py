@@ -25,6 +25,8 @@ MAX_REVISIONS = 64
 # And at most about this much of rendered windows held (estimated as 4 bytes a token; the
 # renderer's memos share most of it): memory stays bounded whatever the windows' sizes.
 MAX_REVISION_BYTES = 64 << 20
+# Sessions whose write count is kept (``generation``).
+MAX_WRITE_COUNTS = 4096
 
 
 class _Served(NamedTuple):
@@ -46,6 +48,20 @@ class Revisions:
         self._bytes = 0
         self._prefix = os.urandom(4).hex()
         self._count = itertools.count(1)
+        self._writes: dict[str, int] = {}
+
+    def wrote(self, session_id: str) -> None:
+        """The write door's step: the session changed. Served revisions need no dropping
+        (``since`` compares what it served with the current rendering); the count says how
+        many writes the session has had here, which ``generation`` reports."""
+        writes = self._writes
+        writes[session_id] = writes.pop(session_id, 0) + 1
+        if len(writes) > MAX_WRITE_COUNTS:  # bounded: the least recently written forgotten
+            del writes[next(iter(writes))]
+
+    def generation(self, session_id: str) -> int:
+        """How many writes went through the write door for the session."""
+        return self._writes.get(session_id, 0)
 
     def serve(self, session_id: str, result: ContextResult, since: str | None) -> ContextResult:
         """``result`` with its ``revision`` set and, for ``since``, cut to a delta if it can."""

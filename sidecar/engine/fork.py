@@ -12,18 +12,19 @@ from typing import Any
 
 import msgspec
 
+from sidecar.engine.ports import StorePort
 from sidecar.errors import UnknownMessage
 from sidecar.model.ids import new_id, now_ms
 from sidecar.model.messages import Message
 from sidecar.model.parts import Part
 from sidecar.model.session import Session, SessionTime
-from sidecar.store import Key, Store, decode_stored, steer
+from sidecar.store import Key, decode_stored
 
 _dict = msgspec.json.Decoder(dict[str, Any])
 _enc = msgspec.json.Encoder()
 
 
-async def fork(store: Store, source: Session, message_id: str | None) -> Session:
+async def fork(store: StorePort, source: Session, message_id: str | None) -> Session:
     stop: Key | None = None
     if message_id is not None:
         stop = await store.message_key(message_id)
@@ -77,5 +78,5 @@ async def fork(store: Store, source: Session, message_id: str | None) -> Session
         new_parts.append((msgspec.json.decode(raw, type=Part), raw))
     await store.put_session(target)
     await store.put_many(messages, new_parts)
-    await steer.copy_pins(store, target.id, copied)  # pins are the daemon's: copied too
+    await store.copy_pins(target.id, copied)  # pins are the daemon's: copied too
     return target

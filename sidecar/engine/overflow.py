@@ -65,3 +65,12 @@ def reaches_trigger_tokens(count: int, cfg: CompactionConfig) -> bool:
     """``compaction.triggerTokens``: compact once a turn's tokens reach it, whatever the
     model's window; with the fraction trigger, whichever is lower wins."""
     return cfg.trigger_tokens is not None and count >= cfg.trigger_tokens
+
+
+def threshold(limit: ModelLimit, cfg: CompactionConfig) -> int:
+    """What a compacted window must fit under: the trigger share of the usable input, and at
+    most ``triggerTokens``."""
+    point = int(cfg.effective_trigger() * usable(limit, cfg))
+    if cfg.trigger_tokens is not None:
+        point = min(point, cfg.trigger_tokens)
+    return point

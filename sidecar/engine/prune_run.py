@@ -11,11 +11,14 @@ decision reads: never an output already pruned.
 from __future__ import annotations
 
 from sidecar.engine import prune_plan
+from sidecar.engine.ports import StorePort
 from sidecar.engine.window import cut_reverted, revert_key
+from sidecar.engine.writes import PRUNE, WriteDoor
 from sidecar.model.config import CompactionConfig
 from sidecar.model.ids import now_ms
+from sidecar.model.rpc import PRUNED_PER_EVENT, PrunedEvent, PruneResult
 from sidecar.model.session import Session
-from sidecar.store import PAGE, Key, LightMessage, Store, steer
+from sidecar.store import PAGE, Key, LightMessage
 
 
 def _visible(
@@ -42,7 +45,7 @@ def _visible(
 
 
 async def walk(
-    store: Store,
+    store: StorePort,
     session: Session,
     cfg: CompactionConfig,
     cutoff: Key | None = None,
@@ -81,7 +84,7 @@ async def walk(
 
 
 async def run(
-    store: Store,
+    store: StorePort,
     session: Session,
     cfg: CompactionConfig,
     *,
@@ -92,8 +95,37 @@ async def run(
 
     ``cutoff``: walk only messages up to it (what a turn-end prune saw when its turn ended,
     whatever the frontend has written since); ``ts``: the ``time.compacted`` to set."""
-    plan = await walk(store, session, cfg, cutoff, pinned=await steer.pinned_ids(store, session.id))
+    plan = await walk(store, session, cfg, cutoff, pinned=await store.pinned_ids(session.id))
     if not plan.commit:
         return plan, []
     updated = await store.mark_compacted(plan.part_ids, ts if ts is not None else now_ms())
     return plan, updated
+
+
+async def prune(
+    store: StorePort,
+    writes: WriteDoor,
+    session: Session,
+    cfg: CompactionConfig,
+    *,
+    cutoff: Key | None,
+    ts: int,
+) -> PruneResult:
+    """``run``, then what follows the write (``writes.PRUNE``): no ``part/updated`` per
+    pruned part, which would carry the very output the prune cleared (126 MB for a long
+    imported session's first prune, in one burst), but ``session/pruned`` events naming the
+    parts and their ``time.compacted``, a bounded number of ids each."""
+    plan, _updated = await run(store, session, cfg, cutoff=cutoff, ts=ts)
+    if not plan.commit:
+        return PruneResult(part_ids=[], tokens_saved=0)
+    events = [
+        PrunedEvent(
+            session_id=session.id,
+            part_ids=plan.part_ids[start : start + PRUNED_PER_EVENT],
+            tokens_saved=sum(plan.saved[start : start + PRUNED_PER_EVENT]),
+            compacted=ts,
+        )
+        for start in range(0, len(plan.part_ids), PRUNED_PER_EVENT)
+    ]
+    writes.after(PRUNE, session.id, events)
+    return PruneResult(part_ids=plan.part_ids, tokens_saved=plan.tokens_saved)

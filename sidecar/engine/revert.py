@@ -8,15 +8,20 @@ clears the revert, as OpenCode's ``SessionRevert.cleanup`` does.
 
 from __future__ import annotations
 
+import msgspec
+
 from sidecar.engine.host import Host
+from sidecar.engine.ports import StorePort
 from sidecar.errors import ErrorCode, SidecarError, UnknownMessage
 from sidecar.model.ids import now_ms
 from sidecar.model.rpc import MessageRemovedEvent
 from sidecar.model.session import RevertInfo, Session
-from sidecar.store import Key, Store
+from sidecar.store import Key
 
 
-async def revert(store: Store, session: Session, message_id: str, part_id: str | None) -> Session:
+async def revert(
+    store: StorePort, session: Session, message_id: str, part_id: str | None
+) -> Session:
     found = await store.get_message(message_id)
     if found is None or found[0].session_id != session.id:
         raise UnknownMessage(message_id)
@@ -26,20 +31,22 @@ async def revert(store: Store, session: Session, message_id: str, part_id: str |
             raise SidecarError(
                 f"part {part_id!r} is not in message {message_id!r}", ErrorCode.UNKNOWN_PART
             )
-    session.revert = RevertInfo(message_id=message_id, part_id=part_id)
-    session.time.updated = now_ms()
-    await store.put_session(session)
-    return session
+    return await _put_revert(store, session, RevertInfo(message_id=message_id, part_id=part_id))
 
 
-async def unrevert(store: Store, session: Session) -> Session:
-    session.revert = None
-    session.time.updated = now_ms()
-    await store.put_session(session)
-    return session
+async def unrevert(store: StorePort, session: Session) -> Session:
+    return await _put_revert(store, session, None)
 
 
-async def cleanup(store: Store, host: Host, session: Session) -> Session:
+async def _put_revert(store: StorePort, session: Session, info: RevertInfo | None) -> Session:
+    """A new ``Session`` with ``revert`` set (the one read is shared: never mutated)."""
+    time = msgspec.structs.replace(session.time, updated=now_ms())
+    changed = msgspec.structs.replace(session, revert=info, time=time)
+    await store.put_session(changed)
+    return changed
+
+
+async def cleanup(store: StorePort, host: Host, session: Session) -> Session:
     """Delete what the armed revert hides, then clear it."""
     info = session.revert
     if info is None:

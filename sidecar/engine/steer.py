@@ -12,13 +12,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sidecar.engine.ports import StorePort
 from sidecar.engine.tokens import estimate
 from sidecar.model.config import Config, KeepConfig
 from sidecar.model.conversation import is_marker
 from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
 from sidecar.model.parts import Part, TextPart, ToolCompleted, ToolPart
-from sidecar.store import Key, Store
-from sidecar.store import steer as data
+from sidecar.store import Key
 
 TITLE = "## Kept verbatim"
 SHORTENED = (
@@ -98,14 +98,14 @@ def _text_of(part: Part) -> str | None:
 
 
 async def kept_block(
-    store: Store, session_id: str, keep: KeepConfig, budget: int, cutoff: Key | None = None
+    store: StorePort, session_id: str, keep: KeepConfig, budget: int, cutoff: Key | None = None
 ) -> str:
     """The ``## Kept verbatim`` block, at most ``budget`` tokens: empty when nothing is kept.
     Over budget, the oldest pins are shortened first (then the first request, then the todo
     list: the current state goes last), each saying so."""
     items: list[_Item] = []
     if keep.first_request:
-        first = await data.first_user_message(store, session_id)
+        first = await store.first_user_message(session_id)
         if first is not None:
             text = "\n".join(
                 p.text for p in first.parts if isinstance(p, TextPart) and not p.synthetic
@@ -118,7 +118,7 @@ async def kept_block(
             items.append(_Item(f"Todo list ({todo.tool})", _text_of(todo) or ""))
     pins: list[_Item] = []
     if keep.pinned:
-        for part in await data.pinned_parts(store, session_id):
+        for part in await store.pinned_parts(session_id):
             found = _text_of(part)
             if found is None:
                 continue
@@ -146,7 +146,7 @@ async def kept_block(
 
 
 async def _latest_todo(
-    store: Store, session_id: str, tools: set[str], cutoff: Key | None
+    store: StorePort, session_id: str, tools: set[str], cutoff: Key | None
 ) -> ToolPart | None:
     async for page in store.newest_first(session_id):
         for m in page:

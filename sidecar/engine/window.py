@@ -9,12 +9,13 @@ let them reach a model.
 from __future__ import annotations
 
 from sidecar.engine.filter import filter_compacted
+from sidecar.engine.ports import StorePort
 from sidecar.model.messages import WithParts
 from sidecar.model.session import Session
-from sidecar.store import Key, Store
+from sidecar.store import Key
 
 
-async def revert_key(store: Store, session: Session) -> Key | None:
+async def revert_key(store: StorePort, session: Session) -> Key | None:
     if session.revert is None:
         return None
     return await store.message_key(session.revert.message_id)
@@ -37,14 +38,14 @@ def cut_reverted(msgs: list[WithParts], session: Session, rkey: Key | None) -> l
     return out
 
 
-async def load_history(store: Store, session: Session) -> list[WithParts]:
+async def load_history(store: StorePort, session: Session) -> list[WithParts]:
     """Every visible message (revert applied), unfiltered: what summarization may read."""
     rkey = await revert_key(store, session)
     return cut_reverted(await store.window(session.id), session, rkey)
 
 
 async def load_window(
-    store: Store, session: Session, raws: dict[str, str] | None = None
+    store: StorePort, session: Session, raws: dict[str, str] | None = None
 ) -> list[WithParts]:
     """The filtered, chronological context window (``raws``: see ``Store.window``)."""
     rkey = await revert_key(store, session)

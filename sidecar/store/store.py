@@ -23,6 +23,7 @@ import sidecar.store.leases as leases
 import sidecar.store.pages as pages
 import sidecar.store.parts as parts
 import sidecar.store.sessions as sessions
+import sidecar.store.steer as steer
 import sidecar.store.windows as windows
 from sidecar.errors import UnknownSession
 from sidecar.model.config import DEFAULT_MAX_REPLY_BYTES
@@ -270,6 +271,43 @@ class Store:
     async def summary_texts(self, session_id: str, limit: int) -> list[str]:
         """Texts of the newest ``limit`` finished summaries, oldest first."""
         return await compaction.summary_texts(self, session_id, limit)
+
+    # -- steering (pins, compaction diagnostics) ------------------------------------------------
+
+    async def set_pin(
+        self, session_id: str, message_id: str, part_id: str | None, pinned: bool
+    ) -> None:
+        """Pin (or unpin) a part, or every part of the message when ``part_id`` is None."""
+        await steer.set_pin(self, session_id, message_id, part_id, pinned)
+
+    async def copy_pins(self, session_id: str, parts: Sequence[tuple[str, str, str]]) -> None:
+        await steer.copy_pins(self, session_id, parts)
+
+    async def pins(self, session_id: str) -> list[tuple[str, str]]:
+        return await steer.pins(self, session_id)
+
+    async def pinned_ids(self, session_id: str) -> frozenset[str]:
+        return await steer.pinned_ids(self, session_id)
+
+    async def pinned_parts(self, session_id: str) -> list[Part]:
+        return await steer.pinned_parts(self, session_id)
+
+    async def first_user_message(self, session_id: str) -> WithParts | None:
+        return await steer.first_user_message(self, session_id)
+
+    async def record_compaction(
+        self, session_id: str, message_id: str, created: int, data: bytes
+    ) -> None:
+        await steer.record_compaction(self, session_id, message_id, created, data)
+
+    async def compactions(self, session_id: str) -> list[str]:
+        return await steer.compactions(self, session_id)
+
+    async def unmark_compacted(self, part_ids: Sequence[str]) -> list[str]:
+        return await steer.unmark_compacted(self, part_ids)
+
+    async def remove_messages(self, session_id: str, ids: Sequence[str]) -> list[str]:
+        return await steer.remove_messages(self, session_id, ids)
 
     # -- history (search, expand) -------------------------------------------------------------
 

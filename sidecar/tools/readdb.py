@@ -22,7 +22,7 @@ from sidecar.engine import window
 from sidecar.model.messages import WithParts
 from sidecar.model.rpc import CompactionRecord
 from sidecar.model.session import Session
-from sidecar.store import CannotOpen, Store, UnsupportedDatabase, steer
+from sidecar.store import CannotOpen, Store, UnsupportedDatabase
 
 T = TypeVar("T")
 
@@ -118,9 +118,7 @@ def load_history(conn: Reader, session: Session) -> list[WithParts]:
 def load_diagnostics(conn: Reader, session: Session) -> dict[str, CompactionRecord]:
     """Each compaction's stored diagnostics by summary message id (``session/compactions``'
     rows; a database from before they were recorded is at an older schema, refused on open)."""
-    records = [
-        _record_decoder.decode(r) for r in conn.run(steer.compactions(conn.store, session.id))
-    ]
+    records = [_record_decoder.decode(r) for r in conn.run(conn.store.compactions(session.id))]
     return {r.message_id: r for r in records}
 
 
@@ -129,7 +127,7 @@ _record_decoder = msgspec.json.Decoder(CompactionRecord)
 
 def load_pinned(conn: Reader, session: Session) -> frozenset[str]:
     """The session's pinned part ids (``session/pins``)."""
-    return conn.run(steer.pinned_ids(conn.store, session.id))
+    return conn.run(conn.store.pinned_ids(session.id))
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,9 @@ async def status(ctx: Context, params: Empty) -> DaemonStatus:
         sessions=await ctx.store.count_sessions(),
         uptime=round(time.monotonic() - control.started, 3),
         idle_exit=control.idle_exit,
-        summary_tokens=ctx.engine.summary_tokens,
-        prepared_discarded_tokens=ctx.engine.prepared_discarded_tokens,
-        prepared_failed=ctx.engine.prepared_failed,
+        summary_tokens=ctx.engine.tally.summary_tokens,
+        prepared_discarded_tokens=ctx.engine.tally.prepared_discarded_tokens,
+        prepared_failed=ctx.engine.tally.prepared_failed,
     )
 
 

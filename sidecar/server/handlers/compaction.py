@@ -24,16 +24,15 @@ from sidecar.server.context import Context
 
 
 async def context(ctx: Context, p: SessionContextParams) -> ContextResult:
-    engine = ctx.engine
-    result = await engine.context(
+    return await ctx.engine.context(
         p.session_id,
         p.format,
         ctx.config.current,
         wait=p.wait,
         fit=p.fit,
         overhead_tokens=p.overhead_tokens,
+        since=p.since,
     )
-    return engine.revisions.serve(p.session_id, result, p.since)
 
 
 async def breakdown(ctx: Context, p: SessionBreakdownParams) -> BreakdownResult:
@@ -81,7 +80,7 @@ async def compact(ctx: Context, p: SessionCompactParams) -> CompactResult:
 
 
 async def fork(ctx: Context, p: SessionForkParams) -> Session:
-    forked = await ctx.engine.fork(p.session_id, p.message_id)
+    forked = await ctx.engine.writes.fork(p.session_id, p.message_id)
     ctx.subscribe(forked.id)
     return forked
 

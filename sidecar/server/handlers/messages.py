@@ -15,18 +15,13 @@ from typing import Annotated, Any
 
 import msgspec
 
-from sidecar.errors import UnknownMessage, UnknownPart
 from sidecar.model.ids import new_id
 from sidecar.model.messages import Message
 from sidecar.model.parts import Part
 from sidecar.model.rpc import (
-    MessageRemovedEvent,
     MessageRemoveParams,
-    MessageUpdatedEvent,
     MessageUpdateParams,
-    PartRemovedEvent,
     PartRemoveParams,
-    PartUpdatedEvent,
     PartUpdateParams,
 )
 from sidecar.protocol.shared import Shared
@@ -117,38 +112,10 @@ async def _answered(queue: Callable[[Done[Any]], None], done: Done[Any]) -> None
 
 
 def _store_message(ctx: Context, info: Message, raw: bytes, done: Done[Any]) -> None:
-    """Queue the row; once committed: subscribe, notify, start the engine's checks, reply."""
-    stored = msgspec.Raw(raw)
-    cfg = ctx.config.current
-
-    # Registered before the write is queued: a read dispatched behind it waits for the work.
-    work = ctx.engine.will_store(info, cfg)
-
-    def committed(_: None, exc: BaseException | None) -> None:
-        if work is not None:
-            work(None, exc)
-        _answer(ctx, info.session_id, stored, MessageUpdatedEvent(message=stored), done, exc)
-
-    ctx.store.put_message_then(info, raw, committed)
-
-
-def _answer(
-    ctx: Context,
-    session_id: str,
-    stored: msgspec.Raw,
-    event: MessageUpdatedEvent | PartUpdatedEvent,
-    done: Done[Any],
-    exc: BaseException | None,
-) -> None:
-    """A write's reply once its commit is known: on success the writer is subscribed to the
-    session and everyone subscribed hears ``event`` before the reply (``stored``); else only
-    the error reply."""
-    if exc is not None:
-        done(None, exc)
-        return
-    ctx.subscribe(session_id)
-    ctx.publish(session_id, event)
-    done(stored, None)
+    """Through the engine's write door: once committed the writer is subscribed to the
+    session, everyone subscribed hears ``message/updated``, then the reply; else only the
+    error reply."""
+    ctx.engine.writes.put_message(info, raw, ctx.config.current, done, ctx.subscribe)
 
 
 def part_update(
@@ -168,7 +135,6 @@ def part_update(
     """
     decoded = decode_part(p.part)
     view = memoryview(p.part)  # a slice of the frame: ``msgspec.Raw`` does not copy
-    ctx.engine.touched(decoded.session_id)  # the turn is still being written
     if decoded.id and may_keep_prune_mark(decoded):
         return asyncio.ensure_future(_update_keeping_mark(ctx, decoded, view, done))
     # Validated, then only its ids kept: the Struct (a copy of its text) is gone before the
@@ -200,14 +166,11 @@ async def _update_keeping_mark(ctx: Context, part: Part, view: memoryview, done:
 
 
 def _store_part(ctx: Context, part: PartKey, stored: Shared, done: Done[Any]) -> None:
-    """Queue the row; once committed: subscribe, notify, reply."""
-    # The frame's own buffers: a large part is written from them, never copied (``Pieces``).
-    raw = Pieces(stored.buffers)
-
-    def committed(_: None, exc: BaseException | None) -> None:
-        _answer(ctx, part.session_id, stored, PartUpdatedEvent(part=stored), done, exc)  # type: ignore[arg-type]  # a ``Shared`` is encoded as the Raw it holds
-
-    ctx.store.put_part_then(part, raw, committed)
+    """Through the engine's write door (the turn is still being written: its clock is
+    touched); once committed: subscribe, notify, reply. A ``Shared`` is encoded as the Raw it
+    holds, in ``part/updated`` and in the reply; the row is written from its buffers (a large
+    part is never copied: ``Pieces``)."""
+    ctx.engine.writes.put_part(part, Pieces(stored.buffers), stored, done, ctx.subscribe)
 
 
 class _Id(msgspec.Struct):
@@ -233,19 +196,10 @@ def _with_id(view: memoryview, ident: str) -> Shared:
 
 
 async def message_remove(ctx: Context, p: MessageRemoveParams) -> None:
-    await ctx.store.require_session(p.session_id)
-    if not await ctx.store.remove_message(p.session_id, p.message_id):
-        raise UnknownMessage(p.message_id)
-    ctx.publish(p.session_id, MessageRemovedEvent(session_id=p.session_id, message_id=p.message_id))
+    await ctx.engine.writes.remove_message(p.session_id, p.message_id)
     return None
 
 
 async def part_remove(ctx: Context, p: PartRemoveParams) -> None:
-    await ctx.store.require_session(p.session_id)
-    if not await ctx.store.remove_part(p.session_id, p.message_id, p.part_id):
-        raise UnknownPart(p.part_id)
-    ctx.publish(
-        p.session_id,
-        PartRemovedEvent(session_id=p.session_id, message_id=p.message_id, part_id=p.part_id),
-    )
+    await ctx.engine.writes.remove_part(p.session_id, p.message_id, p.part_id)
     return None

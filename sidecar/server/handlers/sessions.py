@@ -35,7 +35,7 @@ async def create(ctx: Context, p: SessionCreateParams) -> Session:
     )
     if p.id is not None and await store.get_session(p.id) is not None:
         raise Conflict(f"session {p.id!r} already exists")
-    await store.put_session(session)
+    await ctx.engine.writes.put_session(session)
     ctx.subscribe(session.id)
     return session
 
@@ -53,7 +53,7 @@ async def list_(ctx: Context, p: SessionListParams) -> SessionList:
 
 
 async def delete(ctx: Context, p: SessionRef) -> None:
-    if not await ctx.store.delete_session(p.session_id):
+    if not await ctx.engine.writes.delete_session(p.session_id):
         raise UnknownSession(p.session_id)
     return None
 

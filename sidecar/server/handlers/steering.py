@@ -13,21 +13,16 @@ from sidecar.model.rpc import (
     UncompactResult,
 )
 from sidecar.server.context import Context
-from sidecar.store import steer
 
 
 async def pin(ctx: Context, p: PartPinParams) -> None:
-    await ctx.store.require_session(p.session_id)
-    await steer.set_pin(ctx.store, p.session_id, p.message_id, p.part_id, p.pinned)
-    # The kept block of a summary prepared in the background (compaction.prepare) holds the
-    # pins as they were: it no longer matches.
-    ctx.engine.invalidate_prepared(p.session_id)
+    await ctx.engine.pin(p.session_id, p.message_id, p.part_id, p.pinned)
     return None
 
 
 async def pins(ctx: Context, p: SessionRef) -> PinsResult:
     await ctx.store.require_session(p.session_id)
-    found = await steer.pins(ctx.store, p.session_id)
+    found = await ctx.store.pins(p.session_id)
     return PinsResult(pins=[Pin(message_id=m, part_id=q) for m, q in found])
 
 

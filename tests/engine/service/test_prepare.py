@@ -98,8 +98,8 @@ async def test_prepared_summary_is_committed_at_the_overflow(store: Store) -> No
     assert window[2] == stored[u2.id] and window[3] == stored[a2.id]
     last = window[-1].parts[0]
     assert isinstance(last, TextPart) and last.text == CONTINUE_TEXT and len(window) == 5
-    assert h.engine.prepared_discarded_tokens == 0
-    assert h.engine.summary_tokens == prepared.tokens
+    assert h.engine.tally.prepared_discarded_tokens == 0
+    assert h.engine.tally.summary_tokens == prepared.tokens
 
 
 async def test_same_window_as_a_normal_compaction_at_the_cut(store: Store) -> None:
@@ -112,7 +112,7 @@ async def test_same_window_as_a_normal_compaction_at_the_cut(store: Store) -> No
     assert prepared is not None
     text = next(p.text for p in prepared.parts if isinstance(p, TextPart))
     # The same history compacted normally (a fork up to the cut), by a writer that writes text.
-    twin = await h.engine.fork(s.id, None)
+    twin = await h.engine.writes.fork(s.id, None)
     normal = await h.engine.compactor.run(
         Request(session_id=twin.id, auto=True, overflow=True), h.cfg, _Writer(text)
     )
@@ -136,7 +136,7 @@ async def _discarded_by(h: Harness, sid: str) -> None:
     await _overflow(h, sid)
     (event,) = _compacted(h)
     assert event.prepared is False
-    assert h.engine.prepared_discarded_tokens > 0
+    assert h.engine.tally.prepared_discarded_tokens > 0
 
 
 async def test_part_updated_before_the_cut_discards(store: Store) -> None:
@@ -183,7 +183,7 @@ async def test_revert_discards(store: Store) -> None:
     a = await h.assistant(s.id, u.id, input_tokens=NEAR)
     assert await h.engine.prepared(s.id) is not None
     await h.engine.revert(s.id, u.id, None)
-    assert h.engine.prepared_discarded_tokens > 0
+    assert h.engine.tally.prepared_discarded_tokens > 0
     assert await h.engine.prepared(s.id) is None
     await h.engine.unrevert(s.id)
     h.engine.message_stored(a)  # the next turn end prepares a new one
@@ -198,7 +198,7 @@ async def test_manual_compaction_with_instructions_discards(store: Store) -> Non
     h, s = await _prepared_session(store)
     await h.engine.compact(Request(session_id=s.id, instructions="keep the file names"))
     (event,) = _compacted(h)
-    assert event.prepared is False and h.engine.prepared_discarded_tokens > 0
+    assert event.prepared is False and h.engine.tally.prepared_discarded_tokens > 0
     assert await h.engine.prepared(s.id) is None
 
 
@@ -228,7 +228,7 @@ async def test_prompt_change_discards(store: Store) -> None:
 
 async def test_fork_prepares_its_own(store: Store) -> None:
     h, s = await _prepared_session(store)
-    twin = await h.engine.fork(s.id, None)
+    twin = await h.engine.writes.fork(s.id, None)
     assert await h.engine.prepared(twin.id) is None
     await _overflow(h, twin.id)
     (event,) = _compacted(h)
@@ -281,4 +281,4 @@ async def test_writer_failure_while_preparing_compacts_normally(store: Store) ->
     await _overflow(h, s.id)
     (event,) = _compacted(h)
     assert event.prepared is False and len(w.requests) == 2
-    assert h.engine.prepared_discarded_tokens == 0
+    assert h.engine.tally.prepared_discarded_tokens == 0

@@ -49,8 +49,8 @@ async def test_a_failed_preparation_is_dropped_and_the_overflow_uses_the_writer(
     await _near(h, s.id)
     assert await h.engine.prepared(s.id) is None  # dropped, not written offline
     assert len(server.requests) == 1
-    assert h.engine.prepared_failed == 1
-    assert h.engine.prepared_discarded_tokens == 0
+    assert h.engine.tally.prepared_failed == 1
+    assert h.engine.tally.prepared_discarded_tokens == 0
     await _overflow(h, s.id)
     [event] = _compacted(h)
     assert event.prepared is False and not event.rejected
@@ -66,7 +66,7 @@ async def test_when_the_writer_fails_again_at_the_overflow_its_fallback_writes(
     server.script(DOWN, DOWN)
     s = await h.session()
     await _near(h, s.id)
-    assert await h.engine.prepared(s.id) is None and h.engine.prepared_failed == 1
+    assert await h.engine.prepared(s.id) is None and h.engine.tally.prepared_failed == 1
     await _overflow(h, s.id)
     [event] = _compacted(h)
     assert event.prepared is False and event.writer == "extractive"
