@@ -21,8 +21,7 @@ from sidecar.model.parts import TextPart, ToolCompleted, ToolPart, ToolTime
 from sidecar.model.rpc import ContextFormat
 from sidecar.model.session import Session, SessionTime
 from sidecar.model.tokens import Tokens
-from sidecar.store import Store
-from sidecar.store.store import part_key
+from sidecar.store import Store, part_key
 
 from .service.harness import MODEL, Harness
 
