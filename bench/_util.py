@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
+import tempfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -39,15 +42,22 @@ def rss_mb(pid: int, key: str = "VmRSS") -> float:
     return 0.0
 
 
-async def unix_daemon(where: Path) -> tuple[asyncio.subprocess.Process, Path]:
-    """A daemon serving ``where/s.db`` on ``where/s.sock``, once it listens."""
+@contextlib.asynccontextmanager
+async def unix_daemon(prefix: str) -> AsyncIterator[tuple[asyncio.subprocess.Process, Path]]:
+    """A daemon serving a fresh temp dir's ``s.db`` on its ``s.sock``, once it listens; stopped
+    on exit, whatever the benchmark raised."""
+    where = Path(tempfile.mkdtemp(prefix=prefix))
     sock = where / "s.sock"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "sidecar", "serve", "--db", str(where / "s.db"),
         "--listen", f"unix:{sock}",
         stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    assert proc.stderr is not None
-    while b"listening on" not in await proc.stderr.readline():
-        pass
-    return proc, sock
+    try:
+        assert proc.stderr is not None
+        while b"listening on" not in await proc.stderr.readline():
+            pass
+        yield proc, sock
+    finally:
+        proc.terminate()
+        await proc.wait()

@@ -20,7 +20,6 @@ import asyncio
 import json
 import statistics
 import sys
-import tempfile
 import time
 import tracemalloc
 from pathlib import Path
@@ -67,8 +66,7 @@ def checker_peak(body: bytes) -> tuple[float, float]:
 
 
 async def main(size_mib: int, rounds: int) -> None:
-    proc, sock = await unix_daemon(Path(tempfile.mkdtemp(prefix="dc-")))
-    try:
+    async with unix_daemon("dc-") as (proc, sock):
         setup = await connect(f"unix:{sock}")
         sid = (await setup.create_session()).id
         msg = await setup.update_message({"role": "user", "sessionID": sid})
@@ -131,9 +129,6 @@ async def main(size_mib: int, rounds: int) -> None:
             )
         writer.close()
         other_writer.close()
-    finally:
-        proc.terminate()
-        await proc.wait()
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -40,8 +39,7 @@ async def read_frame(reader: asyncio.StreamReader, rate: float) -> tuple[int, di
 
 
 async def main(rate: float) -> None:
-    proc, sock = await unix_daemon(Path(tempfile.mkdtemp(prefix="lr-")))
-    try:
+    async with unix_daemon("lr-") as (proc, sock):
         writer_client = await connect(f"unix:{sock}")
         writer_client.default_timeout = 600
         sids = []
@@ -78,9 +76,6 @@ async def main(rate: float) -> None:
         _, reply = await read_frame(reader, 1e6)
         print(f"same connection afterwards: session/get -> {'result' in reply}")
         writer.close()
-    finally:
-        proc.terminate()
-        await proc.wait()
 
 
 if __name__ == "__main__":
