@@ -6,6 +6,7 @@
  * `args` are plain JSON Schema properties (OpenCode 1.18 accepts them beside Zod shapes), so
  * the plugin needs nothing installed at run time. OpenCode marks every such property required.
  */
+import type { SidecarClient } from "compaction-sidecar-client";
 import type { Bridge } from "./bridge.js";
 
 type Ctx = { sessionID: string };
@@ -21,9 +22,13 @@ function text(value: unknown): string {
   return typeof value === "string" ? value : "";
 }
 
-async function guarded(run: () => Promise<string>): Promise<string> {
+/** Runs `run` with the daemon's client: a notice when the daemon is unreachable, an `error:`
+ * line instead of a throw, so the model always gets text back. */
+async function withClient(bridge: Bridge, run: (client: SidecarClient) => Promise<string>): Promise<string> {
   try {
-    return await run();
+    const client = await bridge.client();
+    if (!client) return UNAVAILABLE;
+    return await run(client);
   } catch (err) {
     return `error: ${err instanceof Error ? err.message : String(err)}`;
   }
@@ -40,9 +45,7 @@ export function recallTools(bridge: Bridge): Record<string, Tool> {
         query: { type: "string", description: "words, identifiers, paths or a quoted phrase" },
       },
       execute: (args, ctx) =>
-        guarded(async () => {
-          const client = await bridge.client();
-          if (!client) return UNAVAILABLE;
+        withClient(bridge, async (client) => {
           const { hits } = await client.searchHistory(ctx.sessionID, text(args.query), {
             limit: 10,
           });
@@ -63,9 +66,7 @@ export function recallTools(bridge: Bridge): Record<string, Tool> {
         offset: { type: "number", description: "character offset to start from (0)" },
       },
       execute: (args, ctx) =>
-        guarded(async () => {
-          const client = await bridge.client();
-          if (!client) return UNAVAILABLE;
+        withClient(bridge, async (client) => {
           const partID = text(args.partID) || undefined;
           const offset = typeof args.offset === "number" && args.offset > 0 ? args.offset : 0;
           const out = await client.expandHistory(ctx.sessionID, text(args.messageID), {
@@ -88,9 +89,7 @@ export function recallTools(bridge: Bridge): Record<string, Tool> {
         partID: { type: "string", description: "the part to pin, or empty for the whole message" },
       },
       execute: (args, ctx) =>
-        guarded(async () => {
-          const client = await bridge.client();
-          if (!client) return UNAVAILABLE;
+        withClient(bridge, async (client) => {
           const partID = text(args.partID) || undefined;
           await client.pin(ctx.sessionID, text(args.messageID), partID);
           return `Pinned ${partID ?? `every part of ${text(args.messageID)}`}.`;
