@@ -28,6 +28,7 @@ from sidecar.protocol.framing import FrameReader, encode_frame
 from sidecar.server.app import App
 from sidecar.server.connection import Connection
 from sidecar.shared_daemon import sockets
+from sidecar.shared_daemon.paths import split_address
 
 log = logging.getLogger("sidecar.transport")
 
@@ -168,31 +169,27 @@ def parse_listen(spec: str) -> tuple[str, str, int]:
     else would be resolved by DNS at bind (``127.0.0.1.nip.io`` is a public name), so it is
     refused here, before anything is opened, as is a port outside 1-65535.
     """
-    if spec.startswith("unix:"):
-        path = spec[len("unix:") :]
-        if not path:
-            raise ListenError("unix: needs a path")
-        return "unix", path, 0
-    if spec.startswith("tcp://"):
-        host, colon, port = spec[len("tcp://") :].rpartition(":")
-        if not colon:
-            raise ListenError(f"--listen {spec!r}: no port (tcp://127.0.0.1:PORT)")
-        if host.startswith("[") and host.endswith("]"):
-            host = host[1:-1]
-        if host != "localhost":
-            try:
-                loopback = ipaddress.ip_address(host).is_loopback
-            except ValueError:
-                loopback = False
-            if not loopback:
-                raise ListenError(
-                    f"--listen {spec!r}: refusing to listen on {host!r}: only a loopback IP "
-                    "address (127.0.0.0/8, ::1) or localhost"
-                )
-        if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
-            raise ListenError(f"--listen {spec!r}: the port must be a number from 1 to 65535")
-        return "tcp", host, int(port)
-    raise ListenError(f"--listen takes tcp://127.0.0.1:PORT or unix:PATH, not {spec!r}")
+    usage = f"--listen takes tcp://127.0.0.1:PORT or unix:PATH, not {spec!r}"
+    kind, host, port = split_address(spec, ListenError, usage)
+    if kind == "unix":
+        return kind, host, 0
+    if port is None:
+        raise ListenError(f"--listen {spec!r}: no port (tcp://127.0.0.1:PORT)")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if host != "localhost":
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise ListenError(
+                f"--listen {spec!r}: refusing to listen on {host!r}: only a loopback IP "
+                "address (127.0.0.0/8, ::1) or localhost"
+            )
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise ListenError(f"--listen {spec!r}: the port must be a number from 1 to 65535")
+    return "tcp", host, int(port)
 
 
 class Listener:

@@ -67,3 +67,19 @@ def private_dir(path: Path) -> Path:
     if stat.S_IMODE(st.st_mode) & 0o077:
         raise UnsafeDirectory(f"{path} is open to other users (mode {stat.S_IMODE(st.st_mode):o})")
     return path
+
+
+def split_address(spec: str, error: type[ValueError], usage: str) -> tuple[str, str, str | None]:
+    """``unix:PATH`` -> ("unix", PATH, None), ``tcp://HOST:PORT`` -> ("tcp", HOST, PORT) (PORT
+    None without a colon): the one address grammar the daemon's ``--listen`` and the client's
+    ``connect`` read. HOST and PORT are each end's to check (the daemon allows only loopback);
+    an empty unix path, or no known scheme (``error(usage)``), is refused at both."""
+    if spec.startswith("unix:"):
+        path = spec[len("unix:") :]
+        if not path:
+            raise error("unix: needs a path")
+        return "unix", path, None
+    if spec.startswith("tcp://"):
+        host, colon, port = spec[len("tcp://") :].rpartition(":")
+        return "tcp", host, port if colon else None
+    raise error(usage)

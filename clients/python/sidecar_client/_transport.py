@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+from sidecar.shared_daemon.paths import split_address
+
 #: Read-buffer limit of the streams.
 STREAM_LIMIT = 1 << 20
 
@@ -119,17 +121,13 @@ async def spawn_stdio(
 
 def parse_address(address: str) -> tuple[str, str, int]:
     """``tcp://HOST:PORT`` or ``unix:PATH`` -> (kind, host-or-path, port)."""
-    if address.startswith("unix:"):
-        path = address[len("unix:") :]
-        if not path:
-            raise ValueError("unix: needs a path")
-        return "unix", path, 0
-    if address.startswith("tcp://"):
-        host, _, port = address[len("tcp://") :].rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"bad tcp address {address!r}")
-        return "tcp", host.strip("[]"), int(port)
-    raise ValueError(f"address must be tcp://HOST:PORT or unix:PATH, not {address!r}")
+    usage = f"address must be tcp://HOST:PORT or unix:PATH, not {address!r}"
+    kind, where, port = split_address(address, ValueError, usage)
+    if kind == "unix":
+        return kind, where, 0
+    if not where or port is None or not port.isdigit():
+        raise ValueError(f"bad tcp address {address!r}")
+    return kind, where.strip("[]"), int(port)
 
 
 async def open_connected(conn: socket.socket, address: str) -> StreamTransport:
