@@ -21,7 +21,7 @@ import type { AgentMessage } from "@mariozechner/pi-agent-core";
 import type { ExtensionAPI, ExtensionContext, SessionEntry } from "@mariozechner/pi-coding-agent";
 import { connectSidecar, ErrorCodes, isRpcError, type SidecarClient } from "compaction-sidecar-client";
 import { readFileSync } from "node:fs";
-import { Type } from "typebox";
+import { type Static, type TSchema, Type } from "typebox";
 import { ENTRY_FIELD, isMirrored, messageId, toDaemon, toolResults, toolState, toPi, type WireMessage } from "./convert";
 
 const RECORD = "compaction-sidecar";
@@ -364,6 +364,23 @@ export default function compactionSidecar(pi: ExtensionAPI): void {
     return { c, sessionID: h.sessionID };
   };
   const text = (t: string) => ({ content: [{ type: "text" as const, text: t }], details: {} });
+  /** A recall tool on the current branch's session: `run` answers with the text the model reads. */
+  const sessionTool = <P extends TSchema>(
+    tool: { name: string; label: string; description: string; parameters: P },
+    run: (c: SidecarClient, sessionID: string, params: Static<P>) => Promise<string>,
+  ) =>
+    pi.registerTool({
+      ...tool,
+      async execute(_id, params, _signal, _onUpdate, ctx) {
+        const { c, sessionID } = await bound(ctx);
+        return text(await run(c, sessionID, params));
+      },
+    });
+  /** The stored message a history_search hit names, and optionally one part of it. */
+  const messageRef = (partDescription: string) => ({
+    messageID: Type.String({ description: "From a history_search hit." }),
+    partID: Type.Optional(Type.String({ description: partDescription })),
+  });
 
   // pi's /compact is pi's own compaction (cancelled while the daemon answers); this one is the
   // daemon's, on the current branch's session.
@@ -383,60 +400,61 @@ export default function compactionSidecar(pi: ExtensionAPI): void {
     },
   });
 
-  pi.registerTool({
-    name: "history_search",
-    label: "History search",
-    description:
-      "Search this session's full stored history, including tool outputs and messages that compaction removed from the context. Returns hits with messageID/partID, role, tool, time and a snippet; read one whole with history_expand.",
-    parameters: Type.Object({
-      query: Type.String({ description: 'Words, code terms or a "quoted phrase" to look for.' }),
-      limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 50, description: "How many hits to return (default 10)." })),
-    }),
-    async execute(_id, params, _signal, _onUpdate, ctx) {
-      const { c, sessionID } = await bound(ctx);
+  sessionTool(
+    {
+      name: "history_search",
+      label: "History search",
+      description:
+        "Search this session's full stored history, including tool outputs and messages that compaction removed from the context. Returns hits with messageID/partID, role, tool, time and a snippet; read one whole with history_expand.",
+      parameters: Type.Object({
+        query: Type.String({ description: 'Words, code terms or a "quoted phrase" to look for.' }),
+        limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 50, description: "How many hits to return (default 10)." })),
+      }),
+    },
+    async (c, sessionID, params) => {
       const r = await c.searchHistory(sessionID, params.query, { limit: params.limit ?? 10 });
-      if (r.hits.length === 0) return text("No matches.");
+      if (r.hits.length === 0) return "No matches.";
       const lines = r.hits.map(
         (h) => `- messageID=${h.messageID} partID=${h.partID} ${h.role}${h.tool ? ` tool=${h.tool}` : ""} time=${new Date(h.time).toISOString()}\n  ${h.snippet.replace(/\n/g, " ")}`,
       );
-      return text(lines.join("\n"));
+      return lines.join("\n");
     },
-  });
+  );
 
-  pi.registerTool({
-    name: "history_expand",
-    label: "History expand",
-    description:
-      "Read a stored message or one part in full (original content, even if it was pruned or summarized away), a page at a time; continue with offset=nextOffset.",
-    parameters: Type.Object({
-      messageID: Type.String({ description: "From a history_search hit." }),
-      partID: Type.Optional(Type.String({ description: "One part of the message; omit for the whole message." })),
-      offset: Type.Optional(Type.Integer({ minimum: 0, description: "Character offset to start at (a previous nextOffset)." })),
-    }),
-    async execute(_id, params, _signal, _onUpdate, ctx) {
-      const { c, sessionID } = await bound(ctx);
+  sessionTool(
+    {
+      name: "history_expand",
+      label: "History expand",
+      description:
+        "Read a stored message or one part in full (original content, even if it was pruned or summarized away), a page at a time; continue with offset=nextOffset.",
+      parameters: Type.Object({
+        ...messageRef("One part of the message; omit for the whole message."),
+        offset: Type.Optional(Type.Integer({ minimum: 0, description: "Character offset to start at (a previous nextOffset)." })),
+      }),
+    },
+    async (c, sessionID, params) => {
       const r = await c.expandHistory(sessionID, params.messageID, { partID: params.partID, offset: params.offset ?? 0 });
       const more = r.nextOffset !== null ? `\n[${r.total - r.nextOffset} more characters: offset=${r.nextOffset}]` : "";
-      return text(r.content + more);
+      return r.content + more;
     },
-  });
+  );
 
-  pi.registerTool({
-    name: "history_pin",
-    label: "Pin",
-    description:
-      "Pin a stored part (or a whole message) so compaction never prunes it and every summary keeps it verbatim; pinned=false unpins. Ids come from history_search.",
-    parameters: Type.Object({
-      messageID: Type.String({ description: "From a history_search hit." }),
-      partID: Type.Optional(Type.String({ description: "The part; omit for every part of the message." })),
-      pinned: Type.Optional(Type.Boolean({ description: "false to unpin (default true)." })),
-    }),
-    async execute(_id, params, _signal, _onUpdate, ctx) {
-      const { c, sessionID } = await bound(ctx);
-      await c.pin(sessionID, params.messageID, params.partID, params.pinned ?? true);
-      return text(params.pinned === false ? "Unpinned." : "Pinned: kept verbatim across compactions.");
+  sessionTool(
+    {
+      name: "history_pin",
+      label: "Pin",
+      description:
+        "Pin a stored part (or a whole message) so compaction never prunes it and every summary keeps it verbatim; pinned=false unpins. Ids come from history_search.",
+      parameters: Type.Object({
+        ...messageRef("The part; omit for every part of the message."),
+        pinned: Type.Optional(Type.Boolean({ description: "false to unpin (default true)." })),
+      }),
     },
-  });
+    async (c, sessionID, params) => {
+      await c.pin(sessionID, params.messageID, params.partID, params.pinned ?? true);
+      return params.pinned === false ? "Unpinned." : "Pinned: kept verbatim across compactions.";
+    },
+  );
 }
 
 export { messageId };
