@@ -38,27 +38,27 @@ class ErrorSpec(msgspec.Struct, frozen=True, kw_only=True):
     meaning: str
 
 
-ERRORS: tuple[ErrorSpec, ...] = (
-    ErrorSpec(code=ErrorCode.PARSE_ERROR, meaning="unparseable frame or invalid JSON"),
-    ErrorSpec(
-        code=ErrorCode.INVALID_REQUEST,
-        meaning="not a JSON-RPC request, a frame over the size limit, or a request after shutdown",
+#: What each code means, in the order PROTOCOL.md and the schema list them.
+_MEANINGS: dict[ErrorCode, str] = {
+    ErrorCode.PARSE_ERROR: "unparseable frame or invalid JSON",
+    ErrorCode.INVALID_REQUEST: (
+        "not a JSON-RPC request, a frame over the size limit, or a request after shutdown"
     ),
-    ErrorSpec(code=ErrorCode.METHOD_NOT_FOUND, meaning="unknown method"),
-    ErrorSpec(code=ErrorCode.INVALID_PARAMS, meaning="params fail validation; names the field"),
-    ErrorSpec(code=ErrorCode.INTERNAL_ERROR, meaning="a bug in the daemon, never the client's"),
-    ErrorSpec(code=ErrorCode.REQUEST_CANCELLED, meaning="request cancelled ($/cancelRequest)"),
-    ErrorSpec(code=ErrorCode.SERVER_NOT_INITIALIZED, meaning="request before initialize"),
-    ErrorSpec(code=ErrorCode.UNKNOWN_SESSION, meaning="unknown session"),
-    ErrorSpec(code=ErrorCode.UNKNOWN_MESSAGE, meaning="unknown message"),
-    ErrorSpec(code=ErrorCode.UNKNOWN_PART, meaning="unknown part, or a part not in the message"),
-    ErrorSpec(code=ErrorCode.CONFLICT, meaning="conflict: the id exists or belongs elsewhere"),
-    ErrorSpec(code=ErrorCode.BUSY, meaning="busy: the session is compacting"),
-    ErrorSpec(code=ErrorCode.COMPACTION_FAILED, meaning="compaction failed"),
-    ErrorSpec(code=ErrorCode.UNAUTHORIZED, meaning="initialize on TCP without the authToken"),
-    ErrorSpec(code=ErrorCode.TOO_LARGE, meaning="a reply over server.maxReplyBytes; page instead"),
-    ErrorSpec(
-        code=ErrorCode.UNAVAILABLE,
-        meaning="the database cannot be reached now; nothing was stored, retry later",
-    ),
+    ErrorCode.METHOD_NOT_FOUND: "unknown method",
+    ErrorCode.INVALID_PARAMS: "params fail validation; names the field",
+    ErrorCode.INTERNAL_ERROR: "a bug in the daemon, never the client's",
+    ErrorCode.REQUEST_CANCELLED: "request cancelled ($/cancelRequest)",
+    ErrorCode.SERVER_NOT_INITIALIZED: "request before initialize",
+    ErrorCode.UNKNOWN_SESSION: "unknown session",
+    ErrorCode.UNKNOWN_MESSAGE: "unknown message",
+    ErrorCode.UNKNOWN_PART: "unknown part, or a part not in the message",
+    ErrorCode.CONFLICT: "conflict: the id exists or belongs elsewhere",
+    ErrorCode.BUSY: "busy: the session is compacting",
+    ErrorCode.COMPACTION_FAILED: "compaction failed",
+    ErrorCode.UNAUTHORIZED: "initialize on TCP without the authToken",
+    ErrorCode.TOO_LARGE: "a reply over server.maxReplyBytes; page instead",
+    ErrorCode.UNAVAILABLE: "the database cannot be reached now; nothing was stored, retry later",
+}
+ERRORS: tuple[ErrorSpec, ...] = tuple(
+    ErrorSpec(code=code, meaning=meaning) for code, meaning in _MEANINGS.items()
 )
