@@ -158,28 +158,23 @@ class Request:
         return "\n".join(text_of(m.get("content")) for m in self.messages)
 
 
+@dataclass(kw_only=True, eq=False)
 class FakeLLM:
     """The server; start()/stop() or a context manager. Thread-safe record of requests."""
 
-    def __init__(
-        self,
-        *,
-        usage_scale: float = 1.0,
-        cached_frac: float = 0.0,
-        summary_text: str = "SUMMARY {n}: we read several large files; next: continue reading.",
-        model: str = "fake-model",
-        log_dir: Path | None = None,
-    ) -> None:
-        self.usage_scale = usage_scale
-        self.cached_frac = cached_frac
-        self.summary_text = summary_text
-        self.model = model
-        self.log_dir = log_dir
-        self._lock = threading.Lock()
+    usage_scale: float = 1.0
+    cached_frac: float = 0.0
+    summary_text: str = "SUMMARY {n}: we read several large files; next: continue reading."
+    model: str = "fake-model"
+    log_dir: Path | None = None
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+    _cond: threading.Condition = field(init=False)
+    _requests: list[Request] = field(init=False, default_factory=list)
+    _server: ThreadingHTTPServer | None = field(init=False, default=None)
+    _thread: threading.Thread | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
         self._cond = threading.Condition(self._lock)
-        self._requests: list[Request] = []
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # ---- lifecycle
 
