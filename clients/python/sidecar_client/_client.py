@@ -216,19 +216,9 @@ class Client(Inbox, Methods):
     async def request(
         self,
         method: str,
-        params: Any,
-        result_type: type[T],
+        params: Any = ...,
+        result_type: type[T] = ...,
         *,
-        timeout: float | UnsetType | None = ...,
-    ) -> T: ...
-
-    @overload
-    async def request(
-        self,
-        method: str,
-        params: Any = None,
-        *,
-        result_type: type[T],
         timeout: float | UnsetType | None = ...,
     ) -> T: ...
 
