@@ -7,7 +7,7 @@ rearrange its modules without touching them. The backends' own modules (``sqlite
 """
 
 from sidecar.store import history, holder, opencode_db, steer
-from sidecar.store.backend import LARGE_BYTES, Done, Pieces, ReadOnlyStore
+from sidecar.store.backend import LARGE_BYTES, Done, ReadOnlyStore
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
 from sidecar.store.compaction import Boundary
 from sidecar.store.history import part_content, terms_of
@@ -47,7 +47,6 @@ __all__ = [
     "LightPart",
     "PageCursor",
     "PartKey",
-    "Pieces",
     "ReadOnlyStore",
     "Store",
     "Tally",

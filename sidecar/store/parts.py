@@ -8,8 +8,9 @@ from typing import Any
 
 import msgspec
 
+from sidecar.model.buffers import Shared
 from sidecar.model.parts import Part, ToolCompleted, ToolPart
-from sidecar.store.backend import LARGE_BYTES, Done, Pieces
+from sidecar.store.backend import LARGE_BYTES, Done
 from sidecar.store.rows import (
     PartKey,
     Tables,
@@ -28,8 +29,8 @@ _DELETE_PART = "DELETE FROM parts WHERE id = ? AND message_id = ? AND session_id
 PART_ROWS = "SELECT id, data FROM parts WHERE message_id = ? ORDER BY id"
 
 
-def _part_op(t: Tables, part: Part | PartKey, raw: bytes | str | Pieces) -> Write:
-    if isinstance(raw, Pieces):
+def _part_op(t: Tables, part: Part | PartKey, raw: bytes | str | Shared) -> Write:
+    if isinstance(raw, Shared):
         if raw.size >= LARGE_BYTES:
             head = part_row(part, "")[:-1]
             statements = t.backend.large_part(head, raw)
@@ -54,7 +55,7 @@ async def put_part(t: Tables, part: Part, raw: bytes | str) -> None:
 
 
 def put_part_then(
-    t: Tables, part: Part | PartKey, raw: bytes | str | Pieces, then: Done[None]
+    t: Tables, part: Part | PartKey, raw: bytes | str | Shared, then: Done[None]
 ) -> None:
     submit_then(t.backend, functools.partial(_part_op, t, part, raw), part_error(part), then)
 

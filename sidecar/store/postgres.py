@@ -29,16 +29,17 @@ import asyncpg
 import msgspec
 
 from sidecar.errors import Unavailable
+from sidecar.model.buffers import Shared
 from sidecar.model.ids import now_ms
 from sidecar.store.backend import (
     Chunks,
     EventSink,
-    Pieces,
     ReadOnly,
     Row,
     Statement,
 )
 from sidecar.store.cache import WindowCache
+from sidecar.store.commit import Hooked
 from sidecar.store.pg_commit import (
     PgCommit,
     driver_state,
@@ -82,7 +83,8 @@ class _Event(msgspec.Struct, array_like=True):
     params: msgspec.Raw
 
 
-class PostgresBackend:
+class PostgresBackend(Hooked):
+    _commit: PgCommit
     kind = "postgresql"
     shares_events = True
 
@@ -194,22 +196,11 @@ class PostgresBackend:
     def commit_queued(self) -> None:
         """Nothing to bring forward: the writer task commits as soon as it is free."""
 
-    def large_part(self, row: tuple[Any, ...], pieces: Pieces) -> list[Statement] | None:
+    def large_part(self, row: tuple[Any, ...], pieces: Shared) -> list[Statement] | None:
         return None  # bound as one value: asyncpg sends it as it is
 
     #: The history index's batch (``indexer.Indexer``).
     history_batch: Sequence[str] = HISTORY_BATCH
-
-    async def submit_background(self, statements: list[Statement]) -> list[int]:
-        return await self._commit.submit_background(statements)
-
-    @property
-    def on_commit(self) -> Callable[[], None] | None:
-        return self._commit.on_commit
-
-    @on_commit.setter
-    def on_commit(self, hook: Callable[[], None] | None) -> None:
-        self._commit.on_commit = hook
 
     async def mark_compacted(self, part_ids: Sequence[str], ts: int) -> None:
         ids = list(part_ids)

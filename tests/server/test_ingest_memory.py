@@ -6,7 +6,7 @@ from a real pipe by a thread that keeps only each frame's first bytes. tracemall
 (Python's allocations; the database's own are its business) is bounded by what the path
 must hold at once: the body, read straight into a buffer of its size, and the part's
 decoded copy while it is validated; on SQLite the row is written from the body's own bytes
-(``store.Pieces``, incremental blob I/O), so no ``str`` of it is made. PostgreSQL binds the
+(``store.Shared``, incremental blob I/O), so no ``str`` of it is made. PostgreSQL binds the
 row as one ``str`` and relays the event to other daemons, which costs its own copies (see
 the bound). Before, it held the frame
 buffer, the body, the decoded Struct, a bytes copy, a dict and its re-encoding, the row, and
@@ -119,7 +119,7 @@ async def test_a_10_mib_part_update_costs_its_frame_and_its_row(
     assert b'"method":"part/updated"' in note and b'"id":9' in reply and b'"result"' in reply
     assert replies.sizes[0] > SIZE and replies.sizes[1] > SIZE
     # The body, read into one buffer of its size, and the part's decoded copy while it is
-    # validated; on SQLite the row is written from the body itself (``Pieces``).
+    # validated; on SQLite the row is written from the body itself (``Shared``).
     bound = 2.1
     if backend == "postgresql":
         # PostgreSQL also relays ``part/updated`` to the other daemons on the database, as a

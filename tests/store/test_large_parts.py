@@ -1,5 +1,5 @@
 """Parts of ``store.LARGE_BYTES`` or more, given as the buffers they arrived in
-(``store.Pieces``): on SQLite written in place through incremental blob I/O (no copy bound),
+(``store.Shared``): on SQLite written in place through incremental blob I/O (no copy bound),
 on PostgreSQL bound as one value. Either way they are served byte for byte, found by their
 first words, rewritten, pinned and pruned like any other part."""
 
@@ -11,10 +11,13 @@ from pathlib import Path
 
 import msgspec
 
+from sidecar.model.buffers import Shared
 from sidecar.model.messages import MessageTime, UserMessage
 from sidecar.model.parts import Part
 from sidecar.model.session import Session, SessionTime
-from sidecar.store import LARGE_BYTES, Pieces, Store, part_key, steer
+from sidecar.store import LARGE_BYTES, Store, part_key
+
+from .index_checks import found, index_agrees
 
 SIZE = LARGE_BYTES + 12_345
 
@@ -25,11 +28,11 @@ async def _session(store: Store) -> None:
     await store.put_message(user, msgspec.json.encode(user))
 
 
-def _pieces(doc: dict[str, object]) -> tuple[Part, Pieces, bytes]:
+def _pieces(doc: dict[str, object]) -> tuple[Part, Shared, bytes]:
     """The part, its JSON as two buffers (as the daemon splices an id in front), the JSON."""
     raw = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
     cut = raw.index(b",") + 1
-    return msgspec.json.decode(raw, type=Part), Pieces([raw[:cut], memoryview(raw)[cut:]]), raw
+    return msgspec.json.decode(raw, type=Part), Shared(raw[:cut], memoryview(raw)[cut:]), raw
 
 
 async def _put(store: Store, doc: dict[str, object]) -> bytes:
@@ -66,8 +69,7 @@ async def _served(store: Store, pid: str) -> bytes:
 
 
 async def _found(store: Store, word: str) -> list[str]:
-    hits = (await store.search_history("ses_l", word, 10, include_recall=True)).hits
-    return [h[2] for h in hits]
+    return await found(store, "ses_l", word, 10)
 
 
 async def test_a_large_part_is_served_byte_for_byte_and_found(db: str | Path) -> None:
@@ -96,18 +98,15 @@ async def test_a_large_part_rewritten_keeps_its_pin_and_leaves_no_stale_entry(
         await _session(store)
         await _put(store, _text("prt_big", "firstopening " + "y" * SIZE))
         assert await _found(store, "firstopening") == ["prt_big"]  # indexed
-        await steer.set_pin(store, "ses_l", "msg_l", "prt_big", True)
+        await store.set_pin("ses_l", "msg_l", "prt_big", True)
         raw = await _put(store, _text("prt_big", "secondopening " + "z" * SIZE))
         assert await _served(store, "prt_big") == raw
         assert await _found(store, "firstopening") == []
         assert await _found(store, "secondopening") == ["prt_big"]
-        assert await steer.pinned_ids(store, "ses_l") == frozenset({"prt_big"})
+        assert await store.pinned_ids("ses_l") == frozenset({"prt_big"})
     finally:
         await store.close()
-    if isinstance(db, Path):  # the index agrees with the parts it is made of
-        conn = sqlite3.connect(db)
-        conn.execute("INSERT INTO history_fts (history_fts, rank) VALUES ('integrity-check', 1)")
-        conn.close()
+    index_agrees(db)
 
 
 async def test_a_large_output_is_pruned_and_unpruned(db: str | Path) -> None:
@@ -121,7 +120,7 @@ async def test_a_large_output_is_pruned_and_unpruned(db: str | Path) -> None:
         doc = json.loads(served)
         assert doc["state"]["time"]["compacted"] == 77
         assert doc["state"]["output"] == json.loads(raw)["state"]["output"]
-        await steer.unmark_compacted(store, ["prt_out"])
+        await store.unmark_compacted(["prt_out"])
         assert "compacted" not in json.loads(await _served(store, "prt_out"))["state"]["time"]
         assert await _found(store, "outputopening") == ["prt_out"]
     finally:

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from sidecar.model.buffers import Shared
 from sidecar.model.ids import new_id
 from sidecar.model.messages import Message
 from sidecar.model.parts import Part
@@ -24,9 +25,8 @@ from sidecar.model.rpc import (
     PartRemoveParams,
     PartUpdateParams,
 )
-from sidecar.protocol.shared import Shared
 from sidecar.server.context import Context
-from sidecar.store import Done, PartKey, Pieces, may_keep_prune_mark, part_key
+from sidecar.store import Done, PartKey, may_keep_prune_mark, part_key
 
 _message_decoder = msgspec.json.Decoder(Message)
 _part_decoder = msgspec.json.Decoder(Part)
@@ -169,8 +169,8 @@ def _store_part(ctx: Context, part: PartKey, stored: Shared, done: Done[Any]) ->
     """Through the engine's write door (the turn is still being written: its clock is
     touched); once committed: subscribe, notify, reply. A ``Shared`` is encoded as the Raw it
     holds, in ``part/updated`` and in the reply; the row is written from its buffers (a large
-    part is never copied: ``Pieces``)."""
-    ctx.engine.writes.put_part(part, Pieces(stored.buffers), stored, done, ctx.subscribe)
+    part is never copied: ``Shared``)."""
+    ctx.engine.writes.put_part(part, stored, stored, done, ctx.subscribe)
 
 
 class _Id(msgspec.Struct):
