@@ -72,56 +72,44 @@ async def _found(store: Store, word: str) -> list[str]:
     return await found(store, "ses_l", word, 10)
 
 
-async def test_a_large_part_is_served_byte_for_byte_and_found(db: str | Path) -> None:
-    store = await Store.open(db)
-    try:
-        await _session(store)
-        # Non-ASCII text and escapes: the bytes, not a re-encoding, are what is served.
-        raw = await _put(store, _text("prt_big", "bigopening é \\n\t" + "y" * SIZE))
-        assert len(raw) > LARGE_BYTES
-        assert await _served(store, "prt_big") == raw
-        assert await _found(store, "bigopening") == ["prt_big"]
-        if isinstance(db, Path):  # stored in place, as the blob it was written into
-            conn = sqlite3.connect(db)
-            kind = conn.execute("SELECT typeof(data) FROM parts WHERE id = 'prt_big'").fetchone()
-            conn.close()
-            assert kind == ("blob",)
-    finally:
-        await store.close()
+async def test_a_large_part_is_served_byte_for_byte_and_found(store: Store, db: str | Path) -> None:
+    await _session(store)
+    # Non-ASCII text and escapes: the bytes, not a re-encoding, are what is served.
+    raw = await _put(store, _text("prt_big", "bigopening é \\n\t" + "y" * SIZE))
+    assert len(raw) > LARGE_BYTES
+    assert await _served(store, "prt_big") == raw
+    assert await _found(store, "bigopening") == ["prt_big"]
+    if isinstance(db, Path):  # stored in place, as the blob it was written into
+        conn = sqlite3.connect(db)
+        kind = conn.execute("SELECT typeof(data) FROM parts WHERE id = 'prt_big'").fetchone()
+        conn.close()
+        assert kind == ("blob",)
 
 
 async def test_a_large_part_rewritten_keeps_its_pin_and_leaves_no_stale_entry(
-    db: str | Path,
+    store: Store, db: str | Path
 ) -> None:
-    store = await Store.open(db)
-    try:
-        await _session(store)
-        await _put(store, _text("prt_big", "firstopening " + "y" * SIZE))
-        assert await _found(store, "firstopening") == ["prt_big"]  # indexed
-        await store.set_pin("ses_l", "msg_l", "prt_big", True)
-        raw = await _put(store, _text("prt_big", "secondopening " + "z" * SIZE))
-        assert await _served(store, "prt_big") == raw
-        assert await _found(store, "firstopening") == []
-        assert await _found(store, "secondopening") == ["prt_big"]
-        assert await store.pinned_ids("ses_l") == frozenset({"prt_big"})
-    finally:
-        await store.close()
+    await _session(store)
+    await _put(store, _text("prt_big", "firstopening " + "y" * SIZE))
+    assert await _found(store, "firstopening") == ["prt_big"]  # indexed
+    await store.set_pin("ses_l", "msg_l", "prt_big", True)
+    raw = await _put(store, _text("prt_big", "secondopening " + "z" * SIZE))
+    assert await _served(store, "prt_big") == raw
+    assert await _found(store, "firstopening") == []
+    assert await _found(store, "secondopening") == ["prt_big"]
+    assert await store.pinned_ids("ses_l") == frozenset({"prt_big"})
     index_agrees(db)
 
 
-async def test_a_large_output_is_pruned_and_unpruned(db: str | Path) -> None:
-    store = await Store.open(db)
-    try:
-        await _session(store)
-        raw = await _put(store, _tool("prt_out", "outputopening " + "o" * SIZE))
-        marked = await store.mark_compacted(["prt_out"], 77)
-        assert len(marked) == 1
-        served = await _served(store, "prt_out")
-        doc = json.loads(served)
-        assert doc["state"]["time"]["compacted"] == 77
-        assert doc["state"]["output"] == json.loads(raw)["state"]["output"]
-        await store.unmark_compacted(["prt_out"])
-        assert "compacted" not in json.loads(await _served(store, "prt_out"))["state"]["time"]
-        assert await _found(store, "outputopening") == ["prt_out"]
-    finally:
-        await store.close()
+async def test_a_large_output_is_pruned_and_unpruned(store: Store, db: str | Path) -> None:
+    await _session(store)
+    raw = await _put(store, _tool("prt_out", "outputopening " + "o" * SIZE))
+    marked = await store.mark_compacted(["prt_out"], 77)
+    assert len(marked) == 1
+    served = await _served(store, "prt_out")
+    doc = json.loads(served)
+    assert doc["state"]["time"]["compacted"] == 77
+    assert doc["state"]["output"] == json.loads(raw)["state"]["output"]
+    await store.unmark_compacted(["prt_out"])
+    assert "compacted" not in json.loads(await _served(store, "prt_out"))["state"]["time"]
+    assert await _found(store, "outputopening") == ["prt_out"]
