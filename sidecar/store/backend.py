@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+import msgspec
+
 from sidecar.model.buffers import Shared
 from sidecar.model.ids import now_ms
 
@@ -36,10 +38,21 @@ Row = Sequence[Any]
 EventSink = Callable[[str, str, bytes], None]
 
 
-#: A part's JSON of this many bytes or more is written from the buffers it arrived in
-#: (``Shared``) where the backend can (SQLite: incremental blob I/O), never copied into a
-#: bound value: binding copies it, and building the row copies it again.
-LARGE_BYTES = 1 << 20
+#: What ``part/updated`` params hold instead of a large part when they are relayed to the
+#: other daemons on one database (``Hub.publish``): its id, by which each reads it back.
+_PART_REF = b'{"partRef":'
+
+
+def part_ref(part_id: str) -> bytes:
+    return _PART_REF + msgspec.json.encode(part_id) + b"}"
+
+
+def referenced_part(params: bytes) -> str | None:
+    """The id a relayed ``part_ref`` names (``None``: the params are the event's own)."""
+    if not params.startswith(_PART_REF):
+        return None
+    ident: str = msgspec.json.decode(params[len(_PART_REF) : -1], type=str)
+    return ident
 
 
 class Backend(Protocol):

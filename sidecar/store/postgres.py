@@ -37,10 +37,12 @@ from sidecar.store.backend import (
     ReadOnly,
     Row,
     Statement,
+    referenced_part,
 )
 from sidecar.store.cache import WindowCache
 from sidecar.store.commit import Hooked
 from sidecar.store.pg_commit import (
+    APPEND_SLICE,
     PgCommit,
     driver_state,
     outage,
@@ -56,7 +58,7 @@ from sidecar.store.schema import (
     VERSION_TABLE,
     check_opened,
 )
-from sidecar.store.statements import SET_PART_DATA
+from sidecar.store.statements import PART_DATA, SET_PART_DATA
 from sidecar.store.url import CannotOpen, redact, unreachable
 
 log = logging.getLogger("sidecar.store")
@@ -197,7 +199,18 @@ class PostgresBackend(Hooked):
         """Nothing to bring forward: the writer task commits as soon as it is free."""
 
     def large_part(self, row: tuple[Any, ...], pieces: Shared) -> list[Statement] | None:
-        return None  # bound as one value: asyncpg sends it as it is
+        # In slices of the buffers (``bytea``, never a ``str``), appended by the server: the
+        # driver copies what it sends into its message and the socket's buffer, a slice's
+        # worth at a time instead of the whole part's.
+        buffers = pieces.buffers  # the frame's slice, or an id spliced in front of it
+        head = buffers[0] if len(buffers) > 1 else b""
+        rest = buffers[1:] if len(buffers) > 1 else buffers
+        tail = memoryview(rest[0] if len(rest) == 1 else b"".join(rest))
+        slices = _utf8_slices(tail, LARGE_SLICE)
+        return [
+            (_LARGE_UPSERT, [(*row, head, slices[0])]),
+            (APPEND_SLICE, [(piece, row[0]) for piece in slices[1:]]),
+        ]
 
     #: The history index's batch (``indexer.Indexer``).
     history_batch: Sequence[str] = HISTORY_BATCH
@@ -377,6 +390,13 @@ class PostgresBackend(Hooked):
                         continue
                     payload = rows[0][0]
                 event = msgspec.json.decode(payload, type=_Event)
+                params = bytes(event.params)
+                named = referenced_part(params)
+                if named is not None:  # a large part, named: read as stored
+                    rows = await self.query(PART_DATA, (named,))
+                    if not rows:
+                        continue
+                    params = b'{"part":' + _utf8(rows[0][0]) + b"}"
             except (
                 msgspec.DecodeError,
                 ValueError,
@@ -387,7 +407,7 @@ class PostgresBackend(Hooked):
                 log.warning("dropped a relayed event: %s", exc)
                 continue
             if self.on_event is not None:
-                self.on_event(event.session_id, event.method, bytes(event.params))
+                self.on_event(event.session_id, event.method, params)
 
 
 class PostgresReader(ReadOnly):
@@ -485,6 +505,38 @@ def _drop_if_left(exc: BaseException, conn: Any) -> bool:
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """A reader goes back to the pool as it is: no ``RESET ALL; UNLISTEN *`` round trip on
     every release (it doubled a point read), since readers never change session state."""
+
+
+# A large part's row from its two buffers (``large_part``).
+_LARGE_UPSERT = (
+    "INSERT INTO parts (id, message_id, session_id, type, data) "
+    "VALUES (?, ?, ?, ?, convert_from(?::bytea || ?::bytea, 'UTF8')) "
+    "ON CONFLICT (id) DO UPDATE SET type = excluded.type, data = excluded.data, "
+    "message_id = excluded.message_id, session_id = excluded.session_id"
+)
+
+
+#: Bytes of a large part sent in one statement (``large_part``).
+LARGE_SLICE = 1 << 20
+
+
+def _utf8_slices(data: memoryview, size: int) -> list[memoryview]:
+    """``data`` in slices of about ``size`` bytes, each cut before a UTF-8 character's first
+    byte (so each decodes alone); at least one."""
+    out: list[memoryview] = []
+    start = 0
+    while True:
+        end = min(start + size, len(data))
+        while start < end < len(data) and data[end] & 0xC0 == 0x80:
+            end -= 1
+        out.append(data[start:end])
+        if end >= len(data):
+            return out
+        start = end
+
+
+def _utf8(data: str | bytes) -> bytes:
+    return data.encode() if isinstance(data, str) else data
 
 
 def _relayed(counts: list[int], exc: BaseException | None) -> None:

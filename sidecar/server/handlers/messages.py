@@ -168,8 +168,9 @@ async def _update_keeping_mark(ctx: Context, part: Part, view: memoryview, done:
 def _store_part(ctx: Context, part: PartKey, stored: Shared, done: Done[Any]) -> None:
     """Through the engine's write door (the turn is still being written: its clock is
     touched); once committed: subscribe, notify, reply. A ``Shared`` is encoded as the Raw it
-    holds, in ``part/updated`` and in the reply; the row is written from its buffers (a large
-    part is never copied: ``Shared``)."""
+    holds, in ``part/updated`` and in the reply; the row is written from its buffers, and a
+    large part is relayed to other daemons by its id: never copied."""
+    stored.part_id = part.id
     ctx.engine.writes.put_part(part, stored, stored, done, ctx.subscribe)
 
 
