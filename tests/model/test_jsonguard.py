@@ -21,7 +21,7 @@ def _reference_depth(text: bytes) -> int:
 
 def _reference(text: bytes) -> tuple[int, bool]:
     """``_reference_depth``, and whether the text is free of what no JSON holds: a backslash
-    outside a string (where a decoder stops)."""
+    outside a string, where a decoder stops (and so does this reader)."""
     depth = peak = 0
     in_string = escaped = False
     clean = True
@@ -29,6 +29,7 @@ def _reference(text: bytes) -> tuple[int, bool]:
         ch = chr(byte)
         if ch == "\\" and not in_string:
             clean = False
+            break
         if in_string:
             if escaped:
                 escaped = False
@@ -106,8 +107,9 @@ _pieces = st.sampled_from(
 @example(b'[[\\"[', 2, 2)  # an escape outside a string: refused as too deep (found once)
 def test_same_answer_as_a_byte_by_byte_reader(text: bytes, limit: int, chunk: int) -> None:
     """The same answer wherever a backslash is inside a string, as in every JSON document;
-    where one is outside (no JSON: a decoder stops there), never a smaller one, so what is
-    refused as too deep may also be a parse error, but nothing too deep gets through."""
+    where one is outside (no JSON), never a smaller one than the depth a decoder reaches
+    before it stops there: what is refused as too deep may also be a parse error, but nothing
+    a decoder would read too deep gets through."""
     depth, clean = _reference(text)
     if clean:
         assert deeper_than(text, limit, chunk) == (depth > limit)
