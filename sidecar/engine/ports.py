@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Protocol
 
+from sidecar.model.buffers import Shared
 from sidecar.model.messages import Message, WithParts
 from sidecar.model.parts import Part
 from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
-from sidecar.store import Boundary, Done, Key, LightMessage, PartKey, Pieces
+from sidecar.store import Boundary, Done, Key, LightMessage, PartKey
 
 
 class WindowCachePort(Protocol):
@@ -40,7 +41,7 @@ class StorePort(Protocol):
     # messages and parts
     def put_message_then(self, info: Message, raw: bytes | str, then: Done[None]) -> None: ...
     def put_part_then(
-        self, part: Part | PartKey, raw: bytes | str | Pieces, then: Done[None]
+        self, part: Part | PartKey, raw: bytes | str | Shared, then: Done[None]
     ) -> None: ...
     async def put_many(
         self,

@@ -31,6 +31,7 @@ from sidecar.engine.delta import Revisions
 from sidecar.engine.host import Host
 from sidecar.engine.ports import StorePort
 from sidecar.errors import UnknownMessage, UnknownPart
+from sidecar.model.buffers import Shared
 from sidecar.model.config import Config
 from sidecar.model.messages import Message
 from sidecar.model.rpc import (
@@ -41,7 +42,7 @@ from sidecar.model.rpc import (
     PartUpdatedEvent,
 )
 from sidecar.model.session import Session
-from sidecar.store import Done, PartKey, Pieces
+from sidecar.store import Done, PartKey
 
 T = TypeVar("T")
 
@@ -193,7 +194,7 @@ class WriteDoor:
     def put_part(
         self,
         part: PartKey,
-        raw: str | Pieces,
+        raw: str | Shared,
         stored: Any,
         then: Done[Any],
         subscribe: Callable[[str], None] | None = None,

@@ -14,32 +14,12 @@ from typing import Any
 
 import msgspec
 
+from sidecar.model.buffers import Buffer, Shared
+
 # Written where a ``Shared`` goes. A NUL byte never appears in msgspec's output (it escapes
 # control characters) nor in JSON the daemon accepted, so the token cannot occur otherwise.
 PLACEHOLDER = b"\x00sidecar-shared\x00"
 _PLACEHOLDER_RAW = msgspec.Raw(PLACEHOLDER)
-
-Buffer = bytes | memoryview
-
-
-class Shared:
-    """The JSON of one value as buffers, sent as they are by every frame that carries it."""
-
-    __slots__ = ("buffers", "size")
-
-    def __init__(self, *buffers: Buffer) -> None:
-        self.buffers = buffers
-        self.size = sum(len(b) for b in buffers)
-
-    def text(self) -> str:
-        """The JSON as one ``str`` (a store row): one copy per buffer, no more."""
-        if len(self.buffers) == 1:
-            return str(self.buffers[0], "utf-8")
-        return "".join(str(b, "utf-8") for b in self.buffers)
-
-    def raw(self) -> msgspec.Raw:
-        """The JSON as one ``msgspec.Raw`` (a copy: for what cannot take pieces)."""
-        return msgspec.Raw(b"".join(self.buffers))
 
 
 def as_raw(value: Any) -> Any:

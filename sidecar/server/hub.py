@@ -11,8 +11,10 @@ import attrs
 import msgspec
 from lsprotocol.types import LogMessageParams, MessageType
 
+from sidecar.model.buffers import Shared
 from sidecar.model.rpc import ClientCapabilities
 from sidecar.protocol.shared import as_raw
+from sidecar.store import part_ref
 
 T = TypeVar("T")
 
@@ -73,7 +75,12 @@ class Hub:
         """To this daemon's subscribers, and to the other daemons' through ``relay``."""
         self.deliver(session_id, method, params)
         if self.relay is not None:
-            self.relay(session_id, method, _json(params))
+            part = getattr(params, "part", None)
+            if isinstance(part, Shared) and part.large and part.part_id:
+                # Named, not copied: the other daemons read the stored part (``part_ref``).
+                self.relay(session_id, method, part_ref(part.part_id))
+            else:
+                self.relay(session_id, method, _json(params))
 
     def deliver(self, session_id: str, method: str, params: Any) -> None:
         """To this daemon's subscribers only (an event another daemon relayed here)."""

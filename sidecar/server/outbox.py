@@ -15,8 +15,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from sidecar.model.buffers import Buffer
 from sidecar.protocol.framing import frame_header
-from sidecar.protocol.shared import Buffer
 
 log = logging.getLogger("sidecar.rpc")
 

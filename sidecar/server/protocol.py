@@ -45,6 +45,7 @@ from pygls.protocol.json_rpc import (
 from pygls.server import JsonRPCServer
 
 from sidecar.errors import ErrorCode, SidecarError
+from sidecar.model.buffers import Shared
 from sidecar.model.config import DEFAULT_MAX_DEPTH
 from sidecar.model.jsonguard import bad_utf8_field, first_bad_utf8, too_deep
 from sidecar.model.rpc import CancelParams
@@ -58,7 +59,7 @@ from sidecar.protocol.envelopes import (
     Response,
 )
 from sidecar.protocol.framing import Body, FrameError
-from sidecar.protocol.shared import PieceEncoder, Shared
+from sidecar.protocol.shared import PieceEncoder
 from sidecar.server.context import Context
 from sidecar.server.dispatch import Route, call_ingest, call_notification, routes, rpc_error
 from sidecar.server.outbox import Outbox, size_of

@@ -6,8 +6,9 @@ rearrange its modules without touching them. The backends' own modules (``sqlite
 ``postgres``, ...) are not imported here: a SQLite daemon never loads asyncpg.
 """
 
+from sidecar.model.buffers import LARGE_BYTES
 from sidecar.store import history, holder, opencode_db, steer
-from sidecar.store.backend import LARGE_BYTES, Done, Pieces, ReadOnlyStore
+from sidecar.store.backend import Done, ReadOnlyStore, part_ref
 from sidecar.store.cache import Decoded, Key, PageCursor, WindowCache
 from sidecar.store.compaction import Boundary
 from sidecar.store.history import part_content, terms_of
@@ -47,7 +48,6 @@ __all__ = [
     "LightPart",
     "PageCursor",
     "PartKey",
-    "Pieces",
     "ReadOnlyStore",
     "Store",
     "Tally",
@@ -63,6 +63,7 @@ __all__ = [
     "opencode_db",
     "part_content",
     "part_key",
+    "part_ref",
     "redact",
     "sqlite_path",
     "steer",

@@ -13,6 +13,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+import msgspec
+
+from sidecar.model.buffers import Shared
 from sidecar.model.ids import now_ms
 
 if TYPE_CHECKING:
@@ -35,26 +38,21 @@ Row = Sequence[Any]
 EventSink = Callable[[str, str, bytes], None]
 
 
-#: A part's JSON of this many bytes or more is written from the buffers it arrived in
-#: (``Pieces``) where the backend can (SQLite: incremental blob I/O), never copied into a
-#: bound value: binding copies it, and building the row copies it again.
-LARGE_BYTES = 1 << 20
+#: What ``part/updated`` params hold instead of a large part when they are relayed to the
+#: other daemons on one database (``Hub.publish``): its id, by which each reads it back.
+_PART_REF = b'{"partRef":'
 
 
-class Pieces:
-    """A document as the buffers it arrived in (a frame's slices), written without a copy
-    where the backend can (``Backend.large_part``), else joined into one ``str``."""
+def part_ref(part_id: str) -> bytes:
+    return _PART_REF + msgspec.json.encode(part_id) + b"}"
 
-    __slots__ = ("buffers", "size")
 
-    def __init__(self, buffers: Sequence[bytes | memoryview]) -> None:
-        self.buffers = buffers
-        self.size = sum(len(b) for b in buffers)
-
-    def text(self) -> str:
-        if len(self.buffers) == 1:
-            return str(self.buffers[0], "utf-8")
-        return "".join(str(b, "utf-8") for b in self.buffers)
+def referenced_part(params: bytes) -> str | None:
+    """The id a relayed ``part_ref`` names (``None``: the params are the event's own)."""
+    if not params.startswith(_PART_REF):
+        return None
+    ident: str = msgspec.json.decode(params[len(_PART_REF) : -1], type=str)
+    return ident
 
 
 class Backend(Protocol):
@@ -105,7 +103,7 @@ class Backend(Protocol):
     def commit_queued(self) -> None:
         """Commit what is queued now rather than on the next loop iteration."""
 
-    def large_part(self, row: tuple[Any, ...], pieces: Pieces) -> list[Statement] | None:
+    def large_part(self, row: tuple[Any, ...], pieces: Shared) -> list[Statement] | None:
         """The statements that store the part ``row`` (its columns but the JSON) with the JSON
         ``pieces`` written in place, or ``None`` where the backend cannot (then the JSON is
         bound as one value)."""
@@ -155,7 +153,7 @@ class ReadOnly:
     commits = 0
     history_batch: Sequence[str] = ()  # nothing is written, so nothing to index
 
-    def large_part(self, row: tuple[Any, ...], pieces: Pieces) -> list[Statement] | None:
+    def large_part(self, row: tuple[Any, ...], pieces: Shared) -> list[Statement] | None:
         return None  # refused at the write itself
 
     def __init__(self, display: str) -> None:

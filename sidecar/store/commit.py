@@ -33,7 +33,8 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from sidecar.store.backend import OnIntegrity, Pieces, Statement, Then
+from sidecar.model.buffers import Shared
+from sidecar.store.backend import OnIntegrity, Statement, Then
 
 log = logging.getLogger("sidecar.store")
 
@@ -168,6 +169,24 @@ class Committer:
 
     def _queue(self, op: Op) -> None:
         raise NotImplementedError
+
+
+class Hooked:
+    """What both backends hand to their group commit as it is: the history indexer's
+    background ops and its cue after each commit."""
+
+    _commit: Committer
+
+    async def submit_background(self, statements: list[Statement]) -> list[int]:
+        return await self._commit.submit_background(statements)
+
+    @property
+    def on_commit(self) -> Callable[[], None] | None:
+        return self._commit.on_commit
+
+    @on_commit.setter
+    def on_commit(self, hook: Callable[[], None] | None) -> None:
+        self._commit.on_commit = hook
 
 
 class GroupCommit(Committer):
@@ -406,7 +425,7 @@ def _size(batch: list[Op]) -> tuple[int, int]:
                 last = row[-1] if row else None
                 if isinstance(last, str | bytes):
                     payload += len(last)
-                elif isinstance(last, Pieces):
+                elif isinstance(last, Shared):
                     payload += last.size
     return rows, payload
 
@@ -447,7 +466,7 @@ def _apply(conn: sqlite3.Connection, batch: list[Op]) -> tuple[list[BaseExceptio
     return outcomes, commits
 
 
-#: Not SQL: each row ``(part id, Pieces)`` is written into its part's ``data``, a blob of its
+#: Not SQL: each row ``(part id, Shared)`` is written into its part's ``data``, a blob of its
 #: size made by the statement before (``schema.large_part_statements``), through incremental
 #: blob I/O: from the buffers it arrived in, a page at a time, with no copy of it made.
 WRITE_PIECES = "-- sidecar: write pieces"

@@ -8,8 +8,9 @@ from typing import Any
 
 import msgspec
 
+from sidecar.model.buffers import Shared
 from sidecar.model.parts import Part, ToolCompleted, ToolPart
-from sidecar.store.backend import LARGE_BYTES, Done, Pieces
+from sidecar.store.backend import Done
 from sidecar.store.rows import (
     PartKey,
     Tables,
@@ -20,17 +21,16 @@ from sidecar.store.rows import (
     part_row,
     submit_then,
 )
-from sidecar.store.statements import UPSERT_PART
+from sidecar.store.statements import PART_DATA, UPSERT_PART
 
-_PART_DATA = "SELECT data FROM parts WHERE id = ?"
 _DELETE_PART = "DELETE FROM parts WHERE id = ? AND message_id = ? AND session_id = ?"
 #: ``(part id, JSON)`` of a message's parts, in order (``part_rows``, ``steer``).
 PART_ROWS = "SELECT id, data FROM parts WHERE message_id = ? ORDER BY id"
 
 
-def _part_op(t: Tables, part: Part | PartKey, raw: bytes | str | Pieces) -> Write:
-    if isinstance(raw, Pieces):
-        if raw.size >= LARGE_BYTES:
+def _part_op(t: Tables, part: Part | PartKey, raw: bytes | str | Shared) -> Write:
+    if isinstance(raw, Shared):
+        if raw.large:
             head = part_row(part, "")[:-1]
             statements = t.backend.large_part(head, raw)
             if statements is not None:
@@ -54,7 +54,7 @@ async def put_part(t: Tables, part: Part, raw: bytes | str) -> None:
 
 
 def put_part_then(
-    t: Tables, part: Part | PartKey, raw: bytes | str | Pieces, then: Done[None]
+    t: Tables, part: Part | PartKey, raw: bytes | str | Shared, then: Done[None]
 ) -> None:
     submit_then(t.backend, functools.partial(_part_op, t, part, raw), part_error(part), then)
 
@@ -62,7 +62,7 @@ def put_part_then(
 async def get_part(t: Tables, part_id: str) -> tuple[Part, str] | None:
     if "\x00" in part_id:
         return None
-    rows = await t.backend.query(_PART_DATA, (part_id,))
+    rows = await t.backend.query(PART_DATA, (part_id,))
     return (decode_part(rows[0][0]), rows[0][0]) if rows else None
 
 
@@ -107,7 +107,7 @@ async def prune_mark_of(t: Tables, part: Part) -> int | None:
         return None
     if "\x00" in part.id:
         return None
-    rows = await t.backend.query_point(_PART_DATA, (part.id,))
+    rows = await t.backend.query_point(PART_DATA, (part.id,))
     if not rows:
         return None
     try:  # only the fields needed: a sixth of a whole part's decode

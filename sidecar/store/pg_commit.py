@@ -122,6 +122,20 @@ def _exact(sql: str) -> bool:
     return head.startswith("INSERT") and "DO UPDATE" in head and " WHERE " not in head
 
 
+#: A slice of a large part appended to its row (``PostgresBackend.large_part``). Sent a row
+#: at a time: for an ``executemany`` the driver builds every row's message before it writes
+#: them, which would hold the whole part again.
+APPEND_SLICE = "UPDATE parts SET data = data || convert_from(?::bytea, 'UTF8') WHERE id = ?"
+
+
+async def _executemany(conn: asyncpg.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    if sql != APPEND_SLICE:
+        await conn.executemany(pg_sql(sql), rows)
+        return
+    for row in rows:
+        await conn.execute(pg_sql(sql), *row)
+
+
 class PgCommit(Committer):
     """``reconnect`` gives a new connection once the current one is lost; until it succeeds,
     each batch fails with ``Unavailable`` (nothing stored) and the next one tries again."""
@@ -260,7 +274,7 @@ class PgCommit(Committer):
                     total += _count(status)
                 counts.append(total)
             else:
-                await self._conn.executemany(pg_sql(sql), rows)
+                await _executemany(self._conn, sql, rows)
                 counts.append(len(rows) if _exact(sql) else -1)
         return counts
 
@@ -273,7 +287,7 @@ class PgCommit(Committer):
         async def flush() -> None:
             if pending_sql is None:
                 return
-            await self._conn.executemany(pg_sql(pending_sql), pending_rows)
+            await _executemany(self._conn, pending_sql, pending_rows)
             exact = _exact(pending_sql)
             for op, index, rows in owners:
                 op.rowcounts[index] = rows if exact else -1

@@ -29,17 +29,20 @@ import asyncpg
 import msgspec
 
 from sidecar.errors import Unavailable
+from sidecar.model.buffers import Shared
 from sidecar.model.ids import now_ms
 from sidecar.store.backend import (
     Chunks,
     EventSink,
-    Pieces,
     ReadOnly,
     Row,
     Statement,
+    referenced_part,
 )
 from sidecar.store.cache import WindowCache
+from sidecar.store.commit import Hooked
 from sidecar.store.pg_commit import (
+    APPEND_SLICE,
     PgCommit,
     driver_state,
     outage,
@@ -55,7 +58,7 @@ from sidecar.store.schema import (
     VERSION_TABLE,
     check_opened,
 )
-from sidecar.store.statements import SET_PART_DATA
+from sidecar.store.statements import PART_DATA, SET_PART_DATA
 from sidecar.store.url import CannotOpen, redact, unreachable
 
 log = logging.getLogger("sidecar.store")
@@ -82,7 +85,8 @@ class _Event(msgspec.Struct, array_like=True):
     params: msgspec.Raw
 
 
-class PostgresBackend:
+class PostgresBackend(Hooked):
+    _commit: PgCommit
     kind = "postgresql"
     shares_events = True
 
@@ -194,22 +198,22 @@ class PostgresBackend:
     def commit_queued(self) -> None:
         """Nothing to bring forward: the writer task commits as soon as it is free."""
 
-    def large_part(self, row: tuple[Any, ...], pieces: Pieces) -> list[Statement] | None:
-        return None  # bound as one value: asyncpg sends it as it is
+    def large_part(self, row: tuple[Any, ...], pieces: Shared) -> list[Statement] | None:
+        # In slices of the buffers (``bytea``, never a ``str``), appended by the server: the
+        # driver copies what it sends into its message and the socket's buffer, a slice's
+        # worth at a time instead of the whole part's.
+        buffers = pieces.buffers  # the frame's slice, or an id spliced in front of it
+        head = buffers[0] if len(buffers) > 1 else b""
+        rest = buffers[1:] if len(buffers) > 1 else buffers
+        tail = memoryview(rest[0] if len(rest) == 1 else b"".join(rest))
+        slices = _utf8_slices(tail, LARGE_SLICE)
+        return [
+            (_LARGE_UPSERT, [(*row, head, slices[0])]),
+            (APPEND_SLICE, [(piece, row[0]) for piece in slices[1:]]),
+        ]
 
     #: The history index's batch (``indexer.Indexer``).
     history_batch: Sequence[str] = HISTORY_BATCH
-
-    async def submit_background(self, statements: list[Statement]) -> list[int]:
-        return await self._commit.submit_background(statements)
-
-    @property
-    def on_commit(self) -> Callable[[], None] | None:
-        return self._commit.on_commit
-
-    @on_commit.setter
-    def on_commit(self, hook: Callable[[], None] | None) -> None:
-        self._commit.on_commit = hook
 
     async def mark_compacted(self, part_ids: Sequence[str], ts: int) -> None:
         ids = list(part_ids)
@@ -386,6 +390,13 @@ class PostgresBackend:
                         continue
                     payload = rows[0][0]
                 event = msgspec.json.decode(payload, type=_Event)
+                params = bytes(event.params)
+                named = referenced_part(params)
+                if named is not None:  # a large part, named: read as stored
+                    rows = await self.query(PART_DATA, (named,))
+                    if not rows:
+                        continue
+                    params = b'{"part":' + _utf8(rows[0][0]) + b"}"
             except (
                 msgspec.DecodeError,
                 ValueError,
@@ -396,7 +407,7 @@ class PostgresBackend:
                 log.warning("dropped a relayed event: %s", exc)
                 continue
             if self.on_event is not None:
-                self.on_event(event.session_id, event.method, bytes(event.params))
+                self.on_event(event.session_id, event.method, params)
 
 
 class PostgresReader(ReadOnly):
@@ -494,6 +505,38 @@ def _drop_if_left(exc: BaseException, conn: Any) -> bool:
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """A reader goes back to the pool as it is: no ``RESET ALL; UNLISTEN *`` round trip on
     every release (it doubled a point read), since readers never change session state."""
+
+
+# A large part's row from its two buffers (``large_part``).
+_LARGE_UPSERT = (
+    "INSERT INTO parts (id, message_id, session_id, type, data) "
+    "VALUES (?, ?, ?, ?, convert_from(?::bytea || ?::bytea, 'UTF8')) "
+    "ON CONFLICT (id) DO UPDATE SET type = excluded.type, data = excluded.data, "
+    "message_id = excluded.message_id, session_id = excluded.session_id"
+)
+
+
+#: Bytes of a large part sent in one statement (``large_part``).
+LARGE_SLICE = 1 << 20
+
+
+def _utf8_slices(data: memoryview, size: int) -> list[memoryview]:
+    """``data`` in slices of about ``size`` bytes, each cut before a UTF-8 character's first
+    byte (so each decodes alone); at least one."""
+    out: list[memoryview] = []
+    start = 0
+    while True:
+        end = min(start + size, len(data))
+        while start < end < len(data) and data[end] & 0xC0 == 0x80:
+            end -= 1
+        out.append(data[start:end])
+        if end >= len(data):
+            return out
+        start = end
+
+
+def _utf8(data: str | bytes) -> bytes:
+    return data.encode() if isinstance(data, str) else data
 
 
 def _relayed(counts: list[int], exc: BaseException | None) -> None:

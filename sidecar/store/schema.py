@@ -200,7 +200,6 @@ def _gone(row: str) -> str:
 
 
 HISTORY_BATCHED = f"""
-    DROP TRIGGER IF EXISTS history_on_insert;
     DROP TRIGGER IF EXISTS history_on_update;
     DROP TRIGGER IF EXISTS history_on_delete;
     DROP VIEW history_src;
@@ -210,11 +209,6 @@ HISTORY_BATCHED = f"""
     FROM parts WHERE type IN {_INDEXED};
     ALTER TABLE history_dirty ADD COLUMN gone TEXT;
     ALTER TABLE history_dirty ADD COLUMN gone_sid TEXT;
-    CREATE TRIGGER history_on_insert AFTER INSERT ON parts
-    WHEN NEW.type IN {_INDEXED}
-    BEGIN
-        {_NOTE}
-    END;
     CREATE TRIGGER history_on_update AFTER UPDATE OF data, type ON parts
     WHEN NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = NEW.rowid)
     AND NOT EXISTS (SELECT 1 FROM history_hold)

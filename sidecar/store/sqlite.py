@@ -16,17 +16,17 @@ from typing import Any, cast
 
 import aiosqlite
 
+from sidecar.model.buffers import Shared
 from sidecar.model.ids import now_ms
 from sidecar.store.backend import (
     Chunks,
     EventSink,
-    Pieces,
     ReadOnly,
     Row,
     Statement,
 )
 from sidecar.store.cache import WindowCache
-from sidecar.store.commit import TRUNCATE_WAIT_MS, WAL_SIZE_LIMIT, WRITE_PIECES, GroupCommit
+from sidecar.store.commit import TRUNCATE_WAIT_MS, WAL_SIZE_LIMIT, WRITE_PIECES, GroupCommit, Hooked
 from sidecar.store.schema import (
     FIRST_VERSION,
     HISTORY_BATCH,
@@ -48,7 +48,8 @@ CHUNK = 1024
 DEADLINE_STEPS = 1000
 
 
-class SqliteBackend:
+class SqliteBackend(Hooked):
+    _commit: GroupCommit
     kind = "sqlite"
     shares_events = False  # daemons sharing a file hear each other's writes, not events
 
@@ -165,22 +166,11 @@ class SqliteBackend:
     def commit_queued(self) -> None:
         self._commit.commit_queued()
 
-    def large_part(self, row: tuple[Any, ...], pieces: Pieces) -> list[Statement] | None:
+    def large_part(self, row: tuple[Any, ...], pieces: Shared) -> list[Statement] | None:
         return [*large_part_statements(row, pieces.size), (WRITE_PIECES, [(row[0], pieces)])]
 
     #: The history index's batch (``indexer.Indexer``).
     history_batch: Sequence[str] = HISTORY_BATCH
-
-    async def submit_background(self, statements: list[Statement]) -> list[int]:
-        return await self._commit.submit_background(statements)
-
-    @property
-    def on_commit(self) -> Callable[[], None] | None:
-        return self._commit.on_commit
-
-    @on_commit.setter
-    def on_commit(self, hook: Callable[[], None] | None) -> None:
-        self._commit.on_commit = hook
 
     async def mark_compacted(self, part_ids: Sequence[str], ts: int) -> None:
         # A JSON patch in SQL: concurrent edits and unknown fields are kept.

@@ -24,4 +24,6 @@ TOUCH_SESSION = "UPDATE sessions SET updated = ? WHERE id = ? AND updated < ?"
 PARTS_BY_IDS = "SELECT id, data FROM parts WHERE id IN ({ids}) ORDER BY id"
 # JSON patched in Python (``steer.unmark_compacted``; PostgreSQL's ``mark_compacted``).
 SET_PART_DATA = "UPDATE parts SET data = ? WHERE id = ?"
+#: A part's JSON by id (``parts``; a large part relayed by reference, ``postgres``).
+PART_DATA = "SELECT data FROM parts WHERE id = ?"
 DELETE_MESSAGE = "DELETE FROM messages WHERE id = ? AND session_id = ?"

@@ -26,12 +26,13 @@ import sidecar.store.sessions as sessions
 import sidecar.store.steer as steer
 import sidecar.store.windows as windows
 from sidecar.errors import UnknownSession
+from sidecar.model.buffers import Shared
 from sidecar.model.config import DEFAULT_MAX_REPLY_BYTES
 from sidecar.model.messages import Message, WithParts
 from sidecar.model.parts import Part
 from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
-from sidecar.store.backend import Backend, Done, Pieces
+from sidecar.store.backend import Backend, Done
 from sidecar.store.cache import Key, WindowCache
 from sidecar.store.compaction import Boundary
 from sidecar.store.history import Found
@@ -194,7 +195,7 @@ class Store:
         await parts.put_part(self, part, raw)
 
     def put_part_then(
-        self, part: Part | PartKey, raw: bytes | str | Pieces, then: Done[None]
+        self, part: Part | PartKey, raw: bytes | str | Shared, then: Done[None]
     ) -> None:
         """``put_part`` for callers without a task: ``then(None, None)`` once the part is
         committed, ``then(None, exc)`` if it could not be (``backend.Done``). Called from the

@@ -21,6 +21,7 @@ from pgcluster import Cluster, new_pg_database
 from sidecar_client import Call, Client
 from wire import put_message, put_part, stored
 
+from sidecar.model.buffers import LARGE_BYTES
 from sidecar.model.ids import new_id
 
 from .builders import assistant_message, text_part, user_message
@@ -216,3 +217,24 @@ async def test_prepared_summaries_of_two_daemons_commit_once(
         # The turn after the prepared cut is kept as it is, after the summary.
         assert {"role": "user", "content": "Now the tests"} in ctx.messages
     assert len(watcher.notifications("session/compacted")) == 1
+
+
+async def test_a_large_part_reaches_the_other_daemons_watchers(
+    daemons: list[SocketDaemon],
+) -> None:
+    """A part of ``LARGE_BYTES`` or more is relayed by its id, not its JSON: the watcher on
+    another daemon hears it as stored, whole."""
+    writer = await daemons[0].connect()
+    watcher = await daemons[1].connect()
+    sid = (await writer.create_session()).id
+    await watcher.subscribe(sid)
+    user = await put_message(writer, user_message(sid))
+    text = "é" + "large relayed part " * (LARGE_BYTES // 19 + 10)
+    for given_id in (True, False):  # the client's id, or one the daemon splices in front
+        part = text_part(sid, user["id"], text, **({"id": new_id("prt")} if given_id else {}))
+        reply = await put_part(writer, part)
+        heard = await watcher.wait_for(
+            "part/updated", lambda p, pid=reply["id"]: p["part"]["id"] == pid, timeout=60
+        )
+        assert heard["part"] == reply
+        assert heard["part"]["text"] == text

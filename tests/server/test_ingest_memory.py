@@ -6,9 +6,8 @@ from a real pipe by a thread that keeps only each frame's first bytes. tracemall
 (Python's allocations; the database's own are its business) is bounded by what the path
 must hold at once: the body, read straight into a buffer of its size, and the part's
 decoded copy while it is validated; on SQLite the row is written from the body's own bytes
-(``store.Pieces``, incremental blob I/O), so no ``str`` of it is made. PostgreSQL binds the
-row as one ``str`` and relays the event to other daemons, which costs its own copies (see
-the bound). Before, it held the frame
+(``Shared``: SQLite writes it in place, PostgreSQL gets it in slices), so no ``str`` of it
+is made, and other daemons on a PostgreSQL database are told its id. Before, it held the frame
 buffer, the body, the decoded Struct, a bytes copy, a dict and its re-encoding, the row, and
 an encoded reply and notification: more than six copies; and the writer kept the last batch
 (frame, Struct and row) alive until the next write.
@@ -119,13 +118,9 @@ async def test_a_10_mib_part_update_costs_its_frame_and_its_row(
     assert b'"method":"part/updated"' in note and b'"id":9' in reply and b'"result"' in reply
     assert replies.sizes[0] > SIZE and replies.sizes[1] > SIZE
     # The body, read into one buffer of its size, and the part's decoded copy while it is
-    # validated; on SQLite the row is written from the body itself (``Pieces``).
+    # validated; the row is written from the body itself (SQLite: in place; PostgreSQL: in
+    # slices), and other daemons are told its id, not sent it.
     bound = 2.1
-    if backend == "postgresql":
-        # PostgreSQL also relays ``part/updated`` to the other daemons on the database, as a
-        # row of the relay table: the event's JSON, its ``str`` and the driver's buffer
-        # (``PostgresBackend.relay``), beside the row's own ``str`` in the driver's buffer.
-        bound = 7.5  # measured 7.0-7.2
     assert peak < bound * SIZE, f"{peak / SIZE:.2f}x the part"
     stored = await store.part_rows("msg_1")
     assert len(stored) == 1 and len(stored[0][1]) > SIZE

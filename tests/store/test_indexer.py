@@ -17,6 +17,8 @@ from sidecar.model.parts import TextPart
 from sidecar.model.session import Session, SessionTime
 from sidecar.store import Store
 
+from .index_checks import found, index_agrees
+
 
 async def _held(db: str | Path, word: str) -> int:
     """How many parts the index itself holds with ``word`` (read from the database)."""
@@ -59,104 +61,79 @@ async def _put(store: Store, pid: str, text: str) -> None:
 
 
 async def _found(store: Store, word: str) -> list[str]:
-    found = await store.search_history("ses_i", word, 100, include_recall=True)
-    return sorted(hit[2] for hit in found.hits)
+    return await found(store, "ses_i", word)
 
 
-async def test_a_write_commits_without_the_index_and_a_search_finds_it(db: str | Path) -> None:
-    store = await Store.open(db)
-    try:
-        assert store.indexer is not None
-        store.indexer.delay = 3600  # no batch of its own during the test
-        await _session(store)
-        await _put(store, "prt_a", "alpha wombatine")
-        assert await _held(db, "wombatine") == 0  # committed, not indexed
-        assert await _found(store, "wombatine") == ["prt_a"]  # the search indexed it first
-        assert await _held(db, "wombatine") == 1
-    finally:
-        await store.close()
+async def test_a_write_commits_without_the_index_and_a_search_finds_it(
+    store: Store, db: str | Path
+) -> None:
+    assert store.indexer is not None
+    store.indexer.delay = 3600  # no batch of its own during the test
+    await _session(store)
+    await _put(store, "prt_a", "alpha wombatine")
+    assert await _held(db, "wombatine") == 0  # committed, not indexed
+    assert await _found(store, "wombatine") == ["prt_a"]  # the search indexed it first
+    assert await _held(db, "wombatine") == 1
 
 
-async def test_the_batch_runs_once_writes_are_quiet(db: str | Path) -> None:
-    store = await Store.open(db)
-    try:
-        assert store.indexer is not None
-        store.indexer.delay = 0
-        await _session(store)
-        before = store.indexer.batches
-        await _put(store, "prt_q", "quietude")
+async def test_the_batch_runs_once_writes_are_quiet(store: Store, db: str | Path) -> None:
+    assert store.indexer is not None
+    store.indexer.delay = 0
+    await _session(store)
+    before = store.indexer.batches
+    await _put(store, "prt_q", "quietude")
 
-        async def batched() -> None:
-            while store.indexer is not None and store.indexer.batches == before:
-                await asyncio.sleep(0)  # a yield, not a wait: the batch is due at once
+    async def batched() -> None:
+        while store.indexer is not None and store.indexer.batches == before:
+            await asyncio.sleep(0)  # a yield, not a wait: the batch is due at once
 
-        await asyncio.wait_for(batched(), 30)
-        await store.backend.submit([])  # behind whatever it queued
-        assert await _held(db, "quietude") == 1
-    finally:
-        await store.close()
+    await asyncio.wait_for(batched(), 30)
+    await store.backend.submit([])  # behind whatever it queued
+    assert await _held(db, "quietude") == 1
 
 
-async def test_searches_read_their_writes_under_a_burst(db: str | Path) -> None:
-    """Writes keep coming while searches run: each search finds every part whose write was
-    acknowledged before the search was sent."""
-    store = await Store.open(db)
-    try:
-        assert store.indexer is not None
-        store.indexer.delay = 3600
-        await _session(store)
-        acked: set[str] = set()
-
-        async def writer() -> None:  # three writes in flight at a time, 90 in all
-            for start in range(0, 90, 3):
-                await asyncio.gather(*(write(i) for i in range(start, start + 3)))
-
-        async def write(i: int) -> None:
-            await _put(store, f"prt_{i:04d}", f"burstword item{i}")
-            acked.add(f"prt_{i:04d}")
-
-        writes = asyncio.ensure_future(writer())
-        during = 0  # searches answered while writes were still coming
-        while not writes.done():
-            seen = set(acked)
-            found = set(await _found(store, "burstword"))
-            assert seen <= found, sorted(seen - found)[:5]
-            during += not writes.done()
-        await writes
-        assert set(await _found(store, "burstword")) == acked
-        assert len(acked) == 90 and during >= 1
-    finally:
-        await store.close()
+async def test_searches_read_their_writes_under_a_burst(store: Store, db: str | Path) -> None:
+    """Bursts of writes queued at once, each followed at once by a search, while more writes
+    are queued behind it: each search finds every part of the bursts before it (committed
+    before it, or queued before it and so committed first), whatever is still in flight."""
+    assert store.indexer is not None
+    store.indexer.delay = 3600
+    await _session(store)
+    acked: list[str] = []
+    for burst in range(4):
+        ids = [f"prt_{burst}_{i:02d}" for i in range(20)]
+        for pid in ids:
+            part, raw = _text(pid, f"burstword item {pid}")
+            store.put_part_then(part, raw, lambda _, exc, pid=pid: acked.append(pid))
+        search = asyncio.ensure_future(_found(store, "burstword"))
+        for pid in ids:  # the next burst's twins, queued behind the search
+            part, raw = _text(pid + "_late", f"lateword item {pid}")
+            store.put_part_then(part, raw, lambda _, exc: None)
+        found = await search
+        expected = {f"prt_{b}_{i:02d}" for b in range(burst + 1) for i in range(20)}
+        assert set(found) == expected
+        assert set(acked) >= expected  # each was acknowledged before the search answered
+    await store.barrier()
+    assert len(await _found(store, "lateword")) == 80
 
 
 async def test_an_indexed_part_rewritten_or_removed_leaves_no_stale_entry(
-    db: str | Path,
+    store: Store, db: str | Path
 ) -> None:
-    store = await Store.open(db)
-    try:
-        assert store.indexer is not None
-        store.indexer.delay = 3600
-        await _session(store)
-        await _put(store, "prt_r", "firstversion")
-        await _put(store, "prt_d", "doomedword")
-        assert await _found(store, "firstversion") == ["prt_r"]
-        assert await _found(store, "doomedword") == ["prt_d"]
-        await _put(store, "prt_r", "secondversion")  # an indexed part rewritten
-        await _put(store, "prt_r", "thirdversion")  # and again before the next batch
-        assert await store.remove_part("ses_i", "msg_0", "prt_d")
-        assert await _found(store, "firstversion") == []
-        assert await _found(store, "secondversion") == []
-        assert await _found(store, "thirdversion") == ["prt_r"]
-        assert await _found(store, "doomedword") == []
-        assert await _held(db, "firstversion") == 0
-        assert await _held(db, "doomedword") == 0
-    finally:
-        await store.close()
-    if isinstance(db, Path):  # the external-content index agrees with the parts it is made of
-        conn = sqlite3.connect(db)
-        try:
-            conn.execute(
-                "INSERT INTO history_fts (history_fts, rank) VALUES ('integrity-check', 1)"
-            )
-        finally:
-            conn.close()
+    assert store.indexer is not None
+    store.indexer.delay = 3600
+    await _session(store)
+    await _put(store, "prt_r", "firstversion")
+    await _put(store, "prt_d", "doomedword")
+    assert await _found(store, "firstversion") == ["prt_r"]
+    assert await _found(store, "doomedword") == ["prt_d"]
+    await _put(store, "prt_r", "secondversion")  # an indexed part rewritten
+    await _put(store, "prt_r", "thirdversion")  # and again before the next batch
+    assert await store.remove_part("ses_i", "msg_0", "prt_d")
+    assert await _found(store, "firstversion") == []
+    assert await _found(store, "secondversion") == []
+    assert await _found(store, "thirdversion") == ["prt_r"]
+    assert await _found(store, "doomedword") == []
+    assert await _held(db, "firstversion") == 0
+    assert await _held(db, "doomedword") == 0
+    index_agrees(db)

@@ -1,5 +1,5 @@
 """Parts of ``store.LARGE_BYTES`` or more, given as the buffers they arrived in
-(``store.Pieces``): on SQLite written in place through incremental blob I/O (no copy bound),
+(``store.Shared``): on SQLite written in place through incremental blob I/O (no copy bound),
 on PostgreSQL bound as one value. Either way they are served byte for byte, found by their
 first words, rewritten, pinned and pruned like any other part."""
 
@@ -11,10 +11,13 @@ from pathlib import Path
 
 import msgspec
 
+from sidecar.model.buffers import Shared
 from sidecar.model.messages import MessageTime, UserMessage
 from sidecar.model.parts import Part
 from sidecar.model.session import Session, SessionTime
-from sidecar.store import LARGE_BYTES, Pieces, Store, part_key, steer
+from sidecar.store import LARGE_BYTES, Store, part_key
+
+from .index_checks import found, index_agrees
 
 SIZE = LARGE_BYTES + 12_345
 
@@ -25,11 +28,11 @@ async def _session(store: Store) -> None:
     await store.put_message(user, msgspec.json.encode(user))
 
 
-def _pieces(doc: dict[str, object]) -> tuple[Part, Pieces, bytes]:
+def _pieces(doc: dict[str, object]) -> tuple[Part, Shared, bytes]:
     """The part, its JSON as two buffers (as the daemon splices an id in front), the JSON."""
     raw = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
     cut = raw.index(b",") + 1
-    return msgspec.json.decode(raw, type=Part), Pieces([raw[:cut], memoryview(raw)[cut:]]), raw
+    return msgspec.json.decode(raw, type=Part), Shared(raw[:cut], memoryview(raw)[cut:]), raw
 
 
 async def _put(store: Store, doc: dict[str, object]) -> bytes:
@@ -66,63 +69,47 @@ async def _served(store: Store, pid: str) -> bytes:
 
 
 async def _found(store: Store, word: str) -> list[str]:
-    hits = (await store.search_history("ses_l", word, 10, include_recall=True)).hits
-    return [h[2] for h in hits]
+    return await found(store, "ses_l", word, 10)
 
 
-async def test_a_large_part_is_served_byte_for_byte_and_found(db: str | Path) -> None:
-    store = await Store.open(db)
-    try:
-        await _session(store)
-        # Non-ASCII text and escapes: the bytes, not a re-encoding, are what is served.
-        raw = await _put(store, _text("prt_big", "bigopening é \\n\t" + "y" * SIZE))
-        assert len(raw) > LARGE_BYTES
-        assert await _served(store, "prt_big") == raw
-        assert await _found(store, "bigopening") == ["prt_big"]
-        if isinstance(db, Path):  # stored in place, as the blob it was written into
-            conn = sqlite3.connect(db)
-            kind = conn.execute("SELECT typeof(data) FROM parts WHERE id = 'prt_big'").fetchone()
-            conn.close()
-            assert kind == ("blob",)
-    finally:
-        await store.close()
+async def test_a_large_part_is_served_byte_for_byte_and_found(store: Store, db: str | Path) -> None:
+    await _session(store)
+    # Non-ASCII text and escapes: the bytes, not a re-encoding, are what is served.
+    raw = await _put(store, _text("prt_big", "bigopening é \\n\t" + "y" * SIZE))
+    assert len(raw) > LARGE_BYTES
+    assert await _served(store, "prt_big") == raw
+    assert await _found(store, "bigopening") == ["prt_big"]
+    if isinstance(db, Path):  # stored in place, as the blob it was written into
+        conn = sqlite3.connect(db)
+        kind = conn.execute("SELECT typeof(data) FROM parts WHERE id = 'prt_big'").fetchone()
+        conn.close()
+        assert kind == ("blob",)
 
 
 async def test_a_large_part_rewritten_keeps_its_pin_and_leaves_no_stale_entry(
-    db: str | Path,
+    store: Store, db: str | Path
 ) -> None:
-    store = await Store.open(db)
-    try:
-        await _session(store)
-        await _put(store, _text("prt_big", "firstopening " + "y" * SIZE))
-        assert await _found(store, "firstopening") == ["prt_big"]  # indexed
-        await steer.set_pin(store, "ses_l", "msg_l", "prt_big", True)
-        raw = await _put(store, _text("prt_big", "secondopening " + "z" * SIZE))
-        assert await _served(store, "prt_big") == raw
-        assert await _found(store, "firstopening") == []
-        assert await _found(store, "secondopening") == ["prt_big"]
-        assert await steer.pinned_ids(store, "ses_l") == frozenset({"prt_big"})
-    finally:
-        await store.close()
-    if isinstance(db, Path):  # the index agrees with the parts it is made of
-        conn = sqlite3.connect(db)
-        conn.execute("INSERT INTO history_fts (history_fts, rank) VALUES ('integrity-check', 1)")
-        conn.close()
+    await _session(store)
+    await _put(store, _text("prt_big", "firstopening " + "y" * SIZE))
+    assert await _found(store, "firstopening") == ["prt_big"]  # indexed
+    await store.set_pin("ses_l", "msg_l", "prt_big", True)
+    raw = await _put(store, _text("prt_big", "secondopening " + "z" * SIZE))
+    assert await _served(store, "prt_big") == raw
+    assert await _found(store, "firstopening") == []
+    assert await _found(store, "secondopening") == ["prt_big"]
+    assert await store.pinned_ids("ses_l") == frozenset({"prt_big"})
+    index_agrees(db)
 
 
-async def test_a_large_output_is_pruned_and_unpruned(db: str | Path) -> None:
-    store = await Store.open(db)
-    try:
-        await _session(store)
-        raw = await _put(store, _tool("prt_out", "outputopening " + "o" * SIZE))
-        marked = await store.mark_compacted(["prt_out"], 77)
-        assert len(marked) == 1
-        served = await _served(store, "prt_out")
-        doc = json.loads(served)
-        assert doc["state"]["time"]["compacted"] == 77
-        assert doc["state"]["output"] == json.loads(raw)["state"]["output"]
-        await steer.unmark_compacted(store, ["prt_out"])
-        assert "compacted" not in json.loads(await _served(store, "prt_out"))["state"]["time"]
-        assert await _found(store, "outputopening") == ["prt_out"]
-    finally:
-        await store.close()
+async def test_a_large_output_is_pruned_and_unpruned(store: Store, db: str | Path) -> None:
+    await _session(store)
+    raw = await _put(store, _tool("prt_out", "outputopening " + "o" * SIZE))
+    marked = await store.mark_compacted(["prt_out"], 77)
+    assert len(marked) == 1
+    served = await _served(store, "prt_out")
+    doc = json.loads(served)
+    assert doc["state"]["time"]["compacted"] == 77
+    assert doc["state"]["output"] == json.loads(raw)["state"]["output"]
+    await store.unmark_compacted(["prt_out"])
+    assert "compacted" not in json.loads(await _served(store, "prt_out"))["state"]["time"]
+    assert await _found(store, "outputopening") == ["prt_out"]

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from sidecar.model.buffers import Shared
 from sidecar.model.ids import new_id
 from sidecar.model.messages import Message
 from sidecar.model.parts import Part
@@ -24,9 +25,8 @@ from sidecar.model.rpc import (
     PartRemoveParams,
     PartUpdateParams,
 )
-from sidecar.protocol.shared import Shared
 from sidecar.server.context import Context
-from sidecar.store import Done, PartKey, Pieces, may_keep_prune_mark, part_key
+from sidecar.store import Done, PartKey, may_keep_prune_mark, part_key
 
 _message_decoder = msgspec.json.Decoder(Message)
 _part_decoder = msgspec.json.Decoder(Part)
@@ -168,9 +168,10 @@ async def _update_keeping_mark(ctx: Context, part: Part, view: memoryview, done:
 def _store_part(ctx: Context, part: PartKey, stored: Shared, done: Done[Any]) -> None:
     """Through the engine's write door (the turn is still being written: its clock is
     touched); once committed: subscribe, notify, reply. A ``Shared`` is encoded as the Raw it
-    holds, in ``part/updated`` and in the reply; the row is written from its buffers (a large
-    part is never copied: ``Pieces``)."""
-    ctx.engine.writes.put_part(part, Pieces(stored.buffers), stored, done, ctx.subscribe)
+    holds, in ``part/updated`` and in the reply; the row is written from its buffers, and a
+    large part is relayed to other daemons by its id: never copied."""
+    stored.part_id = part.id
+    ctx.engine.writes.put_part(part, stored, stored, done, ctx.subscribe)
 
 
 class _Id(msgspec.Struct):
