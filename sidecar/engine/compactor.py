@@ -41,32 +41,13 @@ from sidecar.engine.summary_write import SummaryStep
 from sidecar.engine.tokens import estimate, estimate_messages
 from sidecar.engine.window import load_window
 from sidecar.model.config import Config
-from sidecar.model.conversation import (
-    writer_name,
-)
+from sidecar.model.conversation import writer_name
 from sidecar.model.ids import new_id
-from sidecar.model.messages import (
-    AssistantMessage,
-    MessageTime,
-    WithParts,
-)
-from sidecar.model.parts import (
-    Part,
-    TextPart,
-    ToolCompleted,
-    ToolPart,
-)
-from sidecar.model.rpc import (
-    CompactedEvent,
-    CompactionRecord,
-    CompactResult,
-    OpenTurn,
-)
+from sidecar.model.messages import AssistantMessage, MessageTime, WithParts
+from sidecar.model.parts import Part, TextPart, ToolCompleted, ToolPart
+from sidecar.model.rpc import CompactedEvent, CompactionRecord, CompactResult, OpenTurn
 from sidecar.store import Key
-from sidecar.summarizers.base import (
-    Summarizer,
-    SummaryError,
-)
+from sidecar.summarizers.base import Summarizer, SummaryError
 
 _encoder = msgspec.json.Encoder()
 log = logging.getLogger("sidecar.engine")

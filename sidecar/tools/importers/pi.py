@@ -14,21 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sidecar.tools.importers.common import (
-    Draft,
-    Imported,
-    ImportFailure,
-    assistant_blocks,
-    fold_result,
-    iso_ms,
-    read_jsonl,
-    text_of,
-    text_title,
-    usage_tokens,
-    want_num,
-    want_obj,
-    want_str,
-)
+from sidecar.tools.importers import common
 
 SOURCE = "pi"
 
@@ -54,7 +40,7 @@ def _path(
     for n, e in entries:
         for key in ("id", "parentId"):
             if e.get(key) is not None and not isinstance(e[key], str):
-                raise ImportFailure(f"{path}:{n}: field {key!r}: expected a string")
+                raise common.ImportFailure(f"{path}:{n}: field {key!r}: expected a string")
     if not any("id" in e and "parentId" in e for _, e in entries):
         return entries
     by_id = {e["id"]: (n, e) for n, e in entries if "id" in e}
@@ -76,8 +62,8 @@ def _images(content: Any) -> list[dict[str, Any]]:
     return [b for b in content if isinstance(b, dict) and b.get("type") == "image"]
 
 
-def read(path: Path, data: bytes) -> list[Imported]:
-    entries = read_jsonl(str(path), data)
+def read(path: Path, data: bytes) -> list[common.Imported]:
+    entries = common.read_jsonl(str(path), data)
     reader = _Reader(path, entries)
     for n, entry in _path(path, entries[1:]):
         reader.entry(n, entry)
@@ -90,18 +76,20 @@ class _Reader:
     def __init__(self, path: Path, entries: list[tuple[int, dict[str, Any]]]) -> None:
         n0, header = entries[0]
         if not looks_like(header):
-            raise ImportFailure(f"{path}:{n0}: not a pi session header (type 'session' expected)")
+            raise common.ImportFailure(
+                f"{path}:{n0}: not a pi session header (type 'session' expected)"
+            )
         sid = header.get("id")
         if not isinstance(sid, str) or not sid:
-            raise ImportFailure(f"{path}:{n0}: field 'id': missing")
+            raise common.ImportFailure(f"{path}:{n0}: field 'id': missing")
         self.path = path
         self.entries = entries
-        d = self.d = Draft(str(path), SOURCE)
+        d = self.d = common.Draft(str(path), SOURCE)
         d.session_id = f"ses_{sid}"
         d.directory = header.get("cwd") if isinstance(header.get("cwd"), str) else None
-        d.created = iso_ms(header.get("timestamp"), f"{path}:{n0}") or 0
-        self.provider = want_str(header, "provider", f"{path}:{n0}")
-        self.model = want_str(header, "modelId", f"{path}:{n0}")
+        d.created = common.iso_ms(header.get("timestamp"), f"{path}:{n0}") or 0
+        self.provider = common.want_str(header, "provider", f"{path}:{n0}")
+        self.model = common.want_str(header, "modelId", f"{path}:{n0}")
         self.last_user = ""
         self.calls: dict[str, dict[str, Any]] = {}
         # Entry id -> the message it became (a tool result: its call's message).
@@ -109,7 +97,7 @@ class _Reader:
         # Compaction parts and the entry id of their first kept message.
         self.pending_tail: list[tuple[dict[str, Any], str]] = []
 
-    def finish(self) -> Imported:
+    def finish(self) -> common.Imported:
         for compaction, kept in self.pending_tail:
             if kept in self.msg_of_entry:
                 compaction["tailStartID"] = self.msg_of_entry[kept]
@@ -119,10 +107,10 @@ class _Reader:
         where = f"{self.path}:{n}"
         kind = entry.get("type")
         eid = str(entry.get("id") or f"l{n}")
-        ts = iso_ms(entry.get("timestamp"), where)
+        ts = common.iso_ms(entry.get("timestamp"), where)
         if kind == "model_change":
-            self.provider = want_str(entry, "provider", where) or self.provider
-            self.model = want_str(entry, "modelId", where) or self.model
+            self.provider = common.want_str(entry, "provider", where) or self.provider
+            self.model = common.want_str(entry, "modelId", where) or self.model
         elif kind == "session_info" and entry.get("name"):
             self.d.title = str(entry["name"])
         elif kind == "compaction":
@@ -137,7 +125,7 @@ class _Reader:
         d = self.d
         summary = entry.get("summary")
         if not isinstance(summary, str):  # missing or not text
-            raise ImportFailure(f"{where}: compaction: field 'summary': missing")
+            raise common.ImportFailure(f"{where}: compaction: field 'summary': missing")
         d.known(ts, where)
         auto = bool(entry.get("auto", True))
         marker, compaction = d.compaction(f"msg_{eid}", d.tick(ts), auto, n)
@@ -158,13 +146,13 @@ class _Reader:
         """A ``message`` entry (by its role), or a custom message or branch summary."""
         msg = entry.get("message") if kind == "message" else entry
         if not isinstance(msg, dict):
-            raise ImportFailure(f"{where}: field 'message': expected an object")
+            raise common.ImportFailure(f"{where}: field 'message': expected an object")
         role = msg.get("role") if kind == "message" else kind
         if kind == "message" and role not in _ROLES:
-            raise ImportFailure(
+            raise common.ImportFailure(
                 f"{where}: field 'message.role': {str(role)[:40]!r} is not a known role"
             )
-        when = iso_ms(msg.get("timestamp"), where, "message.timestamp") or ts
+        when = common.iso_ms(msg.get("timestamp"), where, "message.timestamp") or ts
         created = self.d.tick(self.d.known(when, where))
         mid = f"msg_{eid}"
         if role == "assistant":
@@ -177,10 +165,10 @@ class _Reader:
         self.msg_of_entry[eid] = mid
 
     def _assistant(self, n: int, msg: dict[str, Any], mid: str, created: int, where: str) -> None:
-        self.provider = want_str(msg, "provider", where, "message.provider") or self.provider
-        self.model = want_str(msg, "model", where, "message.model") or self.model
-        usage = want_obj(msg, "usage", where, "message.usage")
-        cost = want_obj(usage, "cost", where, "message.usage.cost")
+        self.provider = common.want_str(msg, "provider", where, "message.provider") or self.provider
+        self.model = common.want_str(msg, "model", where, "message.model") or self.model
+        usage = common.want_obj(msg, "usage", where, "message.usage")
+        cost = common.want_obj(usage, "cost", where, "message.usage.cost")
         stop = msg.get("stopReason")
         info: dict[str, Any] = {
             "id": mid,
@@ -189,8 +177,8 @@ class _Reader:
             "providerID": self.provider,
             "modelID": self.model,
             "time": {"created": created, "completed": created},
-            "tokens": usage_tokens(usage, where, USAGE_KEYS),
-            "cost": want_num(cost, "total", where, "message.usage.cost.total"),
+            "tokens": common.usage_tokens(usage, where, USAGE_KEYS),
+            "cost": common.want_num(cost, "total", where, "message.usage.cost.total"),
             "finish": _FINISH.get(str(stop), "stop"),
         }
         if stop == "aborted":
@@ -203,20 +191,22 @@ class _Reader:
         parts = self.d.message(info, n)
         content = msg.get("content") or []
         if not isinstance(content, list):
-            raise ImportFailure(f"{where}: field 'message.content': expected a list")
-        assistant_blocks(
+            raise common.ImportFailure(f"{where}: field 'message.content': expected a list")
+        common.assistant_blocks(
             self.d, parts, info, content, where, self.calls, tool="toolCall", args="arguments"
         )
 
     def _tool_result(self, msg: dict[str, Any], created: int, where: str) -> str:
         """Fold a result into its call's part; returns that part's message id."""
-        call = want_str(msg, "toolCallId", where, "message.toolCallId")
+        call = common.want_str(msg, "toolCallId", where, "message.toolCallId")
         part = self.calls.get(call)
         if part is None:
-            raise ImportFailure(
+            raise common.ImportFailure(
                 f"{where}: toolResult: field 'toolCallId': no call {call!r} before it"
             )
-        fold_result(part, text_of(msg.get("content"), where), created, msg.get("isError"))
+        common.fold_result(
+            part, common.text_of(msg.get("content"), where), created, msg.get("isError")
+        )
         self.d.tick(None)
         message_id: str = part["messageID"]
         return message_id
@@ -235,21 +225,21 @@ class _Reader:
         if text:
             d.part(parts, info, {"type": "text", "text": text})
         for block in _images(msg.get("content")):
-            mime = want_str(block, "mimeType", where, "image.mimeType") or "image/png"
-            url = f"data:{mime};base64,{want_str(block, 'data', where, 'image.data')}"
+            mime = common.want_str(block, "mimeType", where, "image.mimeType") or "image/png"
+            url = f"data:{mime};base64,{common.want_str(block, 'data', where, 'image.data')}"
             d.part(parts, info, {"type": "file", "mime": mime, "url": url})
         self.last_user = mid
         if role == "user" and not d.title and text.strip():
-            d.title = text_title(text)
+            d.title = common.text_title(text)
         return True
 
 
 def _user_text(role: str, msg: dict[str, Any], where: str) -> str:
     if role == "bashExecution":
-        command = want_str(msg, "command", where, "message.command")
-        return f"$ {command}\n{want_str(msg, 'output', where, 'message.output')}"
+        command = common.want_str(msg, "command", where, "message.command")
+        return f"$ {command}\n{common.want_str(msg, 'output', where, 'message.output')}"
     if role in ("branch_summary", "branchSummary"):
-        return want_str(msg, "summary", where, "summary")
+        return common.want_str(msg, "summary", where, "summary")
     if role == "compactionSummary":
-        return want_str(msg, "summary", where, "message.summary")
-    return text_of(msg.get("content"), where)  # user, custom_message, custom, hookMessage
+        return common.want_str(msg, "summary", where, "message.summary")
+    return common.text_of(msg.get("content"), where)  # user, custom_message, custom, hookMessage
