@@ -9,20 +9,14 @@
  * ./protocol.ts, which is generated from the daemon's JSON Schema, so a method the daemon does
  * not have, or wrong params, fail to compile.
  */
-import { spawn, type ChildProcess } from "node:child_process";
-import * as net from "node:net";
+import type { ChildProcess } from "node:child_process";
 import {
   CancellationToken,
-  createMessageConnection,
   Disposable,
   Emitter,
-  ResponseError,
-  StreamMessageReader,
-  StreamMessageWriter,
   type MessageConnection,
 } from "vscode-jsonrpc/node";
 import type {
-  ClientCapabilities,
   ClientInfo,
   ContextResult,
   InitializeParams,
@@ -33,8 +27,21 @@ import type {
 } from "./protocol";
 import { PROTOCOL_VERSION } from "./protocol";
 import { Methods, type ClientRequest, type ParamsOf, type ResultOf } from "./methods";
+import {
+  isRpcError,
+  ProtocolVersionError,
+  SidecarError,
+  SidecarExitedError,
+  SidecarTimeoutError,
+} from "./errors";
+import { Link, socketLink, spawnLink, type Ended } from "./link";
+import type { ClientOptions, ConnectOptions, ProgramOptions, ReconnectOptions, SpawnOptions } from "./options";
+import { ContextWindow } from "./window";
 
 export * from "./protocol";
+export * from "./errors";
+export * from "./options";
+export { ContextWindow, type ContextReader } from "./window";
 export { Methods, type ClientRequest, type ParamsOf, type ResultOf } from "./methods";
 export { CancellationToken, CancellationTokenSource, ResponseError } from "vscode-jsonrpc/node";
 
@@ -52,305 +59,8 @@ export type ContextFormat = ContextResult["format"];
 /** The stored part of the same `type` as `T`: every state its type has (not `T`'s narrowed one). */
 export type PartOf<T extends Part> = Extract<Part, { type: T["type"] }>;
 
-/** What every way of starting a client shares. */
-export interface ClientOptions {
-  /** Declared in `initialize`; a daemon sends its requests only to clients that declared them. */
-  capabilities?: ClientCapabilities;
-  /** A partial config (PROTOCOL.md, "Configuration and isolation"), e.g. `{models: {"p/m": {context, output}}}`. */
-  initializationOptions?: Record<string, unknown>;
-  clientInfo?: ClientInfo;
-  /**
-   * Milliseconds the daemon has to answer `initialize` (default 30000); then the start rejects
-   * with `SidecarTimeoutError` and a spawned program is killed.
-   */
-  startTimeout?: number;
-}
-
-/** Running a program whose stdio speaks the protocol: `serve`, or the `connect` bridge. */
-export interface ProgramOptions {
-  /** The program to run (default `compaction-sidecar`). */
-  command?: string;
-  args?: string[];
-  env?: NodeJS.ProcessEnv;
-  cwd?: string;
-  /**
-   * Where the daemon's stderr goes besides `onStderr`: `"inherit"` (default) copies it to this
-   * process's; `"ignore"` (or `"pipe"`: read `client.process.stderr`) does not. Its last lines
-   * are always kept for the error an early exit rejects with.
-   */
-  stderr?: "inherit" | "ignore" | "pipe";
-  /** Each line the program writes to stderr (an editor's output channel). */
-  onStderr?: (line: string) => void;
-  /** Called with each process started (again after a reconnect). */
-  onSpawn?: (child: ChildProcess) => void;
-}
-
-export interface SpawnOptions extends ClientOptions, ProgramOptions {
-  /** Arguments (default `["serve"]`); `--db DB` is appended when `db` is given. */
-  args?: string[];
-  /** SQLite file (or `postgresql://` URL) for `--db`. */
-  db?: string;
-}
-
-export interface ReconnectOptions {
-  /** Milliseconds to keep trying before giving up and closing (default 60000). */
-  timeout?: number;
-  /** Milliseconds before the first attempt; doubled after each failure up to 2 s (default 250). */
-  delay?: number;
-}
-
-/**
- * The shared daemon: by default through `compaction-sidecar connect` (which starts it when none
- * runs; `command`/`args` change the program, e.g. `python -m sidecar connect`), or directly on
- * a unix socket or loopback TCP.
- */
-export type ConnectOptions = ClientOptions & {
-  /**
-   * After the daemon goes away (restart, crash, idle exit), connect again, re-`initialize` and
-   * re-subscribe to the sessions this client followed. Requests made meanwhile wait for it;
-   * requests that were in flight reject (the daemon may or may not have applied them).
-   */
-  reconnect?: boolean | ReconnectOptions;
-} & (ProgramOptions | { socket: string } | { host: string; port: number; authToken?: string });
-
 const CLIENT_INFO: ClientInfo = { name: "compaction-sidecar-client", version: "0.1.0" };
 const DEFAULT_START_TIMEOUT = 30_000;
-const STDERR_LINES = 20;
-
-/** Anything this client raises itself (not an error reply: those are `ResponseError`). */
-export class SidecarError extends Error {
-  override name = "SidecarError";
-}
-
-/**
- * The daemon (or the connection to it) ended: before answering `initialize`, or with requests
- * pending. `exitCode`/`signal` are the process's (null on a socket), `stderr` its last lines.
- */
-export class SidecarExitedError extends SidecarError {
-  override name = "SidecarExitedError";
-  constructor(
-    message: string,
-    readonly exitCode: number | null,
-    readonly signal: NodeJS.Signals | null,
-    readonly stderr: string[],
-  ) {
-    super(message);
-  }
-}
-
-/** The daemon did not answer `initialize` within `startTimeout`. */
-export class SidecarTimeoutError extends SidecarError {
-  override name = "SidecarTimeoutError";
-  constructor(
-    message: string,
-    readonly stderr: string[],
-  ) {
-    super(message);
-  }
-}
-
-/** The daemon speaks another major protocol version than this client. */
-export class ProtocolVersionError extends SidecarError {
-  override name = "ProtocolVersionError";
-  constructor(
-    message: string,
-    readonly daemonVersion: string | undefined,
-    readonly clientVersion: string,
-  ) {
-    super(message);
-  }
-}
-
-/** The last lines a program wrote to stderr, for the error its early exit rejects with. */
-class StderrTail {
-  readonly lines: string[] = [];
-  private partial = "";
-  constructor(private readonly onLine?: (line: string) => void) {}
-  write(chunk: string): void {
-    const parts = (this.partial + chunk).split(/\r?\n/);
-    this.partial = parts.pop() ?? "";
-    for (const line of parts) this.push(line);
-  }
-  end(): void {
-    if (this.partial !== "") this.push(this.partial);
-    this.partial = "";
-  }
-  private push(line: string): void {
-    this.lines.push(line);
-    if (this.lines.length > STDERR_LINES) this.lines.shift();
-    this.onLine?.(line);
-  }
-}
-
-interface Ended {
-  exitCode: number | null;
-  signal: NodeJS.Signals | null;
-}
-
-/** One transport to one daemon; a reconnecting client goes through several. */
-class Link {
-  readonly connection: MessageConnection;
-  /** Settles once the transport is gone (the process exited, the socket closed). */
-  readonly ended: Promise<Ended>;
-  private readonly pending = new Set<(err: Error) => void>();
-  private endedError: SidecarExitedError | undefined;
-
-  constructor(
-    readonly what: string,
-    reader: NodeJS.ReadableStream,
-    writer: NodeJS.WritableStream,
-    ended: Promise<Ended>,
-    readonly stderr: StderrTail,
-    readonly process?: ChildProcess,
-    readonly socket?: net.Socket,
-  ) {
-    this.connection = createMessageConnection(
-      new StreamMessageReader(reader as never),
-      new StreamMessageWriter(writer as never),
-    );
-    this.ended = ended.then((info) => {
-      this.endedError = this.error(info, "before replying");
-      for (const reject of [...this.pending]) reject(this.endedError);
-      this.pending.clear();
-      this.connection.dispose();
-      return info;
-    });
-  }
-
-  error(info: Ended, when: string): SidecarExitedError {
-    const how =
-      this.process === undefined
-        ? "closed the connection"
-        : info.signal !== null
-          ? `was killed by ${info.signal}`
-          : `exited with status ${info.exitCode}`;
-    const tail = this.stderr.lines.filter((l) => l.trim() !== "");
-    const said = tail.length > 0 ? `; its last stderr lines:\n  ${tail.join("\n  ")}` : "";
-    return new SidecarExitedError(
-      `${this.what} ${how} ${when}${said}`,
-      info.exitCode,
-      info.signal,
-      tail,
-    );
-  }
-
-  /** A request that rejects when the daemon ends before replying (vscode-jsonrpc would wait). */
-  send<R>(method: string, params: unknown, token?: CancellationToken): Promise<R> {
-    if (this.endedError !== undefined) return Promise.reject(this.endedError);
-    return new Promise<R>((resolve, reject) => {
-      const fail = (err: Error): void => {
-        if (method === "initialize" && err instanceof SidecarExitedError) {
-          reject(
-            new SidecarExitedError(
-              err.message.replace("before replying", "before answering initialize"),
-              err.exitCode,
-              err.signal,
-              err.stderr,
-            ),
-          );
-        } else {
-          reject(err);
-        }
-      };
-      this.pending.add(fail);
-      const sent: Promise<R> =
-        token === undefined
-          ? this.connection.sendRequest(method, params)
-          : this.connection.sendRequest(method, params, token);
-      sent.then(resolve, reject).finally(() => this.pending.delete(fail));
-    });
-  }
-
-  get isEnded(): boolean {
-    return this.endedError !== undefined;
-  }
-
-  kill(): void {
-    if (
-      this.process !== undefined &&
-      this.process.exitCode === null &&
-      this.process.signalCode === null
-    ) {
-      this.process.kill("SIGKILL");
-    }
-    this.socket?.destroy();
-  }
-}
-
-/** Start `command args` with its stdio as the transport. */
-async function spawnLink(command: string, args: string[], options: ProgramOptions): Promise<Link> {
-  const stderr = new StderrTail(options.onStderr);
-  const child = spawn(command, args, {
-    stdio: ["pipe", "pipe", "pipe"],
-    env: options.env ?? process.env,
-    cwd: options.cwd,
-  });
-  await new Promise<void>((resolve, reject) => {
-    child.once("spawn", () => resolve());
-    child.once("error", (err) =>
-      reject(
-        new SidecarError(`cannot start ${JSON.stringify(command)}: ${err.message}`, { cause: err }),
-      ),
-    );
-  });
-  child.on("error", () => {}); // after "spawn", a failed kill(); the exit is what counts
-  options.onSpawn?.(child);
-  // Writes to a daemon that just died fail with EPIPE; its exit is reported instead.
-  child.stdin.on("error", () => {});
-  child.stderr.setEncoding("utf8");
-  child.stderr.on("data", (chunk: string) => {
-    if ((options.stderr ?? "inherit") === "inherit") process.stderr.write(chunk);
-    stderr.write(chunk);
-  });
-  const ended = new Promise<Ended>((resolve) => {
-    const done = (exitCode: number | null, signal: NodeJS.Signals | null): void => {
-      stderr.end();
-      resolve({ exitCode, signal });
-    };
-    // "close" comes once stderr is read to its end; "exit" alone could miss the last lines.
-    child.once("close", done);
-    // A grandchild holding the pipes open would delay "close" for good.
-    child.once("exit", (exitCode, signal) =>
-      setTimeout(() => done(exitCode, signal), 2000).unref(),
-    );
-  });
-  const what = [command, ...args].map((a) => (/\s/.test(a) ? JSON.stringify(a) : a)).join(" ");
-  const shown = what.length > 120 ? `${what.slice(0, 117)}...` : what;
-  return new Link(shown, child.stdout, child.stdin, ended, stderr, child);
-}
-
-/** Connect to a daemon listening on a unix socket or loopback TCP. */
-async function socketLink(
-  address: { socket: string } | { host: string; port: number },
-): Promise<Link> {
-  const what =
-    "socket" in address
-      ? `the daemon at unix:${address.socket}`
-      : `the daemon at tcp://${address.host}:${address.port}`;
-  const socket = await new Promise<net.Socket>((resolve, reject) => {
-    const s =
-      "socket" in address
-        ? net.connect({ path: address.socket })
-        : net.connect({ host: address.host, port: address.port });
-    s.once("connect", () => {
-      s.off("error", onError);
-      resolve(s);
-    });
-    const onError = (err: Error): void =>
-      reject(
-        new SidecarError(
-          `no daemon answers: cannot connect to ${what.slice("the daemon at ".length)}: ${err.message}`,
-          { cause: err },
-        ),
-      );
-    s.once("error", onError);
-  });
-  socket.on("error", () => {}); // a reset shows as "close", reported with the pending requests
-  const ended = new Promise<Ended>((resolve) =>
-    socket.once("close", () => resolve({ exitCode: null, signal: null })),
-  );
-  return new Link(what, socket, socket, ended, new StderrTail(), undefined, socket);
-}
 
 type State = "connected" | "reconnecting" | "closed";
 
@@ -791,38 +501,3 @@ export async function connectSidecar(options: ConnectOptions = {}): Promise<Side
   );
 }
 
-/** True when `err` is an error reply with `code` (see `ErrorCodes`). */
-export function isRpcError(err: unknown, code?: number): err is ResponseError<unknown> {
-  return err instanceof ResponseError && (code === undefined || err.code === code);
-}
-
-/**
- * One session's window in one format, kept assembled: each `refresh` asks `session/context` with
- * `since` the last `revision` and applies a delta reply (keep the first `start` messages, append
- * the rest), so only what changed crosses the wire.
- */
-export class ContextWindow {
-  /** The whole window, as the last `refresh` assembled it. */
-  messages: ContextResult["messages"] = [];
-  /** The last reply's `revision`: what the next `refresh` asks changes since. */
-  revision: string | undefined;
-
-  constructor(
-    readonly client: SidecarClient,
-    readonly sessionID: string,
-    readonly format: ContextFormat = "parts",
-  ) {}
-
-  /** The current window; the returned result's `messages` is the whole window. */
-  async refresh(
-    options: Omit<ParamsOf<"session/context">, "sessionID" | "format" | "since"> = {},
-  ): Promise<ContextResult> {
-    const since = this.revision;
-    const result = await this.client.context(this.sessionID, this.format, { ...options, since });
-    this.messages = result.delta
-      ? [...this.messages.slice(0, result.start ?? 0), ...result.messages]
-      : [...result.messages];
-    this.revision = result.revision || undefined;
-    return { ...result, messages: this.messages };
-  }
-}
