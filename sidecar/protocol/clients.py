@@ -138,7 +138,7 @@ def _py_wrapper(r: RequestSpec, call: Call, types_: _PyTypes) -> list[str]:
     params += [_py_param(f, types_, False) for f in rest]
     params.append("timeout: float | UnsetType | None = UNSET")
     body = "{" + ", ".join(f'"{f.wire}": {f.name}' for f in fs.values()) + "}"
-    sent = f"_clean({body})" if fs else "{}"
+    sent = f"clean_params({body})" if fs else "{}"
     result = "None" if r.result is None else types_.render(r.result)
     returns = result
     if call.unwrap:
@@ -205,7 +205,7 @@ def python_source() -> str:
         *typevars,
         "",
         "",
-        "def _clean(params: Mapping[str, Any]) -> dict[str, Any]:",
+        "def clean_params(params: Mapping[str, Any]) -> dict[str, Any]:",
         '    """The params without their ``None`` values (left out: the daemon\'s default)."""',
         "    return {k: v for k, v in params.items() if v is not None}",
         "",

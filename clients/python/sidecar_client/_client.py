@@ -33,7 +33,7 @@ from sidecar.protocol.envelopes import (
 )
 from sidecar.protocol.framing import Body, FrameError, StreamFrames, encode_frame
 from sidecar_client._inbox import ConnectionClosed, Inbox, RpcError
-from sidecar_client._methods import Methods, _clean
+from sidecar_client._methods import Methods, clean_params
 from sidecar_client._transport import StreamTransport
 from sidecar_client._window import ContextWindow
 
@@ -358,7 +358,7 @@ class Client(Inbox, Methods):
 
         ``auth_token`` is the daemon's token, required on a TCP listener (its ``--token-file``).
         """
-        params = _clean(
+        params = clean_params(
             {
                 "processId": os.getpid(),
                 "authToken": auth_token,

@@ -38,7 +38,7 @@ _MessageT = TypeVar("_MessageT", bound=Message)
 _PartT = TypeVar("_PartT", bound=Part)
 
 
-def _clean(params: Mapping[str, Any]) -> dict[str, Any]:
+def clean_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """The params without their ``None`` values (left out: the daemon's default)."""
     return {k: v for k, v in params.items() if v is not None}
 
@@ -68,7 +68,7 @@ class Methods:
         """``session/create``."""
         result: Session = await self._rpc(
             "session/create",
-            _clean({"id": id, "title": title, "parentID": parent_id, "directory": directory}),
+            clean_params({"id": id, "title": title, "parentID": parent_id, "directory": directory}),
             Session,
             timeout,
         )
@@ -79,7 +79,7 @@ class Methods:
     ) -> Session:
         """``session/get``."""
         result: Session = await self._rpc(
-            "session/get", _clean({"sessionID": session_id}), Session, timeout
+            "session/get", clean_params({"sessionID": session_id}), Session, timeout
         )
         return result
 
@@ -92,7 +92,7 @@ class Methods:
     ) -> SessionList:
         """``session/list``."""
         result: SessionList = await self._rpc(
-            "session/list", _clean({"limit": limit, "cursor": cursor}), SessionList, timeout
+            "session/list", clean_params({"limit": limit, "cursor": cursor}), SessionList, timeout
         )
         return result
 
@@ -100,7 +100,7 @@ class Methods:
         self, session_id: str, *, timeout: float | UnsetType | None = UNSET
     ) -> None:
         """``session/delete``."""
-        await self._rpc("session/delete", _clean({"sessionID": session_id}), None, timeout)
+        await self._rpc("session/delete", clean_params({"sessionID": session_id}), None, timeout)
 
     async def messages(
         self,
@@ -114,7 +114,7 @@ class Methods:
         """``session/messages``: full history, chronological."""
         result: MessagesPage = await self._rpc(
             "session/messages",
-            _clean(
+            clean_params(
                 {"sessionID": session_id, "limit": limit, "cursor": cursor, "partLimit": part_limit}
             ),
             MessagesPage,
@@ -126,13 +126,15 @@ class Methods:
         self, session_id: str, *, timeout: float | UnsetType | None = UNSET
     ) -> None:
         """``session/subscribe``: sessionID "*" subscribes to every session."""
-        await self._rpc("session/subscribe", _clean({"sessionID": session_id}), None, timeout)
+        await self._rpc("session/subscribe", clean_params({"sessionID": session_id}), None, timeout)
 
     async def unsubscribe(
         self, session_id: str, *, timeout: float | UnsetType | None = UNSET
     ) -> None:
         """``session/unsubscribe``."""
-        await self._rpc("session/unsubscribe", _clean({"sessionID": session_id}), None, timeout)
+        await self._rpc(
+            "session/unsubscribe", clean_params({"sessionID": session_id}), None, timeout
+        )
 
     async def context(
         self,
@@ -148,7 +150,7 @@ class Methods:
         """``session/context``: the filtered window."""
         result: ContextResult = await self._rpc(
             "session/context",
-            _clean(
+            clean_params(
                 {
                     "sessionID": session_id,
                     "format": format,
@@ -174,7 +176,9 @@ class Methods:
         """``session/breakdown``: what fills the window the next session/context serves."""
         result: BreakdownResult = await self._rpc(
             "session/breakdown",
-            _clean({"sessionID": session_id, "wait": wait, "overheadTokens": overhead_tokens}),
+            clean_params(
+                {"sessionID": session_id, "wait": wait, "overheadTokens": overhead_tokens}
+            ),
             BreakdownResult,
             timeout,
         )
@@ -192,7 +196,7 @@ class Methods:
         """``session/overflow``."""
         result: OverflowResult = await self._rpc(
             "session/overflow",
-            _clean({"sessionID": session_id, "wait": wait, "tokens": tokens, "model": model}),
+            clean_params({"sessionID": session_id, "wait": wait, "tokens": tokens, "model": model}),
             OverflowResult,
             timeout,
         )
@@ -200,14 +204,14 @@ class Methods:
 
     async def idle(self, session_id: str, *, timeout: float | UnsetType | None = UNSET) -> None:
         """``session/idle``: answered once automatic work has finished."""
-        await self._rpc("session/idle", _clean({"sessionID": session_id}), None, timeout)
+        await self._rpc("session/idle", clean_params({"sessionID": session_id}), None, timeout)
 
     async def prune(
         self, session_id: str, *, timeout: float | UnsetType | None = UNSET
     ) -> PruneResult:
         """``session/prune``."""
         result: PruneResult = await self._rpc(
-            "session/prune", _clean({"sessionID": session_id}), PruneResult, timeout
+            "session/prune", clean_params({"sessionID": session_id}), PruneResult, timeout
         )
         return result
 
@@ -225,7 +229,7 @@ class Methods:
         """``session/compact``."""
         result: CompactResult = await self._rpc(
             "session/compact",
-            _clean(
+            clean_params(
                 {
                     "sessionID": session_id,
                     "model": model,
@@ -250,7 +254,7 @@ class Methods:
         """``session/fork``."""
         result: Session = await self._rpc(
             "session/fork",
-            _clean({"sessionID": session_id, "messageID": message_id}),
+            clean_params({"sessionID": session_id, "messageID": message_id}),
             Session,
             timeout,
         )
@@ -267,7 +271,7 @@ class Methods:
         """``session/revert``."""
         result: Session = await self._rpc(
             "session/revert",
-            _clean({"sessionID": session_id, "messageID": message_id, "partID": part_id}),
+            clean_params({"sessionID": session_id, "messageID": message_id, "partID": part_id}),
             Session,
             timeout,
         )
@@ -278,7 +282,7 @@ class Methods:
     ) -> Session:
         """``session/unrevert``."""
         result: Session = await self._rpc(
-            "session/unrevert", _clean({"sessionID": session_id}), Session, timeout
+            "session/unrevert", clean_params({"sessionID": session_id}), Session, timeout
         )
         return result
 
@@ -287,7 +291,10 @@ class Methods:
     ) -> list[CompactionRecord]:
         """``session/compactions``: each compaction's diagnostics, oldest first."""
         result: CompactionsResult = await self._rpc(
-            "session/compactions", _clean({"sessionID": session_id}), CompactionsResult, timeout
+            "session/compactions",
+            clean_params({"sessionID": session_id}),
+            CompactionsResult,
+            timeout,
         )
         return result.compactions
 
@@ -302,7 +309,7 @@ class Methods:
         """``session/uncompact``: undo the newest (or the named and every later) compaction."""
         result: UncompactResult = await self._rpc(
             "session/uncompact",
-            _clean(
+            clean_params(
                 {"sessionID": session_id, "messageID": message_id, "restorePruned": restore_pruned}
             ),
             UncompactResult,
@@ -322,7 +329,7 @@ class Methods:
         """``part/pin``: pin or unpin a part (or every part of a message)."""
         await self._rpc(
             "part/pin",
-            _clean(
+            clean_params(
                 {
                     "sessionID": session_id,
                     "messageID": message_id,
@@ -339,7 +346,7 @@ class Methods:
     ) -> list[Pin]:
         """``session/pins``."""
         result: PinsResult = await self._rpc(
-            "session/pins", _clean({"sessionID": session_id}), PinsResult, timeout
+            "session/pins", clean_params({"sessionID": session_id}), PinsResult, timeout
         )
         return result.pins
 
@@ -370,7 +377,7 @@ class Methods:
         """``message/remove``."""
         await self._rpc(
             "message/remove",
-            _clean({"sessionID": session_id, "messageID": message_id}),
+            clean_params({"sessionID": session_id, "messageID": message_id}),
             None,
             timeout,
         )
@@ -405,7 +412,7 @@ class Methods:
         """``part/remove``."""
         await self._rpc(
             "part/remove",
-            _clean({"sessionID": session_id, "messageID": message_id, "partID": part_id}),
+            clean_params({"sessionID": session_id, "messageID": message_id, "partID": part_id}),
             None,
             timeout,
         )
@@ -425,7 +432,7 @@ class Methods:
         session."""
         result: HistorySearchResult = await self._rpc(
             "history/search",
-            _clean(
+            clean_params(
                 {
                     "sessionID": session_id,
                     "query": query,
@@ -453,7 +460,7 @@ class Methods:
         """``history/expand``: a message's or part's original content, paged by characters."""
         result: HistoryExpandResult = await self._rpc(
             "history/expand",
-            _clean(
+            clean_params(
                 {
                     "sessionID": session_id,
                     "messageID": message_id,
@@ -477,7 +484,7 @@ class Methods:
     ) -> Config:
         """``config/update``: partial, deep-merged."""
         result: Config = await self._rpc(
-            "config/update", _clean({"config": config}), Config, timeout
+            "config/update", clean_params({"config": config}), Config, timeout
         )
         return result
 
