@@ -28,15 +28,23 @@ BATCH_ROWS = 64
 DEFAULT_DELAY = 0.5
 
 Submit = Callable[[list[Statement]], Awaitable[list[int]]]
+Probe = Callable[[], Awaitable[bool]]
 
 
 class Indexer:
     """``batch`` are the backend's statements over the first ``?`` noted parts; the last
-    one's row count is how many it indexed. ``submit`` commits them as background work."""
+    one's row count is how many it indexed. ``submit`` commits them as background work;
+    ``settle`` returns once the ops queued before it have committed; ``noted`` asks (a read)
+    whether any part is noted, so that a search with nothing to index writes nothing."""
 
-    def __init__(self, submit: Submit, batch: Sequence[str]) -> None:
+    def __init__(
+        self, submit: Submit, batch: Sequence[str], settle: Callable[[], Awaitable[object]],
+        noted: Probe,
+    ) -> None:  # fmt: skip
         self._submit = submit
         self._batch = list(batch)
+        self._settle = settle
+        self._noted = noted
         self.delay = DEFAULT_DELAY
         self._timer: asyncio.TimerHandle | None = None
         self._running: asyncio.Future[None] | None = None
@@ -67,6 +75,9 @@ class Indexer:
     async def catch_up(self) -> None:
         """Index everything noted by the writes committed (or queued) before this call."""
         rows = [(BATCH_ROWS,)]
+        await self._settle()
+        if not await self._noted():
+            return
         while True:
             counts = await self._submit([(sql, rows) for sql in self._batch])
             self.batches += 1

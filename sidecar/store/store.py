@@ -39,6 +39,7 @@ from sidecar.store.history import Found
 from sidecar.store.indexer import Indexer
 from sidecar.store.rows import PartKey
 from sidecar.store.sessions import Tally
+from sidecar.store.statements import HISTORY_NOTED
 from sidecar.store.windows import PAGE, LightMessage
 
 #: A whole session to store: the session, its ``(message, JSON)`` and ``(part, JSON)``.
@@ -68,7 +69,9 @@ class Store:
         # commit that stored a write; a search catches it up first.
         self.indexer: Indexer | None = None
         if backend.history_batch:
-            self.indexer = Indexer(backend.submit_background, backend.history_batch)
+            self.indexer = Indexer(
+                backend.submit_background, backend.history_batch, self.barrier, self._noted
+            )
             backend.on_commit = self.indexer.written
 
     @property
@@ -134,6 +137,9 @@ class Store:
     def set_may_join(self, probe: Callable[[], bool]) -> None:
         """Tell the writer whether another write could still join one submitted now."""
         self._db.may_join = probe
+
+    async def _noted(self) -> bool:
+        return bool(await self._db.query_point(HISTORY_NOTED))
 
     async def barrier(self) -> None:
         """Return once every write queued before this call has committed (or failed): an

@@ -137,3 +137,16 @@ async def test_an_indexed_part_rewritten_or_removed_leaves_no_stale_entry(
     assert await _held(db, "firstversion") == 0
     assert await _held(db, "doomedword") == 0
     index_agrees(db)
+
+
+async def test_a_search_with_nothing_noted_writes_nothing(store: Store, db: str | Path) -> None:
+    """Only an empty op behind the queued writes (no statement), then a read: no batch."""
+    assert store.indexer is not None
+    store.indexer.delay = 3600
+    await _session(store)
+    await _put(store, "prt_n", "nothingnoted")
+    assert await _found(store, "nothingnoted") == ["prt_n"]  # indexed by this search
+    batches = store.indexer.batches
+    for _ in range(3):
+        assert await _found(store, "nothingnoted") == ["prt_n"]
+    assert store.indexer.batches == batches
