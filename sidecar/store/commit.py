@@ -74,6 +74,8 @@ class Op:
     # Background work (the history index's batch): committed in a transaction of its own,
     # never one a write waits in, and heard by nobody's ``on_commit``.
     background: bool = False
+    # Does it change anything? (Not an empty op, which only waits for those before it.)
+    writes: bool = True
 
 
 AnyOp = TypeVar("AnyOp", bound=Op)
@@ -94,7 +96,10 @@ def take_batch(pending: list[AnyOp]) -> list[AnyOp]:
 
 def heard(batch: Sequence[Op], outcomes: list[BaseException | None]) -> bool:
     """Did ``batch`` commit a write (not only background work)? What ``on_commit`` hears."""
-    return any(not op.background and exc is None for op, exc in zip(batch, outcomes, strict=True))
+    return any(
+        op.writes and not op.background and exc is None
+        for op, exc in zip(batch, outcomes, strict=True)
+    )
 
 
 class Committer:
@@ -157,7 +162,9 @@ class Committer:
     ) -> Op:
         if not self._open:
             raise RuntimeError("store is closed")
-        return self._op_type(self._prepare(statements), None, then, on_integrity, needs_counts)
+        op = self._op_type(self._prepare(statements), None, then, on_integrity, needs_counts)
+        op.writes = bool(statements)
+        return op
 
     async def _await_commit(self, op: Op) -> list[int]:
         """Queue ``op`` and wait for its commit."""

@@ -52,6 +52,11 @@ class Indexer:
         self.batches = 0  # observable: batches committed
         self.indexed = 0  # observable: parts indexed
 
+    @property
+    def scheduled(self) -> bool:
+        """A batch is due once writes have been quiet long enough."""
+        return self._timer is not None
+
     def written(self) -> None:
         """A write committed: (re)start the quiet period."""
         if self._closed:
@@ -75,6 +80,9 @@ class Indexer:
     async def catch_up(self) -> None:
         """Index everything noted by the writes committed (or queued) before this call."""
         rows = [(BATCH_ROWS,)]
+        if self._timer is not None:  # this does that batch's work; a later write arms it again
+            self._timer.cancel()
+            self._timer = None
         await self._settle()
         if not await self._noted():
             return

@@ -173,6 +173,7 @@ class PgCommit(Committer):
         """Commit ``function`` run on the connection as one op of the group commit."""
         op = cast(_Op, self._op([], None, None))
         op.function = function
+        op.writes = True
         return await self._await_commit(op)
 
     def _queue(self, op: Op) -> None:

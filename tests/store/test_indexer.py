@@ -150,3 +150,15 @@ async def test_a_search_with_nothing_noted_writes_nothing(store: Store, db: str 
     for _ in range(3):
         assert await _found(store, "nothingnoted") == ["prt_n"]
     assert store.indexer.batches == batches
+
+
+async def test_the_indexer_goes_quiet(store: Store) -> None:
+    """Its own work (a batch, the empty op a search waits behind) is no write to index after:
+    once caught up, nothing is scheduled, so an idle daemon stays idle."""
+    assert store.indexer is not None
+    await _session(store)
+    await _put(store, "prt_q", "goesquiet")
+    assert store.indexer.scheduled  # the write's batch, after the quiet period
+    assert await _found(store, "goesquiet") == ["prt_q"]
+    await store.barrier()
+    assert not store.indexer.scheduled
