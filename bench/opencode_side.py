@@ -113,7 +113,30 @@ def one_round(args: argparse.Namespace, peer: Path, tmp: Path, n: int) -> dict[s
         server = [sys.executable, str(HERE / "_replay_server.py"), str(recorded)]
         _replay(peer, base, "floor", _stand_in(base / "rep", server))
         out[name] = {k: _summary(base / k) for k in ("opencode", "daemon", "floor")}
+        for who in ("opencode", "daemon"):
+            out[name][who]["_turns"] = _turns(base / who)
     return out
+
+
+def _turns(run: Path) -> list[dict[str, Any]]:
+    with (run / "turns.jsonl").open() as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def cpu_per_turn(s: dict[str, Any]) -> float:
+    """CPU seconds per turn after turn 1 (the process's, from ``/proc``): start-up and the
+    first turn's one-time costs left out."""
+    rows = [r for r in s["_turns"] if r.get("cpu_s") is not None]
+    if len(rows) < 2:
+        return float("nan")
+    return (float(rows[-1]["cpu_s"]) - float(rows[0]["cpu_s"])) / (len(rows) - 1)
+
+
+def stored_after_shutdown(who: str, s: dict[str, Any]) -> float:
+    """Bytes of the session store once the process exited (the daemon's WAL checkpointed)."""
+    if who == "opencode":
+        return float(s["store_after_shutdown_bytes_files"][0])
+    return float(sum(s["storage_after_shutdown"].values()))
 
 
 def report(rounds: list[dict[str, Any]], scenarios: list[str]) -> None:
@@ -159,6 +182,22 @@ def report(rounds: list[dict[str, Any]], scenarios: list[str]) -> None:
         print(
             f"{name}: CPU OpenCode {occ:.2f} s, daemon {dmc:.2f} s, ratio {occ / dmc:.1f}x; "
             f"storage max while running OpenCode {ocs:.2f} MB, daemon {dms:.2f} MB"
+        )
+        oct_, dmt = (med(name, w, cpu_per_turn) for w in ("opencode", "daemon"))
+        print(
+            f"{name}: CPU per turn after turn 1 OpenCode {oct_ * 1000:.1f} ms, daemon "
+            f"{dmt * 1000:.2f} ms, ratio {oct_ / dmt:.1f}x (target >= {TURN_TARGET:.0f}x)  "
+            f"{'OK' if oct_ / dmt >= TURN_TARGET else 'MISSED'}"
+        )
+        oca, dma = (
+            med(name, w, lambda s, w=w: stored_after_shutdown(w, s)) for w in ("opencode", "daemon")
+        )
+        end = med(name, "daemon", lambda s: s["_turns"][-1]["rss_kb"]) / 1024
+        print(
+            f"{name}: storage after shutdown OpenCode {oca / 1e6:.2f} MB, daemon "
+            f"{dma / 1e6:.2f} MB ({dma / oca:.2f}x, target <= 1.0x), while running "
+            f"{dms / ocs:.2f}x (target <= 1.5x); daemon RSS at the end {end:.0f} MiB, "
+            f"{end / start:.2f}x its RSS right after start (target <= 1.4x)"
         )
 
 
