@@ -62,8 +62,9 @@ class FrameParser:
         self._length = -1  # a parsed header's length, not yet checked against the cap
         self._need = -1  # body bytes still expected; -1 = reading headers
         self._discard = 0  # bytes of an oversized body still to drop
-        # A large body is read straight into a buffer of its size (``DIRECT_BYTES``), which is
-        # then the frame: no buffer that grows by copies, no copy handed over at the end.
+        # A large body (``DIRECT_BYTES``), once half of it is here, is read straight into a
+        # buffer of its size, which is then the frame: no buffer that grows by copies to the
+        # end, no copy handed over.
         self._body: bytearray | None = None
         self._filled = 0
 
@@ -140,11 +141,15 @@ class FrameParser:
                         "(config server.maxFrameBytes)",
                     )
                 self._need = length
-                if length >= DIRECT_BYTES and len(buf) < length:
-                    self._body = bytearray(length)
-                    self._filled = len(buf)
-                    self._body[: self._filled] = buf
-                    buf.clear()
+            need = self._need
+            if self._body is None and need >= DIRECT_BYTES and need // 2 <= len(buf) < need:
+                # Half the body is here: the rest is read straight into a buffer of its size.
+                # (Not at the header: a header alone, however long the body it announces,
+                # makes the daemon hold nothing.)
+                self._body = bytearray(need)
+                self._filled = len(buf)
+                self._body[: self._filled] = buf
+                buf = self._buf = bytearray()
             if self._body is not None:
                 if self._filled < len(self._body):
                     return None
