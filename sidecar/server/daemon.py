@@ -85,12 +85,17 @@ async def run(opts: Options) -> int:
         raise StartError(f"config: {exc}") from None
     store = await open_store(opts)
     app = App(store, config)
+    # The configured summary writer's HTTP client, built beside the first requests rather
+    # than by the first compaction (a no-op for the offline writer).
+    warming = asyncio.ensure_future(app.engine.writers.warm(config.current))
     try:
         if opts.listen is None:
             app.control = Control(db=store.path, listen="stdio", stop=lambda: _close_all(app))
             return await run_stdio(app)
         return await _serve_shared(app, opts)
     finally:
+        with contextlib.suppress(Exception):
+            await warming  # (its client is closed with the writers)
         await app.close()
 
 

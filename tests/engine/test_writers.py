@@ -1,0 +1,53 @@
+"""``Writers.warm``: the HTTP writers' client built ahead of the first compaction (what its
+first summary request would otherwise pay: the HTTP stack's imports and TLS setup)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import sidecar.engine.writers as writers_mod
+from sidecar.engine.writers import Writers
+from sidecar.model.config import Config, SummarizerConfig
+
+
+class _Host:
+    async def client_complete(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("not called")
+
+
+def _config(provider: str) -> Config:
+    return Config(summarizer=SummarizerConfig(provider=provider, model="m"))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def built(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The HTTP clients the writers build."""
+    made: list[Any] = []
+    real = writers_mod._http_client
+
+    def counting(timeout: float) -> Any:
+        made.append(real(timeout))
+        return made[-1]
+
+    monkeypatch.setattr(writers_mod, "_http_client", counting)
+    return made
+
+
+async def test_warm_builds_the_client_the_first_writer_then_uses(built: list[Any]) -> None:
+    writers = Writers(_Host())  # type: ignore[arg-type]
+    cfg = _config("openai")
+    await writers.warm(cfg)
+    assert len(built) == 1
+    writers.get(cfg)
+    writers.get(_config("anthropic"))
+    assert len(built) == 1  # built once, ahead of the first compaction
+    await writers.aclose()
+
+
+async def test_warm_leaves_the_offline_writer_alone(built: list[Any]) -> None:
+    writers = Writers(_Host())  # type: ignore[arg-type]
+    await writers.warm(_config("extractive"))
+    assert built == []
+    await writers.aclose()
