@@ -58,7 +58,7 @@ from sidecar.store.schema import (
     VERSION_TABLE,
     check_opened,
 )
-from sidecar.store.statements import PART_DATA, SET_PART_DATA
+from sidecar.store.statements import PART_DATA, SET_PART_DATA, upsert_part
 from sidecar.store.url import CannotOpen, redact, unreachable
 
 log = logging.getLogger("sidecar.store")
@@ -508,12 +508,7 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 
 
 # A large part's row from its two buffers (``large_part``).
-_LARGE_UPSERT = (
-    "INSERT INTO parts (id, message_id, session_id, type, data) "
-    "VALUES (?, ?, ?, ?, convert_from(?::bytea || ?::bytea, 'UTF8')) "
-    "ON CONFLICT (id) DO UPDATE SET type = excluded.type, data = excluded.data, "
-    "message_id = excluded.message_id, session_id = excluded.session_id"
-)
+_LARGE_UPSERT = upsert_part("convert_from(?::bytea || ?::bytea, 'UTF8')")
 
 
 #: Bytes of a large part sent in one statement (``large_part``).

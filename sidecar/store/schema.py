@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from sidecar.store.statements import upsert_part
 from sidecar.store.url import CannotOpen
 
 
@@ -188,15 +189,26 @@ HISTORY_INDEX = _history_index(INDEX_CHARS)
 # there and the batch catches up at the next start.
 
 
-def _gone(row: str) -> str:
-    """Note ``row`` (``OLD``) with the text its index entry was made from, if the index holds
-    one (an indexed kind, not noted since the last batch, not left to the backfill)."""
+def _note_for_index(row: str, *, gone: bool, by_id: bool = False) -> str:
+    """Note the part ``row`` for the indexer, if the index holds (``gone``: held) its entry or
+    is to: an indexed kind, not noted since the last batch, not left to the backfill. With
+    ``gone``, the text its entry was made from is noted too. ``by_id``: ``row`` is the part
+    whose id is the statement's ``?`` (else a trigger's ``OLD``/``NEW``)."""
+    columns = "rid, gone, gone_sid" if gone else "rid"
+    values = f"{row}.rowid"
+    if gone:
+        values += f", {history_body(row, INDEX_CHARS, text=True)}, hex({row}.session_id)"
+    source = f"FROM parts {row} WHERE {row}.id = ? AND " if by_id else "WHERE "
     return (
-        "INSERT INTO history_dirty (rid, gone, gone_sid) "
-        f"SELECT {row}.rowid, {history_body(row, INDEX_CHARS, text=True)}, hex({row}.session_id) "
-        f"WHERE {row}.type IN {_INDEXED} AND {_NOT_BACKFILL.format(row=row)} "
-        f"AND NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = {row}.rowid);"
+        f"INSERT INTO history_dirty ({columns}) SELECT {values} "
+        f"{source}{row}.type IN {_INDEXED} AND {_NOT_BACKFILL.format(row=row)} "
+        f"AND NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = {row}.rowid)"
     )
+
+
+def _gone(row: str) -> str:
+    """A trigger's note of ``row`` (``OLD``) with the text its index entry was made from."""
+    return _note_for_index(row, gone=True) + ";"
 
 
 HISTORY_BATCHED = f"""
@@ -232,23 +244,9 @@ HISTORY_BATCHED = f"""
 # and SQL reads it as text through ``CAST``. The rewrite of a part the index holds is held
 # from the update trigger (which would parse the zeros) and noted by these two instead: the
 # entry to forget before, the part after.
-_LARGE_GONE = (
-    "INSERT INTO history_dirty (rid, gone, gone_sid) "
-    f"SELECT p.rowid, {history_body('p', INDEX_CHARS, text=True)}, hex(p.session_id) "
-    "FROM parts p "
-    f"WHERE p.id = ? AND p.type IN {_INDEXED} AND {_NOT_BACKFILL.format(row='p')} "
-    "AND NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = p.rowid)"
-)
-_LARGE_NOTE = (
-    "INSERT INTO history_dirty (rid) SELECT p.rowid FROM parts p "
-    f"WHERE p.id = ? AND p.type IN {_INDEXED} AND {_NOT_BACKFILL.format(row='p')} "
-    "AND NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = p.rowid)"
-)
-_LARGE_UPSERT = (
-    "INSERT INTO parts (id, message_id, session_id, type, data) "
-    "VALUES (?, ?, ?, ?, zeroblob(?)) ON CONFLICT (id) DO UPDATE SET type = excluded.type, "
-    "data = excluded.data, message_id = excluded.message_id, session_id = excluded.session_id"
-)
+_LARGE_GONE = _note_for_index("p", gone=True, by_id=True)
+_LARGE_NOTE = _note_for_index("p", gone=False, by_id=True)
+_LARGE_UPSERT = upsert_part("zeroblob(?)")
 
 
 def large_part_statements(row: tuple[Any, ...], size: int) -> list[tuple[str, list[Any]]]:

@@ -11,13 +11,21 @@ UPSERT_MESSAGE = (
     "created = excluded.created, role = excluded.role, parent_id = excluded.parent_id, "
     "summary_ok = excluded.summary_ok, data = excluded.data, session_id = excluded.session_id"
 )
+
+
 # Setting ``session_id``/``message_id`` again lets the schema's triggers refuse an id reused
 # elsewhere: the statement fails, so the writer fails that op alone (never a silent no-op).
-UPSERT_PART = (
-    "INSERT INTO parts (id, message_id, session_id, type, data) VALUES (?, ?, ?, ?, ?) "
-    "ON CONFLICT (id) DO UPDATE SET type = excluded.type, data = excluded.data, "
-    "message_id = excluded.message_id, session_id = excluded.session_id"
-)
+def upsert_part(data: str) -> str:
+    """A part's upsert with ``data`` the SQL of its JSON: ``?`` as a rule; a large part's
+    backends write it otherwise (``SqliteBackend.large_part``, ``PostgresBackend.large_part``)."""
+    return (
+        f"INSERT INTO parts (id, message_id, session_id, type, data) VALUES (?, ?, ?, ?, {data}) "
+        "ON CONFLICT (id) DO UPDATE SET type = excluded.type, data = excluded.data, "
+        "message_id = excluded.message_id, session_id = excluded.session_id"
+    )
+
+
+UPSERT_PART = upsert_part("?")
 TOUCH_SESSION = "UPDATE sessions SET updated = ? WHERE id = ? AND updated < ?"
 # Read back by id: the parts a prune marked (``compaction.mark_compacted``) or unmarked
 # (``steer.unmark_compacted``).
