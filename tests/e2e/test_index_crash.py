@@ -4,41 +4,16 @@ search once the daemon is started again (the indexer catches up from the store's
 from __future__ import annotations
 
 import signal
-import sqlite3
-from pathlib import Path
 
-import asyncpg
 from sidecar_client import HistorySearchResult
 from wire import put_message, put_part
+
+from tests.store.index_checks import index_state
 
 from .builders import text_part, user_message
 from .conftest import Spawner
 
 WORD = "zanzibarquokka"
-
-
-async def _index_state(db: str | Path) -> tuple[int, int]:
-    """``(parts the index holds with WORD, parts noted for the indexer)``, read from the
-    database itself."""
-    if isinstance(db, Path):
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            held = conn.execute(
-                "SELECT count(*) FROM history_fts WHERE history_fts MATCH ?", (WORD,)
-            ).fetchone()[0]
-            noted = conn.execute("SELECT count(*) FROM history_dirty").fetchone()[0]
-        finally:
-            conn.close()
-        return int(held), int(noted)
-    pconn = await asyncpg.connect(db)
-    try:
-        held = await pconn.fetchval(
-            "SELECT count(*) FROM history WHERE tsv @@ to_tsquery('simple', $1)", WORD
-        )
-        noted = await pconn.fetchval("SELECT count(*) FROM history_dirty")
-    finally:
-        await pconn.close()
-    return int(held), int(noted)
 
 
 async def test_a_write_killed_before_its_indexing_is_found_after_restart(
@@ -49,7 +24,7 @@ async def test_a_write_killed_before_its_indexing_is_found_after_restart(
     session = await client.create_session(title="crash")
     user = await put_message(client, user_message(session.id, seq=0))
     part = await put_part(client, text_part(session.id, user["id"], f"the {WORD} was here"))
-    held, noted = await _index_state(spawner.db)
+    held, noted = await index_state(spawner.db, WORD)
     assert (held, noted) == (0, 1)  # committed, noted, not in the index
 
     assert await client.kill() == -signal.SIGKILL
@@ -61,4 +36,4 @@ async def test_a_write_killed_before_its_indexing_is_found_after_restart(
         HistorySearchResult,
     )
     assert [hit.part_id for hit in found.hits] == [part["id"]]
-    assert await _index_state(spawner.db) == (1, 0)
+    assert await index_state(spawner.db, WORD) == (1, 0)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import asyncpg
+
 from sidecar.store import Store
 
 
@@ -25,3 +27,27 @@ def index_agrees(db: str | Path) -> None:
             )
         finally:
             conn.close()
+
+
+async def index_state(db: str | Path, word: str) -> tuple[int, int]:
+    """``(parts the index itself holds with word, parts noted for the indexer)``, read from
+    the database, not through the store (whose search would index first)."""
+    if isinstance(db, Path):
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            held = conn.execute(
+                "SELECT count(*) FROM history_fts WHERE history_fts MATCH ?", (word,)
+            ).fetchone()[0]
+            noted = conn.execute("SELECT count(*) FROM history_dirty").fetchone()[0]
+        finally:
+            conn.close()
+        return int(held), int(noted)
+    pconn = await asyncpg.connect(db)
+    try:
+        held = await pconn.fetchval(
+            "SELECT count(*) FROM history WHERE tsv @@ to_tsquery('simple', $1)", word
+        )
+        noted = await pconn.fetchval("SELECT count(*) FROM history_dirty")
+    finally:
+        await pconn.close()
+    return int(held), int(noted)

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from pathlib import Path
 
-import asyncpg
 import msgspec
 
 from sidecar.model.messages import MessageTime, UserMessage
@@ -17,29 +15,12 @@ from sidecar.model.parts import TextPart
 from sidecar.model.session import Session, SessionTime
 from sidecar.store import Store
 
-from .index_checks import found, index_agrees
+from .index_checks import found, index_agrees, index_state
 
 
 async def _held(db: str | Path, word: str) -> int:
     """How many parts the index itself holds with ``word`` (read from the database)."""
-    if isinstance(db, Path):
-        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            row = conn.execute(
-                "SELECT count(*) FROM history_fts WHERE history_fts MATCH ?", (word,)
-            ).fetchone()
-        finally:
-            conn.close()
-        return int(row[0])
-    pconn = await asyncpg.connect(db)
-    try:
-        return int(
-            await pconn.fetchval(
-                "SELECT count(*) FROM history WHERE tsv @@ to_tsquery('simple', $1)", word
-            )
-        )
-    finally:
-        await pconn.close()
+    return (await index_state(db, word))[0]
 
 
 async def _session(store: Store) -> None:
