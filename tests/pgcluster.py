@@ -185,7 +185,10 @@ async def execute(db: str | os.PathLike[str], sql: str, args: Sequence[Any]) -> 
         return int(status.rsplit(" ", 1)[-1])
     import sqlite3
 
+    from sidecar.store.packed import register
+
     with sqlite3.connect(db) as conn3:
+        register(conn3)  # the schema's triggers read a compressed part's JSON through it
         return conn3.execute(sql, tuple(args)).rowcount
 
 

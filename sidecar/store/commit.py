@@ -35,6 +35,7 @@ import aiosqlite
 
 from sidecar.model.buffers import Shared
 from sidecar.store.backend import OnIntegrity, Statement, Then
+from sidecar.store.packed import pack_rows
 
 log = logging.getLogger("sidecar.store")
 
@@ -482,7 +483,7 @@ _ROWID_OF_PART = "SELECT rowid FROM parts WHERE id = ?"
 
 def _execute(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> int:
     if sql != WRITE_PIECES:
-        return conn.executemany(sql, rows).rowcount
+        return conn.executemany(*pack_rows(sql, rows)).rowcount
     for pid, pieces in rows:
         (rowid,) = conn.execute(_ROWID_OF_PART, (pid,)).fetchone()
         with conn.blobopen("parts", "data", rowid) as blob:

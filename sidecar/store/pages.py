@@ -28,7 +28,7 @@ _PAGE_MESSAGES = (
     "ORDER BY m.created, m.id LIMIT ?"
 )
 _PAGE_PARTS = (
-    "SELECT p.message_id, p.id, p.data FROM messages m JOIN parts p "
+    "SELECT p.message_id, p.id, p.data FROM messages m JOIN part_json p "
     "ON p.message_id = m.id WHERE {cond} AND (m.created, m.id) <= (?, ?) "
     "AND (m.id != ? OR p.id > ?) ORDER BY m.created, m.id, p.id"
 )

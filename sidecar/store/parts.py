@@ -25,7 +25,7 @@ from sidecar.store.statements import PART_DATA, UPSERT_PART
 
 _DELETE_PART = "DELETE FROM parts WHERE id = ? AND message_id = ? AND session_id = ?"
 #: ``(part id, JSON)`` of a message's parts, in order (``part_rows``, ``steer``).
-PART_ROWS = "SELECT id, data FROM parts WHERE message_id = ? ORDER BY id"
+PART_ROWS = "SELECT id, data FROM part_json WHERE message_id = ? ORDER BY id"
 
 
 def _part_op(t: Tables, part: Part | PartKey, raw: bytes | str | Shared) -> Write:

@@ -307,6 +307,9 @@ MIGRATIONS: list[str] = [
     HISTORY_FUNCTION_BOUNDED,
     # 7: the index brought up to date by a background batch, not inside each write
     HISTORY_BATCHED,
+    # 8: reads of a part's JSON go through ``part_json``, as on SQLite (where a large tool
+    # output is stored deflated, ``packed``); PostgreSQL compresses such a value itself (TOAST)
+    "CREATE VIEW part_json AS SELECT id, message_id, session_id, type, data FROM parts",
 ]
 
 assert len(MIGRATIONS) == SCHEMA_VERSION, "a migration is missing from one backend"

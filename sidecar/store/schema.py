@@ -6,9 +6,11 @@ crash mid-upgrade leaves the database at a consistent earlier version.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from sidecar.store.packed import json_of
 from sidecar.store.statements import upsert_part
 from sidecar.store.url import CannotOpen
 
@@ -19,12 +21,18 @@ from sidecar.store.url import CannotOpen
 # JSON text with the escapes ``\n``, ``\t`` and ``\"`` turned back into what they stand for,
 # so an escaped newline in a command does not glue two words (a ``json_tree`` walk did the
 # same at several times the cost of the whole insert).
-def history_body(row: str, limit: int | None = None, *, text: bool = False) -> str:
+def history_body(
+    row: str, limit: int | None = None, *, text: bool = False, packed: bool = False
+) -> str:
     """The indexed text of the ``parts`` row ``row`` (``NULL`` for kinds not indexed), its
     first ``limit`` characters (``None``: all of it, as migration 5 indexed). ``text``: the
     JSON read through ``CAST`` (since migration 7, a large part's JSON may be a BLOB, which
-    SQLite 3.45 and later would read as JSONB)."""
-    data = f"CAST({row}.data AS TEXT)" if text else f"{row}.data"
+    SQLite 3.45 and later would read as JSONB). ``packed``: a part stored deflated is read
+    inflated (since migration 8, ``packed``)."""
+    if packed:
+        data = json_of(row, text=text)
+    else:
+        data = f"CAST({row}.data AS TEXT)" if text else f"{row}.data"
     tool_input = f"json_extract({data}, '$.state.input')"
     for escape, plain in (("\\n", "char(10)"), ("\\t", "char(9)"), ('\\"', "'\"'")):
         tool_input = f"replace({tool_input}, '{escape}', {plain})"
@@ -189,7 +197,7 @@ HISTORY_INDEX = _history_index(INDEX_CHARS)
 # there and the batch catches up at the next start.
 
 
-def _note_for_index(row: str, *, gone: bool, by_id: bool = False) -> str:
+def _note_for_index(row: str, *, gone: bool, by_id: bool = False, packed: bool = False) -> str:
     """Note the part ``row`` for the indexer, if the index holds (``gone``: held) its entry or
     is to: an indexed kind, not noted since the last batch, not left to the backfill. With
     ``gone``, the text its entry was made from is noted too. ``by_id``: ``row`` is the part
@@ -197,7 +205,8 @@ def _note_for_index(row: str, *, gone: bool, by_id: bool = False) -> str:
     columns = "rid, gone, gone_sid" if gone else "rid"
     values = f"{row}.rowid"
     if gone:
-        values += f", {history_body(row, INDEX_CHARS, text=True)}, hex({row}.session_id)"
+        body = history_body(row, INDEX_CHARS, text=True, packed=packed)
+        values += f", {body}, hex({row}.session_id)"
     source = f"FROM parts {row} WHERE {row}.id = ? AND " if by_id else "WHERE "
     return (
         f"INSERT INTO history_dirty ({columns}) SELECT {values} "
@@ -206,36 +215,56 @@ def _note_for_index(row: str, *, gone: bool, by_id: bool = False) -> str:
     )
 
 
-def _gone(row: str) -> str:
+def _gone(row: str, packed: bool) -> str:
     """A trigger's note of ``row`` (``OLD``) with the text its index entry was made from."""
-    return _note_for_index(row, gone=True) + ";"
+    return _note_for_index(row, gone=True, packed=packed) + ";"
 
 
-HISTORY_BATCHED = f"""
+def _batched(packed: bool) -> str:
+    """The history view and the triggers that note parts for the batch (``packed``: reading
+    a part stored deflated, since migration 8)."""
+    body = functools.partial(history_body, limit=INDEX_CHARS, text=True, packed=packed)
+    return f"""
     DROP TRIGGER IF EXISTS history_on_update;
     DROP TRIGGER IF EXISTS history_on_delete;
     DROP VIEW history_src;
     CREATE VIEW history_src AS
-    SELECT rowid AS rid, {history_body("parts", INDEX_CHARS, text=True)} AS body,
+    SELECT rowid AS rid, {body("parts")} AS body,
         hex(session_id) AS sid
-    FROM parts WHERE type IN {_INDEXED};
-    ALTER TABLE history_dirty ADD COLUMN gone TEXT;
-    ALTER TABLE history_dirty ADD COLUMN gone_sid TEXT;
+    FROM parts WHERE type IN {_INDEXED};{{columns}}
     CREATE TRIGGER history_on_update AFTER UPDATE OF data, type ON parts
     WHEN NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = NEW.rowid)
     AND NOT EXISTS (SELECT 1 FROM history_hold)
-    AND {history_body("OLD", INDEX_CHARS, text=True)}
-        IS NOT {history_body("NEW", INDEX_CHARS, text=True)}
+    AND {body("OLD")}
+        IS NOT {body("NEW")}
     BEGIN
-        {_gone("OLD")}
+        {_gone("OLD", packed)}
         {_NOTE}
     END;
     CREATE TRIGGER history_on_delete AFTER DELETE ON parts
     WHEN OLD.type IN {_INDEXED}
     BEGIN
-        {_gone("OLD")}
+        {_gone("OLD", packed)}
     END;
 """
+
+
+HISTORY_BATCHED = _batched(packed=False).format(
+    columns="""
+    ALTER TABLE history_dirty ADD COLUMN gone TEXT;
+    ALTER TABLE history_dirty ADD COLUMN gone_sid TEXT;"""
+)
+
+# Since migration 8, a tool part's JSON of ``packed.PACK_BYTES`` or more is stored deflated in
+# ``z``: the view every read of a part's JSON goes through, the history view and triggers
+# reading it inflated.
+PACKED_PARTS = f"""
+    ALTER TABLE parts ADD COLUMN z BLOB;
+    CREATE VIEW part_json AS
+    SELECT id, message_id, session_id, type, {json_of("parts")} AS data FROM parts;""" + _batched(
+    packed=True
+).format(columns="")
+
 
 # A part of ``backend.LARGE_BYTES`` or more is stored from the buffers it arrived in
 # (``SqliteBackend.large_part``): its row is written with a ``zeroblob`` of its size, which
@@ -244,9 +273,9 @@ HISTORY_BATCHED = f"""
 # and SQL reads it as text through ``CAST``. The rewrite of a part the index holds is held
 # from the update trigger (which would parse the zeros) and noted by these two instead: the
 # entry to forget before, the part after.
-_LARGE_GONE = _note_for_index("p", gone=True, by_id=True)
+_LARGE_GONE = _note_for_index("p", gone=True, by_id=True, packed=True)
 _LARGE_NOTE = _note_for_index("p", gone=False, by_id=True)
-_LARGE_UPSERT = upsert_part("zeroblob(?)")
+_LARGE_UPSERT = upsert_part("zeroblob(?)", z="NULL")
 
 
 def large_part_statements(row: tuple[Any, ...], size: int) -> list[tuple[str, list[Any]]]:
@@ -374,6 +403,8 @@ MIGRATIONS: list[str] = [
     HISTORY_INDEX,
     # 7: the index brought up to date by a background batch, not inside each write
     HISTORY_BATCHED,
+    # 8: large tool outputs stored deflated
+    PACKED_PARTS,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -27,6 +27,7 @@ from sidecar.store.backend import (
 )
 from sidecar.store.cache import WindowCache
 from sidecar.store.commit import TRUNCATE_WAIT_MS, WAL_SIZE_LIMIT, WRITE_PIECES, GroupCommit, Hooked
+from sidecar.store.packed import functions, register
 from sidecar.store.schema import (
     FIRST_VERSION,
     HISTORY_BATCH,
@@ -46,6 +47,17 @@ from sidecar.store.url import CannotOpen
 CHUNK = 1024
 # SQLite virtual-machine steps between two looks at a read's deadline (``query_within``).
 DEADLINE_STEPS = 1000
+
+
+# A prune's mark, patched in SQL so concurrent edits and unknown fields are kept; a part
+# stored deflated (``packed``) is patched the same way, inflated, then deflated again.
+_MARK_COMPACTED = (
+    "UPDATE parts SET data = json_set(CAST(data AS TEXT), '$.state.time.compacted', ?1), "
+    "z = CASE WHEN z IS NULL THEN NULL ELSE sidecar_deflate(json_set(sidecar_inflate(z), "
+    "'$.state.time.compacted', ?1)) END "
+    "WHERE id = ?2 AND type = 'tool' "
+    "AND json_extract(CAST(data AS TEXT), '$.state.status') = 'completed'"
+)
 
 
 class SqliteBackend(Hooked):
@@ -95,6 +107,7 @@ class SqliteBackend(Hooked):
         # has checkpoints run on a connection of their own (below).
         wdb = await _connect(path, isolation_level="DEFERRED", check_same_thread=False)
         try:
+            await _give_functions(wdb)
             for pragma in (
                 "journal_mode=WAL",
                 f"synchronous={synchronous}",
@@ -119,6 +132,7 @@ class SqliteBackend(Hooked):
         inline = None
         if path != ":memory:":
             inline = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            register(inline)
             for pragma in ("busy_timeout=50", "query_only=ON", "temp_store=MEMORY"):
                 inline.execute(f"PRAGMA {pragma}")
         # Checkpoints run on a connection (and thread) of their own, so commits go on
@@ -178,12 +192,7 @@ class SqliteBackend(Hooked):
         await self._commit.submit(
             [
                 (HISTORY_HOLD, [()]),
-                (
-                    "UPDATE parts SET data = json_set(CAST(data AS TEXT), "
-                    "'$.state.time.compacted', ?) WHERE id = ? AND type = 'tool' "
-                    "AND json_extract(CAST(data AS TEXT), '$.state.status') = 'completed'",
-                    [(ts, pid) for pid in part_ids],
-                ),
+                (_MARK_COMPACTED, [(ts, pid) for pid in part_ids]),
                 (HISTORY_RELEASE, [()]),
             ]
         )
@@ -281,6 +290,7 @@ class SqliteReader(ReadOnly):
         except sqlite3.Error as exc:
             raise CannotOpen(f"{file}: cannot open ({exc})") from None
         conn = await aiosqlite.connect(uri, uri=True, isolation_level=None)
+        await _give_functions(conn)
 
         async def version() -> int | None:
             await conn.execute("PRAGMA busy_timeout=5000")
@@ -393,12 +403,19 @@ async def _open_reader(path: str) -> aiosqlite.Connection:
     """A reading connection: autocommit (each statement its own read transaction), never
     writes, waits out the rare moment SQLite makes a reader wait."""
     rdb = await aiosqlite.connect(path, isolation_level=None)
+    await _give_functions(rdb)
     await rdb.execute("PRAGMA busy_timeout=5000")
     await rdb.execute("PRAGMA query_only=ON")
     # Sorts and temporary B-trees in memory: on disk they spill to temp files that are
     # written and read back on every read that sorts.
     await rdb.execute("PRAGMA temp_store=MEMORY")
     return rdb
+
+
+async def _give_functions(conn: aiosqlite.Connection) -> None:
+    """The SQL functions the schema's views and triggers call (``packed``)."""
+    for name, func in functions().items():
+        await conn.create_function(name, 1, func, deterministic=True)
 
 
 async def _connect(path: str, **kwargs: Any) -> aiosqlite.Connection:

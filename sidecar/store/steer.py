@@ -37,7 +37,7 @@ _PINS = (
 )
 _PINNED_IDS = "SELECT part_id FROM pins WHERE session_id = ?"
 _PINNED_PARTS = (
-    "SELECT p.data FROM pins x JOIN parts p ON p.id = x.part_id "
+    "SELECT p.data FROM pins x JOIN part_json p ON p.id = x.part_id "
     "JOIN messages m ON m.id = x.message_id "
     "WHERE x.session_id = ? ORDER BY m.created, m.id, p.id"
 )

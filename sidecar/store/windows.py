@@ -11,6 +11,7 @@ from sidecar.errors import TooLarge
 from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
 from sidecar.model.parts import ToolCompleted, ToolPart
 from sidecar.store.cache import Key
+from sidecar.store.packed import json_of
 from sidecar.store.rows import (
     Tables,
     assemble,
@@ -106,9 +107,11 @@ _PART_LIGHT = (
 )
 
 
-def _light_sql(get: Callable[[str, str], str], zero: str) -> tuple[str, str]:
+def _light_sql(get: Callable[[str, str], str], zero: str, whole: str = "p.data") -> tuple[str, str]:
     """The two light queries, given how the backend reads a JSON path (``get(column, path)``,
-    the path dotted; ``zero``: 0 as it returns it)."""
+    the path dotted; ``zero``: 0 as it returns it); ``whole``: the part's whole JSON, which
+    its output is read from (SQLite: inflated, where ``p.data`` is a packed part's light
+    JSON)."""
     completed = f"p.type = 'tool' AND {get('p.data', 'state.status')} = 'completed'"
     compacted = get("p.data", "state.time.compacted")
     summary = get("m.data", "summary")
@@ -119,14 +122,18 @@ def _light_sql(get: Callable[[str, str], str], zero: str) -> tuple[str, str]:
             compacted=f"CASE WHEN {completed} THEN {compacted} END",
             # Not compacted: null or 0 (``_truthy``); only then is the output needed.
             output=f"CASE WHEN {completed} AND COALESCE({compacted}, {zero}) = {zero} "
-            f"THEN {get('p.data', 'state.output')} END",
+            f"THEN {get(whole, 'state.output')} END",
         ),
     )
 
 
 _LIGHT_SQL: dict[str, tuple[str, str]] = {
     # (``CAST``: a large part's JSON is a BLOB, which SQLite 3.45+ would read as JSONB.)
-    "sqlite": _light_sql(lambda col, path: f"json_extract(CAST({col} AS TEXT), '$.{path}')", "0"),
+    "sqlite": _light_sql(
+        lambda col, path: f"json_extract(CAST({col} AS TEXT), '$.{path}')",
+        "0",
+        json_of("p", text=True),
+    ),
     "postgresql": _light_sql(
         lambda col, path: f"({col}::jsonb #>> '{{{','.join(path.split('.'))}}}')", "'0'"
     ),
@@ -147,11 +154,11 @@ def _older_than(session_id: str, cursor: Key | None) -> tuple[str, list[Any]]:
 _WINDOW = (
     "SELECT m.created, m.id, 0, '', m.data FROM messages m WHERE {cond} "
     "UNION ALL "
-    "SELECT m.created, m.id, 1, p.id, p.data FROM messages m JOIN parts p "
+    "SELECT m.created, m.id, 1, p.id, p.data FROM messages m JOIN part_json p "
     "ON p.message_id = m.id WHERE {cond} ORDER BY 1, 2, 3, 4"
 )
 _PARTS_BETWEEN = (
-    "SELECT p.message_id, p.id, p.data FROM messages m JOIN parts p ON p.message_id = m.id "
+    "SELECT p.message_id, p.id, p.data FROM messages m JOIN part_json p ON p.message_id = m.id "
     "WHERE m.session_id = ? AND (m.created, m.id) >= (?, ?) "
     "AND (m.created, m.id) <= (?, ?) ORDER BY p.message_id, p.id"
 )

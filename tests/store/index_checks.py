@@ -7,7 +7,7 @@ from pathlib import Path
 
 import asyncpg
 
-from sidecar.store import Store
+from sidecar.store import Store, packed
 
 
 async def found(store: Store, session_id: str, word: str, limit: int = 100) -> list[str]:
@@ -21,6 +21,7 @@ def index_agrees(db: str | Path) -> None:
     made of (a stale or missing entry fails it); PostgreSQL's index is a table of its own."""
     if isinstance(db, Path):
         conn = sqlite3.connect(db)
+        packed.register(conn)  # the index reads a packed part's text inflated
         try:
             conn.execute(
                 "INSERT INTO history_fts (history_fts, rank) VALUES ('integrity-check', 1)"

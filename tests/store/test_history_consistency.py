@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.store import UPSERT_PART, schema
+from sidecar.store import UPSERT_PART, packed, schema
 from sidecar.store.sqlite import index_noted, split_script
 
 KINDS = ("text", "reasoning", "tool", "step-start")
@@ -21,6 +21,7 @@ KINDS = ("text", "reasoning", "tool", "step-start")
 
 def _open(path: Path, version: int) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None)
+    packed.register(conn)
     conn.execute("PRAGMA foreign_keys=ON")
     conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
     have = conn.execute("SELECT version FROM schema_version").fetchone()

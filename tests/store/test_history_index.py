@@ -58,10 +58,11 @@ async def _old_database(db: str | Path) -> None:
             "DROP TRIGGER parts_history ON parts; "
             "DROP TABLE history, history_backfill, history_dirty; "
             "DROP FUNCTION sidecar_history(); DROP FUNCTION sidecar_history_body(TEXT, TEXT); "
-            f"UPDATE schema_version SET version = {BEFORE}"
+            f"DROP VIEW part_json; UPDATE schema_version SET version = {BEFORE}"
         )
-        assert BEFORE == len(pg.MIGRATIONS) - 4, (
-            "the downgrade undoes 4 (5, 6 and 7 replace its function; 7 adds history_dirty)"
+        assert BEFORE == len(pg.MIGRATIONS) - 5, (
+            "the downgrade undoes 4 to 8 (5, 6 and 7 replace its function; 7 adds "
+            "history_dirty; 8 adds part_json)"
         )
         await pconn.execute("INSERT INTO sessions VALUES ($1, $2, $3, $4, $5)", *session)
         await pconn.executemany(

@@ -17,6 +17,7 @@ from pgcluster import Cluster, new_pg_database, run_async
 
 from sidecar.cli import main
 from sidecar.model.inspect import Inspection, SessionSummary
+from sidecar.store import packed
 from sidecar.tools.readdb import DatabaseError, open_ro
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -24,6 +25,7 @@ FIXTURES = Path(__file__).parent.parent / "fixtures"
 
 async def _copy(sqlite_db: Path, url: str) -> None:
     with sqlite3.connect(sqlite_db) as src:
+        packed.register(src)  # parts are read as their JSON, compressed or not
         tables = {
             "sessions": "id, parent_id, created, updated, data",
             "messages": "id, session_id, created, role, parent_id, summary_ok, data",
@@ -31,7 +33,10 @@ async def _copy(sqlite_db: Path, url: str) -> None:
             "pins": "part_id, message_id, session_id, created",
             "compactions": "message_id, session_id, created, data",
         }
-        rows = {t: src.execute(f"SELECT {cols} FROM {t}").fetchall() for t, cols in tables.items()}
+        rows = {
+            t: src.execute(f"SELECT {cols} FROM {'part_json' if t == 'parts' else t}").fetchall()
+            for t, cols in tables.items()
+        }
     conn = await asyncpg.connect(url)
     try:
         for table, cols in tables.items():

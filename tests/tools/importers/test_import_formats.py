@@ -17,7 +17,7 @@ from sidecar.engine.render import to_anthropic
 from sidecar.errors import Conflict
 from sidecar.model.messages import UserMessage, WithParts
 from sidecar.model.parts import CompactionPart, FilePart, ToolCompleted, ToolError, ToolPart
-from sidecar.store import Store
+from sidecar.store import Store, packed
 from sidecar.tools.importers.common import ImportFailure
 from sidecar.tools.importers.detect import detect, read
 from sidecar.tools.readdb import find_session, load_history, open_ro
@@ -313,6 +313,7 @@ def test_imported_history_is_searchable(tmp_path: Path, capsys: pytest.CaptureFi
     hits = asyncio.run(search())
     assert tool.id in [h[2] for h in hits]
     conn = sqlite3.connect(db)
+    packed.register(conn)  # the index's content is a view that reads compressed parts
     indexed = conn.execute("SELECT count(*) FROM history_fts").fetchone()[0]
     stored = conn.execute(
         "SELECT count(*) FROM parts WHERE type IN ('text', 'reasoning', 'tool')"

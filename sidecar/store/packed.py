@@ -1,0 +1,111 @@
+"""Large tool outputs stored compressed on SQLite (``parts.z``, since migration 8).
+
+A tool call's part is most of a store's bytes (a file read, a command's output); as JSON it
+compresses 2-4x. A tool part whose JSON is ``PACK_BYTES`` or more is stored as its JSON
+deflated (``zlib``, level 1: the cheapest, most of the gain) in ``z``, and ``data`` holds a
+light JSON of what SQL reads in place (its tool, status and times). Reads see the part's JSON
+byte for byte through the ``part_json`` view (``sidecar_inflate(z)``): the bytes served are
+the bytes written. The history index reads its text the same way, and a prune's mark patches
+both (``json_set`` on the inflated JSON, as on a plain row, so a marked part is served the
+same whichever way it was stored).
+
+The row is rewritten for the writer in one place (``pack_rows``, run by ``commit._execute``):
+nothing above the SQLite backend knows. A part of ``LARGE_BYTES`` or more keeps its own path
+(written in place from the frame's buffers; compressing it would hold it whole again).
+PostgreSQL compresses such values itself (TOAST, ``pglz``), where its SQL can still read them.
+
+Every connection that reads ``part_json`` or the history view, or writes ``parts`` (its
+triggers read the view's text), needs the two functions: ``register``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sidecar.store.statements import SET_PART_DATA, UPSERT_PART, upsert_part
+
+#: A tool part's JSON of this many characters or more is stored deflated.
+PACK_BYTES = 4096
+#: Kept deflated only when that saves at least an eighth (random output does not compress).
+_WORTH = 7 / 8
+
+#: The light JSON SQL reads in place of a packed part's (``?1``: the part's JSON).
+_LIGHT = (
+    "json_object('type', 'tool', 'tool', json_extract(?1, '$.tool'), 'state', "
+    "json_object('status', json_extract(?1, '$.state.status'), "
+    "'time', json(json_extract(?1, '$.state.time'))))"
+)
+
+#: ``UPSERT_PART`` with ``z`` (row: id, message id, session id, type, JSON, z).
+UPSERT_PACKED = upsert_part(
+    "CASE WHEN ?6 IS NULL THEN ?5 ELSE " + _LIGHT.replace("?1", "?5") + " END", z="?6"
+)
+#: ``SET_PART_DATA`` with ``z`` (row: JSON, id, z).
+SET_PACKED = (
+    f"UPDATE parts SET data = CASE WHEN ?3 IS NULL THEN ?1 ELSE {_LIGHT} END, z = ?3 WHERE id = ?2"
+)
+
+
+def pack(data: Any) -> bytes | None:
+    """``data`` deflated, or None where it stays as it is (short, or it would not shrink)."""
+    if not isinstance(data, str) or len(data) < PACK_BYTES:
+        return None
+    raw = data.encode()
+    packed = zlib.compress(raw, 1)
+    return packed if len(packed) <= len(raw) * _WORTH else None
+
+
+def _upsert_row(row: Sequence[Any]) -> tuple[Any, ...]:
+    return (*row, pack(row[4]) if row[3] == "tool" else None)
+
+
+def _set_row(row: Sequence[Any]) -> tuple[Any, ...]:
+    # Only a tool part's JSON is ever patched in Python (a prune's unmark).
+    return (*row, pack(row[0]))
+
+
+#: The statements the writer runs in another form on SQLite, and how each row is rewritten.
+PACKED: dict[str, tuple[str, Callable[[Sequence[Any]], tuple[Any, ...]]]] = {
+    UPSERT_PART: (UPSERT_PACKED, _upsert_row),
+    SET_PART_DATA: (SET_PACKED, _set_row),
+}
+
+
+def pack_rows(sql: str, rows: Sequence[Sequence[Any]]) -> tuple[str, Sequence[Sequence[Any]]]:
+    """The statement and rows the writer runs for ``sql`` (itself, unless it writes parts)."""
+    packing = PACKED.get(sql)
+    if packing is None:
+        return sql, rows
+    return packing[0], [packing[1](row) for row in rows]
+
+
+def register(conn: sqlite3.Connection) -> None:
+    """Give ``conn`` the SQL functions the schema's views and triggers call."""
+    for name, func in functions().items():
+        conn.create_function(name, 1, func, deterministic=True)
+
+
+def functions() -> dict[str, Callable[..., Any]]:
+    """The functions, each connection its own (the inflate remembers its last result: one
+    row's text is read by several ``json_extract`` of the same expression)."""
+    last: list[Any] = [None, None]
+
+    def inflate(z: bytes) -> str:
+        if z != last[0]:
+            last[0], last[1] = z, zlib.decompress(z).decode()
+        text: str = last[1]
+        return text
+
+    def deflate(text: str) -> bytes:
+        return zlib.compress(text.encode(), 1)
+
+    return {"sidecar_inflate": inflate, "sidecar_deflate": deflate}
+
+
+#: A packed row's JSON, as SQL over the ``parts`` row ``row``: what ``part_json`` serves.
+def json_of(row: str, *, text: bool = False) -> str:
+    data = f"CAST({row}.data AS TEXT)" if text else f"{row}.data"
+    return f"CASE WHEN {row}.z IS NULL THEN {data} ELSE sidecar_inflate({row}.z) END"
