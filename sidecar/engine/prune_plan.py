@@ -47,6 +47,8 @@ class ToolOutput(NamedTuple):
     tool: str
     compacted: bool
     output: str | None
+    #: The output's estimate where the store gave it instead of the output (``packed``).
+    tokens: int | None = None
 
 
 class Step(NamedTuple):
@@ -109,7 +111,7 @@ class Walk:
             if part.compacted:
                 self.done = True  # an earlier prune's boundary: everything older is done
                 return False
-            estimate = tokens.estimate(part.output)
+            estimate = tokens.estimate(part.output) if part.tokens is None else part.tokens
             self._total += estimate
             if self._total > self._cfg.prune_protect:
                 self.pruned += estimate

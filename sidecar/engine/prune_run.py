@@ -37,7 +37,7 @@ def _visible(
         if not parts:
             return None
     tools = [
-        prune_plan.ToolOutput(p.id, p.tool, p.compacted, p.output)
+        prune_plan.ToolOutput(p.id, p.tool, p.compacted, p.output, p.tokens)
         for p in parts
         if p.tool is not None
     ]

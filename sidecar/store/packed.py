@@ -3,11 +3,12 @@
 A tool call's part is most of a store's bytes (a file read, a command's output); as JSON it
 compresses 2-4x. A tool part whose JSON is ``PACK_BYTES`` or more is stored as its JSON
 deflated (``zlib``, level 1: the cheapest, most of the gain) in ``z``, and ``data`` holds a
-light JSON of what SQL reads in place (its tool, status and times). Reads see the part's JSON
-byte for byte through the ``part_json`` view (``sidecar_inflate(z)``): the bytes served are
-the bytes written. The history index reads its text the same way, and a prune's mark patches
-both (``json_set`` on the inflated JSON, as on a plain row, so a marked part is served the
-same whichever way it was stored).
+light JSON of what SQL reads in place (its tool, status and times, its output's estimate).
+Reads see the part's JSON byte for byte through the ``part_json`` view
+(``sidecar_inflate(z)``): the bytes served are the bytes written. The history index reads
+its text the same way; a prune's walk reads the estimate; a prune's mark patches both
+(``json_set`` on the inflated JSON, as on a plain row, so a marked part is served the same
+whichever way it was stored).
 
 The row is rewritten for the writer in one place (``pack_rows``, run by ``commit._execute``):
 nothing above the SQLite backend knows. A part of ``LARGE_BYTES`` or more keeps its own path
@@ -25,6 +26,9 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import msgspec
+
+from sidecar.model.tokens import estimate
 from sidecar.store.statements import SET_PART_DATA, UPSERT_PART, upsert_part
 
 #: A tool part's JSON of this many characters or more is stored deflated.
@@ -32,39 +36,64 @@ PACK_BYTES = 4096
 #: Kept deflated only when that saves at least an eighth (random output does not compress).
 _WORTH = 7 / 8
 
-#: The light JSON SQL reads in place of a packed part's (``?1``: the part's JSON).
-_LIGHT = (
-    "json_object('type', 'tool', 'tool', json_extract(?1, '$.tool'), 'state', "
-    "json_object('status', json_extract(?1, '$.state.status'), "
-    "'time', json(json_extract(?1, '$.state.time'))))"
-)
-
-#: ``UPSERT_PART`` with ``z`` (row: id, message id, session id, type, JSON, z).
-UPSERT_PACKED = upsert_part(
-    "CASE WHEN ?6 IS NULL THEN ?5 ELSE " + _LIGHT.replace("?1", "?5") + " END", z="?6"
-)
-#: ``SET_PART_DATA`` with ``z`` (row: JSON, id, z).
-SET_PACKED = (
-    f"UPDATE parts SET data = CASE WHEN ?3 IS NULL THEN ?1 ELSE {_LIGHT} END, z = ?3 WHERE id = ?2"
-)
+#: ``UPSERT_PART`` with ``z`` (row: id, message id, session id, type, data, z).
+UPSERT_PACKED = upsert_part("?", z="?")
+#: ``SET_PART_DATA`` with ``z`` (row: data, z, id).
+SET_PACKED = "UPDATE parts SET data = ?, z = ? WHERE id = ?"
 
 
-def pack(data: Any) -> bytes | None:
-    """``data`` deflated, or None where it stays as it is (short, or it would not shrink)."""
+class _Tool(msgspec.Struct):
+    """What the light JSON keeps of a tool part (``state`` decoded as it is)."""
+
+    tool: Any = None
+    state: dict[str, Any] = {}
+
+
+_decode_tool = msgspec.json.Decoder(_Tool)
+
+
+def packed(data: Any) -> tuple[str, bytes] | None:
+    """``(light JSON, deflated JSON)`` of a tool part's JSON ``data``, or None where it is
+    stored as it is (short, not a tool part's shape, or it would not shrink).
+
+    The light JSON holds what SQL reads in place: the tool, the status, the times, and the
+    output's token estimate (``outputTokens``), which a prune's walk reads instead of
+    inflating the output every turn."""
     if not isinstance(data, str) or len(data) < PACK_BYTES:
         return None
     raw = data.encode()
-    packed = zlib.compress(raw, 1)
-    return packed if len(packed) <= len(raw) * _WORTH else None
+    deflated = zlib.compress(raw, 1)
+    if len(deflated) > len(raw) * _WORTH:
+        return None
+    try:
+        part = _decode_tool.decode(raw)
+    except msgspec.DecodeError:  # not this shape: a row SQL reads as it is
+        return None
+    output = part.state.get("output")
+    light = {
+        "type": "tool",
+        "tool": part.tool,
+        "state": {
+            "status": part.state.get("status"),
+            "time": part.state.get("time"),
+            "outputTokens": estimate(output) if isinstance(output, str) else None,
+        },
+    }
+    return _encoder.encode(light).decode(), deflated
+
+
+_encoder = msgspec.json.Encoder()
 
 
 def _upsert_row(row: Sequence[Any]) -> tuple[Any, ...]:
-    return (*row, pack(row[4]) if row[3] == "tool" else None)
+    both = packed(row[4]) if row[3] == "tool" else None
+    return (*row, None) if both is None else (*row[:4], *both)
 
 
 def _set_row(row: Sequence[Any]) -> tuple[Any, ...]:
     # Only a tool part's JSON is ever patched in Python (a prune's unmark).
-    return (*row, pack(row[0]))
+    both = packed(row[0])
+    return (row[0], None, row[1]) if both is None else (*both, row[1])
 
 
 #: The statements the writer runs in another form on SQLite, and how each row is rewritten.

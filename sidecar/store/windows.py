@@ -11,7 +11,6 @@ from sidecar.errors import TooLarge
 from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
 from sidecar.model.parts import ToolCompleted, ToolPart
 from sidecar.store.cache import Key
-from sidecar.store.packed import json_of
 from sidecar.store.rows import (
     Tables,
     assemble,
@@ -52,6 +51,8 @@ class LightPart(NamedTuple):
     tool: str | None
     compacted: bool
     output: str | None
+    #: The output's estimate, given in its place by a part stored deflated (``packed``).
+    tokens: int | None = None
 
 
 class LightMessage(NamedTuple):
@@ -100,29 +101,33 @@ _MSG_LIGHT = (
     "ORDER BY m.created DESC, m.id DESC LIMIT ?"
 )
 _PART_LIGHT = (
-    "SELECT p.message_id, p.id, {tool}, {compacted}, {output} "
+    "SELECT p.message_id, p.id, {tool}, {compacted}, {output}, {tokens} "
     "FROM messages m JOIN parts p ON p.message_id = m.id "
     "WHERE m.session_id = ? AND (m.created, m.id) >= (?, ?) "
     "AND (m.created, m.id) <= (?, ?) ORDER BY p.message_id, p.id"
 )
 
 
-def _light_sql(get: Callable[[str, str], str], zero: str, whole: str = "p.data") -> tuple[str, str]:
+def _light_sql(get: Callable[[str, str], str], zero: str, packed: bool = False) -> tuple[str, str]:
     """The two light queries, given how the backend reads a JSON path (``get(column, path)``,
-    the path dotted; ``zero``: 0 as it returns it); ``whole``: the part's whole JSON, which
-    its output is read from (SQLite: inflated, where ``p.data`` is a packed part's light
-    JSON)."""
+    the path dotted; ``zero``: 0 as it returns it). ``packed``: a part stored deflated
+    (``packed``) gives its output's estimate from its light JSON instead of its output."""
     completed = f"p.type = 'tool' AND {get('p.data', 'state.status')} = 'completed'"
     compacted = get("p.data", "state.time.compacted")
     summary = get("m.data", "summary")
+    measured = f"{completed} AND COALESCE({compacted}, {zero}) = {zero}"
     return (
         _MSG_LIGHT.format(summary=f"CASE WHEN m.role = 'assistant' THEN {summary} END"),
         _PART_LIGHT.format(
             tool=f"CASE WHEN {completed} THEN {get('p.data', 'tool')} END",
             compacted=f"CASE WHEN {completed} THEN {compacted} END",
             # Not compacted: null or 0 (``_truthy``); only then is the output needed.
-            output=f"CASE WHEN {completed} AND COALESCE({compacted}, {zero}) = {zero} "
-            f"THEN {get(whole, 'state.output')} END",
+            output=f"CASE WHEN {measured}{' AND p.z IS NULL' if packed else ''} "
+            f"THEN {get('p.data', 'state.output')} END",
+            tokens=f"CASE WHEN {measured} AND p.z IS NOT NULL "
+            f"THEN {get('p.data', 'state.outputTokens')} END"
+            if packed
+            else "NULL",
         ),
     )
 
@@ -132,7 +137,7 @@ _LIGHT_SQL: dict[str, tuple[str, str]] = {
     "sqlite": _light_sql(
         lambda col, path: f"json_extract(CAST({col} AS TEXT), '$.{path}')",
         "0",
-        json_of("p", text=True),
+        packed=True,
     ),
     "postgresql": _light_sql(
         lambda col, path: f"({col}::jsonb #>> '{{{','.join(path.split('.'))}}}')", "'0'"
@@ -336,8 +341,9 @@ async def light_newest_first(
 def _light_page(msgs: list[Any], rows: list[Any]) -> list[LightMessage]:
     """The light queries' rows as ``LightMessage``s, in the messages' order."""
     by_message: dict[str, list[LightPart]] = {}
-    for mid, pid, tool, compacted, output in rows:
-        by_message.setdefault(mid, []).append(LightPart(pid, tool, _truthy(compacted), output))
+    for mid, pid, tool, compacted, output, tokens in rows:
+        light = LightPart(pid, tool, _truthy(compacted), output, tokens)
+        by_message.setdefault(mid, []).append(light)
     return [
         LightMessage(Key(created, mid), role == "user", _truthy(summary), by_message.get(mid, []))
         for mid, created, role, summary in msgs

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import asyncpg
 
+from sidecar.model.tokens import estimate
 from sidecar.store import LARGE_BYTES, PAGE, Store, packed
 
 from .index_checks import index_agrees
@@ -66,10 +67,15 @@ async def test_a_large_output_is_stored_compressed_and_served_byte_for_byte(
         assert stored < 300, "the row's data is the light JSON, not a second copy"
     else:
         assert stored < len(raw) / 3
-    # What a prune decides on: the output, read from the compressed row.
+    # What a prune decides on: the output's estimate, which SQLite stores beside the
+    # compressed row so that a prune's walk inflates nothing.
     pages = [page async for page in store.light_newest_first("ses_l", None, PAGE)]
     [light] = [p for page in pages for m in page for p in m.parts if p.id == "prt_out"]
-    assert light.output == OUTPUT and light.tool == "bash" and not light.compacted
+    assert light.tool == "bash" and not light.compacted
+    if isinstance(db, Path):
+        assert light.output is None and light.tokens == estimate(OUTPUT)
+    else:
+        assert light.output == OUTPUT and light.tokens is None
     index_agrees(db)
 
 
@@ -94,7 +100,7 @@ async def test_a_compressed_output_is_pruned_and_unpruned_as_a_plain_one(
         assert (await _stored(db, "prt_out"))[1] is not None, "still compressed"
     pages = [page async for page in store.light_newest_first("ses_l", None, PAGE)]
     [light] = [p for page in pages for m in page for p in m.parts if p.id == "prt_out"]
-    assert light.compacted and light.output is None
+    assert light.compacted and light.output is None and light.tokens is None
     assert len(await store.unmark_compacted(["prt_out"])) == 1
     assert json.loads(await _served(store, "prt_out")) == json.loads(raw)
     assert await _found(store, "handler_499") == ["prt_out"]
