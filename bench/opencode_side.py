@@ -62,11 +62,13 @@ def _peer_dir(given: str | None) -> Path:
     sys.exit("opencode_side: no opencode-peer folder found (give --peer DIR)")
 
 
-def _stand_in(folder: Path, argv: list[str]) -> Path:
-    """A folder whose ``compaction-sidecar`` runs ``argv`` + the driver's arguments."""
+def _stand_in(folder: Path, argv: list[str], tail: list[str] | None = None) -> Path:
+    """A folder whose ``compaction-sidecar`` runs ``argv`` + the driver's arguments +
+    ``tail``."""
     folder.mkdir(parents=True, exist_ok=True)
     exe = folder / "compaction-sidecar"
-    exe.write_text("#!/bin/sh\nexec " + " ".join(f"'{a}'" for a in argv) + ' "$@"\n')
+    after = " ".join(f"'{a}'" for a in tail or [])
+    exe.write_text("#!/bin/sh\nexec " + " ".join(f"'{a}'" for a in argv) + f' "$@" {after}\n')
     exe.chmod(0o755)
     return folder
 
@@ -109,18 +111,39 @@ def one_round(args: argparse.Namespace, peer: Path, tmp: Path, n: int) -> dict[s
         _replay(peer, base, "daemon", Path(args.bin))
         recorded = base / "replies.json"
         proxy = [sys.executable, str(HERE / "_record_proxy.py"), str(recorded), real]
-        _replay(peer, base, "record", _stand_in(base / "rec", proxy))
+        # The recording's daemon also writes its CPU split (``serve --cpu-split``): measured
+        # there, its small cost stays out of the daemon's own figures above.
+        split = ["--cpu-split", str(base / "cpu.jsonl")]
+        _replay(peer, base, "record", _stand_in(base / "rec", proxy, split))
         server = [sys.executable, str(HERE / "_replay_server.py"), str(recorded)]
         _replay(peer, base, "floor", _stand_in(base / "rep", server))
         out[name] = {k: _summary(base / k) for k in ("opencode", "daemon", "floor")}
         for who in ("opencode", "daemon"):
             out[name][who]["_turns"] = _turns(base / who)
+        out[name]["split"] = cpu_split(base)
     return out
 
 
 def _turns(run: Path) -> list[dict[str, Any]]:
     with (run / "turns.jsonl").open() as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def cpu_split(base: Path) -> dict[str, float]:
+    """The recording daemon's CPU per turn after turn 1 by kind (ms), and its index batches
+    at exit (``at_exit``), from its ``--cpu-split`` lines: one per ``session/idle`` (each
+    step's, and a manual compaction's), then one at exit."""
+    with (base / "cpu.jsonl").open() as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    turns = _turns(base / "record")
+    with (base / "record" / "steps.jsonl").open() as f:
+        first = sum(1 for line in f if line.strip() and json.loads(line)["turn"] == 1)
+    first += sum(1 for t in turns[:1] if t.get("manual_compact_ms") is not None)
+    start, end, final = lines[first - 1], lines[-2], lines[-1]
+    kinds = ("ingest", "index", "reads", "encode", "other", "total")
+    split = {k: (end[k] - start[k]) / (len(turns) - 1) for k in kinds}
+    split["at_exit"] = final["index"] - end["index"]
+    return split
 
 
 def cpu_per_turn(s: dict[str, Any]) -> float:
@@ -191,6 +214,14 @@ def report(rounds: list[dict[str, Any]], scenarios: list[str]) -> None:
         )
         oca, dma = (
             med(name, w, lambda s, w=w: stored_after_shutdown(w, s)) for w in ("opencode", "daemon")
+        )
+        split = {k: median([r[name]["split"][k] for r in rounds]) for k in rounds[0][name]["split"]}
+        print(
+            f"{name}: daemon CPU per turn after turn 1 by kind (serve --cpu-split, in the "
+            f"recording replay; the driver reads the whole window each step, no since): "
+            + ", ".join(f"{k} {split[k]:.2f} ms" for k in ("ingest", "index", "reads", "encode"))
+            + f", other {split['other']:.2f} ms (total {split['total']:.2f} ms); index "
+            f"batches at exit {split['at_exit']:.2f} ms"
         )
         end = med(name, "daemon", lambda s: s["_turns"][-1]["rss_kb"]) / 1024
         print(

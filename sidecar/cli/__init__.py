@@ -113,6 +113,14 @@ def add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="SQLite durability: normal survives a killed daemon, full also a power cut",
     )
     _log_options(serve)
+    serve.add_argument(
+        "--cpu-split",
+        type=Path,
+        metavar="FILE",
+        help="append the daemon's CPU so far by kind of work (ms: ingest, index, reads, "
+        "encode, other, total) to FILE as a JSON line at each session/idle and at exit "
+        "(diagnostics: costs ~1-2%% of CPU)",
+    )
     # Given by ``connect``: it holds the socket's lock and waits for "ready" on this pipe.
     serve.add_argument("--ready-fd", type=int, help=argparse.SUPPRESS)
     serve.set_defaults(run=run_serve)
@@ -129,6 +137,11 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.log_file is not None:
         writable_file("--log-file", args.log_file)
         logging.basicConfig(filename=args.log_file, level=level, format=fmt)
+    if args.cpu_split is not None:
+        from sidecar.model.cpu import SPLIT
+
+        writable_file("--cpu-split", args.cpu_split)
+        SPLIT.start(args.cpu_split)
     else:
         logging.basicConfig(stream=sys.stderr, level=level, format=fmt)
     # pygls logs every error reply with a traceback; ours are client mistakes, not bugs.

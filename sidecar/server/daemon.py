@@ -24,6 +24,7 @@ import msgspec
 
 from sidecar.model.buffers import LARGE_BYTES
 from sidecar.model.config import user_config_path
+from sidecar.model.cpu import SPLIT
 from sidecar.server.app import App, ConfigManager
 from sidecar.server.connection import Connection
 from sidecar.server.context import Control
@@ -108,6 +109,7 @@ async def run(opts: Options) -> int:
         with contextlib.suppress(Exception):
             await warming  # (its client is closed with the writers)
         await app.close()
+        SPLIT.report()  # ``--cpu-split``: the last line, once the store is closed
 
 
 async def open_store(opts: Options) -> Store:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sidecar.model.buffers import Buffer
+from sidecar.model.cpu import charged
 from sidecar.protocol.framing import frame_header
 
 log = logging.getLogger("sidecar.rpc")
@@ -60,6 +61,7 @@ class Outbox:
         except (BrokenPipeError, ConnectionError, RuntimeError):
             self.drop()
 
+    @charged("encode")
     def write(self, body: list[Buffer], *, reply: bool = False) -> None:
         """Queue a frame whose body is ``body``'s buffers; what is queued in one loop
         iteration goes out in one write, except that a buffer of ``_UNCOPIED`` bytes or more

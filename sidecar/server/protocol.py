@@ -47,6 +47,7 @@ from pygls.server import JsonRPCServer
 from sidecar.errors import ErrorCode, SidecarError
 from sidecar.model.buffers import Shared
 from sidecar.model.config import DEFAULT_MAX_DEPTH
+from sidecar.model.cpu import charged
 from sidecar.model.jsonguard import bad_utf8_field, first_bad_utf8, too_deep
 from sidecar.model.rpc import CancelParams
 from sidecar.protocol.envelopes import (
@@ -143,6 +144,7 @@ class SidecarProtocol(JsonRPCProtocol):
 
     # -- inbound ---------------------------------------------------------------------------
 
+    @charged("ingest")
     def handle_frame(self, body: Body) -> None:
         """Decode one frame and dispatch it; never raises (a raise would close the pipe)."""
         try:
@@ -440,6 +442,7 @@ class SidecarProtocol(JsonRPCProtocol):
 
     # -- outbound ---------------------------------------------------------------------------
 
+    @charged("encode")
     def _send_result(self, msg_id: Any, result: Any) -> None:
         try:
             body = self._encoder.encode(Response(JSONRPC, msg_id, self._plain(result)))
@@ -477,6 +480,7 @@ class SidecarProtocol(JsonRPCProtocol):
             return value
         return self._converter.unstructure(value)
 
+    @charged("encode")
     def _write(self, message: msgspec.Struct) -> None:
         try:
             body = self._encoder.encode(message)

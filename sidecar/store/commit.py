@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from sidecar.model.buffers import Shared
+from sidecar.model.cpu import SPLIT
 from sidecar.store.backend import OnIntegrity, Statement, Then
 from sidecar.store.packed import pack_rows
 
@@ -439,6 +440,18 @@ def _size(batch: list[Op]) -> tuple[int, int]:
 
 
 def _apply(conn: sqlite3.Connection, batch: list[Op]) -> tuple[list[BaseException | None], int]:
+    """``_commit`` charged to the index's batches or to ingest (``cpu``): a background op
+    commits alone."""
+    if not SPLIT.on:
+        return _commit(conn, batch)
+    before = SPLIT.begin("index" if batch[0].background else "ingest")
+    try:
+        return _commit(conn, batch)
+    finally:
+        SPLIT.begin(before)
+
+
+def _commit(conn: sqlite3.Connection, batch: list[Op]) -> tuple[list[BaseException | None], int]:
     """Commit ``batch`` in one transaction; if anything fails, roll back and commit each op
     alone, so that exactly the failing ops fail and nothing of theirs is stored.
 

@@ -17,6 +17,7 @@ from typing import Any, cast
 import aiosqlite
 
 from sidecar.model.buffers import Shared
+from sidecar.model.cpu import SPLIT, charged
 from sidecar.model.ids import now_ms
 from sidecar.store.backend import (
     Chunks,
@@ -209,6 +210,10 @@ class SqliteBackend(Hooked):
     # -- reads ---------------------------------------------------------------------------------
 
     async def query(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        if SPLIT.on:  # measured on the reader's thread
+            reader = self._reader
+            rows: list[Row] = await reader._execute(_rows, reader._conn, sql, args)  # type: ignore[no-untyped-call]
+            return rows
         return list(await self._reader.execute_fetchall(sql, args))
 
     async def query_within(
@@ -219,7 +224,7 @@ class SqliteBackend(Hooked):
     async def query_point(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         if self._inline is not None:
             try:
-                return self._inline.execute(sql, args).fetchall()
+                return _rows(self._inline, sql, args)
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) and "busy" not in str(exc):
                     raise
@@ -397,6 +402,11 @@ def split_script(script: str) -> list[str]:
 
 #: Stream readers kept open between streams (one per stream read at once, beyond them closed).
 SPARE_READERS = 4
+
+
+@charged("reads")
+def _rows(conn: sqlite3.Connection, sql: str, args: Sequence[Any]) -> list[Row]:
+    return conn.execute(sql, args).fetchall()
 
 
 async def _open_reader(path: str) -> aiosqlite.Connection:

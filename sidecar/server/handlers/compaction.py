@@ -18,6 +18,7 @@ from sidecar.model.rpc import (
     SessionRef,
     SessionRevertParams,
 )
+from sidecar.model.cpu import SPLIT
 from sidecar.model.session import Session
 from sidecar.protocol.codes import ErrorCode
 from sidecar.server.context import Context
@@ -57,6 +58,7 @@ async def idle(ctx: Context, p: SessionRef) -> None:
     """Extension: returns once automatic work started by earlier writes has finished."""
     await ctx.store.require_session(p.session_id)
     await ctx.engine.idle(p.session_id)
+    SPLIT.report()  # ``serve --cpu-split``: a turn's work is done
     return None
 
 
