@@ -8,6 +8,7 @@ request did shows in its kind, and the kinds never add up to more than the proce
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -49,7 +50,7 @@ async def test_the_cpu_split_counts_each_kind_of_work(spawner: Spawner, tmp_path
     for line in lines:
         assert set(line) == {"n", *KINDS, "other", "total"}
         assert line["total"] >= sum(line[k] for k in (*KINDS, "other")) - 0.01
-    for before, after in zip(lines, lines[1:], strict=False):
+    for before, after in itertools.pairwise(lines):
         assert all(after[k] >= before[k] for k in (*KINDS, "other", "total"))
     first, second = lines[0], lines[1]
     assert first["ingest"] > 0 and first["encode"] > 0  # frames read, replies written

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sidecar.engine.compactor import Request
 from sidecar.errors import SidecarError
+from sidecar.model.cpu import SPLIT
 from sidecar.model.rpc import (
     BreakdownResult,
     CompactResult,
@@ -18,7 +19,6 @@ from sidecar.model.rpc import (
     SessionRef,
     SessionRevertParams,
 )
-from sidecar.model.cpu import SPLIT
 from sidecar.model.session import Session
 from sidecar.protocol.codes import ErrorCode
 from sidecar.server.context import Context
