@@ -6,9 +6,9 @@ deflated (``zlib``, level 1: the cheapest, most of the gain) in ``z``, and ``dat
 light JSON of what SQL reads in place (its tool, status and times, its output's estimate).
 Reads see the part's JSON byte for byte through the ``part_json`` view
 (``sidecar_inflate(z)``): the bytes served are the bytes written. The history index reads
-its text the same way; a prune's walk reads the estimate; a prune's mark patches both
-(``json_set`` on the inflated JSON, as on a plain row, so a marked part is served the same
-whichever way it was stored).
+its text the same way; a prune's walk reads the estimate; a prune's mark is kept in the
+light JSON and set on the inflated JSON as it is served (``json_set``, as on a plain row, so
+a marked part is served the same bytes whichever way it was stored).
 
 The row is rewritten for the writer in one place (``pack_rows``, run by ``commit._execute``):
 nothing above the SQLite backend knows. A part of ``LARGE_BYTES`` or more keeps its own path
@@ -70,15 +70,11 @@ def packed(data: Any) -> tuple[str, bytes] | None:
     except msgspec.DecodeError:  # not this shape: a row SQL reads as it is
         return None
     output = part.state.get("output")
-    light = {
-        "type": "tool",
-        "tool": part.tool,
-        "state": {
-            "status": part.state.get("status"),
-            "time": part.state.get("time"),
-            "outputTokens": estimate(output) if isinstance(output, str) else None,
-        },
-    }
+    state: dict[str, Any] = {"status": part.state.get("status")}
+    if "time" in part.state:  # (absent, a mark's ``json_set`` makes it, as in the JSON)
+        state["time"] = part.state["time"]
+    state["outputTokens"] = estimate(output) if isinstance(output, str) else None
+    light = {"type": "tool", "tool": part.tool, "state": state}
     return _encoder.encode(light).decode(), deflated
 
 
@@ -134,7 +130,33 @@ def functions() -> dict[str, Callable[..., Any]]:
     return {"sidecar_inflate": inflate, "sidecar_deflate": deflate}
 
 
-#: A packed row's JSON, as SQL over the ``parts`` row ``row``: what ``part_json`` serves.
 def json_of(row: str, *, text: bool = False) -> str:
+    """The JSON of the ``parts`` row ``row`` as SQL, a packed row's as it was deflated (its
+    prune mark left out: what the history index reads)."""
     data = f"CAST({row}.data AS TEXT)" if text else f"{row}.data"
     return f"CASE WHEN {row}.z IS NULL THEN {data} ELSE sidecar_inflate({row}.z) END"
+
+
+def served_json(row: str) -> str:
+    """The JSON of the ``parts`` row ``row`` as SQL, as it is served (``part_json``): a packed
+    row's with the prune mark its light JSON holds (``$.mark``) set as ``MARK_COMPACTED`` sets
+    a plain row's, so it is served the same bytes either way."""
+    return (
+        f"CASE WHEN {row}.z IS NULL THEN {row}.data "
+        f"WHEN json_extract({row}.data, '$.mark') IS NULL THEN sidecar_inflate({row}.z) "
+        f"ELSE json_set(sidecar_inflate({row}.z), '$.state.time.compacted', "
+        f"json_extract({row}.data, '$.mark')) END"
+    )
+
+
+#: A prune's mark (``SqliteBackend.mark_compacted``): a plain row's JSON patched in SQL, so
+#: concurrent edits and unknown fields are kept; a packed row's light JSON only (its
+#: ``state.time.compacted`` for the light query, ``$.mark`` for ``served_json``), where
+#: inflating, patching and deflating the whole output again cost a prune most of its time.
+MARK_COMPACTED = (
+    "UPDATE parts SET data = CASE WHEN z IS NULL "
+    "THEN json_set(CAST(data AS TEXT), '$.state.time.compacted', ?1) "
+    "ELSE json_set(data, '$.state.time.compacted', ?1, '$.mark', ?1) END "
+    "WHERE id = ?2 AND type = 'tool' "
+    "AND json_extract(CAST(data AS TEXT), '$.state.status') = 'completed'"
+)

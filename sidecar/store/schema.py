@@ -10,7 +10,7 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sidecar.store.packed import json_of
+from sidecar.store.packed import json_of, served_json
 from sidecar.store.statements import upsert_part
 from sidecar.store.url import CannotOpen
 
@@ -258,12 +258,11 @@ HISTORY_BATCHED = _batched(packed=False).format(
 # Since migration 8, a tool part's JSON of ``packed.PACK_BYTES`` or more is stored deflated in
 # ``z``: the view every read of a part's JSON goes through, the history view and triggers
 # reading it inflated.
-PACKED_PARTS = f"""
+_PART_JSON = f"""
     ALTER TABLE parts ADD COLUMN z BLOB;
     CREATE VIEW part_json AS
-    SELECT id, message_id, session_id, type, {json_of("parts")} AS data FROM parts;""" + _batched(
-    packed=True
-).format(columns="")
+    SELECT id, message_id, session_id, type, {served_json("parts")} AS data FROM parts;"""
+PACKED_PARTS = _PART_JSON + _batched(packed=True).format(columns="")
 
 
 # A part of ``backend.LARGE_BYTES`` or more is stored from the buffers it arrived in

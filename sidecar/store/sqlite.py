@@ -28,7 +28,7 @@ from sidecar.store.backend import (
 )
 from sidecar.store.cache import WindowCache
 from sidecar.store.commit import TRUNCATE_WAIT_MS, WAL_SIZE_LIMIT, WRITE_PIECES, GroupCommit, Hooked
-from sidecar.store.packed import functions, register
+from sidecar.store.packed import MARK_COMPACTED, functions, register
 from sidecar.store.schema import (
     FIRST_VERSION,
     HISTORY_BATCH,
@@ -48,17 +48,6 @@ from sidecar.store.url import CannotOpen
 CHUNK = 1024
 # SQLite virtual-machine steps between two looks at a read's deadline (``query_within``).
 DEADLINE_STEPS = 1000
-
-
-# A prune's mark, patched in SQL so concurrent edits and unknown fields are kept; a part
-# stored deflated (``packed``) is patched the same way, inflated, then deflated again.
-_MARK_COMPACTED = (
-    "UPDATE parts SET data = json_set(CAST(data AS TEXT), '$.state.time.compacted', ?1), "
-    "z = CASE WHEN z IS NULL THEN NULL ELSE sidecar_deflate(json_set(sidecar_inflate(z), "
-    "'$.state.time.compacted', ?1)) END "
-    "WHERE id = ?2 AND type = 'tool' "
-    "AND json_extract(CAST(data AS TEXT), '$.state.status') = 'completed'"
-)
 
 
 class SqliteBackend(Hooked):
@@ -193,7 +182,7 @@ class SqliteBackend(Hooked):
         await self._commit.submit(
             [
                 (HISTORY_HOLD, [()]),
-                (_MARK_COMPACTED, [(ts, pid) for pid in part_ids]),
+                (MARK_COMPACTED, [(ts, pid) for pid in part_ids]),
                 (HISTORY_RELEASE, [()]),
             ]
         )

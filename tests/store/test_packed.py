@@ -53,6 +53,18 @@ async def _stored(db: str | Path, pid: str) -> tuple[int, int | None]:
     return int(size), None
 
 
+def _z(db: str | Path, pid: str) -> bytes | None:
+    """The compressed JSON SQLite stores for ``pid`` (None on PostgreSQL)."""
+    if not isinstance(db, Path):
+        return None
+    conn = sqlite3.connect(db)
+    try:
+        z: bytes | None = conn.execute("SELECT z FROM parts WHERE id = ?", (pid,)).fetchone()[0]
+    finally:
+        conn.close()
+    return z
+
+
 async def test_a_large_output_is_stored_compressed_and_served_byte_for_byte(
     store: Store, db: str | Path
 ) -> None:
@@ -84,6 +96,7 @@ async def test_a_compressed_output_is_pruned_and_unpruned_as_a_plain_one(
 ) -> None:
     await _session(store)
     raw = await _put(store, _tool("prt_out", OUTPUT))
+    z_before = _z(db, "prt_out")
     marked = await store.mark_compacted(["prt_out"], 77)
     served = await _served(store, "prt_out")
     assert marked == [served.decode()], "the mark reads back what is served"
@@ -97,7 +110,7 @@ async def test_a_compressed_output_is_pruned_and_unpruned_as_a_plain_one(
         ).fetchone()[0]
         conn.close()
         assert served == plain.encode()
-        assert (await _stored(db, "prt_out"))[1] is not None, "still compressed"
+        assert _z(db, "prt_out") == z_before, "the mark is kept beside it, not deflated in"
     pages = [page async for page in store.light_newest_first("ses_l", None, PAGE)]
     [light] = [p for page in pages for m in page for p in m.parts if p.id == "prt_out"]
     assert light.compacted and light.output is None and light.tokens is None
@@ -105,6 +118,19 @@ async def test_a_compressed_output_is_pruned_and_unpruned_as_a_plain_one(
     assert json.loads(await _served(store, "prt_out")) == json.loads(raw)
     assert await _found(store, "handler_499") == ["prt_out"]
     index_agrees(db)
+
+
+async def test_a_compressed_part_sent_with_its_own_mark_is_served_as_sent(
+    store: Store, db: str | Path
+) -> None:
+    await _session(store)
+    doc = _tool("prt_out", OUTPUT)
+    doc["state"]["time"] = {"start": 1, "end": 2, "compacted": 5}  # type: ignore[index]
+    raw = await _put(store, doc)
+    assert await _served(store, "prt_out") == raw
+    pages = [page async for page in store.light_newest_first("ses_l", None, PAGE)]
+    [light] = [p for page in pages for m in page for p in m.parts if p.id == "prt_out"]
+    assert light.compacted
 
 
 async def test_a_rewrite_that_is_not_compressed_is_stored_plain(
