@@ -71,6 +71,7 @@ from sidecar.model.parts import (
 from sidecar.model.session import Session, SessionTime
 from sidecar.model.tokens import Tokens
 from sidecar.store import Key, PageCursor, Store
+from sidecar.store.packed import json_of, register
 from sidecar.store.sqlite import index_noted
 
 PY = sys.executable
@@ -276,7 +277,7 @@ _COPY_PARTS = f"""
         ELSE json_set(data, '$.id', nid, '$.messageID', nmid) END
     FROM (
         SELECT 'prt_' || printf('%013x', m.created + :shift) || substr(p.id, 18) AS nid,
-            {_NEW_MSG} AS nmid, p.session_id, p.type, p.data
+            {_NEW_MSG} AS nmid, p.session_id, p.type, {json_of("p")} AS data
         FROM parts p JOIN messages m ON m.id = p.message_id
         WHERE p.session_id = :sid AND p.rowid <= :top AND m.created < :until
         ORDER BY p.rowid
@@ -287,6 +288,7 @@ _COPY_PARTS = f"""
 def grow(path: Path, sid: str, t0: int, seed_turns: int, turns: int) -> None:
     """Copy the seed's turns (from ``t0``), shifted later, until the session holds ``turns``."""
     db = sqlite3.connect(path)
+    register(db)  # the schema's views and triggers read compressed parts through it
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=OFF")
     top_msg, top_part = (
@@ -418,8 +420,9 @@ async def run(args: argparse.Namespace, db: Path) -> None:
             f"read_memory bench: store built in {took:.0f} s ({db.stat().st_size / MIB:,.0f} MiB)"
         )
     conn = sqlite3.connect(db)
+    register(conn)
     parts, size = conn.execute(
-        "SELECT count(*), sum(length(data)) FROM parts WHERE session_id = 'ses_read_memory_big'"
+        "SELECT count(*), sum(length(data)) FROM part_json WHERE session_id = 'ses_read_memory_big'"
     ).fetchone()
     conn.close()
     print(

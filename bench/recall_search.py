@@ -53,6 +53,7 @@ from sidecar.model.parts import Part, ReasoningPart, TextPart, ToolCompleted, To
 from sidecar.model.session import Session, SessionTime
 from sidecar.model.transcript import Transcript, load
 from sidecar.store import Store
+from sidecar.store.packed import register
 from sidecar.store.sqlite import index_noted
 
 TOP = 5
@@ -193,6 +194,7 @@ async def found_in_top(store: Store, sid: str, query: str) -> tuple[bool, float]
 def grow(path: Path, target: int) -> int:
     """Copy the replayed sessions under new ids until the store holds ``target`` parts."""
     db = sqlite3.connect(path)
+    register(db)  # the schema's views and triggers read compressed parts through it
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=OFF")
     base = db.execute("SELECT count(*) FROM parts").fetchone()[0]
@@ -214,7 +216,7 @@ def grow(path: Path, target: int) -> int:
             rows = min(base, target - have)
             db.execute(
                 "INSERT INTO parts SELECT id || ?1, message_id || ?1, session_id || ?1, type, "
-                "data FROM parts WHERE instr(id, '~') = 0 ORDER BY rowid LIMIT ?2",
+                "data, z FROM parts WHERE instr(id, '~') = 0 ORDER BY rowid LIMIT ?2",
                 (tag, rows),
             )
             index_noted(db)  # what the daemon's indexer does after commits
@@ -226,12 +228,13 @@ def grow(path: Path, target: int) -> int:
 
 def like_scan(path: Path, queries: list[tuple[str, str, str]]) -> list[float]:
     db = sqlite3.connect(path)
+    register(db)
     took = []
     for sid, _kind, s in queries:
         pattern = "%" + s.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         start = time.perf_counter()
         db.execute(
-            "SELECT id FROM parts WHERE session_id = ? AND data LIKE ? ESCAPE '\\' LIMIT 20",
+            "SELECT id FROM part_json WHERE session_id = ? AND data LIKE ? ESCAPE '\\' LIMIT 20",
             (sid, pattern),
         ).fetchall()
         took.append(time.perf_counter() - start)
