@@ -23,7 +23,11 @@ folder next to the repository, or ``$SIDECAR_SHARED``) holds ``opencode-peer/``;
 is the platform binary (``opencode-linux-x64``'s ``bin/opencode``, see the peer's README).
 
     python bench/opencode_side.py --opencode PATH [--rounds 1] [--scenarios B30p,A30p,A100p]
-                                  [--bin VENV/bin] [--peer DIR] [--keep DIR]
+                                  [--latest PATH] [--bin VENV/bin] [--peer DIR] [--keep DIR]
+
+``--latest`` runs a newer OpenCode on each scenario too (its storage is no longer the JSON
+files the replay reads: the daemon's figures stay those of replaying ``--opencode``'s run)
+and prints its CPU per turn beside the daemon's (target >= 40x).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ SCENARIOS = {  # the peer README's standard scenarios (drive.py flags)
     "A100p": ["--turns", "100", "--force-overflow-at", "50"],
 }
 TURN_TARGET = 25.0
+LATEST_TARGET = 40.0
 RSS_TARGET = 15.0
 
 
@@ -101,12 +106,14 @@ def one_round(args: argparse.Namespace, peer: Path, tmp: Path, n: int) -> dict[s
     real = str(Path(args.bin) / "compaction-sidecar")
     for name in args.scenarios:
         base = tmp / f"r{n}-{name}"
-        oc = base / "opencode"
-        _run(
-            [sys.executable, str(peer / "drive.py"), "--opencode", args.opencode,
-             "--workdir", str(oc), *SCENARIOS[name], "--observe", "end", "--settle-ms", "0"],
-            base.with_suffix(".opencode.log"),
-        )  # fmt: skip
+        runs = [("opencode", args.opencode)] + ([("latest", args.latest)] if args.latest else [])
+        for who, binary in runs:
+            _run(
+                [sys.executable, str(peer / "drive.py"), "--opencode", binary,
+                 "--workdir", str(base / who), *SCENARIOS[name], "--observe", "end",
+                 "--settle-ms", "0"],
+                base.with_suffix(f".{who}.log"),
+            )  # fmt: skip
 
         _replay(peer, base, "daemon", Path(args.bin))
         recorded = base / "replies.json"
@@ -120,6 +127,8 @@ def one_round(args: argparse.Namespace, peer: Path, tmp: Path, n: int) -> dict[s
         out[name] = {k: _summary(base / k) for k in ("opencode", "daemon", "floor")}
         for who in ("opencode", "daemon"):
             out[name][who]["_turns"] = _turns(base / who)
+        if args.latest:
+            out[name]["latest"] = {"_turns": _turns(base / "latest")}
         out[name]["split"] = cpu_split(base)
     return out
 
@@ -162,7 +171,16 @@ def stored_after_shutdown(who: str, s: dict[str, Any]) -> float:
     return float(sum(s["storage_after_shutdown"].values()))
 
 
-def report(rounds: list[dict[str, Any]], scenarios: list[str]) -> None:
+def version_of(binary: str) -> str:
+    """``OpenCode 1.18.34``-like, from the npm package the platform binary came in."""
+    package = Path(binary).resolve().parent.parent / "package.json"
+    try:
+        return str(json.loads(package.read_text())["version"])
+    except (OSError, ValueError, KeyError):
+        return binary
+
+
+def report(rounds: list[dict[str, Any]], scenarios: list[str], latest: str = "") -> None:
     def med(name: str, who: str, pick: Any) -> float:
         return median([float(pick(r[name][who])) for r in rounds])
 
@@ -215,6 +233,14 @@ def report(rounds: list[dict[str, Any]], scenarios: list[str]) -> None:
         oca, dma = (
             med(name, w, lambda s, w=w: stored_after_shutdown(w, s)) for w in ("opencode", "daemon")
         )
+        if "latest" in rounds[0][name]:
+            late = med(name, "latest", cpu_per_turn)
+            print(
+                f"{name}: CPU per turn after turn 1 OpenCode {latest} "
+                f"{late * 1000:.1f} ms (its own run of the scenario), daemon {dmt * 1000:.2f} ms "
+                f"(replaying the first OpenCode's run), ratio {late / dmt:.1f}x (target >= "
+                f"{LATEST_TARGET:.0f}x)  {'OK' if late / dmt >= LATEST_TARGET else 'MISSED'}"
+            )
         split = {k: median([r[name]["split"][k] for r in rounds]) for k in rounds[0][name]["split"]}
         print(
             f"{name}: daemon CPU per turn after turn 1 by kind (serve --cpu-split, in the "
@@ -234,7 +260,13 @@ def report(rounds: list[dict[str, Any]], scenarios: list[str]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--opencode", required=True, help="OpenCode's platform binary")
+    ap.add_argument(
+        "--opencode",
+        required=True,
+        help="OpenCode's platform binary (1.1.x: its JSON storage is what the daemon replays)",
+    )
+    ap.add_argument("--latest", help="a newer OpenCode's platform binary, run on each scenario "
+                    "too: its CPU per turn beside the daemon's (target >= 40x)")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--bin", default=str(Path(sys.executable).parent),
@@ -256,7 +288,7 @@ def main() -> None:
     )
     try:
         rounds = [one_round(args, peer, tmp, n) for n in range(args.rounds)]
-        report(rounds, args.scenarios)
+        report(rounds, args.scenarios, version_of(args.latest) if args.latest else "")
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
