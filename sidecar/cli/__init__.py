@@ -137,13 +137,13 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.log_file is not None:
         writable_file("--log-file", args.log_file)
         logging.basicConfig(filename=args.log_file, level=level, format=fmt)
+    else:
+        logging.basicConfig(stream=sys.stderr, level=level, format=fmt)
     if args.cpu_split is not None:
         from sidecar.model.cpu import SPLIT
 
         writable_file("--cpu-split", args.cpu_split)
         SPLIT.start(args.cpu_split)
-    else:
-        logging.basicConfig(stream=sys.stderr, level=level, format=fmt)
     # pygls logs every error reply with a traceback; ours are client mistakes, not bugs.
     logging.getLogger("pygls").setLevel(max(level, logging.CRITICAL if level > 10 else 10))
     import asyncio

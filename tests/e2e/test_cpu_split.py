@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from sidecar_client import HistorySearchResult
@@ -57,3 +59,17 @@ async def test_the_cpu_split_counts_each_kind_of_work(spawner: Spawner, tmp_path
     if isinstance(spawner.db, Path):  # SQLite's work is the daemon's own CPU
         assert first["index"] == 0 and second["index"] > 0  # the search's batch
         assert first["reads"] > 0
+
+
+def test_the_cpu_split_leaves_the_log_where_it_was(tmp_path: Path) -> None:
+    """``--cpu-split`` beside ``--log-level`` (no ``--log-file``): the log still goes to
+    stderr at that level (the split's setup once took the place of stderr's)."""
+    body = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}'
+    frame = b"Content-Length: %d\r\n\r\n" % len(body) + body
+    proc = subprocess.run(
+        [sys.executable, "-m", "sidecar", "serve", "--db", str(tmp_path / "s.db"),
+         "--log-level", "DEBUG", "--cpu-split", str(tmp_path / "cpu.jsonl")],
+        input=frame, capture_output=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert b" DEBUG " in proc.stderr
+    assert len(_lines(tmp_path / "cpu.jsonl")) == 1  # the line at exit
