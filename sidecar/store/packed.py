@@ -16,7 +16,7 @@ nothing above the SQLite backend knows. A part of ``LARGE_BYTES`` or more keeps 
 PostgreSQL compresses such values itself (TOAST, ``pglz``), where its SQL can still read them.
 
 Every connection that reads ``part_json`` or the history view, or writes ``parts`` (its
-triggers read the view's text), needs the two functions: ``register``.
+triggers read the view's text), needs the function: ``register``.
 """
 
 from __future__ import annotations
@@ -114,8 +114,9 @@ def register(conn: sqlite3.Connection) -> None:
 
 
 def functions() -> dict[str, Callable[..., Any]]:
-    """The functions, each connection its own (the inflate remembers its last result: one
-    row's text is read by several ``json_extract`` of the same expression)."""
+    """The function (``sidecar_inflate``), each connection its own: it remembers its last
+    result, since one row's text is read by several ``json_extract`` of the same
+    expression."""
     last: list[Any] = [None, None]
 
     def inflate(z: bytes) -> str:
@@ -124,10 +125,7 @@ def functions() -> dict[str, Callable[..., Any]]:
         text: str = last[1]
         return text
 
-    def deflate(text: str) -> bytes:
-        return zlib.compress(text.encode(), 1)
-
-    return {"sidecar_inflate": inflate, "sidecar_deflate": deflate}
+    return {"sidecar_inflate": inflate}
 
 
 def json_of(row: str, *, text: bool = False) -> str:
