@@ -5,14 +5,16 @@ compresses 2-4x. A tool part whose JSON is ``PACK_BYTES`` or more is stored as i
 deflated (``zlib``, level 1: the cheapest, most of the gain) in ``z``, and ``data`` holds a
 light JSON of what SQL reads in place (its tool, status and times, its output's estimate).
 Reads see the part's JSON byte for byte through the ``part_json`` view
-(``sidecar_inflate(z)``): the bytes served are the bytes written. The history index reads
-its text the same way; a prune's walk reads the estimate; a prune's mark is kept in the
-light JSON and set on the inflated JSON as it is served (``json_set``, as on a plain row, so
-a marked part is served the same bytes whichever way it was stored).
+(``sidecar_inflate(z)``, which never inflates past ``LARGE_BYTES``): the bytes served are the
+bytes written. The history index reads its text the same way; a prune's walk reads the
+estimate; a prune's mark is kept in the light JSON and set on the inflated JSON as it is
+served (``json_set``, as on a plain row, so a marked part is served the same bytes whichever
+way it was stored).
 
 The row is rewritten for the writer in one place (``pack_rows``, run by ``commit._execute``):
 nothing above the SQLite backend knows. A part of ``LARGE_BYTES`` or more keeps its own path
-(written in place from the frame's buffers; compressing it would hold it whole again).
+(written in place from the frame's buffers; compressing it would hold it whole again), and
+one of that size given as text (an import's) is stored plain too.
 PostgreSQL compresses such values itself (TOAST, ``pglz``), where its SQL can still read them.
 
 Every connection that reads ``part_json`` or the history view, or writes ``parts`` (its
@@ -28,6 +30,7 @@ from typing import Any
 
 import msgspec
 
+from sidecar.model.buffers import LARGE_BYTES
 from sidecar.model.tokens import estimate
 from sidecar.store.statements import SET_PART_DATA, UPSERT_PART, upsert_part
 
@@ -62,6 +65,8 @@ def packed(data: Any) -> tuple[str, bytes] | None:
     if not isinstance(data, str) or len(data) < PACK_BYTES:
         return None
     raw = data.encode()
+    if len(raw) >= LARGE_BYTES:  # (what is inflated stays bounded: ``functions``)
+        return None
     deflated = zlib.compress(raw, 1)
     if len(deflated) > len(raw) * _WORTH:
         return None
@@ -121,7 +126,13 @@ def functions() -> dict[str, Callable[..., Any]]:
 
     def inflate(z: bytes) -> str:
         if z != last[0]:
-            last[0], last[1] = z, zlib.decompress(z).decode()
+            # Never more than a part the daemon compresses: a damaged or hostile file's
+            # row fails its read instead of being inflated whole.
+            inflater = zlib.decompressobj()
+            raw = inflater.decompress(z, LARGE_BYTES)
+            if inflater.unconsumed_tail or not inflater.eof:
+                raise ValueError(f"a compressed part inflates past {LARGE_BYTES} bytes")
+            last[0], last[1] = z, raw.decode()
         text: str = last[1]
         return text
 

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import zlib
 from pathlib import Path
 
 import asyncpg
+import msgspec
+import pytest
 
+from sidecar.model.parts import Part
 from sidecar.model.tokens import estimate
 from sidecar.store import LARGE_BYTES, PAGE, Store, packed
 
@@ -152,3 +156,32 @@ async def test_a_rewrite_that_is_not_compressed_is_stored_plain(
     assert await store.remove_part("ses_l", "msg_l", "prt_out")
     assert await _found(store, "handler_7") == []
     index_agrees(db)
+
+
+async def test_a_part_of_large_bytes_given_as_text_is_stored_plain(
+    store: Store, db: str | Path
+) -> None:
+    """Only parts below ``LARGE_BYTES`` are compressed, however they arrive (an import gives
+    its parts as text, not as a frame's buffers): what is inflated is bounded."""
+    await _session(store)
+    doc = _tool("prt_out", "z" * LARGE_BYTES)
+    raw = json.dumps(doc, separators=(",", ":")).encode()
+    await store.put_part(msgspec.json.decode(raw, type=Part), raw.decode())
+    assert await _served(store, "prt_out") == raw
+    assert _z(db, "prt_out") is None
+
+
+def test_a_compressed_part_that_inflates_past_large_bytes_is_refused_not_inflated(
+    tmp_path: Path,
+) -> None:
+    """A store file whose compressed part would inflate to more than any part the daemon
+    compresses (a damaged or hostile file) fails that read; it never inflates it whole."""
+    conn = sqlite3.connect(":memory:")
+    packed.register(conn)
+    bomb = zlib.compress(b"[" + b" " * (64 * LARGE_BYTES) + b"]", 9)
+    assert len(bomb) < 100_000
+    ok = zlib.compress(b'{"ok":1}')
+    assert conn.execute("SELECT sidecar_inflate(?)", (ok,)).fetchone() == ('{"ok":1}',)
+    with pytest.raises(sqlite3.OperationalError):
+        conn.execute("SELECT sidecar_inflate(?)", (bomb,)).fetchone()
+    conn.close()
