@@ -97,19 +97,24 @@ class CpuSplit:
 SPLIT = CpuSplit()
 
 
+def charge(kind: str, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """``fn(*args, **kwargs)``, what it spends (its thread's CPU) charged to ``kind``."""
+    if not SPLIT.on:
+        return fn(*args, **kwargs)
+    before = SPLIT.begin(kind)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        SPLIT.begin(before)
+
+
 def charged(kind: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Charge what the decorated function spends (its thread's CPU) to ``kind``."""
 
     def wrap(fn: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(fn)
         def run(*args: P.args, **kwargs: P.kwargs) -> R:
-            if not SPLIT.on:
-                return fn(*args, **kwargs)
-            before = SPLIT.begin(kind)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                SPLIT.begin(before)
+            return charge(kind, fn, *args, **kwargs)
 
         return run
 

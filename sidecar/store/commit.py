@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from sidecar.model.buffers import Shared
-from sidecar.model.cpu import SPLIT
+from sidecar.model.cpu import charge
 from sidecar.store.backend import OnIntegrity, Statement, Then
 from sidecar.store.packed import pack_rows
 
@@ -442,13 +442,7 @@ def _size(batch: list[Op]) -> tuple[int, int]:
 def _apply(conn: sqlite3.Connection, batch: list[Op]) -> tuple[list[BaseException | None], int]:
     """``_commit`` charged to the index's batches or to ingest (``cpu``): a background op
     commits alone."""
-    if not SPLIT.on:
-        return _commit(conn, batch)
-    before = SPLIT.begin("index" if batch[0].background else "ingest")
-    try:
-        return _commit(conn, batch)
-    finally:
-        SPLIT.begin(before)
+    return charge("index" if batch[0].background else "ingest", _commit, conn, batch)
 
 
 def _commit(conn: sqlite3.Connection, batch: list[Op]) -> tuple[list[BaseException | None], int]:

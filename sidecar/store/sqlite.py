@@ -17,7 +17,7 @@ from typing import Any, cast
 import aiosqlite
 
 from sidecar.model.buffers import Shared
-from sidecar.model.cpu import SPLIT, charged
+from sidecar.model.cpu import charged
 from sidecar.model.ids import now_ms
 from sidecar.store.backend import (
     Chunks,
@@ -199,11 +199,11 @@ class SqliteBackend(Hooked):
     # -- reads ---------------------------------------------------------------------------------
 
     async def query(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
-        if SPLIT.on:  # measured on the reader's thread
-            reader = self._reader
-            rows: list[Row] = await reader._execute(_rows, reader._conn, sql, args)  # type: ignore[no-untyped-call]
-            return rows
-        return list(await self._reader.execute_fetchall(sql, args))
+        # ``_rows`` on the reader's thread (aiosqlite's queue-a-callable, as ``commit`` uses),
+        # so that ``serve --cpu-split`` charges the read to that thread.
+        reader = self._reader
+        rows: list[Row] = await reader._execute(_rows, reader._conn, sql, args)  # type: ignore[no-untyped-call]
+        return rows
 
     async def query_within(
         self, sql: str, args: Sequence[Any], deadline: float
