@@ -139,10 +139,16 @@ def functions() -> dict[str, Callable[..., Any]]:
     return {"sidecar_inflate": inflate}
 
 
+def data_of(row: str, *, text: bool = False) -> str:
+    """The ``data`` column of the ``parts`` row ``row`` as SQL (``text``: read as text, since
+    a large part's is a BLOB, which SQLite 3.45 and later would read as JSONB)."""
+    return f"CAST({row}.data AS TEXT)" if text else f"{row}.data"
+
+
 def json_of(row: str, *, text: bool = False) -> str:
     """The JSON of the ``parts`` row ``row`` as SQL, a packed row's as it was deflated (its
     prune mark left out: what the history index reads)."""
-    data = f"CAST({row}.data AS TEXT)" if text else f"{row}.data"
+    data = data_of(row, text=text)
     return f"CASE WHEN {row}.z IS NULL THEN {data} ELSE sidecar_inflate({row}.z) END"
 
 

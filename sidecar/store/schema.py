@@ -10,7 +10,7 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sidecar.store.packed import json_of, served_json
+from sidecar.store.packed import data_of, json_of, served_json
 from sidecar.store.statements import upsert_part
 from sidecar.store.url import CannotOpen
 
@@ -29,10 +29,7 @@ def history_body(
     JSON read through ``CAST`` (since migration 7, a large part's JSON may be a BLOB, which
     SQLite 3.45 and later would read as JSONB). ``packed``: a part stored deflated is read
     inflated (since migration 8, ``packed``)."""
-    if packed:
-        data = json_of(row, text=text)
-    else:
-        data = f"CAST({row}.data AS TEXT)" if text else f"{row}.data"
+    data = json_of(row, text=text) if packed else data_of(row, text=text)
     tool_input = f"json_extract({data}, '$.state.input')"
     for escape, plain in (("\\n", "char(10)"), ("\\t", "char(9)"), ('\\"', "'\"'")):
         tool_input = f"replace({tool_input}, '{escape}', {plain})"
