@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import gc
 import logging
 import os
 import secrets
@@ -85,6 +86,17 @@ _M_ARENA_MAX = -8  # glibc's malloc.h
 _M_MMAP_THRESHOLD = -3
 
 
+def tune_gc() -> None:
+    """Take what start-up built out of the cyclic garbage collector's walks.
+
+    Start-up leaves ~100,000 tracked objects (pygls, lsprotocol's types, the engine), none of
+    them ever garbage. Each full collection walked them all: in ``bench/ingest.py`` (pipelined)
+    collections took ~15% of the daemon's CPU and the p99 reply ~21 ms; frozen, ~3% and ~3 ms.
+    What is made after (windows, requests, their cycles) is collected as before."""
+    gc.collect()
+    gc.freeze()
+
+
 async def run(opts: Options) -> int:
     tune_malloc()
     files = [user_config_path()]
@@ -97,6 +109,7 @@ async def run(opts: Options) -> int:
         raise StartError(f"config: {exc}") from None
     store = await open_store(opts)
     app = App(store, config)
+    tune_gc()
     # The configured summary writer's HTTP client, built beside the first requests rather
     # than by the first compaction (a no-op for the offline writer).
     warming = asyncio.ensure_future(app.engine.writers.warm(config.current))
