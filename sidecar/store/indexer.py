@@ -48,6 +48,7 @@ class Indexer:
         self.delay = DEFAULT_DELAY
         self._timer: asyncio.TimerHandle | None = None
         self._running: asyncio.Future[None] | None = None
+        self._again = False  # a write committed while a batch ran: look once more after it
         self._closed = False
         self.batches = 0  # observable: batches committed
         self.indexed = 0  # observable: parts indexed
@@ -70,12 +71,19 @@ class Indexer:
         self._timer = None
         if self._running is None or self._running.done():
             self._running = asyncio.ensure_future(self._run())
+        else:  # the batch under way may have looked for notes before this write's
+            self._again = True
 
     async def _run(self) -> None:
-        try:
-            await self.catch_up()
-        except Exception as exc:  # the notes stay: the next write, search or start retries
-            log.warning("history index: batch failed (%s); retried later", type(exc).__name__)
+        again = True
+        while again and not self._closed:
+            self._again = False
+            try:
+                await self.catch_up()
+            except Exception as exc:  # the notes stay: the next write, search or start retries
+                log.warning("history index: batch failed (%s); retried later", type(exc).__name__)
+                return
+            again = self._again
 
     async def catch_up(self) -> None:
         """Index everything noted by the writes committed (or queued) before this call."""

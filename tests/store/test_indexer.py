@@ -14,6 +14,7 @@ from sidecar.model.messages import MessageTime, UserMessage
 from sidecar.model.parts import TextPart
 from sidecar.model.session import Session, SessionTime
 from sidecar.store import Store
+from sidecar.store.indexer import Indexer
 
 from .index_checks import found, index_agrees, index_state
 
@@ -143,3 +144,43 @@ async def test_the_indexer_goes_quiet(store: Store) -> None:
     assert await _found(store, "goesquiet") == ["prt_q"]
     await store.barrier()
     assert not store.indexer.scheduled
+
+
+async def test_a_write_committed_while_a_batch_looks_is_indexed_after_it() -> None:
+    """A write that commits while a batch is under way (between its look for notes and its
+    end) is indexed by a batch of its own once that one ends, not left for the next write:
+    the batch it met had already looked, and found nothing."""
+    notes: list[str] = []
+    indexed: list[str] = []
+    looking = asyncio.Event()
+    go_on = asyncio.Event()
+
+    async def submit(statements: list[object]) -> list[int]:
+        indexed.extend(notes)
+        done = len(notes)
+        notes.clear()
+        return [done]
+
+    async def settle() -> None:
+        return None
+
+    async def noted() -> bool:
+        found = bool(notes)
+        looking.set()
+        await go_on.wait()  # the look's read is slow: a write commits meanwhile
+        return found
+
+    indexer = Indexer(submit, ["batch"], settle, noted)
+    indexer.delay = 0
+    indexer.written()  # a first write (nothing noted by the time its batch looks)
+    await looking.wait()
+    notes.append("prt_late")  # a write commits while that batch looks...
+    indexer.written()  # ...and tells the indexer so
+    await asyncio.sleep(0)  # its timer is due at once
+    go_on.set()
+    for _ in range(100):  # yields, not waits: everything is due at once
+        if indexed:
+            break
+        await asyncio.sleep(0)
+    assert indexed == ["prt_late"]
+    await indexer.close()
