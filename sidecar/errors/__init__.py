@@ -14,6 +14,7 @@ __all__ = [
     "ErrorCode",
     "InvalidParams",
     "SidecarError",
+    "StoreDamaged",
     "TooLarge",
     "Unauthorized",
     "Unavailable",
@@ -97,3 +98,22 @@ class Unavailable(SidecarError):
     """The database (a PostgreSQL server) cannot be reached: nothing was stored."""
 
     code = ErrorCode.UNAVAILABLE
+
+
+class StoreDamaged(SidecarError):
+    """A stored row the daemon cannot read: the file was damaged or changed behind its back.
+    Not a bug of the daemon (-32603) but of the data; the request changed nothing. The store
+    raises it with what it met; the server adds which store (``at``)."""
+
+    code = ErrorCode.STORE_DAMAGED
+
+    def __init__(self, what: str, store: str | None = None) -> None:
+        where = "the store" if store is None else f"the store {store}"
+        super().__init__(
+            f"{where} is damaged or was changed outside the daemon: {what}; nothing was changed"
+        )
+        self.what = what
+
+    def at(self, store: str) -> StoreDamaged:
+        """The same error, naming ``store`` (a file, or a URL without its password)."""
+        return StoreDamaged(self.what, store)

@@ -1,6 +1,6 @@
 """The error-code table: every code a reply can carry, with what it means.
 
-JSON-RPC's own codes, LSP's two, and the application codes (-32040..-32048, away from the
+JSON-RPC's own codes, LSP's two, and the application codes (-32040..-32049, away from the
 LSP-reserved -32001/-32002). ``sidecar.errors`` raises with these, the server replies with
 them, the clients compare against them, and PROTOCOL.md's table is checked against ``ERRORS``.
 """
@@ -31,6 +31,7 @@ class ErrorCode(IntEnum):
     UNAUTHORIZED = -32046
     TOO_LARGE = -32047
     UNAVAILABLE = -32048
+    STORE_DAMAGED = -32049
 
 
 class ErrorSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,6 +59,10 @@ _MEANINGS: dict[ErrorCode, str] = {
     ErrorCode.UNAUTHORIZED: "initialize on TCP without the authToken",
     ErrorCode.TOO_LARGE: "a reply over server.maxReplyBytes; page instead",
     ErrorCode.UNAVAILABLE: "the database cannot be reached now; nothing was stored, retry later",
+    ErrorCode.STORE_DAMAGED: (
+        "the store holds a row the daemon cannot read (a damaged or altered database); "
+        "nothing was changed"
+    ),
 }
 ERRORS: tuple[ErrorSpec, ...] = tuple(
     ErrorSpec(code=code, meaning=meaning) for code, meaning in _MEANINGS.items()

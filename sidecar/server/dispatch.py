@@ -36,6 +36,7 @@ from sidecar.errors import ErrorCode, InvalidParams, SidecarError
 from sidecar.protocol.methods import SERVED, NotificationSpec, RequestSpec
 from sidecar.server.context import Context
 from sidecar.store import Done as Done  # an ingest handler's ``done``
+from sidecar.store import damage_of
 
 log = logging.getLogger("sidecar.handlers")
 
@@ -86,8 +87,15 @@ def routes() -> dict[str, Route]:
     return {s.method: route(s, resolve(s.handler)) for s in SERVED}
 
 
-def rpc_error(method: str, exc: BaseException) -> SidecarError:
-    """The error a client sees for an exception raised while serving ``method``."""
+def rpc_error(method: str, exc: BaseException, ctx: Context | None) -> SidecarError:
+    """The error a client sees for an exception raised while serving ``method`` for ``ctx``
+    (whose store is named when what it holds cannot be read)."""
+    damaged = damage_of(exc)
+    if damaged is not None:
+        if ctx is not None:
+            damaged = damaged.at(ctx.store.path)
+        log.warning("%s: %s", method, damaged)
+        return damaged
     if isinstance(exc, SidecarError):
         return exc
     if isinstance(exc, msgspec.ValidationError):
@@ -102,7 +110,7 @@ def call_ingest(r: Route, ctx: Context, params: Any, reply: Done[Any]) -> Future
     """Call an ingest handler; ``reply`` gets its result or its mapped error, exactly once."""
 
     def done(result: Any, exc: BaseException | None) -> None:
-        reply(result, None if exc is None else rpc_error(r.method, exc))
+        reply(result, None if exc is None else rpc_error(r.method, exc, ctx))
 
     try:
         later: Future[None] | None = r.fn(ctx, params, done)
@@ -117,4 +125,4 @@ async def call_notification(r: Route, ctx: Context, params: Any) -> None:
     try:
         await r.fn(ctx, params)
     except Exception as exc:
-        log.warning("notification %s failed: %s", r.method, rpc_error(r.method, exc))
+        log.warning("notification %s failed: %s", r.method, rpc_error(r.method, exc, ctx))

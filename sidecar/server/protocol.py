@@ -315,7 +315,7 @@ class SidecarProtocol(JsonRPCProtocol):
             self._reply_cancelled(msg_id)
             return
         except Exception as exc:
-            self._reply(msg_id, None, rpc_error(route.method, exc))
+            self._reply(msg_id, None, rpc_error(route.method, exc, self.context))
             return
         finally:
             self._request_futures.pop(msg_id, None)

@@ -14,6 +14,7 @@ from sidecar.store.compaction import Boundary
 from sidecar.store.history import part_content, terms_of
 from sidecar.store.rows import (
     PartKey,
+    damage_of,
     decode_stored,
     may_keep_prune_mark,
     message_error,
@@ -53,6 +54,7 @@ __all__ = [
     "Tally",
     "UnsupportedDatabase",
     "WindowCache",
+    "damage_of",
     "decode_stored",
     "history",
     "holder",

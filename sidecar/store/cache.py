@@ -28,6 +28,8 @@ from typing import Any, NamedTuple, TypeVar
 
 import msgspec
 
+from sidecar.errors import StoreDamaged
+
 Row = tuple[str, str]
 T = TypeVar("T")
 PartRow = tuple[str, str, str]  # (message id, part id, JSON)
@@ -117,7 +119,10 @@ class Decoded:
                 items[key] = found  # now the most recently used
                 return found[1]
             self._bytes -= len(found[0])
-        decoded = self._decode(data)
+        try:
+            decoded = self._decode(data)
+        except StoreDamaged as exc:
+            raise StoreDamaged(f"row {key!r}: {exc.what}") from None
         if len(data) <= self._max_bytes:
             items[key] = (data, decoded)
             self._bytes += len(data)

@@ -7,12 +7,19 @@ A message or part row is the client's JSON as given plus the columns copied out 
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 import msgspec
 
-from sidecar.errors import Conflict, InvalidParams, UnknownMessage, UnknownSession
+from sidecar.errors import (
+    Conflict,
+    InvalidParams,
+    StoreDamaged,
+    UnknownMessage,
+    UnknownSession,
+)
 from sidecar.model.conversation import is_finished_summary
 from sidecar.model.jsonguard import flatten_deep
 from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithParts
@@ -54,11 +61,15 @@ def shallow_json(raw: str | bytes | msgspec.Raw) -> bytes:
 
 def decode_stored(decoder: msgspec.json.Decoder[T], raw: str | bytes | msgspec.Raw) -> T:
     """A stored row, decoded with no check first (the door checked what the daemon stored);
-    only a row older than that check can recurse too deep, and is read flattened."""
+    only a row older than that check can recurse too deep, and is read flattened. A row that
+    is not what the daemon stored (a damaged or altered file) is ``StoreDamaged``."""
     try:
-        return decoder.decode(raw)
-    except RecursionError:
-        return decoder.decode(shallow_json(raw))
+        try:
+            return decoder.decode(raw)
+        except RecursionError:
+            return decoder.decode(shallow_json(raw))
+    except msgspec.DecodeError as exc:  # ValidationError too: a row the door would refuse
+        raise StoreDamaged(f"a stored row cannot be read ({exc})") from None
 
 
 # Ids of the old over-deep rows met so far (``decode_stored`` flattened them): served from
@@ -66,13 +77,39 @@ def decode_stored(decoder: msgspec.json.Decoder[T], raw: str | bytes | msgspec.R
 _flattened: set[str] = set()
 
 
+#: What SQLite says when a row or page is not what the daemon wrote: a compressed part that
+#: does not inflate (``sidecar_inflate`` is the only function the daemon gives SQLite), JSON
+#: that does not parse, a page that is not a database's.
+_DAMAGE = ("user-defined function raised exception", "malformed JSON", "malformed")
+
+
+def damage_of(exc: BaseException) -> StoreDamaged | None:
+    """``exc`` as ``StoreDamaged`` when it says the store holds what the daemon did not write
+    (None for anything else: a bug, a lock, a full disk)."""
+    if isinstance(exc, StoreDamaged):
+        return exc
+    if not isinstance(exc, sqlite3.DatabaseError) or isinstance(exc, sqlite3.IntegrityError):
+        return None
+    text = str(exc)
+    if type(exc) is sqlite3.DatabaseError or isinstance(exc, sqlite3.DataError):
+        return StoreDamaged(f"SQLite: {text}")
+    if isinstance(exc, sqlite3.OperationalError) and any(d in text for d in _DAMAGE):
+        if text.startswith("user-defined function"):
+            text = "a compressed part does not inflate"
+        return StoreDamaged(f"SQLite: {text}")
+    return None
+
+
 def _decode_row(decoder: msgspec.json.Decoder[T], raw: str | bytes) -> T:
     try:
-        return decoder.decode(raw)
-    except RecursionError:
-        row = decoder.decode(shallow_json(raw))
-        _flattened.add(row.id)  # type: ignore[attr-defined]  # messages and parts have ids
-        return row
+        try:
+            return decoder.decode(raw)
+        except RecursionError:
+            row = decoder.decode(shallow_json(raw))
+            _flattened.add(row.id)  # type: ignore[attr-defined]  # messages and parts have ids
+            return row
+    except msgspec.DecodeError as exc:  # ValidationError too: a row the door would refuse
+        raise StoreDamaged(f"a stored row cannot be read ({exc})") from None
 
 
 def served(raw: str) -> msgspec.Raw:

@@ -376,6 +376,10 @@ export interface Protocol {
      * the database cannot be reached now; nothing was stored, retry later
      */
     UNAVAILABLE: -32048;
+    /**
+     * the store holds a row the daemon cannot read (a damaged or altered database); nothing was changed
+     */
+    STORE_DAMAGED: -32049;
   };
 }
 /**
@@ -1605,6 +1609,8 @@ export const ErrorCodes = {
   TOO_LARGE: -32047,
   /** the database cannot be reached now; nothing was stored, retry later */
   UNAVAILABLE: -32048,
+  /** the store holds a row the daemon cannot read (a damaged or altered database); nothing was changed */
+  STORE_DAMAGED: -32049,
 } as const satisfies Protocol["errors"];
 
 export const PROTOCOL_VERSION: Protocol["protocolVersion"] = "1.0";
