@@ -8,11 +8,12 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import asyncpg
 import pytest
 from sidecar_client import RpcError
 from wire import put_message, put_part
 
-from sidecar.store import packed
+from sidecar.store import packed, redact
 
 from .builders import assistant_message, text_part, user_message
 from .conftest import Spawner
@@ -98,3 +99,34 @@ async def test_a_damaged_part_fails_its_read_with_the_store_error_and_nothing_el
         assert err.value.code == STORE_DAMAGED
     finally:
         await spawner.cleanup()
+
+
+async def _cut_short(db: str | Path, pid: str) -> None:
+    """``pid``'s stored JSON cut short, as a damaged disk or a hand edit leaves it."""
+    cut = '{"id": "broken'
+    if isinstance(db, Path):
+        _damage(db, "plain", pid)
+        return
+    conn = await asyncpg.connect(db)
+    try:  # the row as a hand edit leaves it: no trigger of the daemon's runs
+        await conn.execute("SET session_replication_role = replica")
+        await conn.execute("UPDATE parts SET data = $1 WHERE id = $2", cut, pid)
+    finally:
+        await conn.close()
+
+
+async def test_a_damaged_part_is_the_store_error_on_either_backend(spawner: Spawner) -> None:
+    client = await spawner()
+    session = await client.create_session(title="damaged")
+    user = await put_message(client, user_message(session.id, seq=0))
+    await put_part(client, text_part(session.id, user["id"], "hello", id="prt_cut"))
+    await client.close()
+    await _cut_short(spawner.db, "prt_cut")
+
+    again = await spawner()
+    with pytest.raises(RpcError) as err:
+        await again.context(session.id)
+    assert err.value.code == STORE_DAMAGED, err.value
+    assert "prt_cut" in err.value.message
+    assert redact(str(spawner.db)) in err.value.message  # the store, as daemon/status shows it
+    assert (await again.create_session(title="still serving")).title == "still serving"
