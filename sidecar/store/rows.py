@@ -77,10 +77,11 @@ def decode_stored(decoder: msgspec.json.Decoder[T], raw: str | bytes | msgspec.R
 _flattened: set[str] = set()
 
 
-#: What SQLite says when a row or page is not what the daemon wrote: a compressed part that
-#: does not inflate (``sidecar_inflate`` is the only function the daemon gives SQLite), JSON
-#: that does not parse, a page that is not a database's.
-_DAMAGE = ("user-defined function raised exception", "malformed JSON", "malformed")
+#: What SQLite says (as an ``OperationalError``) when a row is not what the daemon wrote: a
+#: compressed part that does not inflate (``sidecar_inflate`` is the only function the daemon
+#: gives SQLite), JSON that does not parse. A page that is not a database's is SQLite's
+#: ``SQLITE_CORRUPT``/``SQLITE_NOTADB``: a plain ``DatabaseError``.
+_DAMAGE = ("user-defined function raised exception", "malformed JSON")
 
 
 def damage_of(exc: BaseException) -> StoreDamaged | None:
@@ -91,7 +92,7 @@ def damage_of(exc: BaseException) -> StoreDamaged | None:
     if not isinstance(exc, sqlite3.DatabaseError) or isinstance(exc, sqlite3.IntegrityError):
         return None
     text = str(exc)
-    if type(exc) is sqlite3.DatabaseError or isinstance(exc, sqlite3.DataError):
+    if type(exc) is sqlite3.DatabaseError:  # not a subclass: a lock, a full disk, too big
         return StoreDamaged(f"SQLite: {text}")
     if isinstance(exc, sqlite3.OperationalError) and any(d in text for d in _DAMAGE):
         if text.startswith("user-defined function"):
