@@ -45,8 +45,9 @@ class Indexer:
         self._batch = list(batch)
         self._settle = settle
         self._noted = noted
-        self.delay = DEFAULT_DELAY
+        self._delay = DEFAULT_DELAY
         self._timer: asyncio.TimerHandle | None = None
+        self._last = 0.0  # the loop's time of the last write
         self._running: asyncio.Future[None] | None = None
         self._again = False  # a write committed while a batch ran: look once more after it
         self._closed = False
@@ -54,20 +55,38 @@ class Indexer:
         self.indexed = 0  # observable: parts indexed
 
     @property
+    def delay(self) -> float:
+        """Seconds of quiet after the last write before a batch runs."""
+        return self._delay
+
+    @delay.setter
+    def delay(self, seconds: float) -> None:
+        self._delay = seconds
+        if self._timer is not None:  # armed for the old quiet period: due at the new one
+            self._timer.cancel()
+            self._timer = asyncio.get_running_loop().call_at(self._last + seconds, self._due)
+
+    @property
     def scheduled(self) -> bool:
         """A batch is due once writes have been quiet long enough."""
         return self._timer is not None
 
     def written(self) -> None:
-        """A write committed: (re)start the quiet period."""
+        """A write committed: (re)start the quiet period. Every commit comes here: it notes
+        the time, and the one timer armed looks at it when due (no timer per commit)."""
         if self._closed:
             return
-        if self._timer is not None:
-            self._timer.cancel()
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self.delay, self._due)
+        self._last = loop.time()
+        if self._timer is None:
+            self._timer = loop.call_later(self.delay, self._due)
 
     def _due(self) -> None:
+        loop = asyncio.get_running_loop()
+        quiet_at = self._last + self.delay
+        if loop.time() < quiet_at:  # written since the timer was armed: wait out the rest
+            self._timer = loop.call_at(quiet_at, self._due)
+            return
         self._timer = None
         if self._running is None or self._running.done():
             self._running = asyncio.ensure_future(self._run())

@@ -184,3 +184,36 @@ async def test_a_write_committed_while_a_batch_looks_is_indexed_after_it() -> No
         await asyncio.sleep(0)
     assert indexed == ["prt_late"]
     await indexer.close()
+
+
+async def test_a_shorter_quiet_period_applies_to_the_batch_already_waiting() -> None:
+    """``history.indexDelayMs`` lowered while a batch waits out the old one: the batch runs
+    after the new one (one timer is armed for all writes, and re-armed when the delay
+    changes), not an hour later."""
+    notes = ["prt_waiting"]
+    indexed: list[str] = []
+
+    async def submit(statements: list[object]) -> list[int]:
+        indexed.extend(notes)
+        done = len(notes)
+        notes.clear()
+        return [done]
+
+    async def settle() -> None:
+        return None
+
+    async def noted() -> bool:
+        return bool(notes)
+
+    indexer = Indexer(submit, ["batch"], settle, noted)
+    indexer.delay = 3600
+    for _ in range(3):
+        indexer.written()  # three commits: one timer
+    assert indexer.scheduled
+    indexer.delay = 0
+    for _ in range(100):  # yields, not waits: the batch is due at once
+        if indexed:
+            break
+        await asyncio.sleep(0)
+    assert indexed == ["prt_waiting"]
+    await indexer.close()
