@@ -310,6 +310,9 @@ MIGRATIONS: list[str] = [
     # 8: reads of a part's JSON go through ``part_json``, as on SQLite (where a large tool
     # output is stored deflated, ``packed``); PostgreSQL compresses such a value itself (TOAST)
     "CREATE VIEW part_json AS SELECT id, message_id, session_id, type, data FROM parts",
+    # 9: nothing here: SQLite's update trigger tests a rewrite at less cost; PostgreSQL's
+    # batch compares a part's indexed text once, when it indexes it
+    "SELECT 9",
 ]
 
 assert len(MIGRATIONS) == SCHEMA_VERSION, "a migration is missing from one backend"

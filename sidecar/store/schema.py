@@ -315,6 +315,41 @@ BACKFILL_CHUNK = """
     SELECT rid, body, sid FROM history_src WHERE rid > ? AND rid <= ?
 """
 
+
+def _indexed_fields(row: str) -> str:
+    """Every field the index's text is made of (``history_body``), as one JSON array: one
+    parse of the row's JSON, where the text itself takes one per field."""
+    fields = ("text", "tool", "state.input", "state.title", "state.output", "state.error")
+    paths = ", ".join(f"'$.{f}'" for f in fields)
+    return f"json_extract({json_of(row, text=True)}, {paths})"
+
+
+# Since migration 9, the update trigger's test of whether a rewrite changed the indexed text.
+# The test ran inside every rewrite of an indexed part (the write's own commit): each side's
+# text was built from five or six ``json_extract``, each parsing the whole JSON (SQLite before
+# 3.45 keeps no parse), and a deflated side inflated: ~0.4 ms for a 70 KB tool output. Now:
+# a part whose JSON changes how it is stored (plain <-> deflated: a tool completing with its
+# output) or its kind is noted at once; otherwise, if its JSON changed at all, both sides'
+# fields are compared as one array each. Noting a part whose text did not change costs only
+# a re-index of it; a prune's mark and a client re-sending a pruned part are still told apart.
+HISTORY_UPDATE_TEST = f"""
+    DROP TRIGGER IF EXISTS history_on_update;
+    CREATE TRIGGER history_on_update AFTER UPDATE OF data, type ON parts
+    WHEN NOT EXISTS (SELECT 1 FROM history_dirty WHERE rid = NEW.rowid)
+    AND NOT EXISTS (SELECT 1 FROM history_hold)
+    AND (
+        OLD.type IS NOT NEW.type
+        OR (OLD.z IS NULL) <> (NEW.z IS NULL)
+        OR ((OLD.data IS NOT NEW.data OR OLD.z IS NOT NEW.z)
+            AND {_indexed_fields("OLD")} IS NOT {_indexed_fields("NEW")})
+    )
+    BEGIN
+        {_gone("OLD", True)}
+        {_NOTE}
+    END;
+"""
+
+
 MIGRATIONS: list[str] = [
     # 1: sessions, messages, parts
     """
@@ -401,6 +436,8 @@ MIGRATIONS: list[str] = [
     HISTORY_BATCHED,
     # 8: large tool outputs stored deflated
     PACKED_PARTS,
+    # 9: a rewrite tells whether it changed the indexed text at less cost
+    HISTORY_UPDATE_TEST,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

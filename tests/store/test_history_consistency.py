@@ -37,9 +37,14 @@ def _open(path: Path, version: int) -> sqlite3.Connection:
     return conn
 
 
-def _data(kind: str, word: str, compacted: int | None = None) -> str:
+# Enough of an output to be stored deflated (``packed.PACK_BYTES``) once the schema has ``z``.
+_LONG = " lorem ipsum dolor" * 400
+
+
+def _data(kind: str, word: str, compacted: int | None = None, *, long: bool = False) -> str:
     if kind == "tool":
-        state = {"status": "completed", "input": {"cmd": f"run {word}"}, "output": f"out {word}"}
+        output = f"out {word}" + (_LONG if long else "")
+        state = {"status": "completed", "input": {"cmd": f"run {word}"}, "output": output}
         if compacted is not None:
             state["time"] = {"compacted": compacted}
         return json.dumps({"type": "tool", "tool": "bash", "state": state})
@@ -79,7 +84,17 @@ class World:
         return self.conn.execute("SELECT id, message_id, session_id, type FROM parts").fetchall()
 
     def write(self, pid: str, mid: str, kind: str, data: str) -> None:
-        self.conn.execute(UPSERT_PART, (pid, mid, self.messages[mid], kind, data))
+        row = (pid, mid, self.messages[mid], kind, data)
+        if not self.can_hold:  # a schema before ``z``: as that version's store wrote it
+            self.conn.execute(UPSERT_PART, row)
+            return
+        # As the writer runs it: a long tool output deflated, the rest plain.
+        self.conn.executemany(*packed.pack_rows(UPSERT_PART, [row]))
+
+    def data(self, kind: str) -> str:
+        """New JSON of ``kind``: a tool's output now and then long enough to be deflated."""
+        long = self.can_hold and kind == "tool" and self.rng.random() < 0.6
+        return _data(kind, self.word(), long=long)
 
     def step(self) -> None:
         rng = self.rng
@@ -89,11 +104,19 @@ class World:
             mid = rng.choice(list(self.messages)) if self.messages and rng.random() < 0.7 else None
             mid = mid or self.message()
             kind = rng.choice(KINDS)
-            self.write(f"prt_{self.word()}", mid, kind, _data(kind, self.word()))
+            self.write(f"prt_{self.word()}", mid, kind, self.data(kind))
             return
         pid, mid, _, kind = rng.choice(parts)
-        if op < 0.55:  # new text, same kind
-            self.write(pid, mid, kind, _data(kind, self.word()))
+        if op < 0.5:  # new text, same kind
+            self.write(pid, mid, kind, self.data(kind))
+        elif op < 0.55 and self.can_hold:  # the client sends the part again, marked pruned
+            (data,) = self.conn.execute(
+                "SELECT data FROM part_json WHERE id = ?", (pid,)
+            ).fetchone()
+            marked = self.conn.execute(
+                "SELECT json_set(?, '$.state.time.compacted', ?)", (data, self.serial)
+            ).fetchone()[0]
+            self.write(pid, mid, kind, marked)
         elif op < 0.7:  # a prune's mark: the indexed text stays as it is
             held = self.can_hold and rng.random() < 0.5  # as the store marks it, or not
             if held:
@@ -106,7 +129,7 @@ class World:
                 self.conn.execute(schema.HISTORY_RELEASE)
         elif op < 0.8:  # another kind, maybe one not indexed
             new = rng.choice(KINDS)
-            self.write(pid, mid, new, _data(new, self.word()))
+            self.write(pid, mid, new, self.data(new))
         elif op < 0.9:
             self.conn.execute("DELETE FROM parts WHERE id = ?", (pid,))
         elif op < 0.95:
@@ -147,7 +170,9 @@ def _index(conn: sqlite3.Connection, rows: int = 1 << 30) -> None:
 
 def _check(conn: sqlite3.Connection) -> None:
     conn.execute("INSERT INTO history_fts (history_fts, rank) VALUES ('integrity-check', 1)")
-    rows = conn.execute("SELECT rowid, type, data, session_id FROM parts").fetchall()
+    rows = conn.execute(
+        "SELECT p.rowid, p.type, j.data, p.session_id FROM parts p JOIN part_json j ON j.id = p.id"
+    ).fetchall()
     for rowid, kind, data, session in rows:
         if kind == "step-start":
             continue
@@ -236,14 +261,14 @@ def test_a_held_rewrite_does_not_even_compare_the_texts(tmp_path: Path) -> None:
     conn, _, _ = _one_tool_part(tmp_path)
     calls: list[str] = []
 
-    def counting(data: str, path: str) -> object:
-        calls.append(path)
-        value = json.loads(data)
-        for key in path.removeprefix("$.").split("."):
-            value = value.get(key) if isinstance(value, dict) else None
-        return value if not isinstance(value, dict | list) else json.dumps(value)
+    real = sqlite3.connect(":memory:")
 
-    conn.create_function("json_extract", 2, counting)
+    def counting(data: str, *paths: str) -> object:
+        calls.extend(paths)
+        marks = ", ".join("?" * (1 + len(paths)))
+        return real.execute(f"SELECT json_extract({marks})", (data, *paths)).fetchone()[0]
+
+    conn.create_function("json_extract", -1, counting)
     mark = "UPDATE parts SET data = json_set(data, '$.state.time.compacted', ?) WHERE id = ?"
     conn.execute("BEGIN")
     conn.execute(mark, (1, "prt_a"))
@@ -256,4 +281,59 @@ def test_a_held_rewrite_does_not_even_compare_the_texts(tmp_path: Path) -> None:
     conn.execute(schema.HISTORY_RELEASE)
     _commit_and_index(conn)
     assert calls == []
+    _check(conn)
+
+
+def test_a_tool_completing_with_a_deflated_output_is_noted_without_reading_that_output(
+    tmp_path: Path,
+) -> None:
+    """The common rewrite of an indexed part: a running tool (short, plain) completing with a
+    long output (deflated). The update trigger notes it from how the row is stored, without
+    inflating or parsing the new JSON (the batch reads it once, when it indexes it); only the
+    old entry's text, a few bytes, is read for the note. Sent again marked pruned, the
+    deflated part is compared and left alone."""
+    conn = _open(tmp_path / "h.db", schema.SCHEMA_VERSION)
+    world = World(conn, random.Random(0))
+    world.can_hold = True
+    conn.execute("BEGIN")
+    mid = world.message()
+    running = json.dumps(
+        {"type": "tool", "tool": "read", "state": {"status": "running", "input": {"p": "a1z"}}}
+    )
+    world.write("prt_t", mid, "tool", running)
+    _commit_and_index(conn)
+    calls: list[str] = []
+    real = sqlite3.connect(":memory:")
+    packed.register(real)
+
+    def inflate(z: bytes) -> str:
+        calls.append("inflate")
+        text: str = real.execute("SELECT sidecar_inflate(?)", (z,)).fetchone()[0]
+        return text
+
+    def extract(data: str, *paths: str) -> object:
+        calls.append(f"json_extract of {len(data)} characters")
+        marks = ", ".join("?" * (1 + len(paths)))
+        return real.execute(f"SELECT json_extract({marks})", (data, *paths)).fetchone()[0]
+
+    conn.create_function("sidecar_inflate", 1, inflate, deterministic=True)
+    conn.create_function("json_extract", -1, extract)
+    completed = _data("tool", "b2z", long=True)
+    conn.execute("BEGIN")
+    world.write("prt_t", mid, "tool", completed)
+    assert conn.execute("SELECT z IS NOT NULL FROM parts").fetchone() == (1,)
+    assert "inflate" not in calls
+    assert all(int(c.split()[2]) < 200 for c in calls), calls  # the old, running JSON only
+    (gone,) = conn.execute("SELECT gone FROM history_dirty").fetchone()
+    assert "a1z" in gone
+    _commit_and_index(conn)
+    _check(conn)
+
+    marked = conn.execute(
+        "SELECT json_set(data, '$.state.time.compacted', 7) FROM part_json"
+    ).fetchone()[0]
+    conn.execute("BEGIN")
+    world.write("prt_t", mid, "tool", marked)
+    assert conn.execute("SELECT count(*) FROM history_dirty").fetchone() == (0,)
+    _commit_and_index(conn)
     _check(conn)
