@@ -15,8 +15,11 @@ from sidecar.errors import StoreDamaged
 from sidecar.store import damage_of, packed
 
 
-def _raised(run: Callable[[sqlite3.Connection], object]) -> BaseException:
-    conn = sqlite3.connect(":memory:")
+def _raised(
+    run: Callable[[sqlite3.Connection], object], db: str | Path = ":memory:"
+) -> BaseException:
+    """The error ``run`` meets on a connection to ``db`` (the daemon's SQL functions given)."""
+    conn = sqlite3.connect(db)
     packed.register(conn)
     try:
         run(conn)
@@ -30,14 +33,7 @@ def _raised(run: Callable[[sqlite3.Connection], object]) -> BaseException:
 def _not_a_database(tmp: Path) -> BaseException:
     file = tmp / "not.db"
     file.write_bytes(b"hello " * 1000)
-    conn = sqlite3.connect(file)
-    try:
-        conn.execute("SELECT * FROM sqlite_master").fetchall()
-    except sqlite3.Error as exc:
-        return exc
-    finally:
-        conn.close()
-    raise AssertionError("read a text file as a database")
+    return _raised(lambda c: c.execute("SELECT * FROM sqlite_master").fetchall(), file)
 
 
 def test_what_the_daemon_did_not_write_is_damage(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
@@ -146,43 +147,58 @@ async def test_the_indexer_goes_quiet(store: Store) -> None:
     assert not store.indexer.scheduled
 
 
+class _Notes:
+    """The store an ``Indexer`` runs over, in memory: parts noted, and what its batches
+    indexed (a batch takes every note)."""
+
+    def __init__(self, *noted: str) -> None:
+        self.notes = list(noted)
+        self.indexed: list[str] = []
+
+    async def submit(self, statements: Sequence[object]) -> list[int]:
+        self.indexed.extend(self.notes)
+        done = len(self.notes)
+        self.notes.clear()
+        return [done]
+
+    async def settle(self) -> None:
+        return None
+
+    async def noted(self) -> bool:
+        return bool(self.notes)
+
+    async def indexed_soon(self) -> list[str]:
+        """What was indexed once the loop has run what is due at once (yields, not waits)."""
+        for _ in range(100):
+            if self.indexed:
+                break
+            await asyncio.sleep(0)
+        return self.indexed
+
+
 async def test_a_write_committed_while_a_batch_looks_is_indexed_after_it() -> None:
     """A write that commits while a batch is under way (between its look for notes and its
     end) is indexed by a batch of its own once that one ends, not left for the next write:
     the batch it met had already looked, and found nothing."""
-    notes: list[str] = []
-    indexed: list[str] = []
+    store = _Notes()
     looking = asyncio.Event()
     go_on = asyncio.Event()
 
-    async def submit(statements: list[object]) -> list[int]:
-        indexed.extend(notes)
-        done = len(notes)
-        notes.clear()
-        return [done]
-
-    async def settle() -> None:
-        return None
-
-    async def noted() -> bool:
-        found = bool(notes)
+    async def slow_look() -> bool:
+        found = await store.noted()
         looking.set()
         await go_on.wait()  # the look's read is slow: a write commits meanwhile
         return found
 
-    indexer = Indexer(submit, ["batch"], settle, noted)
+    indexer = Indexer(store.submit, ["batch"], store.settle, slow_look)
     indexer.delay = 0
     indexer.written()  # a first write (nothing noted by the time its batch looks)
     await looking.wait()
-    notes.append("prt_late")  # a write commits while that batch looks...
+    store.notes.append("prt_late")  # a write commits while that batch looks...
     indexer.written()  # ...and tells the indexer so
     await asyncio.sleep(0)  # its timer is due at once
     go_on.set()
-    for _ in range(100):  # yields, not waits: everything is due at once
-        if indexed:
-            break
-        await asyncio.sleep(0)
-    assert indexed == ["prt_late"]
+    assert await store.indexed_soon() == ["prt_late"]
     await indexer.close()
 
 
@@ -190,30 +206,12 @@ async def test_a_shorter_quiet_period_applies_to_the_batch_already_waiting() -> 
     """``history.indexDelayMs`` lowered while a batch waits out the old one: the batch runs
     after the new one (one timer is armed for all writes, and re-armed when the delay
     changes), not an hour later."""
-    notes = ["prt_waiting"]
-    indexed: list[str] = []
-
-    async def submit(statements: list[object]) -> list[int]:
-        indexed.extend(notes)
-        done = len(notes)
-        notes.clear()
-        return [done]
-
-    async def settle() -> None:
-        return None
-
-    async def noted() -> bool:
-        return bool(notes)
-
-    indexer = Indexer(submit, ["batch"], settle, noted)
+    store = _Notes("prt_waiting")
+    indexer = Indexer(store.submit, ["batch"], store.settle, store.noted)
     indexer.delay = 3600
     for _ in range(3):
         indexer.written()  # three commits: one timer
     assert indexer.scheduled
     indexer.delay = 0
-    for _ in range(100):  # yields, not waits: the batch is due at once
-        if indexed:
-            break
-        await asyncio.sleep(0)
-    assert indexed == ["prt_waiting"]
+    assert await store.indexed_soon() == ["prt_waiting"]
     await indexer.close()
