@@ -69,8 +69,9 @@ class Outbox:
         its result and its body (and a ``Shared`` one, a copy per frame that carries it)."""
         if self.writer is None:
             return
-        header = frame_header(size_of(body))
-        size = len(header) + size_of(body)
+        length = size_of(body)
+        header = frame_header(length)
+        size = len(header) + length
         if size >= _LARGE:
             self._large_out.append((self._out_bytes, size, reply))
         run: list[Buffer] = [header]

@@ -226,6 +226,7 @@ class GroupCommit(Committer):
         self._pending: list[Op] = []
         self._busy = False  # a batch is being committed on aiosqlite's thread
         self._scheduled = False  # a drain is queued with call_soon
+        self._drain_handle: asyncio.Handle | None = None  # that queued drain
         self._open = False
         self._quiet = asyncio.Event()  # nothing pending, nothing running
         self._quiet.set()
@@ -276,6 +277,8 @@ class GroupCommit(Committer):
     def commit_queued(self) -> None:
         """Run the drain now (the end of a read: every frame in it has queued its op)."""
         if self._scheduled and not self._busy:
+            if self._drain_handle is not None:  # drained now: the queued one would find nothing
+                self._drain_handle.cancel()
             self._drain()
 
     # -- internals -----------------------------------------------------------------------------
@@ -283,10 +286,11 @@ class GroupCommit(Committer):
     def _schedule(self) -> None:
         if not self._busy and not self._scheduled:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._drain)
+            self._drain_handle = asyncio.get_running_loop().call_soon(self._drain)
 
     def _drain(self) -> None:
         self._scheduled = False
+        self._drain_handle = None
         if self._busy or not self._pending:
             self._after()
             return
