@@ -225,8 +225,7 @@ class GroupCommit(Committer):
         self._checkpointing: asyncio.Future[None] | None = None
         self._pending: list[Op] = []
         self._busy = False  # a batch is being committed on aiosqlite's thread
-        self._scheduled = False  # a drain is queued with call_soon
-        self._drain_handle: asyncio.Handle | None = None  # that queued drain
+        self._drain_handle: asyncio.Handle | None = None  # a drain queued with call_soon
         self._open = False
         self._quiet = asyncio.Event()  # nothing pending, nothing running
         self._quiet.set()
@@ -276,20 +275,17 @@ class GroupCommit(Committer):
 
     def commit_queued(self) -> None:
         """Run the drain now (the end of a read: every frame in it has queued its op)."""
-        if self._scheduled and not self._busy:
-            if self._drain_handle is not None:  # drained now: the queued one would find nothing
-                self._drain_handle.cancel()
+        if self._drain_handle is not None and not self._busy:
+            self._drain_handle.cancel()  # drained now: the queued one would find nothing
             self._drain()
 
     # -- internals -----------------------------------------------------------------------------
 
     def _schedule(self) -> None:
-        if not self._busy and not self._scheduled:
-            self._scheduled = True
+        if not self._busy and self._drain_handle is None:
             self._drain_handle = asyncio.get_running_loop().call_soon(self._drain)
 
     def _drain(self) -> None:
-        self._scheduled = False
         self._drain_handle = None
         if self._busy or not self._pending:
             self._after()
@@ -421,7 +417,7 @@ class GroupCommit(Committer):
             return
         if self._pending:
             self._schedule()
-        elif not self._scheduled and self._checkpointing is None:
+        elif self._drain_handle is None and self._checkpointing is None:
             if self._wal_pages >= IDLE_CHECKPOINT_PAGES and self._checkpointer is not None:
                 # Idle with writes not yet copied (a turn's worth, or a prune's rewrite of
                 # large rows, which ``_pages`` cannot see): checkpoint now, while nothing
