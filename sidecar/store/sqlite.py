@@ -28,7 +28,7 @@ from sidecar.store.backend import (
 )
 from sidecar.store.cache import WindowCache
 from sidecar.store.commit import TRUNCATE_WAIT_MS, WAL_SIZE_LIMIT, WRITE_PIECES, GroupCommit, Hooked
-from sidecar.store.packed import MARK_COMPACTED, functions, register
+from sidecar.store.packed import MARK_COMPACTED, register
 from sidecar.store.schema import (
     FIRST_VERSION,
     HISTORY_BATCH,
@@ -412,9 +412,9 @@ async def _open_reader(path: str) -> aiosqlite.Connection:
 
 
 async def _give_functions(conn: aiosqlite.Connection) -> None:
-    """The SQL functions the schema's views and triggers call (``packed``)."""
-    for name, func in functions().items():
-        await conn.create_function(name, 1, func, deterministic=True)
+    """The SQL functions the schema's views and triggers call (``packed.register``, on the
+    connection's own thread, as aiosqlite's ``create_function`` runs)."""
+    await conn._execute(register, conn._conn)  # type: ignore[no-untyped-call]
 
 
 async def _connect(path: str, **kwargs: Any) -> aiosqlite.Connection:
