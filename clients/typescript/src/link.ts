@@ -9,6 +9,7 @@ import {
   createMessageConnection,
   StreamMessageReader,
   StreamMessageWriter,
+  type Message,
   type MessageConnection,
 } from "vscode-jsonrpc/node";
 import { SidecarError, SidecarExitedError } from "./errors";
@@ -42,6 +43,22 @@ export interface Ended {
   signal: NodeJS.Signals | null;
 }
 
+/**
+ * A writer whose failed write resolves. vscode-jsonrpc 8 rethrows a failed request write inside
+ * a promise executor of its own, out of every caller's reach: the user's process would get an
+ * unhandledRejection whenever the daemon closes the transport as a request goes out. A write
+ * fails only when the transport is gone, and `Link.ended` rejects every pending request then.
+ */
+class SettledWriter extends StreamMessageWriter {
+  override async write(msg: Message): Promise<void> {
+    try {
+      await super.write(msg);
+    } catch {
+      // The transport is gone: its end is reported (with the daemon's own words) by `ended`.
+    }
+  }
+}
+
 /** One transport to one daemon; a reconnecting client goes through several. */
 export class Link {
   readonly connection: MessageConnection;
@@ -61,7 +78,7 @@ export class Link {
   ) {
     this.connection = createMessageConnection(
       new StreamMessageReader(reader as never),
-      new StreamMessageWriter(writer as never),
+      new SettledWriter(writer as never),
     );
     this.ended = ended.then((info) => {
       this.endedError = this.error(info, "before replying");

@@ -135,6 +135,32 @@ test("connectSidecar joins a daemon on a unix socket; two clients see each other
   assert.equal((await seen).message.id, msg.id);
 });
 
+test("a request written as the daemon closes the socket rejects; nothing goes unhandled", async (t) => {
+  // vscode-jsonrpc rethrows a failed write inside its own promise executor: unless the client
+  // keeps that failure from reaching it, the user's process gets an unhandledRejection.
+  const unhandled = [];
+  const onUnhandled = (reason) => unhandled.push(reason);
+  process.on("unhandledRejection", onUnhandled);
+  t.after(() => process.off("unhandledRejection", onUnhandled));
+  const dir = await tempDir(t);
+  const socket = join(dir, "daemon.sock");
+  const daemon = await listeningDaemon(t, dir, `unix:${socket}`);
+  const client = await connectSidecar({ socket });
+  t.after(() => client.dispose());
+  // The daemon's end of the socket has arrived, the socket is not yet closed: a write now fails.
+  const attempt = new Promise((resolve) =>
+    client.link.socket.once("end", () => resolve(client.createSession().then(() => null, (e) => e))),
+  );
+  daemon.kill("SIGKILL");
+  const err = await attempt;
+  assert.ok(err instanceof Error, "the request rejects");
+  assert.match(err.message, /unix:.*daemon\.sock/);
+  await client.dispose();
+  await new Promise((resolve) => setTimeout(resolve, 0)); // a rejection is reported after the turn it happened in
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.deepEqual(unhandled.map(String), []);
+});
+
 test("connectSidecar joins a daemon on loopback TCP", async (t) => {
   const dir = await tempDir(t);
   const port = await new Promise((resolve) => {
