@@ -23,11 +23,13 @@ class ContextWindow:
 
     async def refresh(self, *, wait: bool = True, fit: bool = True) -> ContextResult:
         """The current window; the returned result's ``messages`` is the whole window."""
+        # The window ``since`` names: a refresh that lands meanwhile must not become its base.
+        base = self.messages
         result = await self.client.context(
             self.session_id, self.format, wait=wait, fit=fit, since=self.revision
         )
         if result.delta:
-            self.messages = self.messages[: result.start or 0] + list(result.messages)
+            self.messages = base[: result.start or 0] + list(result.messages)
         else:
             self.messages = list(result.messages)
         self.revision = result.revision or None

@@ -34,10 +34,12 @@ export class ContextWindow {
   async refresh(
     options: Omit<ParamsOf<"session/context">, "sessionID" | "format" | "since"> = {},
   ): Promise<ContextResult> {
+    // The window `since` names: a refresh that lands meanwhile must not become its base.
     const since = this.revision;
+    const base = this.messages;
     const result = await this.client.context(this.sessionID, this.format, { ...options, since });
     this.messages = result.delta
-      ? [...this.messages.slice(0, result.start ?? 0), ...result.messages]
+      ? [...base.slice(0, result.start ?? 0), ...result.messages]
       : [...result.messages];
     this.revision = result.revision || undefined;
     return { ...result, messages: this.messages };

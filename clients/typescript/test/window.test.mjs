@@ -44,3 +44,33 @@ for (const format of ["parts", "openai", "anthropic"]) {
     assert.deepEqual(window.messages, (await client.context(sessionID, format)).messages);
   });
 }
+
+test("refreshes in flight together each apply their delta to the window they asked from", async () => {
+  // A scripted reader: replies are released by the test, in an order of its choosing.
+  const asked = [];
+  const reader = {
+    context: (_sid, _format, options) =>
+      new Promise((resolve) => asked.push({ since: options.since, resolve })),
+  };
+  const reply = (messages, revision, start) => ({
+    messages,
+    revision,
+    delta: start === undefined ? null : true,
+    start: start ?? null,
+  });
+  const window = new ContextWindow(reader, "ses_x", "parts");
+  const first = window.refresh();
+  asked[0].resolve(reply(["a", "b"], "r1"));
+  await first;
+  // Two refreshes from r1: the first served changed "b"; the second, served later, appended "c"
+  // to r1's window. Each delta is relative to r1's window, whichever reply lands last.
+  const one = window.refresh();
+  const two = window.refresh();
+  assert.deepEqual(asked.slice(1).map((a) => a.since), ["r1", "r1"]);
+  asked[1].resolve(reply(["b2"], "r2", 1));
+  assert.deepEqual((await one).messages, ["a", "b2"]);
+  asked[2].resolve(reply(["c"], "r3", 2));
+  assert.deepEqual((await two).messages, ["a", "b", "c"]);
+  assert.deepEqual(window.messages, ["a", "b", "c"]);
+  assert.equal(window.revision, "r3");
+});
