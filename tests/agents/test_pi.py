@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -170,6 +171,19 @@ def start_pi(
     return PiRPC(argv, proj, env, tmp_path / "pi.stderr"), proj
 
 
+def context_reads(wire: Path) -> list[dict[str, Any]]:
+    """The params of each `session/context` request in `wire` (LSP frames, as sent)."""
+    data, at, out = wire.read_bytes(), 0, []
+    while at < len(data):
+        head = re.compile(rb"Content-Length: (\d+)\r\n\r\n").match(data, at)
+        assert head is not None, data[at : at + 80]
+        at = head.end() + int(head[1])
+        sent = json.loads(data[head.end() : at])
+        if sent.get("method") == "session/context":
+            out.append(sent["params"])
+    return out
+
+
 def notices(pi: PiRPC) -> list[dict[str, Any]]:
     """What the extension told the user (notify) and any extension error pi reported."""
     return pi.of_type("extension_error") + [
@@ -186,7 +200,10 @@ def test_pi_runs_on_the_daemons_window(tmp_path: Path) -> None:
     daemon = Daemon(tmp_path / "d")
     llm = FakeLLM(log_dir=tmp_path / "llm").start()
     try:
-        sidecar = [sys.executable, "-m", "sidecar", "connect", "--socket", str(daemon.sock)]
+        # Through `tee`: what the extension sends the daemon is on record.
+        wire = tmp_path / "to-daemon.log"
+        sidecar = ["sh", "-c", 'tee -a "$0" | exec "$@"', str(wire)]
+        sidecar += [sys.executable, "-m", "sidecar", "connect", "--socket", str(daemon.sock)]
         pi, proj = start_pi(tmp_path, llm, sidecar, helper)
         for i in range(1, TURNS + 1):
             big_file(proj / f"big{i:03d}.txt", i)
@@ -314,6 +331,15 @@ def test_pi_runs_on_the_daemons_window(tmp_path: Path) -> None:
     assert "after the manual compaction" in last.text()
     (newest,) = [m for m in pi_fork["messages"] if m["info"]["id"] == manual[0]["messageID"]]
     assert summary_in(last) == "\n".join(p["text"] for p in newest["parts"] if p["type"] == "text")
+
+    # Each daemon session's window is read whole once, then only what changed (`since`).
+    reads: dict[str, list[dict[str, Any]]] = {}
+    for params in context_reads(wire):
+        reads.setdefault(params["sessionID"], []).append(params)
+    assert set(reads) == set(sessions), (set(reads), set(sessions))
+    assert len(reads[root_id]) >= TURNS
+    assert all("since" not in r[0] for r in reads.values())
+    assert all(isinstance(later.get("since"), str) for r in reads.values() for later in r[1:])
 
     # Requests after a step that asked for a tool, without that tool's result (the open turn
     # lost at a compaction made on a read).

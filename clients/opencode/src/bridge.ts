@@ -12,13 +12,15 @@
  *   after `experimental.session.compacting` for that session: that call is left alone.
  * - When the transform runs, the step's (empty) assistant message is already stored and
  *   mirrored: window messages that OpenCode mirrored but did not hand over are left out.
- * - OpenCode mutates its own array after the hook, so the window is swapped in place.
+ * - OpenCode mutates its own array after the hook, so the window is swapped in place; and it
+ *   may change the messages it was handed (a reminder pushed into the last user message's
+ *   parts), so it gets copies: the window kept for the next step's `since` stays as served.
  */
 import {
   connectSidecar,
   ErrorCodes,
   isRpcError,
-  type ContextResult,
+  type ContextWindow,
   type SidecarClient,
 } from "compaction-sidecar-client";
 import { programArgs, type Settings } from "./settings.js";
@@ -33,6 +35,8 @@ type Json = Record<string, unknown>;
 export const OVERLAY = { compaction: { keepOpenTurn: true } };
 
 const VERSION = "0.1.0";
+/** Sessions whose window a connection keeps assembled (the least recently read go first). */
+const WINDOWS = 16;
 
 /** One live connection and what it has acknowledged (a new connection starts empty, so the
  * first step after a reconnect re-sends the whole history OpenCode hands over). */
@@ -41,7 +45,22 @@ class Link {
   readonly sessions = new Map<string, Promise<void>>();
   queue: Promise<void> = Promise.resolve();
   dead = false;
+  private readonly windows = new Map<string, ContextWindow>();
   constructor(readonly client: SidecarClient) {}
+
+  /** The session's window, kept assembled from `since` deltas: each step after the first
+   * gets only what changed, not the whole window again. */
+  window(sessionID: string): ContextWindow {
+    let window = this.windows.get(sessionID);
+    if (window !== undefined) {
+      this.windows.delete(sessionID);
+    } else {
+      window = this.client.window(sessionID, "parts");
+      if (this.windows.size >= WINDOWS) this.windows.delete(this.windows.keys().next().value!);
+    }
+    this.windows.set(sessionID, window);
+    return window;
+  }
 }
 
 function isText(part: Json): boolean {
@@ -361,14 +380,11 @@ export class Bridge {
       link = await this.linkForStep();
       if (!link) return;
       await this.resync(link, sessionID, messages);
-      const window: ContextResult = await link.client.request("session/context", {
-        sessionID,
-        format: "parts",
-      });
+      const window = await link.window(sessionID).refresh();
       const handed = new Set(messages.map((m) => m.info.id));
-      const next = (window.messages as unknown as WireMessage[]).filter(
-        (m) => handed.has(m.info.id) || !this.mirrored.has(m.info.id as string),
-      );
+      const next = (window.messages as unknown as WireMessage[])
+        .filter((m) => handed.has(m.info.id) || !this.mirrored.has(m.info.id as string))
+        .map((m) => structuredClone(m));
       if (next.length === 0) return;
       messages.splice(0, messages.length, ...next);
       this.logged.delete("transform");

@@ -2,7 +2,7 @@
 // calls them, against a real daemon (`$SIDECAR_PYTHON -m sidecar serve`, default python3) on
 // stdio. The real OpenCode runs it in tests/agents (pytest).
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -120,4 +120,48 @@ test("the transform swaps in the daemon's window and leaves OpenCode's summary r
   // The recall tools are bound to the calling session.
   const found = await hooks.tool.history_search.execute({ query: "second" }, { sessionID: sid });
   assert.match(found, /msg_03 prt_msg_03 user/);
+});
+
+test("steps after the first read only what changed (since); what OpenCode changes in its copy stays out", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "sidecar-opencode-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const wire = join(dir, "to-daemon.log");
+  const { input } = fakeInput();
+  // The daemon behind `tee`: what the plugin sends it is on record.
+  const hooks = await plugin(input, {
+    command: "sh",
+    args: ["-c", 'tee "$0" | exec "$1" -m sidecar serve --db "$2"', wire, PYTHON, join(dir, "s.db")],
+  });
+  t.after(() => hooks.dispose());
+  await hooks.config({ provider: {} });
+  const sid = "ses_plugin_since";
+  const t0 = 1_700_000_000_000;
+  const history = [user(sid, "msg_01", "first", t0), assistant(sid, "msg_02", "msg_01", "one", t0 + 10)];
+  const step1 = [...history, user(sid, "msg_03", "second", t0 + 20)];
+  const messages = structuredClone(step1);
+  await hooks["experimental.chat.messages.transform"]({}, { messages });
+  assert.deepEqual(messages.map((m) => m.info.id), ["msg_01", "msg_02", "msg_03"]);
+  // OpenCode pushes a reminder into the last user message of what it was handed.
+  messages[2].parts.push({ id: "prt_reminder", type: "text", text: "reminder", synthetic: true });
+  messages[0].parts[0].text = "changed by OpenCode";
+
+  const step2 = [
+    ...step1,
+    assistant(sid, "msg_04", "msg_03", "two", t0 + 30),
+    user(sid, "msg_05", "third", t0 + 40),
+  ];
+  const again = structuredClone(step2);
+  await hooks["experimental.chat.messages.transform"]({}, { messages: again });
+  assert.deepEqual(again.map((m) => m.info.id), ["msg_01", "msg_02", "msg_03", "msg_04", "msg_05"]);
+  assert.equal(again[0].parts[0].text, "first");
+  assert.deepEqual(again[2].parts.map((p) => p.id), ["prt_msg_03"]);
+  assert.equal(again[4].parts[0].text, "third");
+
+  const reads = readFileSync(wire, "utf8")
+    .split(/Content-Length: \d+\r\n\r\n/)
+    .filter((body) => body.includes('"session/context"'))
+    .map((body) => JSON.parse(body).params);
+  assert.equal(reads.length, 2);
+  assert.equal(reads[0].since, undefined);
+  assert.equal(typeof reads[1].since, "string");
 });

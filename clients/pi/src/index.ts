@@ -19,7 +19,13 @@
  */
 import type { AgentMessage } from "@mariozechner/pi-agent-core";
 import type { ExtensionAPI, ExtensionContext, SessionEntry } from "@mariozechner/pi-coding-agent";
-import { connectSidecar, ErrorCodes, isRpcError, type SidecarClient } from "compaction-sidecar-client";
+import {
+  connectSidecar,
+  ErrorCodes,
+  isRpcError,
+  type ContextWindow,
+  type SidecarClient,
+} from "compaction-sidecar-client";
 import { readFileSync } from "node:fs";
 import { type Static, type TSchema, Type } from "typebox";
 import { ENTRY_FIELD, isMirrored, messageId, toDaemon, toolResults, toolState, toPi, type WireMessage } from "./convert";
@@ -69,6 +75,9 @@ interface Held {
   msgIds: Map<string, string>;
   /** callID -> [daemon message id, part id, done] */
   tools: Map<string, [string, string, boolean]>;
+  /** The session's window kept assembled from `since` deltas: a step after the first gets
+   * only what changed. */
+  window?: ContextWindow;
 }
 
 export default function compactionSidecar(pi: ExtensionAPI): void {
@@ -319,10 +328,13 @@ export default function compactionSidecar(pi: ExtensionAPI): void {
       if (!(await persisted(ctx, event.messages))) throw new Error("pi has not stored the newest message yet");
       await sendModel(c, ctx);
       const h = await sync(c, ctx);
-      const win = await c.request("session/context", { sessionID: h.sessionID, format: "parts" });
+      h.window ??= c.window(h.sessionID, "parts");
+      const win = await h.window.refresh();
       const path = ctx.sessionManager.getBranch();
       const messages = toPi(
-        win.messages as WireMessage[],
+        // Copies: pi's messages may share objects with them (a tool call's arguments), and the
+        // window kept for the next step's `since` must stay as the daemon served it.
+        structuredClone(win.messages) as WireMessage[],
         new Set(win.truncatedPartIDs ?? []),
         (id) => ctx.sessionManager.getEntry(id),
         toolResults(path),
