@@ -24,6 +24,11 @@ is the platform binary (``opencode-linux-x64``'s ``bin/opencode``, see the peer'
 
     python bench/opencode_side.py --opencode PATH [--rounds 1] [--scenarios B30p,A30p,A100p]
                                   [--latest PATH] [--bin VENV/bin] [--peer DIR] [--keep DIR]
+                                  [--full-windows]
+
+The driver reads each step's window with ``since`` and assembles it from the deltas
+(``_since_driver.py``), as the OpenCode plugin does; ``--full-windows`` has it read the whole
+window every step, as the peer's driver does by itself. The output says which.
 
 ``--latest`` runs a newer OpenCode on each scenario too (its storage is no longer the JSON
 files the replay reads: the daemon's figures stay those of replaying ``--opencode``'s run)
@@ -54,6 +59,11 @@ SCENARIOS = {  # the peer README's standard scenarios (drive.py flags)
 TURN_TARGET = 25.0
 LATEST_TARGET = 40.0
 RSS_TARGET = 15.0
+READS = {  # how the driver reads each step's window (``--full-windows``)
+    True: "the driver reads each step's window with since and assembles it, as the OpenCode "
+    "plugin does",
+    False: "the driver reads the whole window each step, no since",
+}
 
 
 def _peer_dir(given: str | None) -> Path:
@@ -91,10 +101,14 @@ def _summary(run: Path) -> dict[str, Any]:
     return result
 
 
-def _replay(peer: Path, base: Path, into: str, bin_dir: Path) -> None:
-    """The peer driver's replay of ``base``'s OpenCode run into ``bin_dir``'s daemon."""
+def _replay(peer: Path, base: Path, into: str, bin_dir: Path, since: bool) -> None:
+    """The peer driver's replay of ``base``'s OpenCode run into ``bin_dir``'s daemon; with
+    ``since``, its window reads go through ``_since_driver.py`` (deltas, assembled there)."""
+    driver = (
+        [str(HERE / "_since_driver.py"), str(peer)] if since else [str(peer / "drive_sidecar.py")]
+    )
     _run(
-        [sys.executable, str(peer / "drive_sidecar.py"), "--oc-run", str(base / "opencode"),
+        [sys.executable, *driver, "--oc-run", str(base / "opencode"),
          "--workdir", str(base / into), "--bin", str(bin_dir)],
         base.with_suffix(f".{into}.log"),
     )  # fmt: skip
@@ -145,16 +159,17 @@ def one_round(args: argparse.Namespace, peer: Path, tmp: Path, n: int) -> dict[s
                 base.with_suffix(f".{who}.log"),
             )  # fmt: skip
 
-        _replay(peer, base, "daemon", Path(args.bin))
+        since = not args.full_windows
+        _replay(peer, base, "daemon", Path(args.bin), since)
         indexed = index_after(base)
         recorded = base / "replies.json"
         proxy = [sys.executable, str(HERE / "_record_proxy.py"), str(recorded), real]
         # The recording's daemon also writes its CPU split (``serve --cpu-split``): measured
         # there, its small cost stays out of the daemon's own figures above.
         split = ["--cpu-split", str(base / "cpu.jsonl")]
-        _replay(peer, base, "record", _stand_in(base / "rec", proxy, split))
+        _replay(peer, base, "record", _stand_in(base / "rec", proxy, split), since)
         server = [sys.executable, str(HERE / "_replay_server.py"), str(recorded)]
-        _replay(peer, base, "floor", _stand_in(base / "rep", server))
+        _replay(peer, base, "floor", _stand_in(base / "rep", server), since)
         out[name] = {k: _summary(base / k) for k in ("opencode", "daemon", "floor")}
         for who in ("opencode", "daemon"):
             out[name][who]["_turns"] = _turns(base / who)
@@ -212,7 +227,9 @@ def version_of(binary: str) -> str:
         return binary
 
 
-def report(rounds: list[dict[str, Any]], scenarios: list[str], latest: str = "") -> None:
+def report(
+    rounds: list[dict[str, Any]], scenarios: list[str], latest: str = "", since: bool = True
+) -> None:
     def med(name: str, who: str, pick: Any) -> float:
         return median([float(pick(r[name][who])) for r in rounds])
 
@@ -276,7 +293,7 @@ def report(rounds: list[dict[str, Any]], scenarios: list[str], latest: str = "")
         split = {k: median([r[name]["split"][k] for r in rounds]) for k in rounds[0][name]["split"]}
         print(
             f"{name}: daemon CPU per turn after turn 1 by kind (serve --cpu-split, in the "
-            f"recording replay; the driver reads the whole window each step, no since): "
+            f"recording replay; {READS[since]}): "
             + ", ".join(f"{k} {split[k]:.2f} ms" for k in ("ingest", "index", "reads", "encode"))
             + f", other {split['other']:.2f} ms (total {split['total']:.2f} ms); index "
             f"batches at exit {split['at_exit']:.2f} ms"
@@ -314,6 +331,8 @@ def main() -> None:
                     help="folder of the compaction-sidecar to measure")  # fmt: skip
     ap.add_argument("--peer", help="folder holding opencode-peer/")
     ap.add_argument("--keep", help="keep the runs in this folder")
+    ap.add_argument("--full-windows", action="store_true", help="the driver reads the whole "
+                    "window each step (default: with since, assembled by the driver)")  # fmt: skip
     args = ap.parse_args()
     args.scenarios = args.scenarios.split(",")
     unknown = [s for s in args.scenarios if s not in SCENARIOS]
@@ -324,12 +343,14 @@ def main() -> None:
     tmp.mkdir(parents=True, exist_ok=True)
     print(
         f"opencode_side: {', '.join(args.scenarios)}; {args.rounds} round(s), medians; "
-        f"{os.cpu_count()} CPUs; each OpenCode run replayed into the daemon, then as the floor",
+        f"{os.cpu_count()} CPUs; each OpenCode run replayed into the daemon, then as the floor; "
+        f"{READS[not args.full_windows]}",
         flush=True,
     )
     try:
         rounds = [one_round(args, peer, tmp, n) for n in range(args.rounds)]
-        report(rounds, args.scenarios, version_of(args.latest) if args.latest else "")
+        latest = version_of(args.latest) if args.latest else ""
+        report(rounds, args.scenarios, latest, not args.full_windows)
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
