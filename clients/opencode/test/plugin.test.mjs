@@ -53,6 +53,23 @@ function assistant(sessionID, id, parentID, text, t) {
   };
 }
 
+/** The plugin on a real daemon (`command args`, given the store's path), its config hook run. */
+async function pluginOnDaemon(t, program = (db) => ({ command: PYTHON, args: ["-m", "sidecar", "serve", "--db", db] })) {
+  const dir = mkdtempSync(join(tmpdir(), "sidecar-opencode-"));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const { input } = fakeInput();
+  const hooks = await plugin(input, program(join(dir, "s.db"), dir));
+  t.after(() => hooks.dispose());
+  await hooks.config({ provider: {} });
+  return { hooks, dir };
+}
+
+/** A session's first two messages and the next user prompt: what OpenCode hands the first step. */
+function firstStep(sid, t0) {
+  const history = [user(sid, "msg_01", "first", t0), assistant(sid, "msg_02", "msg_01", "one", t0 + 10)];
+  return { history, step: [...history, user(sid, "msg_03", "second", t0 + 20)] };
+}
+
 test("the config hook turns OpenCode's compaction and prune off", async () => {
   const { input } = fakeInput();
   const hooks = await plugin(input, { command: "/nonexistent/compaction-sidecar" });
@@ -83,20 +100,11 @@ test("bad options load nothing and say why", async () => {
 });
 
 test("the transform swaps in the daemon's window and leaves OpenCode's summary request alone", async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), "sidecar-opencode-"));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const { input } = fakeInput();
-  const hooks = await plugin(input, {
-    command: PYTHON,
-    args: ["-m", "sidecar", "serve", "--db", join(dir, "s.db")],
-  });
-  t.after(() => hooks.dispose());
-  await hooks.config({ provider: {} });
+  const { hooks } = await pluginOnDaemon(t);
   const sid = "ses_plugin_test";
   const t0 = 1_700_000_000_000;
-  const history = [user(sid, "msg_01", "first", t0), assistant(sid, "msg_02", "msg_01", "one", t0 + 10)];
   // The mirror lags (events are not awaited): the transform itself re-sends what is missing.
-  const step = [...history, user(sid, "msg_03", "second", t0 + 20)];
+  const { history, step } = firstStep(sid, t0);
   const messages = structuredClone(step);
   await hooks["experimental.chat.messages.transform"]({}, { messages });
   assert.deepEqual(
@@ -123,21 +131,15 @@ test("the transform swaps in the daemon's window and leaves OpenCode's summary r
 });
 
 test("steps after the first read only what changed (since); what OpenCode changes in its copy stays out", async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), "sidecar-opencode-"));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const wire = join(dir, "to-daemon.log");
-  const { input } = fakeInput();
   // The daemon behind `tee`: what the plugin sends it is on record.
-  const hooks = await plugin(input, {
+  const { hooks, dir } = await pluginOnDaemon(t, (db, dir) => ({
     command: "sh",
-    args: ["-c", 'tee "$0" | exec "$1" -m sidecar serve --db "$2"', wire, PYTHON, join(dir, "s.db")],
-  });
-  t.after(() => hooks.dispose());
-  await hooks.config({ provider: {} });
+    args: ["-c", 'tee "$0" | exec "$1" -m sidecar serve --db "$2"', join(dir, "to-daemon.log"), PYTHON, db],
+  }));
+  const wire = join(dir, "to-daemon.log");
   const sid = "ses_plugin_since";
   const t0 = 1_700_000_000_000;
-  const history = [user(sid, "msg_01", "first", t0), assistant(sid, "msg_02", "msg_01", "one", t0 + 10)];
-  const step1 = [...history, user(sid, "msg_03", "second", t0 + 20)];
+  const { step: step1 } = firstStep(sid, t0);
   const messages = structuredClone(step1);
   await hooks["experimental.chat.messages.transform"]({}, { messages });
   assert.deepEqual(messages.map((m) => m.info.id), ["msg_01", "msg_02", "msg_03"]);
