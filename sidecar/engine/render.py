@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from sidecar.engine.memo import LiveMemo
 from sidecar.model import parts
 from sidecar.model.conversation import CLEARED, COMPACTION_TEXT, INTERRUPTED
 from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
@@ -107,7 +108,8 @@ def _clear(part: parts.Part, mode: Stub = "opencode") -> parts.Part:
 
 
 _MEMO_LIMIT = 50_000
-_parts_memo: dict[tuple[int, tuple[int, ...], str], tuple[WithParts, dict[str, Any]]] = {}
+# A message's rendering by the ids of its Structs, while they live (``engine/memo.py``).
+_parts_memo: LiveMemo[dict[str, Any]] = LiveMemo(_MEMO_LIMIT)
 
 
 def to_parts(
@@ -135,14 +137,12 @@ def to_parts(
         key = (id(m.info), tuple(map(id, m.parts)), stub)
         if raws is not None:  # objects from the store: the same objects, the same JSON
             hit = _parts_memo.get(key)
-            if hit is not None and hit[0].info is m.info:
-                out.append(hit[1])
+            if hit is not None:
+                out.append(hit)
                 continue
         entry = {"info": info(m), "parts": [part(p) for p in m.parts]}
         if raws is not None:
-            if len(_parts_memo) >= _MEMO_LIMIT:
-                _parts_memo.clear()
-            _parts_memo[key] = (WithParts(info=m.info, parts=list(m.parts)), entry)
+            _parts_memo.put(key, (m.info, *m.parts), entry)
         out.append(entry)
     return out
 
@@ -307,7 +307,7 @@ def _openai_content(items: Sequence[str | parts.FilePart], strip_media: bool) ->
     return pieces
 
 
-_openai_memo: dict[tuple[int, tuple[int, ...], str], tuple[WithParts, list[dict[str, Any]]]] = {}
+_openai_memo: LiveMemo[list[dict[str, Any]]] = LiveMemo(_MEMO_LIMIT)
 
 
 def to_openai(
@@ -334,17 +334,14 @@ def to_openai(
         key = (id(msg.info), tuple(map(id, msg.parts)), stub)
         if memo:
             hit = _openai_memo.get(key)
-            if hit is not None and hit[0].info is msg.info:  # ids in the key: the same parts
-                out.extend(hit[1])
+            if hit is not None:  # its objects live: the ids in the key are still theirs
+                out.extend(hit)
                 continue
         rendered: list[dict[str, Any]] = []
         for turn in _message_turns(msg, ok, keeper, stub):
             rendered.extend(_openai_turn(turn, strip_media))
         if memo:
-            if len(_openai_memo) >= _MEMO_LIMIT:
-                _openai_memo.clear()
-            # The entry holds the objects, so their ids cannot be reused while it exists.
-            _openai_memo[key] = (WithParts(info=msg.info, parts=list(msg.parts)), rendered)
+            _openai_memo.put(key, (msg.info, *msg.parts), rendered)
         out.extend(rendered)
     return out
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from sidecar.engine.memo import LiveMemo
 from sidecar.engine.render import (
     SUBTASK_TEXT,
     attached_text,
@@ -82,19 +83,18 @@ def _estimate_tool(part: ToolPart) -> int:
 
 
 _MEMO_LIMIT = 100_000
-_memo: dict[int, tuple[Part, int]] = {}
+_memo: LiveMemo[int] = LiveMemo(_MEMO_LIMIT)
 
 
 def _cached_estimate(part: Part) -> int:
-    """``estimate_part`` remembered per part object: the store hands back the same (immutable
-    by convention) objects for unchanged parts, so a window estimated every turn is cheap."""
-    hit = _memo.get(id(part))
-    if hit is not None and hit[0] is part:
-        return hit[1]
-    cost = estimate_part(part)
-    if len(_memo) >= _MEMO_LIMIT:
-        _memo.clear()
-    _memo[id(part)] = (part, cost)  # holding the part keeps its id from being reused
+    """``estimate_part`` remembered per part object, while it lives: the store hands back the
+    same (immutable by convention) objects for unchanged parts, so a window estimated every
+    turn is cheap."""
+    key = id(part)
+    cost = _memo.get(key)
+    if cost is None:
+        cost = estimate_part(part)
+        _memo.put(key, (part,), cost)
     return cost
 
 

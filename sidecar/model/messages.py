@@ -28,7 +28,8 @@ class MessageError(Base, kw_only=True):
     data: dict[str, Any] | None = None
 
 
-class MessageBase(Base, tag_field="role", kw_only=True):
+class MessageBase(Base, tag_field="role", kw_only=True, weakref=True):
+    # Weakly referenceable, as parts are (``engine/memo.py``).
     id: str = ""
     session_id: str
     time: MessageTime = msgspec.field(default_factory=MessageTime)

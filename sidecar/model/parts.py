@@ -27,7 +27,9 @@ class ToolTime(Base, kw_only=True):
     compacted: Count | None = None
 
 
-class PartBase(Base, tag_field="type", kw_only=True):
+class PartBase(Base, tag_field="type", kw_only=True, weakref=True):
+    # Weakly referenceable: the engine's memos watch decoded parts without keeping them
+    # alive (``engine/memo.py``).
     id: str = ""
     session_id: str
     message_id: str
