@@ -53,9 +53,11 @@ class LiveMemo(Generic[V]):
 
     def _dropped(self, watch: _Watch) -> None:
         """One of an entry's objects was freed: the entry goes, unless it is a newer one."""
-        hit = self._items.get(watch.key)
+        items = self._items
+        hit = items.get(watch.key)
         if hit is not None and watch in hit[1]:
-            del self._items[watch.key]
+            # ``pop``: the object may be freed on another thread, as the loop changes the memo.
+            items.pop(watch.key, None)
 
     def __len__(self) -> int:
         return len(self._items)
