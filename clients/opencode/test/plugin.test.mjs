@@ -159,6 +159,9 @@ test("steps after the first read only what changed (since); what OpenCode change
   assert.deepEqual(again[2].parts.map((p) => p.id), ["prt_msg_03"]);
   assert.equal(again[4].parts[0].text, "third");
 
+  // `tee` writes a frame to the daemon before the file: once the program has ended (dispose
+  // waits for it), the file holds every frame.
+  await hooks.dispose();
   const reads = readFileSync(wire, "utf8")
     .split(/Content-Length: \d+\r\n\r\n/)
     .filter((body) => body.includes('"session/context"'))
