@@ -59,15 +59,23 @@ def shallow_json(raw: str | bytes | msgspec.Raw) -> bytes:
     return flatten_deep(data, STORED_MAX_DEPTH)
 
 
-def decode_stored(decoder: msgspec.json.Decoder[T], raw: str | bytes | msgspec.Raw) -> T:
+def decode_stored(
+    decoder: msgspec.json.Decoder[T],
+    raw: str | bytes | msgspec.Raw,
+    flattened: set[str] | None = None,
+) -> T:
     """A stored row, decoded with no check first (the door checked what the daemon stored);
-    only a row older than that check can recurse too deep, and is read flattened. A row that
-    is not what the daemon stored (a damaged or altered file) is ``StoreDamaged``."""
+    only a row older than that check can recurse too deep, and is read flattened (its id
+    added to ``flattened``, when given). A row that is not what the daemon stored (a damaged
+    or altered file) is ``StoreDamaged``."""
     try:
         try:
             return decoder.decode(raw)
         except RecursionError:
-            return decoder.decode(shallow_json(raw))
+            row = decoder.decode(shallow_json(raw))
+            if flattened is not None:
+                flattened.add(row.id)  # type: ignore[attr-defined]  # messages and parts have ids
+            return row
     except msgspec.DecodeError as exc:  # ValidationError too: a row the door would refuse
         raise StoreDamaged(f"a stored row cannot be read ({exc})") from None
 
@@ -101,18 +109,6 @@ def damage_of(exc: BaseException) -> StoreDamaged | None:
     return None
 
 
-def _decode_row(decoder: msgspec.json.Decoder[T], raw: str | bytes) -> T:
-    try:
-        try:
-            return decoder.decode(raw)
-        except RecursionError:
-            row = decoder.decode(shallow_json(raw))
-            _flattened.add(row.id)  # type: ignore[attr-defined]  # messages and parts have ids
-            return row
-    except msgspec.DecodeError as exc:  # ValidationError too: a row the door would refuse
-        raise StoreDamaged(f"a stored row cannot be read ({exc})") from None
-
-
 def served(raw: str) -> msgspec.Raw:
     """Stored JSON as the daemon serves it: as stored (the row's own str when it can be, no
     copy: an ASCII str's data is its UTF-8), never scanned again."""
@@ -120,12 +116,12 @@ def served(raw: str) -> msgspec.Raw:
 
 
 def decode_message(raw: str | bytes) -> Message:
-    message: Message = _decode_row(_message_decoder, raw)
+    message: Message = decode_stored(_message_decoder, raw, _flattened)
     return message
 
 
 def decode_part(raw: str | bytes) -> Part:
-    part: Part = _decode_row(_part_decoder, raw)
+    part: Part = decode_stored(_part_decoder, raw, _flattened)
     return part
 
 
