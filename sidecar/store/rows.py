@@ -85,11 +85,15 @@ def decode_stored(
 _flattened: set[str] = set()
 
 
-#: What SQLite says (as an ``OperationalError``) when a row is not what the daemon wrote: a
-#: compressed part that does not inflate (``sidecar_inflate`` is the only function the daemon
-#: gives SQLite), JSON that does not parse. A page that is not a database's is SQLite's
-#: ``SQLITE_CORRUPT``/``SQLITE_NOTADB``: a plain ``DatabaseError``.
-_DAMAGE = ("user-defined function raised exception", "malformed JSON")
+#: What SQLite says (as an ``OperationalError``) when a row is not what the daemon wrote, and
+#: what the reply says of it (None: SQLite's own words): a compressed part that does not
+#: inflate (``sidecar_inflate`` is the only function the daemon gives SQLite), JSON that does
+#: not parse. A page that is not a database's is SQLite's ``SQLITE_CORRUPT``/``SQLITE_NOTADB``:
+#: a plain ``DatabaseError``.
+_DAMAGE: dict[str, str | None] = {
+    "user-defined function raised exception": "a compressed part does not inflate",
+    "malformed JSON": None,
+}
 
 
 def damage_of(exc: BaseException) -> StoreDamaged | None:
@@ -102,10 +106,10 @@ def damage_of(exc: BaseException) -> StoreDamaged | None:
     text = str(exc)
     if type(exc) is sqlite3.DatabaseError:  # not a subclass: a lock, a full disk, too big
         return StoreDamaged(f"SQLite: {text}")
-    if isinstance(exc, sqlite3.OperationalError) and any(d in text for d in _DAMAGE):
-        if text.startswith("user-defined function"):
-            text = "a compressed part does not inflate"
-        return StoreDamaged(f"SQLite: {text}")
+    if isinstance(exc, sqlite3.OperationalError):
+        for said, meaning in _DAMAGE.items():
+            if said in text:
+                return StoreDamaged(f"SQLite: {meaning or text}")
     return None
 
 
