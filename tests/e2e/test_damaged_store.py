@@ -22,6 +22,8 @@ STORE_DAMAGED = -32049
 
 # A tool output large and repetitive enough to be stored deflated (``packed.PACK_BYTES``).
 OUTPUT = "".join(f"{i:5d}\tline of a file the tool read\n" for i in range(400))
+# A part's stored JSON cut short, as a damaged disk or a hand edit leaves it.
+CUT = '{"id": "broken'
 
 
 def _tool_part(session_id: str, message_id: str, pid: str) -> dict[str, object]:
@@ -52,8 +54,7 @@ def _damage(db: Path, how: str, pid: str) -> None:
             assert z is not None, "the output was stored deflated"
             conn.execute("UPDATE parts SET z = ? WHERE id = ?", (z[:8] + b"\xff" * 32, pid))
         else:  # a plain row whose JSON is cut short
-            cut = '{"id": "broken'
-            conn.execute("UPDATE parts SET data = ?, z = NULL WHERE id = ?", (cut, pid))
+            conn.execute("UPDATE parts SET data = ?, z = NULL WHERE id = ?", (CUT, pid))
         conn.commit()
     finally:
         conn.close()
@@ -102,15 +103,14 @@ async def test_a_damaged_part_fails_its_read_with_the_store_error_and_nothing_el
 
 
 async def _cut_short(db: str | Path, pid: str) -> None:
-    """``pid``'s stored JSON cut short, as a damaged disk or a hand edit leaves it."""
-    cut = '{"id": "broken'
+    """``pid``'s stored JSON cut short (``CUT``), on either backend."""
     if isinstance(db, Path):
         _damage(db, "plain", pid)
         return
     conn = await asyncpg.connect(db)
     try:  # the row as a hand edit leaves it: no trigger of the daemon's runs
         await conn.execute("SET session_replication_role = replica")
-        await conn.execute("UPDATE parts SET data = $1 WHERE id = $2", cut, pid)
+        await conn.execute("UPDATE parts SET data = $1 WHERE id = $2", CUT, pid)
     finally:
         await conn.close()
 
