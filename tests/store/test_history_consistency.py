@@ -232,6 +232,12 @@ def test_the_index_stays_equal_to_the_parts(tmp_path: Path, seed: int) -> None:
     conn.close()
 
 
+def _json_extract(real: sqlite3.Connection, data: str, *paths: str) -> object:
+    """SQLite's own ``json_extract`` (on ``real``), for a counting stand-in to hand over to."""
+    marks = ", ".join("?" * (1 + len(paths)))
+    return real.execute(f"SELECT json_extract({marks})", (data, *paths)).fetchone()[0]
+
+
 def _one_tool_part(tmp_path: Path) -> tuple[sqlite3.Connection, World, str]:
     """A database at the current schema holding one indexed tool part, ``prt_a``."""
     conn = _open(tmp_path / "h.db", schema.SCHEMA_VERSION)
@@ -265,8 +271,7 @@ def test_a_held_rewrite_does_not_even_compare_the_texts(tmp_path: Path) -> None:
 
     def counting(data: str, *paths: str) -> object:
         calls.extend(paths)
-        marks = ", ".join("?" * (1 + len(paths)))
-        return real.execute(f"SELECT json_extract({marks})", (data, *paths)).fetchone()[0]
+        return _json_extract(real, data, *paths)
 
     conn.create_function("json_extract", -1, counting)
     mark = "UPDATE parts SET data = json_set(data, '$.state.time.compacted', ?) WHERE id = ?"
@@ -313,8 +318,7 @@ def test_a_tool_completing_with_a_deflated_output_is_noted_without_reading_that_
 
     def extract(data: str, *paths: str) -> object:
         calls.append(f"json_extract of {len(data)} characters")
-        marks = ", ".join("?" * (1 + len(paths)))
-        return real.execute(f"SELECT json_extract({marks})", (data, *paths)).fetchone()[0]
+        return _json_extract(real, data, *paths)
 
     conn.create_function("sidecar_inflate", 1, inflate, deterministic=True)
     conn.create_function("json_extract", -1, extract)
