@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import re
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from typing import Any
 
 from sidecar_client import connect
 
+from sidecar.protocol.framing import FrameError, FrameParser
 from tests.agents.fake_llm import FakeLLM, Request, text_of
 from tests.agents.pi_agent import PiRPC, pi_setup, unpack
 from tests.daemon_env import cli_env
@@ -173,14 +173,14 @@ def start_pi(
 
 def context_reads(wire: Path) -> list[dict[str, Any]]:
     """The params of each `session/context` request in `wire` (LSP frames, as sent)."""
-    data, at, out = wire.read_bytes(), 0, []
-    while at < len(data):
-        head = re.compile(rb"Content-Length: (\d+)\r\n\r\n").match(data, at)
-        assert head is not None, data[at : at + 80]
-        at = head.end() + int(head[1])
-        sent = json.loads(data[head.end() : at])
+    parser, out = FrameParser(), []
+    parser.feed(wire.read_bytes())
+    while (body := parser.next()) is not None:
+        assert not isinstance(body, FrameError), body
+        sent = json.loads(bytes(body))
         if sent.get("method") == "session/context":
             out.append(sent["params"])
+    assert parser.inside_frame is None, parser.inside_frame
     return out
 
 
