@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from typing import Any
 
 import httpx
@@ -505,3 +506,31 @@ async def test_finish_reason_without_done_is_complete(
     server.script(Reply(events=[chunk("done"), chunk(finish="length")]))
     result = await writer(server, http).summarize(req())
     assert result.text == "done"
+
+
+class _Lookups:
+    """A ``sys.meta_path`` finder that records the modules looked for and finds none: each is
+    an import the module cache did not answer (a path search, ~25 us, even when it fails)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        self.names.append(name)
+
+
+async def test_a_summary_after_the_first_imports_nothing(
+    server: ScriptedServer, http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """httpcore asks ``import sniffio`` on every request and stream; were sniffio missing,
+    each ask would search ``sys.path`` again (a failed import is not cached), about seven
+    searches per compaction."""
+    w = writer(server, http)
+    server.script(stream("first "))
+    await w.summarize(req(), lambda _n: None)
+    lookups = _Lookups()
+    monkeypatch.setattr(sys, "meta_path", [lookups, *sys.meta_path])
+    server.script(stream("second "))
+    result = await w.summarize(req(), lambda _n: None)
+    assert result.text == "second"
+    assert lookups.names == []
