@@ -53,7 +53,11 @@ class FramedProtocol(asyncio.Protocol):
             self._need = -1
             out.append(self.on_frame(body))
         if out:
+            self.read_done()
             self._out.write(b"".join(out))
+
+    def read_done(self) -> None:
+        """Called after the frames of one read were handled, before their answers go out."""
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.finish()

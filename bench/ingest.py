@@ -9,12 +9,17 @@ driven by the same client (an ``asyncio.SubprocessProtocol`` that parses frames 
   ``message/update``; the workload is ``part/update`` of a ~200-byte text part with a fresh
   ascending part id each time. Its ``part/updated`` notifications (the writer is subscribed to
   the session) are read and discarded;
-* ``bench/_echo_server.py``: inline handler, ``result`` = ``params.part``.
+* ``bench/_echo_server.py``: inline handler, ``result`` = ``params.part``;
+* ``bench/_durable_server.py``, the durable floor (no target; for comparison): the echo plus
+  what makes an answer mean "stored": the part validated into a Struct, upserted into SQLite
+  (WAL, ``synchronous=NORMAL``, no triggers) with one commit per read, and answered with the
+  reply and one ``part/updated``, as the daemon answers. What the daemon costs above it is its
+  own work (ordering, the write door, the cache, the index notes, events, bounds, errors).
 
 Figures: pipelined (N requests, ``--inflight`` in flight, a new one sent per reply), sequential
 round trips (send, await reply, repeat), and spawn-to-``initialize`` of the daemon vs. the bare
 ``python -c "import pygls.server"``. Every measurement uses a fresh process (and a fresh database
-for the daemon); targets alternate daemon, echo, daemon, echo ... and figures are medians over
+for the daemon); targets alternate daemon, durable, echo, daemon, ... and figures are medians over
 ``--runs``; the target verdicts use the ratio of those medians, and each adjacent daemon/echo
 pair's own ratio is printed beside it (a pair shares the neighbours' load). Latency = client
 write -> client read of the reply. "server CPU" is the server process's utime+stime (all
@@ -61,6 +66,7 @@ from _util import median, pct  # noqa: E402
 
 PY = sys.executable
 ECHO_CMD = [PY, str(HERE / "_echo_server.py")]
+DURABLE = str(HERE / "_durable_server.py")
 # ~200 bytes of text, JSON-safe and free of '%' (it goes into a bytes %-template).
 TEXT = (
     b"The quick brown fox jumps over the lazy dog while the compaction sidecar stores "
@@ -317,7 +323,7 @@ class Target:
         pattern: it must never overtake its message).
         """
         self.spawns += 1
-        db = str(tmp / f"bench-{self.spawns}.db")
+        db = str(tmp / f"bench-{self.name}-{self.spawns}.db")
         if self.databases is not None:
             db = await self.databases.fresh(f"ingest{self.spawns}")
         errfile = tmp / f"{self.name}-{self.spawns}.stderr"
@@ -533,9 +539,10 @@ async def main() -> None:
 
     daemon = Target("daemon", daemon_cmd, daemon=True)
     echo = Target("echo", lambda db: ECHO_CMD, daemon=False)
+    durable = Target("durable", lambda db: [PY, DURABLE, db], daemon=False)
     pg_dbs = Databases(args.db) if args.db else None
     pg = Target("daemon-pg", daemon_cmd, daemon=True, databases=pg_dbs) if pg_dbs else None
-    targets = (daemon, pg, echo) if pg is not None else (daemon, echo)
+    targets = (daemon, pg, durable, echo) if pg is not None else (daemon, durable, echo)
     t_start = time.perf_counter()
     names = [t.name for t in targets]
     pipe: dict[str, list[Load]] = {n: [] for n in names}
@@ -582,28 +589,38 @@ async def main() -> None:
 
     print(
         f"ingest bench: part/update, {len(TEXT)}-byte text parts; medians of {args.runs} "
-        f"interleaved runs (daemon, echo, ...); {os.cpu_count()} CPUs; Python "
+        f"interleaved runs (daemon, durable, echo, ...); {os.cpu_count()} CPUs; Python "
         f"{sys.version.split()[0]}"
     )
     print(f"pipelined: N={args.n:,}, {args.inflight} in flight (+{WARMUP_PIPELINED} warm-up)")
     d_rate, _ = line("daemon", pipe["daemon"])
+    f_rate, _ = line("durable", pipe["durable"])
     e_rate, _ = line("raw echo", pipe["echo"])
     ratio = d_rate / e_rate
     print(f"  ratio daemon/echo rate: {ratio:.1%} (target >= 25%)  {verdict(ratio >= 0.25)}")
+    print(
+        f"  ratio durable/echo rate: {f_rate / e_rate:.1%}; daemon/durable: {d_rate / f_rate:.1%}"
+    )
     per_pair(pipe, 0, ".1%", pg is not None)
     print(
         f"pipelined message+part: N={args.n:,} alternating message/update and the part/update "
         f"of that message right behind it, {args.inflight} in flight"
     )
     d_rate, _ = line("daemon", mixed["daemon"])
+    f_rate, _ = line("durable", mixed["durable"])
     e_rate, _ = line("raw echo", mixed["echo"])
     print(f"  ratio daemon/echo rate: {d_rate / e_rate:.1%} (no target; for comparison)")
+    print(
+        f"  ratio durable/echo rate: {f_rate / e_rate:.1%}; daemon/durable: {d_rate / f_rate:.1%}"
+    )
     per_pair(mixed, 0, ".1%", pg is not None)
     print(f"sequential: {args.seq:,} round trips (+{WARMUP_SEQ} warm-up)")
     _, d_p50 = line("daemon", seqs["daemon"])
+    _, f_p50 = line("durable", seqs["durable"])
     _, e_p50 = line("raw echo", seqs["echo"])
     ratio = d_p50 / e_p50
     print(f"  ratio daemon/echo p50: {ratio:.2f}x (target <= 3x)  {verdict(ratio <= 3)}")
+    print(f"  ratio durable/echo p50: {f_p50 / e_p50:.2f}x; daemon/durable: {d_p50 / f_p50:.2f}x")
     per_pair(seqs, 1, ".2f", pg is not None, "x")
     for label, samples in (("", st), (" [bytecode cached]", st_cached)):
         if samples is None:
