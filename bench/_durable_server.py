@@ -18,7 +18,7 @@ import sqlite3
 import sys
 
 import msgspec
-from _framed import FramedProtocol, serve_stdio
+from _framed import FramedProtocol, frame, serve_stdio
 
 
 class _Envelope(msgspec.Struct):
@@ -78,10 +78,6 @@ _UPSERT_MESSAGE = (
 )
 
 
-def _frame(body: bytes) -> bytes:
-    return b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
-
-
 class DurableProtocol(FramedProtocol):
     def __init__(self, out: asyncio.WriteTransport, done: asyncio.Future[None]) -> None:
         super().__init__(out, done)
@@ -115,9 +111,9 @@ class DurableProtocol(FramedProtocol):
             self._db.execute(_UPSERT_MESSAGE, row)
             note = b'{"jsonrpc":"2.0","method":"message/updated","params":{"message":%b}}' % raw
         else:
-            return _frame(b'{"jsonrpc":"2.0","id":%b,"result":{}}' % rid)
+            return frame(b'{"jsonrpc":"2.0","id":%b,"result":{}}' % rid)
         reply = b'{"jsonrpc":"2.0","id":%b,"result":%b}' % (rid, raw)
-        return _frame(note) + _frame(reply)
+        return frame(note) + frame(reply)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 
 import msgspec
-from _framed import FramedProtocol, serve_stdio
+from _framed import FramedProtocol, frame, serve_stdio
 
 
 class _Envelope(msgspec.Struct):
@@ -35,7 +35,7 @@ class EchoProtocol(FramedProtocol):
         reply = self._handle(body)
         if reply is None:
             return b""
-        return b"Content-Length: %d\r\n\r\n%b" % (len(reply), reply)
+        return frame(reply)
 
     def _handle(self, body: bytes) -> bytes | None:
         env = _envelope.decode(body)

@@ -12,6 +12,11 @@ import sys
 from collections.abc import Callable
 
 
+def frame(body: bytes) -> bytes:
+    """``body`` in the daemon's framing, as the baseline servers answer."""
+    return b"Content-Length: %d\r\n\r\n%b" % (len(body), body)
+
+
 class FramedProtocol(asyncio.Protocol):
     """Splits stdin into frames; ``on_frame`` returns the bytes to write back (or ``b""``)."""
 

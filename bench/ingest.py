@@ -496,6 +496,16 @@ def compare_pg(loads: dict[str, list[Load]], figure: int) -> None:
         )
 
 
+def durable_ratios(
+    daemon: float, durable: float, echo: float, figure: str, spec: str, unit: str = ""
+) -> None:
+    """The durable floor's ``figure`` against the echo's, and the daemon's against it."""
+    print(
+        f"  ratio durable/echo {figure}: {format(durable / echo, spec)}{unit}; "
+        f"daemon/durable: {format(daemon / durable, spec)}{unit}"
+    )
+
+
 def line(label: str, loads: list[Load]) -> tuple[float, float]:
     rate, p50, p99, rates = summarize(loads)
     runs = ", ".join(f"{r:,.0f}" for r in rates)
@@ -598,9 +608,7 @@ async def main() -> None:
     e_rate, _ = line("raw echo", pipe["echo"])
     ratio = d_rate / e_rate
     print(f"  ratio daemon/echo rate: {ratio:.1%} (target >= 25%)  {verdict(ratio >= 0.25)}")
-    print(
-        f"  ratio durable/echo rate: {f_rate / e_rate:.1%}; daemon/durable: {d_rate / f_rate:.1%}"
-    )
+    durable_ratios(d_rate, f_rate, e_rate, "rate", ".1%")
     per_pair(pipe, 0, ".1%", pg is not None)
     print(
         f"pipelined message+part: N={args.n:,} alternating message/update and the part/update "
@@ -610,9 +618,7 @@ async def main() -> None:
     f_rate, _ = line("durable", mixed["durable"])
     e_rate, _ = line("raw echo", mixed["echo"])
     print(f"  ratio daemon/echo rate: {d_rate / e_rate:.1%} (no target; for comparison)")
-    print(
-        f"  ratio durable/echo rate: {f_rate / e_rate:.1%}; daemon/durable: {d_rate / f_rate:.1%}"
-    )
+    durable_ratios(d_rate, f_rate, e_rate, "rate", ".1%")
     per_pair(mixed, 0, ".1%", pg is not None)
     print(f"sequential: {args.seq:,} round trips (+{WARMUP_SEQ} warm-up)")
     _, d_p50 = line("daemon", seqs["daemon"])
@@ -620,7 +626,7 @@ async def main() -> None:
     _, e_p50 = line("raw echo", seqs["echo"])
     ratio = d_p50 / e_p50
     print(f"  ratio daemon/echo p50: {ratio:.2f}x (target <= 3x)  {verdict(ratio <= 3)}")
-    print(f"  ratio durable/echo p50: {f_p50 / e_p50:.2f}x; daemon/durable: {d_p50 / f_p50:.2f}x")
+    durable_ratios(d_p50, f_p50, e_p50, "p50", ".2f", "x")
     per_pair(seqs, 1, ".2f", pg is not None, "x")
     for label, samples in (("", st), (" [bytecode cached]", st_cached)):
         if samples is None:
