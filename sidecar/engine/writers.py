@@ -14,7 +14,7 @@ from sidecar.engine.host import Host
 from sidecar.errors import ErrorCode, SidecarError
 from sidecar.model.config import Config, SummarizerConfig
 from sidecar.summarizers.base import Summarizer
-from sidecar.summarizers.factory import build_summarizer
+from sidecar.summarizers.factory import HTTP_WRITERS, build_summarizer
 
 
 class Writers:
@@ -28,7 +28,7 @@ class Writers:
         found = self._writers.get(key)
         if found is None:
             http = None
-            if cfg.summarizer.provider in _HTTP:
+            if cfg.summarizer.provider in HTTP_WRITERS:
                 if self._http is None:
                     self._http = _http_client(cfg.summarizer.timeout)
                 http = self._http
@@ -49,9 +49,11 @@ class Writers:
         and the writer's (its retry loop, its SSE parser: ~15 ms) would otherwise be the
         first compaction's, counted in the turn that compacted first."""
         provider = cfg.summarizer.provider
-        if provider not in _HTTP or self._http is not None:
+        if provider not in HTTP_WRITERS or self._http is not None:
             return
-        client = await asyncio.to_thread(_warmed_client, cfg.summarizer.timeout, _HTTP[provider])
+        client = await asyncio.to_thread(
+            _warmed_client, cfg.summarizer.timeout, HTTP_WRITERS[provider]
+        )
         if self._http is None:
             self._http = client
         else:  # a compaction came first and built its own
@@ -67,10 +69,6 @@ class Writers:
             await w.aclose()
         if self._http is not None:
             await self._http.aclose()
-
-
-#: The HTTP writers, by provider: the module ``build_summarizer`` imports for each.
-_HTTP = {"openai": "sidecar.summarizers.openai", "anthropic": "sidecar.summarizers.anthropic"}
 
 
 #: What httpx's first request imports (httpcore's AnyIO network backend, anyio's asyncio

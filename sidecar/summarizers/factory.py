@@ -18,6 +18,14 @@ if TYPE_CHECKING:
     import httpx
 
 
+#: The module each HTTP writer lives in, by provider: ``build_summarizer`` imports it when it
+#: first builds one, ``engine.writers.Writers.warm`` ahead of the first compaction.
+HTTP_WRITERS = {
+    "openai": "sidecar.summarizers.openai",
+    "anthropic": "sidecar.summarizers.anthropic",
+}
+
+
 def build_summarizer(
     cfg: SummarizerConfig,
     *,

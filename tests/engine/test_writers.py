@@ -12,6 +12,7 @@ import pytest
 import sidecar.engine.writers as writers_mod
 from sidecar.engine.writers import Writers
 from sidecar.model.config import Config, SummarizerConfig
+from sidecar.summarizers.factory import HTTP_WRITERS
 
 
 class _Host:
@@ -87,3 +88,11 @@ def test_warm_imports_the_configured_writer_ahead_of_the_first_compaction(provid
     ).stdout.split()
     assert f"sidecar.summarizers.{provider}" in out
     assert "sidecar.summarizers._retry" in out
+
+
+@pytest.mark.parametrize("provider", sorted(HTTP_WRITERS))
+async def test_the_module_warm_imports_is_the_one_the_writer_comes_from(provider: str) -> None:
+    writers = Writers(_Host())  # type: ignore[arg-type]
+    writer = writers.get(_config(provider))
+    assert type(writer).__module__ == HTTP_WRITERS[provider]
+    await writers.aclose()
