@@ -149,10 +149,26 @@ class _Entry:
     # every write to that message or its parts; kept for one session at a time.
     built: dict[str, Any] = field(default_factory=dict)
 
+    def advance(self, start: Key) -> None:
+        """Start at ``start``, a later key: the messages before it leave."""
+        cut = bisect.bisect_left(self.keys, start)
+        for key in self.keys[:cut]:
+            mid = key.id
+            del self.info[mid], self.key_of[mid], self.parts[mid]
+            self.built.pop(mid, None)
+            self.unverified.discard(mid)
+        del self.keys[:cut]
+        self.start = start
+
     def rows(self) -> tuple[list[Row], list[PartRow]]:
         msgs = [(k.id, self.info[k.id]) for k in self.keys]
         parts = [(k.id, pid, raw) for k in self.keys for pid, raw in self.parts[k.id].items()]
         return msgs, parts
+
+
+def _covers(held: Key | None, start: Key | None) -> bool:
+    """Does a window held from ``held`` hold the one from ``start`` (None: the beginning)?"""
+    return held is None or (start is not None and held <= start)
 
 
 class WindowCache:
@@ -171,11 +187,18 @@ class WindowCache:
         return (self._clears, self._versions.get(sid, 0))
 
     def _hit(self, sid: str, start: Key | None) -> _Entry | None:
-        """The session's entry if it holds the window starting at ``start`` (counted)."""
+        """The session's entry if it holds the window starting at ``start`` (counted). An
+        entry from an earlier start holds it too (every message from there on): it moves up
+        to ``start`` and lets go of what is before it, as the window after a compaction starts
+        at its marker and never again before it (a read from an earlier start goes to SQLite).
+        """
         entry = self._entries.get(sid)
-        if entry is None or entry.start != start:
+        if entry is None or not _covers(entry.start, start):
             self.misses += 1
             return None
+        if entry.start != start:
+            assert start is not None
+            entry.advance(start)
         self._entries.move_to_end(sid)
         self.hits += 1
         return entry

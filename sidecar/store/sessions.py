@@ -192,10 +192,21 @@ async def put_many(
     parts: Sequence[tuple[Part, bytes | str]],
 ) -> None:
     statements = _rows_of(messages, parts)
-    if statements:
-        await t.backend.submit(statements)
-    for sid in {m.session_id for m, _ in messages} | {p.session_id for p, _ in parts}:
-        t.cache.invalidate(sid)
+    if not statements:
+        return
+    counts = await t.backend.submit(statements)
+    if any(n != len(rows) for n, (_, rows) in zip(counts, statements, strict=True)):
+        # merged with others, and some row did not apply: which is unknown
+        for sid in {m.session_id for m, _ in messages} | {p.session_id for p, _ in parts}:
+            t.cache.invalidate(sid)
+        return
+    # Every row applied: the cache takes them as it takes single writes (a compaction's
+    # marker and summary no longer send the next read of the window to SQLite).
+    rows = [row for _, stmt_rows in statements for row in stmt_rows]
+    for (info, _), row in zip(messages, rows, strict=False):
+        t.cache.message_written(info.session_id, Key(info.time.created, info.id), row[-1])
+    for (part, _), row in zip(parts, rows[len(messages) :], strict=True):
+        t.cache.part_written(part.session_id, part.message_id, part.id, row[-1])
 
 
 async def put_sessions_with(

@@ -98,6 +98,36 @@ async def test_a_window_from_a_boundary_stays_cached_as_messages_are_added(store
     assert [p.id for m in await store.window("s", start) for p in m.parts] == ["p2", "p0"]
 
 
+async def test_a_compactions_appends_keep_the_window_cached_and_its_new_start_is_served_from_it(
+    store: Store,
+) -> None:
+    """A compaction appends its marker and summary in one batch (``put_many``) and the window
+    then starts later, at the marker: both come from the cached window, not from SQLite, and
+    the entry lets go of what is now before its start."""
+    await store.put_session(Session(id="s", title="", time=SessionTime(created=1, updated=1)))
+    for i in (1, 2):
+        m = UserMessage(id=f"m{i}", session_id="s", time=MessageTime(created=10 * i))
+        t = TextPart(id=f"p{i}", session_id="s", message_id=f"m{i}", text=f"t{i}")
+        await store.put_message(m, enc(m))
+        await store.put_part(t, enc(t))
+    await store.window("s")  # read from SQLite: cached from here
+    marker = UserMessage(id="m3", session_id="s", time=MessageTime(created=30))
+    summary = UserMessage(id="m4", session_id="s", time=MessageTime(created=40))
+    text = TextPart(id="p4", session_id="s", message_id="m4", text="summary")
+    await store.put_many([(marker, enc(marker)), (summary, enc(summary))], [(text, enc(text))])
+    misses = store.cache.misses
+    await _check(store, "s")
+    start = Key(30, "m3")
+    await _check(store, "s", start)
+    assert store.cache.misses == misses
+    cached = store.cached_newest_first("s")
+    assert cached is not None and cached[0] == start
+    assert [m.info.id for m in cached[1]] == ["m4", "m3"]
+    # an earlier start than the entry's goes back to SQLite, and is exact
+    await _check(store, "s", Key(20, "m2"))
+    assert store.cache.misses == misses + 1
+
+
 async def test_a_cached_window_reassembles_only_the_messages_written_since(store: Store) -> None:
     await store.put_session(Session(id="s", title="", time=SessionTime(created=1, updated=1)))
     for i in (1, 2):
@@ -139,7 +169,9 @@ def test_a_read_that_raced_with_a_write_is_not_cached() -> None:
 
 ops = st.lists(
     st.tuples(
-        st.sampled_from(["msg", "part", "repart", "rmpart", "rmmsg", "retime", "compact"]),
+        st.sampled_from(
+            ["msg", "part", "repart", "rmpart", "rmmsg", "retime", "compact", "many", "advance"]
+        ),
         st.integers(0, 5),
         st.integers(0, 5),
     ),
@@ -187,6 +219,13 @@ async def test_random_writes_never_make_the_cache_diverge(
             await store.remove_message(sid, mid)
         elif op == "compact":
             await store.mark_compacted([pid], 5)
+        elif op == "many":  # a compaction's batch: a new message and a part of it
+            m = UserMessage(id=mid, session_id=sid, time=MessageTime(created=a * 7 + b))
+            p = TextPart(id=pid, session_id=sid, message_id=mid, text=f"many-{b}")
+            with contextlib.suppress(Conflict):
+                await store.put_many([(m, enc(m))], [(p, enc(p))])
+        elif op == "advance":  # the window now starts later (a new compaction boundary)
+            start = max(start, Key(a * 7, ""))
         await _check(store, sid, start)
 
 
