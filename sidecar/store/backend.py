@@ -110,6 +110,9 @@ class Backend(Protocol):
 
     #: The history index's batch statements (``indexer.Indexer``); empty: no indexer.
     history_batch: Sequence[str]
+    # Is ``fresh`` a check in memory (SQLite's ``data_version``), not a round trip? Only
+    # then is a point read worth remembering (``WindowCache.recall``).
+    cheap_fresh: bool
     #: Called after each commit that stored a write (set by the store: the indexer's cue).
     on_commit: Callable[[], None] | None
 
@@ -152,6 +155,7 @@ class ReadOnly:
     shares_events = False
     commits = 0
     history_batch: Sequence[str] = ()  # nothing is written, so nothing to index
+    cheap_fresh = False  # ``fresh`` forgets everything
 
     def large_part(self, row: tuple[Any, ...], pieces: Shared) -> list[Statement] | None:
         return None  # refused at the write itself

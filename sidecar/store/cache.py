@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
@@ -166,6 +166,12 @@ class _Entry:
         return msgs, parts
 
 
+#: What ``WindowCache.recall`` returns when it holds nothing valid.
+MISS = object()
+# Point reads remembered at most (all are let go past it).
+_MAX_MEMOS = 4096
+
+
 def _covers(held: Key | None, start: Key | None) -> bool:
     """Does a window held from ``held`` hold the one from ``start`` (None: the beginning)?"""
     return held is None or (start is not None and held <= start)
@@ -180,6 +186,14 @@ class WindowCache:
         self.hits = 0
         self.misses = 0
         self._built_for: str | None = None  # the session whose entry keeps ``built``
+        # Per session, the writes that can change its compaction boundary and its row (see
+        # ``memo_version``), the point reads remembered for them, and the compaction parts
+        # and messages of the boundaries remembered (a rewrite of one, whatever it becomes,
+        # counts).
+        self._shapes: dict[str, int] = {}
+        self._rows: dict[str, int] = {}
+        self._memo: dict[tuple[str, Hashable], tuple[Version, Any]] = {}
+        self._bound_ids: set[str] = set()
 
     def version(self, sid: str) -> Version:
         """What a read of ``sid`` notes before it reads and ``put``/``verify`` compare: the
@@ -294,6 +308,62 @@ class WindowCache:
         while len(self._entries) > self._max:
             self._entries.popitem(last=False)
 
+    # -- point reads remembered (a session's row, its compaction boundary) ---------------
+
+    def memo_version(self, sid: str, what: Hashable) -> Version:
+        """What a point read of ``sid`` notes before it reads and ``remember`` compares: the
+        cache's clears and the session's writes that can change what it read. The session's
+        row (``what`` is ``"session"``): its own writes, and a message's, which raises its
+        ``updated``. Its boundary (any other ``what``): a user message (a marker), a summary,
+        a compaction part, a removal, or a rewrite of the marker, summary or compaction part
+        a remembered boundary was made of. A part streamed into the conversation, or an
+        assistant's message, changes neither."""
+        counts = self._rows if what == "session" else self._shapes
+        return (self._clears, counts.get(sid, 0))
+
+    def recall(self, sid: str, what: Hashable) -> Any:
+        """What ``remember`` kept for ``(sid, what)`` if no such write came since, else
+        ``MISS``."""
+        found = self._memo.get((sid, what))
+        if found is None or found[0] != self.memo_version(sid, what):
+            return MISS
+        return found[1]
+
+    def remember(
+        self, sid: str, what: Hashable, version: Version, value: Any, made_of: Iterable[str] = ()
+    ) -> None:
+        """Keep a point read made at ``version`` (``made_of``: the ids of the rows a boundary
+        was made of, whose every rewrite is then watched), unless a write came while it ran."""
+        if version != self.memo_version(sid, what):
+            return
+        if len(self._memo) >= _MAX_MEMOS:
+            self._memo.clear()
+            self._bound_ids.clear()
+        self._bound_ids.update(made_of)
+        self._memo[(sid, what)] = (version, value)
+
+    def _reshape(self, sid: str) -> None:
+        self._shapes[sid] = self._shapes.get(sid, 0) + 1
+
+    def session_written(self, sid: str) -> None:
+        """A session's row was written (or deleted)."""
+        self._rows[sid] = self._rows.get(sid, 0) + 1
+
+    def _session_touched(self, sid: str, created: int) -> None:
+        """A message's write raised the session's ``updated`` to ``created`` at least: a
+        remembered row takes it (the row's version moves on, so a read under way when the
+        message committed is not kept)."""
+        found = self._memo.get((sid, "session"))
+        valid = found is not None and found[0] == self.memo_version(sid, "session")
+        self.session_written(sid)
+        if found is None or not valid or found[1] is None:
+            return
+        session = found[1]
+        if created > session.time.updated:
+            time = msgspec.structs.replace(session.time, updated=created)
+            session = msgspec.structs.replace(session, time=time)
+        self._memo[(sid, "session")] = (self.memo_version(sid, "session"), session)
+
     # -- writes (called after commit) ------------------------------------------------------
 
     def _touch(self, sid: str) -> _Entry | None:
@@ -309,9 +379,19 @@ class WindowCache:
 
     def invalidate(self, sid: str) -> None:
         self._touch(sid)
+        self._reshape(sid)
+        self.session_written(sid)
         self._entries.pop(sid, None)
 
-    def message_written(self, sid: str, key: Key, raw: str) -> None:
+    def message_written(
+        self, sid: str, key: Key, raw: str, *, moves: bool = True, touched: bool = False
+    ) -> None:
+        """``moves``: the message may move the session's boundary (a user message, a summary;
+        see ``memo_version``); ``touched``: its write raised the session's ``updated``."""
+        if moves or key.id in self._bound_ids:
+            self._reshape(sid)
+        if touched:
+            self._session_touched(sid, key.created)
         entry = self._touch(sid)
         if entry is None:
             return
@@ -334,7 +414,10 @@ class WindowCache:
         entry.key_of[key.id] = key
         entry.parts[key.id] = {}
 
-    def part_written(self, sid: str, mid: str, pid: str, raw: str) -> None:
+    def part_written(self, sid: str, mid: str, pid: str, raw: str, kind: str | None = None) -> None:
+        """``kind``: the part's type as written (None: unknown)."""
+        if kind is None or kind == "compaction" or pid in self._bound_ids:
+            self._reshape(sid)
         entry = self._touch(sid)
         if entry is None or mid not in entry.info:
             return
@@ -347,6 +430,7 @@ class WindowCache:
             entry.parts[mid] = dict(sorted(parts.items()))
 
     def message_removed(self, sid: str, mid: str) -> None:
+        self._reshape(sid)
         entry = self._touch(sid)
         if entry is None or mid not in entry.key_of:
             return
@@ -357,6 +441,7 @@ class WindowCache:
         del entry.parts[mid]
 
     def part_removed(self, sid: str, mid: str, pid: str) -> None:
+        self._reshape(sid)
         entry = self._touch(sid)
         if entry is not None and mid in entry.parts:
             entry.built.pop(mid, None)

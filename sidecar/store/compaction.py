@@ -5,25 +5,27 @@ are steering data, ``steer.py``)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import msgspec
 
-from sidecar.store.cache import Key
-from sidecar.store.rows import Tables, cached_part, decode_stored, rows_in
+from sidecar.store.cache import MISS, Key
+from sidecar.store.rows import Tables, cached_part, decode_stored, kind_of, rows_in
 from sidecar.store.statements import PARTS_BY_IDS
 
 # ``mark_compacted`` reads back at most this many parts on the loop (``query_point``).
 INLINE_READ_BACK = 16
 
+# Joined to one of its finished summaries (not ``EXISTS``), whose id is then watched with
+# the marker's and its compaction part's (``WindowCache.remember``).
 _BOUNDARY = (
-    "SELECT m.created, m.id, p.data "
+    "SELECT m.created, m.id, p.data, p.id, s.id "
     "FROM parts p JOIN messages m ON m.id = p.message_id "
-    "WHERE p.session_id = ? AND p.type = 'compaction' AND m.role = 'user' "
-    "AND EXISTS (SELECT 1 FROM messages s WHERE s.parent_id = m.id AND s.summary_ok = 1 "
-    "AND s.session_id = m.session_id{before} ORDER BY m.created DESC, m.id DESC LIMIT 1"
+    "JOIN messages s ON s.parent_id = m.id AND s.summary_ok = 1 AND s.session_id = m.session_id "
+    "WHERE p.session_id = ? AND p.type = 'compaction' AND m.role = 'user'{before} "
+    "ORDER BY m.created DESC, m.id DESC LIMIT 1"
 )
-_BEFORE = " AND (s.created, s.id) < (?, ?)) AND (m.created, m.id) < (?, ?)"
+_BEFORE = " AND (s.created, s.id) < (?, ?) AND (m.created, m.id) < (?, ?)"
 _SUMMARIES = (
     "SELECT id FROM messages WHERE session_id = ? AND summary_ok = 1 "
     "ORDER BY created DESC, id DESC LIMIT ?"
@@ -65,18 +67,31 @@ def _text_of(data: str) -> str:
 
 
 async def boundary(t: Tables, session_id: str, before: Key | None) -> Boundary | None:
-    """The latest marker (before ``before``, if given) with a finished, error-free summary."""
+    """The latest marker (before ``before``, if given) with a finished, error-free summary.
+    Asked several times a turn (each window read, each check): remembered until a write that
+    can move it (``WindowCache.memo_version``), where telling that costs less than the read
+    (``Backend.cheap_fresh``)."""
+    what = ("boundary", before)
+    if t.backend.cheap_fresh:
+        await t.backend.fresh(t.cache)
+        found = t.cache.recall(session_id, what)
+        if found is not MISS:
+            return cast(Boundary | None, found)
+    version = t.cache.memo_version(session_id, what)
     args: list[Any] = [session_id]
     if before is not None:
         sql = _BOUNDARY.format(before=_BEFORE)
         args += [before.created, before.id, before.created, before.id]
     else:
-        sql = _BOUNDARY.format(before=")")
+        sql = _BOUNDARY.format(before="")
     rows = await t.backend.query_point(sql, args)
     if not rows:
+        t.cache.remember(session_id, what, version, None)
         return None
-    created, mid, data = rows[0]
-    return Boundary(Key(created, mid), _tail_start(data))
+    created, mid, data, pid, summary = rows[0]
+    found = Boundary(Key(created, mid), _tail_start(data))
+    t.cache.remember(session_id, what, version, found, made_of=(mid, pid, summary))
+    return found
 
 
 async def summary_texts(t: Tables, session_id: str, limit: int) -> list[str]:
@@ -102,5 +117,5 @@ async def mark_compacted(t: Tables, part_ids: Sequence[str], ts: int) -> list[st
     got = await rows_in(read, PARTS_BY_IDS, part_ids)
     for pid, raw in got:
         part = cached_part(pid, raw)
-        t.cache.part_written(part.session_id, part.message_id, part.id, raw)
+        t.cache.part_written(part.session_id, part.message_id, part.id, raw, kind_of(part))
     return [raw for _, raw in got]

@@ -43,7 +43,7 @@ def _part_op(t: Tables, part: Part | PartKey, raw: bytes | str | Shared) -> Writ
 
 def _part_written(t: Tables, part: Part | PartKey, row: tuple[Any, ...], counts: list[int]) -> None:
     if counts[0] > 0:
-        t.cache.part_written(part.session_id, part.message_id, part.id, row[-1])
+        t.cache.part_written(part.session_id, part.message_id, part.id, row[-1], row[3])
     else:  # merged with others: which rows applied is unknown
         t.cache.invalidate(part.session_id)
 

@@ -214,6 +214,7 @@ class PostgresBackend(Hooked):
 
     #: The history index's batch (``indexer.Indexer``).
     history_batch: Sequence[str] = HISTORY_BATCH
+    cheap_fresh = False  # a round trip (see ``fresh``): as dear as the read
 
     async def mark_compacted(self, part_ids: Sequence[str], ts: int) -> None:
         ids = list(part_ids)

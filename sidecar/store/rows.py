@@ -180,7 +180,12 @@ class PartKey(NamedTuple):
 
 
 def part_key(part: Part) -> PartKey:
-    return PartKey(part.id, part.message_id, part.session_id, type(part).__struct_config__.tag)
+    return PartKey(part.id, part.message_id, part.session_id, kind_of(part))
+
+
+def kind_of(part: Part) -> str:
+    """A part's ``type`` (its row's ``type`` column)."""
+    return str(type(part).__struct_config__.tag)
 
 
 def part_row(part: Part | PartKey, raw: bytes | str) -> tuple[Any, ...]:

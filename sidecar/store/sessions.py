@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import msgspec
 
 from sidecar.errors import Conflict
-from sidecar.model.messages import Message
+from sidecar.model.messages import AssistantMessage, Message
 from sidecar.model.parts import Part
 from sidecar.model.session import Session
 from sidecar.store.backend import Done, Statement
-from sidecar.store.cache import Key
+from sidecar.store.cache import MISS, Key
 from sidecar.store.rows import (
     Tables,
     Write,
@@ -93,11 +93,23 @@ def session_of(data: str, updated: int) -> Session:
 
 async def put_session(t: Tables, session: Session) -> None:
     await t.backend.submit([session_statement(session)])
+    t.cache.session_written(session.id)
 
 
 async def get_session(t: Tables, session_id: str) -> Session | None:
+    """Read several times a turn: remembered until its row is written (a message raises its
+    ``updated``; ``WindowCache.memo_version``), where telling that costs less than the read
+    (``Backend.cheap_fresh``)."""
+    if t.backend.cheap_fresh:
+        await t.backend.fresh(t.cache)
+        found = t.cache.recall(session_id, "session")
+        if found is not MISS:
+            return cast(Session | None, found)
+    version = t.cache.memo_version(session_id, "session")
     rows = await t.backend.query_point(_GET_SESSION, (session_id,))
-    return session_of(*rows[0]) if rows else None
+    session = session_of(*rows[0]) if rows else None
+    t.cache.remember(session_id, "session", version, session)
+    return session
 
 
 async def list_sessions(
@@ -157,9 +169,17 @@ def _message_op(t: Tables, info: Message, raw: bytes | str) -> Write:
     return statements, functools.partial(_message_written, t, info, row)
 
 
+def moves(info: Message) -> bool:
+    """Can this message's write move its session's compaction boundary by what it is (a user
+    message may be a marker, a summary may finish)? (A rewrite of a boundary's own marker or
+    summary as anything else is watched by id: ``WindowCache.remember``.)"""
+    return not isinstance(info, AssistantMessage) or bool(info.summary)
+
+
 def _message_written(t: Tables, info: Message, row: tuple[Any, ...], counts: list[int]) -> None:
     if counts[0] > 0:
-        t.cache.message_written(info.session_id, Key(info.time.created, info.id), row[-1])
+        key = Key(info.time.created, info.id)
+        t.cache.message_written(info.session_id, key, row[-1], moves=moves(info), touched=True)
     else:  # merged with others: which rows applied is unknown
         t.cache.invalidate(info.session_id)
 
@@ -204,9 +224,10 @@ async def put_many(
     # marker and summary no longer send the next read of the window to SQLite).
     rows = [row for _, stmt_rows in statements for row in stmt_rows]
     for (info, _), row in zip(messages, rows, strict=False):
-        t.cache.message_written(info.session_id, Key(info.time.created, info.id), row[-1])
+        key = Key(info.time.created, info.id)
+        t.cache.message_written(info.session_id, key, row[-1], moves=moves(info))
     for (part, _), row in zip(parts, rows[len(messages) :], strict=True):
-        t.cache.part_written(part.session_id, part.message_id, part.id, row[-1])
+        t.cache.part_written(part.session_id, part.message_id, part.id, row[-1], row[3])
 
 
 async def put_sessions_with(

@@ -175,6 +175,7 @@ class SqliteBackend(Hooked):
 
     #: The history index's batch (``indexer.Indexer``).
     history_batch: Sequence[str] = HISTORY_BATCH
+    cheap_fresh = True
 
     async def mark_compacted(self, part_ids: Sequence[str], ts: int) -> None:
         # A JSON patch in SQL: concurrent edits and unknown fields are kept.

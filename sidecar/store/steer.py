@@ -16,7 +16,15 @@ from sidecar.errors import InvalidParams, UnknownMessage
 from sidecar.model.messages import WithParts
 from sidecar.model.parts import Part
 from sidecar.store.parts import PART_ROWS
-from sidecar.store.rows import Tables, assemble, cached_part, chunks, decode_part, rows_in
+from sidecar.store.rows import (
+    Tables,
+    assemble,
+    cached_part,
+    chunks,
+    decode_part,
+    kind_of,
+    rows_in,
+)
 from sidecar.store.statements import DELETE_MESSAGE, PARTS_BY_IDS, SET_PART_DATA
 
 _dict = msgspec.json.Decoder(dict[str, Any])
@@ -154,7 +162,7 @@ async def unmark_compacted(store: Tables, part_ids: Sequence[str]) -> list[str]:
             out.extend((pid, data) for data, pid in updates)
     for pid, raw in out:
         part = cached_part(pid, raw)
-        store.cache.part_written(part.session_id, part.message_id, part.id, raw)
+        store.cache.part_written(part.session_id, part.message_id, part.id, raw, kind_of(part))
     return [raw for _, raw in out]
 
 
