@@ -132,14 +132,16 @@ class Automatic:
 
     def _behind_boundary(self, info: Message) -> None:
         """Report a new message that sorts behind the compaction boundary made here."""
-        cut = self._cuts.get(info.session_id)
+        self._report_behind(info.session_id, Key(info.time.created, info.id))
+
+    def _report_behind(self, sid: str, key: Key) -> None:
+        cut = self._cuts.get(sid)
         if cut is None:
             return
-        key = Key(info.time.created, info.id)
         if cut[0] < key < cut[1]:
             self.host.log(
-                f"message {info.id} of session {info.session_id} sorts before the compaction "
-                f"marker {cut[1].id} (time.created {info.time.created} < {cut[1].created}): it "
+                f"message {key.id} of session {sid} sorts before the compaction "
+                f"marker {cut[1].id} (time.created {key.created} < {cut[1].created}): it "
                 "is behind the compaction boundary and will not appear in the context window; "
                 "write it with a later time.created"
             )
@@ -330,9 +332,9 @@ class Automatic:
         if cut is None or marker is None:
             return
         self._cuts[sid] = (cut, marker)
-        for m in await self.store.window(sid, cut, marker):
-            if Key(m.info.time.created, m.info.id) != cut:
-                self._behind_boundary(m.info)
+        # Their keys only: the window between would bring the cut message's parts too.
+        for key in await self.store.keys_between(sid, cut, marker):
+            self._report_behind(sid, key)
 
     def next_time(self, session_id: str) -> int:
         """``time.created`` for a message whose writer left it out: now, but never before

@@ -55,6 +55,10 @@ _TALLY = (
 )
 _GET_MESSAGE = "SELECT data FROM messages WHERE id = ?"
 _MESSAGE_KEY = "SELECT created, id FROM messages WHERE id = ?"
+_KEYS_BETWEEN = (
+    "SELECT created, id FROM messages WHERE session_id = ? "
+    "AND (created, id) > (?, ?) AND (created, id) < (?, ?) ORDER BY created, id"
+)
 _DELETE_PARTS_FROM = "DELETE FROM parts WHERE message_id = ? AND id >= ?"
 _DELETE_AFTER = "DELETE FROM messages WHERE session_id = ? AND (created, id) > (?, ?)"
 _DELETE_FROM = "DELETE FROM messages WHERE session_id = ? AND (created, id) >= (?, ?)"
@@ -262,6 +266,13 @@ async def message_key(t: Tables, message_id: str) -> Key | None:
         return None
     rows = await t.backend.query_point(_MESSAGE_KEY, (message_id,))
     return Key(*rows[0]) if rows else None
+
+
+async def keys_between(t: Tables, session_id: str, after: Key, before: Key) -> list[Key]:
+    rows = await t.backend.query_point(
+        _KEYS_BETWEEN, (session_id, after.created, after.id, before.created, before.id)
+    )
+    return [Key(created, mid) for created, mid in rows]
 
 
 async def remove_message(t: Tables, session_id: str, message_id: str) -> bool:

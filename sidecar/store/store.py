@@ -246,6 +246,11 @@ class Store:
     async def message_key(self, message_id: str) -> Key | None:
         return await sessions.message_key(self, message_id)
 
+    async def keys_between(self, session_id: str, after: Key, before: Key) -> list[Key]:
+        """The keys of the session's messages strictly between ``after`` and ``before``, in
+        order (what a compaction's boundary hides of what was written while it ran)."""
+        return await sessions.keys_between(self, session_id, after, before)
+
     async def remove_message(self, session_id: str, message_id: str) -> bool:
         return await sessions.remove_message(self, session_id, message_id)
 
