@@ -110,6 +110,12 @@ class Backend(Protocol):
 
     #: The history index's batch statements (``indexer.Indexer``); empty: no indexer.
     history_batch: Sequence[str]
+    #: Is anything for that batch to do (a read)?
+    history_noted: str
+
+    def history_more(self, counts: Sequence[int], rows: int) -> bool:
+        """After a batch of ``rows`` (its statements' ``counts``), is another due?"""
+
     # Is ``fresh`` a check in memory (SQLite's ``data_version``), not a round trip? Only
     # then is a point read worth remembering (``WindowCache.recall``).
     cheap_fresh: bool
@@ -155,6 +161,11 @@ class ReadOnly:
     shares_events = False
     commits = 0
     history_batch: Sequence[str] = ()  # nothing is written, so nothing to index
+    history_noted = ""
+
+    def history_more(self, counts: Sequence[int], rows: int) -> bool:
+        return False
+
     cheap_fresh = False  # ``fresh`` forgets everything
 
     def large_part(self, row: tuple[Any, ...], pieces: Shared) -> list[Statement] | None:

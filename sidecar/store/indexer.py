@@ -1,8 +1,9 @@
 """The history index's background batch: writes note their parts, this brings the index up
 to date behind them.
 
-A write commits without touching the index (its triggers note the part in
-``history_dirty``, in the write's own transaction, so a note outlives a crash). After a commit
+A write commits without touching the index: its triggers note a rewritten or removed part
+in ``history_dirty``, in the write's own transaction, so a note outlives a crash; on SQLite a
+new part needs no note, being above the batch's mark (``schema.HISTORY_MARKED``). After a commit
 the indexer waits until writes have been quiet for ``history.indexDelayMs`` (a part streamed
 in many updates is indexed once, not once per commit), then indexes what is noted in batches
 of ``BATCH_ROWS`` parts, each an op of its own that commits alone behind the writes queued
@@ -29,20 +30,28 @@ DEFAULT_DELAY = 0.5
 
 Submit = Callable[[list[Statement]], Awaitable[list[int]]]
 Probe = Callable[[], Awaitable[bool]]
+More = Callable[[Sequence[int], int], bool]
+
+
+def _filled(counts: Sequence[int], rows: int) -> bool:
+    """Another batch is due when this one was full (the last count: how many it indexed)."""
+    return counts[-1] >= rows
 
 
 class Indexer:
     """``batch`` are the backend's statements over the first ``?`` noted parts; the last
-    one's row count is how many it indexed. ``submit`` commits them as background work;
+    one's row count is how many it indexed, and ``more`` tells from the counts whether
+    another batch is due (default: it was full). ``submit`` commits them as background work;
     ``settle`` returns once the ops queued before it have committed; ``noted`` asks (a read)
     whether any part is noted, so that a search with nothing to index writes nothing."""
 
     def __init__(
         self, submit: Submit, batch: Sequence[str], settle: Callable[[], Awaitable[object]],
-        noted: Probe,
+        noted: Probe, more: More | None = None,
     ) -> None:  # fmt: skip
         self._submit = submit
         self._batch = list(batch)
+        self._more = more or _filled
         self._settle = settle
         self._noted = noted
         self._delay = DEFAULT_DELAY
@@ -118,7 +127,7 @@ class Indexer:
             self.batches += 1
             done = counts[-1] if counts else 0
             self.indexed += max(done, 0)
-            if done < BATCH_ROWS:
+            if not counts or not self._more(counts, BATCH_ROWS):
                 return
 
     async def close(self) -> None:

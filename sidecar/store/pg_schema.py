@@ -13,6 +13,8 @@ changed a session it caches; and ``relay`` holds notifications too large for a `
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sidecar.store.schema import INDEX_CHARS, SCHEMA_VERSION
 
 # A fixed key for ``pg_advisory_xact_lock`` while migrating ("sidecar" in ASCII).
@@ -138,6 +140,16 @@ HISTORY_BATCHED = """
 #: their current text into ``history`` (an unchanged text leaves its row and index entries
 #: alone), the rows of parts no longer of an indexed kind out, the notes dropped; its count
 #: is how many.
+#: Is any part noted for the batch (``indexer.Indexer``)?
+HISTORY_NOTED = "SELECT 1 FROM history_dirty LIMIT 1"
+
+
+def history_more(counts: Sequence[int], rows: int) -> bool:
+    """After a batch of ``rows`` (its statement's ``counts``), is another due? Yes when the
+    notes filled it."""
+    return counts[-1] >= rows
+
+
 HISTORY_BATCH = (
     f"""
     WITH d AS (
@@ -313,6 +325,9 @@ MIGRATIONS: list[str] = [
     # 9: nothing here: SQLite's update trigger tests a rewrite at less cost; PostgreSQL's
     # batch compares a part's indexed text once, when it indexes it
     "SELECT 9",
+    # 10: nothing here: SQLite's new parts go to its batch without a note; PostgreSQL's
+    # trigger notes every write (its batch reads the notes by part id)
+    "SELECT 10",
 ]
 
 assert len(MIGRATIONS) == SCHEMA_VERSION, "a migration is missing from one backend"

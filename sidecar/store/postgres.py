@@ -49,7 +49,13 @@ from sidecar.store.pg_commit import (
     pg_sql,
     unavailable,
 )
-from sidecar.store.pg_schema import HISTORY_BATCH, MIGRATION_LOCK, MIGRATIONS
+from sidecar.store.pg_schema import (
+    HISTORY_BATCH,
+    HISTORY_NOTED,
+    MIGRATION_LOCK,
+    MIGRATIONS,
+    history_more,
+)
 from sidecar.store.schema import (
     FIRST_VERSION,
     READ_VERSION,
@@ -214,6 +220,11 @@ class PostgresBackend(Hooked):
 
     #: The history index's batch (``indexer.Indexer``).
     history_batch: Sequence[str] = HISTORY_BATCH
+    history_noted = HISTORY_NOTED
+
+    def history_more(self, counts: Sequence[int], rows: int) -> bool:
+        return history_more(counts, rows)
+
     cheap_fresh = False  # a round trip (see ``fresh``): as dear as the read
 
     async def mark_compacted(self, part_ids: Sequence[str], ts: int) -> None:

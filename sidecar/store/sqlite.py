@@ -33,6 +33,7 @@ from sidecar.store.schema import (
     FIRST_VERSION,
     HISTORY_BATCH,
     HISTORY_HOLD,
+    HISTORY_NOTED,
     HISTORY_RELEASE,
     MIGRATIONS,
     READ_VERSION,
@@ -40,6 +41,7 @@ from sidecar.store.schema import (
     SET_VERSION,
     VERSION_TABLE,
     check_opened,
+    history_more,
     large_part_statements,
 )
 from sidecar.store.url import CannotOpen
@@ -175,6 +177,11 @@ class SqliteBackend(Hooked):
 
     #: The history index's batch (``indexer.Indexer``).
     history_batch: Sequence[str] = HISTORY_BATCH
+    history_noted = HISTORY_NOTED
+
+    def history_more(self, counts: Sequence[int], rows: int) -> bool:
+        return history_more(counts, rows)
+
     cheap_fresh = True
 
     async def mark_compacted(self, part_ids: Sequence[str], ts: int) -> None:

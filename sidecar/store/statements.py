@@ -40,5 +40,3 @@ SET_PART_DATA = "UPDATE parts SET data = ? WHERE id = ?"
 #: A part's JSON by id (``parts``; a large part relayed by reference, ``postgres``).
 PART_DATA = "SELECT data FROM part_json WHERE id = ?"
 DELETE_MESSAGE = "DELETE FROM messages WHERE id = ? AND session_id = ?"
-#: Is any part noted for the history index (``indexer.Indexer``; both backends)?
-HISTORY_NOTED = "SELECT 1 FROM history_dirty LIMIT 1"

@@ -39,7 +39,6 @@ from sidecar.store.history import Found
 from sidecar.store.indexer import Indexer
 from sidecar.store.rows import PartKey
 from sidecar.store.sessions import Tally
-from sidecar.store.statements import HISTORY_NOTED
 from sidecar.store.windows import PAGE, LightMessage
 
 #: A whole session to store: the session, its ``(message, JSON)`` and ``(part, JSON)``.
@@ -70,7 +69,11 @@ class Store:
         self.indexer: Indexer | None = None
         if backend.history_batch:
             self.indexer = Indexer(
-                backend.submit_background, backend.history_batch, self.barrier, self._noted
+                backend.submit_background,
+                backend.history_batch,
+                self.barrier,
+                self._noted,
+                backend.history_more,
             )
             backend.on_commit = self.indexer.written
 
@@ -139,7 +142,7 @@ class Store:
         self._db.may_join = probe
 
     async def _noted(self) -> bool:
-        return bool(await self._db.query_point(HISTORY_NOTED))
+        return bool(await self._db.query_point(self._db.history_noted))
 
     async def barrier(self) -> None:
         """Return once every write queued before this call has committed (or failed): an

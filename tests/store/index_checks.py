@@ -31,7 +31,7 @@ def index_agrees(db: str | Path) -> None:
 
 
 async def index_state(db: str | Path, word: str) -> tuple[int, int]:
-    """``(parts the index itself holds with word, parts noted for the indexer)``, read from
+    """``(parts the index itself holds with word, parts left for the indexer)``, read from
     the database, not through the store (whose search would index first)."""
     if isinstance(db, Path):
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
@@ -39,7 +39,12 @@ async def index_state(db: str | Path, word: str) -> tuple[int, int]:
             held = conn.execute(
                 "SELECT count(*) FROM history_fts WHERE history_fts MATCH ?", (word,)
             ).fetchone()[0]
-            noted = conn.execute("SELECT count(*) FROM history_dirty").fetchone()[0]
+            # noted, or above the mark (migration 10: a new part is the batch's unnoted)
+            noted = conn.execute(
+                "SELECT (SELECT count(*) FROM history_dirty) + (SELECT count(*) FROM parts "
+                "WHERE rowid > (SELECT upto FROM history_mark) "
+                "AND type IN ('text', 'reasoning', 'tool'))"
+            ).fetchone()[0]
         finally:
             conn.close()
         return int(held), int(noted)

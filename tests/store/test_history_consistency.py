@@ -341,3 +341,39 @@ def test_a_tool_completing_with_a_deflated_output_is_noted_without_reading_that_
     assert conn.execute("SELECT count(*) FROM history_dirty").fetchone() == (0,)
     _commit_and_index(conn)
     _check(conn)
+
+
+def test_a_new_part_goes_to_the_batch_unnoted_and_a_reused_rowid_is_noted(
+    tmp_path: Path,
+) -> None:
+    """Since migration 10 a new part is not noted: the batch takes every part above its mark.
+    When the highest parts are removed, the next insert reuses a rowid at or below the mark,
+    which the batch would not look at again: that insert is noted."""
+    conn = _open(tmp_path / "h.db", schema.SCHEMA_VERSION)
+    world = World(conn, random.Random(0))
+    world.can_hold = True
+    conn.execute("BEGIN")
+    mid = world.message()
+    world.write("prt_a", mid, "text", _data("text", "alpha1z"))
+    world.write("prt_b", mid, "text", _data("text", "beta1z"))
+    assert conn.execute("SELECT count(*) FROM history_dirty").fetchone() == (0,)
+    _commit_and_index(conn)
+    (mark,) = conn.execute("SELECT upto FROM history_mark").fetchone()
+    (b_rowid,) = conn.execute("SELECT rowid FROM parts WHERE id = 'prt_b'").fetchone()
+    assert mark == b_rowid
+    conn.execute("BEGIN")
+    conn.execute("DELETE FROM parts WHERE id = 'prt_b'")
+    _commit_and_index(conn)
+    conn.execute("BEGIN")
+    world.write("prt_c", mid, "text", _data("text", "gamma1z"))
+    assert conn.execute("SELECT rowid FROM parts WHERE id = 'prt_c'").fetchone() == (b_rowid,)
+    assert conn.execute("SELECT rid FROM history_dirty WHERE gone IS NULL").fetchall() == [
+        (b_rowid,)
+    ]
+    _commit_and_index(conn)
+    _check(conn)
+    for word, found in (("beta1z", 0), ("gamma1z", 1), ("alpha1z", 1)):
+        got = conn.execute(
+            "SELECT count(*) FROM history_fts WHERE history_fts MATCH ?", (f'"{word}"',)
+        ).fetchone()
+        assert got == (found,), word

@@ -60,9 +60,9 @@ async def _old_database(db: str | Path) -> None:
             "DROP FUNCTION sidecar_history(); DROP FUNCTION sidecar_history_body(TEXT, TEXT); "
             f"DROP VIEW part_json; UPDATE schema_version SET version = {BEFORE}"
         )
-        assert BEFORE == len(pg.MIGRATIONS) - 6, (
-            "the downgrade undoes 4 to 9 (5, 6 and 7 replace its function; 7 adds "
-            "history_dirty; 8 adds part_json; 9 changes nothing on PostgreSQL)"
+        assert BEFORE == len(pg.MIGRATIONS) - 7, (
+            "the downgrade undoes 4 to 10 (5, 6 and 7 replace its function; 7 adds "
+            "history_dirty; 8 adds part_json; 9 and 10 change nothing on PostgreSQL)"
         )
         await pconn.execute("INSERT INTO sessions VALUES ($1, $2, $3, $4, $5)", *session)
         await pconn.executemany(

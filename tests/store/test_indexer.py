@@ -12,10 +12,10 @@ from pathlib import Path
 import msgspec
 
 from sidecar.model.messages import MessageTime, UserMessage
-from sidecar.model.parts import TextPart
+from sidecar.model.parts import StepStartPart, TextPart
 from sidecar.model.session import Session, SessionTime
 from sidecar.store import Store
-from sidecar.store.indexer import Indexer
+from sidecar.store.indexer import BATCH_ROWS, Indexer
 
 from .index_checks import found, index_agrees, index_state
 
@@ -98,6 +98,28 @@ async def test_searches_read_their_writes_under_a_burst(store: Store, db: str | 
         assert set(acked) >= expected  # each was acknowledged before the search answered
     await store.barrier()
     assert len(await _found(store, "lateword")) == 80
+
+
+async def test_a_search_behind_more_parts_than_a_batch_holds_finds_them_all(
+    store: Store, db: str | Path
+) -> None:
+    """More new parts than one batch takes (``BATCH_ROWS``), most of a kind the index does
+    not hold (a step's start), the words last: the search's catch-up runs batches until none
+    is left, not only while a batch indexed a full one."""
+    assert store.indexer is not None
+    store.indexer.delay = 3600
+    await _session(store)
+    for i in range(BATCH_ROWS + 6):
+        raw = json.dumps(
+            {"id": f"prt_s{i:03d}", "sessionID": "ses_i", "messageID": "msg_0",
+             "type": "step-start"}
+        ).encode()  # fmt: skip
+        await store.put_part(msgspec.json.decode(raw, type=StepStartPart), raw)
+    for i in range(3):
+        await _put(store, f"prt_w{i}", "afterthesteps")
+    assert await _found(store, "afterthesteps") == ["prt_w0", "prt_w1", "prt_w2"]
+    assert (await index_state(db, "afterthesteps")) == (3, 0)
+    index_agrees(db)
 
 
 async def test_an_indexed_part_rewritten_or_removed_leaves_no_stale_entry(
