@@ -20,7 +20,7 @@ class Shared:
 
     def __init__(self, *buffers: Buffer, part_id: str | None = None) -> None:
         self.buffers = buffers
-        self.size = sum(len(b) for b in buffers)
+        self.size = sum(map(len, buffers))
         self.part_id = part_id  # the part it is, when it is one (a large one is relayed so)
 
     @property

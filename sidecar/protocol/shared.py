@@ -65,7 +65,7 @@ def _cut(body: bytes, shared: list[Shared]) -> list[Buffer]:
         at = body.index(PLACEHOLDER, start)
         if at > start:
             pieces.append(view[start:at])
-        pieces.extend(b for b in value.buffers if len(b))
+        pieces.extend(filter(len, value.buffers))
         start = at + len(PLACEHOLDER)
     if start < len(body):
         pieces.append(view[start:])

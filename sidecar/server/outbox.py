@@ -62,18 +62,34 @@ class Outbox:
             self.drop()
 
     @charged("encode")
-    def write(self, body: list[Buffer], *, reply: bool = False) -> None:
-        """Queue a frame whose body is ``body``'s buffers; what is queued in one loop
-        iteration goes out in one write, except that a buffer of ``_UNCOPIED`` bytes or more
-        is written on its own: joined to the rest, it would be one more copy of a reply beside
-        its result and its body (and a ``Shared`` one, a copy per frame that carries it)."""
+    def write(self, body: list[Buffer], *, reply: bool = False, length: int = -1) -> None:
+        """Queue a frame whose body is ``body``'s buffers (``length`` bytes, when the caller
+        knows); what is queued in one loop iteration goes out in one write, except that a
+        buffer of ``_UNCOPIED`` bytes or more is written on its own: joined to the rest, it
+        would be one more copy of a reply beside its result and its body (and a ``Shared``
+        one, a copy per frame that carries it)."""
         if self.writer is None:
             return
-        length = size_of(body)
+        if length < 0:
+            length = size_of(body)
         header = frame_header(length)
         size = len(header) + length
         if size >= _LARGE:
             self._large_out.append((self._out_bytes, size, reply))
+        if length < _UNCOPIED:  # no piece that large: one buffer, as most frames are
+            self._out.append(b"".join((header, *body)))
+        else:
+            self._queue_apart(header, body)
+        self._out_bytes += size
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            try:
+                asyncio.get_running_loop().call_soon(self.flush)
+            except RuntimeError:  # no running loop (unit tests): write at once
+                self.flush()
+
+    def _queue_apart(self, header: bytes, body: list[Buffer]) -> None:
+        """Queue a frame's header and buffers, each of ``_UNCOPIED`` bytes or more apart."""
         run: list[Buffer] = [header]
         for piece in body:
             if len(piece) >= _UNCOPIED:
@@ -85,13 +101,6 @@ class Outbox:
                 run.append(piece)
         if run:
             self._out.append(run[0] if len(run) == 1 else b"".join(run))
-        self._out_bytes += size
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            try:
-                asyncio.get_running_loop().call_soon(self.flush)
-            except RuntimeError:  # no running loop (unit tests): write at once
-                self.flush()
 
     def flush(self) -> None:
         self._flush_scheduled = False
@@ -212,7 +221,7 @@ FEED_BYTES = 1 << 20
 
 
 def size_of(body: list[Buffer]) -> int:
-    return sum(len(piece) for piece in body)
+    return sum(map(len, body))
 
 
 def _coalesced(out: list[Buffer]) -> list[Buffer]:

@@ -463,7 +463,7 @@ class SidecarProtocol(JsonRPCProtocol):
                 "cursor; session/context after session/compact)",
             )
             return
-        self.out.write(body, reply=True)
+        self.out.write(body, reply=True, length=size)
 
     def _send_data(self, data: Any) -> None:
         """What pygls sends itself: our requests to the client (``send_request_async``)."""
