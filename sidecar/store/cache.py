@@ -10,12 +10,17 @@ asks for every turn is served without a query. Correctness rules:
   cache was not cleared meanwhile (``version``), so a slow read can never overwrite newer
   state (another daemon's commit noticed by a read of another session clears the cache,
   whether or not this session had an entry yet);
-* anything not tracked precisely (compaction appends, forks, revert cleanup, JSON patched in
-  SQL) drops the session's entry, and the next read goes to SQLite;
+* anything not tracked precisely (forks, revert cleanup, JSON patched in SQL) drops the
+  session's entry, and the next read goes to SQLite; a compaction's appends are tracked
+  (when every row applied), and an entry serves a later start (its new marker) by letting go
+  of what is before it;
 * a message new to an entry that starts at a compaction boundary may be one from before the
   window whose time moved it in, with parts the entry never saw: it is held *unverified*
   until the next read compares its part count with the store's (``windows._verify``), so the
   window after a compaction stays cached while the conversation goes on.
+
+Beside the windows it remembers point reads asked several times a turn (a session's row,
+its compaction boundary) until a write that can change them: ``memo_version``.
 """
 
 from __future__ import annotations
