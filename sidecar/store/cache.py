@@ -173,8 +173,9 @@ class _Entry:
 
 #: What ``WindowCache.recall`` returns when it holds nothing valid.
 MISS = object()
-# Point reads remembered at most (all are let go past it).
+# Point reads remembered at most, and ids watched for them (all are let go past either).
 _MAX_MEMOS = 4096
+_MAX_BOUND_IDS = 3 * _MAX_MEMOS
 
 
 def _covers(held: Key | None, start: Key | None) -> bool:
@@ -341,7 +342,8 @@ class WindowCache:
         was made of, whose every rewrite is then watched), unless a write came while it ran."""
         if version != self.memo_version(sid, what):
             return
-        if len(self._memo) >= _MAX_MEMOS:
+        if len(self._memo) >= _MAX_MEMOS or len(self._bound_ids) >= _MAX_BOUND_IDS:
+            # (the watched ids only ever grow, one boundary after another: both go together)
             self._memo.clear()
             self._bound_ids.clear()
         self._bound_ids.update(made_of)

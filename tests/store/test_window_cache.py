@@ -159,6 +159,17 @@ async def test_only_one_sessions_window_is_kept_assembled(store: Store) -> None:
     await _check(store, "s")
 
 
+def test_the_remembered_point_reads_stay_bounded() -> None:
+    """Each compaction gives a session a new boundary, made of new rows that are watched: what
+    is remembered and watched is let go past a bound, however many there were."""
+    cache = WindowCache()
+    for i in range(20_000):
+        version = cache.memo_version("s", ("boundary", None))
+        cache.remember("s", ("boundary", None), version, i, made_of=(f"m{i}", f"p{i}", f"s{i}"))
+        assert cache.recall("s", ("boundary", None)) == i
+    assert len(cache._bound_ids) <= 3 * 4096 and len(cache._memo) <= 4096
+
+
 def test_a_read_that_raced_with_a_write_is_not_cached() -> None:
     cache = WindowCache()
     version = cache.version("s")
