@@ -218,9 +218,9 @@ def _note_for_index(
     )
 
 
-def _gone(row: str, packed: bool, marked: bool = False) -> str:
+def _gone(row: str, packed: bool) -> str:
     """A trigger's note of ``row`` (``OLD``) with the text its index entry was made from."""
-    return _note_for_index(row, gone=True, packed=packed, marked=marked) + ";"
+    return _note_for_index(row, gone=True, packed=packed) + ";"
 
 
 def _batched(packed: bool) -> str:
@@ -299,7 +299,7 @@ def large_part_statements(row: tuple[Any, ...], size: int) -> list[tuple[str, li
 _UPTO = "(SELECT max(rid) FROM (SELECT rid FROM history_dirty ORDER BY rid LIMIT ?))"
 # Since migration 10, first the next ``?`` parts above the mark become notes (an indexed kind;
 # nothing of theirs to forget: the index never held them) and the mark moves past them (its
-# count: 1 when it moved, so the indexer looks again, ``HISTORY_MORE``).
+# count: 1 when it moved, so the indexer looks again, ``history_more``).
 _ABOVE = (
     "(SELECT max(rowid) FROM (SELECT rowid FROM parts WHERE rowid > "
     f"{_MARK} ORDER BY rowid LIMIT ?))"
