@@ -113,8 +113,9 @@ class Backend(Protocol):
     #: Is anything for that batch to do (a read)?
     history_noted: str
 
-    def history_more(self, counts: Sequence[int], rows: int) -> bool:
-        """After a batch of ``rows`` (its statements' ``counts``), is another due?"""
+    def history_more(self, counts: Sequence[int]) -> bool:
+        """After a batch (its statements' ``counts``) that was not full, is another due? (A
+        full one is always followed by another: ``indexer.Indexer``.)"""
 
     # Is ``fresh`` a check in memory (SQLite's ``data_version``), not a round trip? Only
     # then is a point read worth remembering (``WindowCache.recall``).
@@ -163,7 +164,7 @@ class ReadOnly:
     history_batch: Sequence[str] = ()  # nothing is written, so nothing to index
     history_noted = ""
 
-    def history_more(self, counts: Sequence[int], rows: int) -> bool:
+    def history_more(self, counts: Sequence[int]) -> bool:
         return False
 
     cheap_fresh = False  # ``fresh`` forgets everything

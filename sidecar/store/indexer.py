@@ -30,20 +30,20 @@ DEFAULT_DELAY = 0.5
 
 Submit = Callable[[list[Statement]], Awaitable[list[int]]]
 Probe = Callable[[], Awaitable[bool]]
-More = Callable[[Sequence[int], int], bool]
+More = Callable[[Sequence[int]], bool]
 
 
-def _filled(counts: Sequence[int], rows: int) -> bool:
-    """Another batch is due when this one was full (the last count: how many it indexed)."""
-    return counts[-1] >= rows
+def _never(counts: Sequence[int]) -> bool:
+    return False
 
 
 class Indexer:
     """``batch`` are the backend's statements over the first ``?`` noted parts; the last
-    one's row count is how many it indexed, and ``more`` tells from the counts whether
-    another batch is due (default: it was full). ``submit`` commits them as background work;
-    ``settle`` returns once the ops queued before it have committed; ``noted`` asks (a read)
-    whether any part is noted, so that a search with nothing to index writes nothing."""
+    one's row count is how many it indexed: a full batch is followed by another, and one
+    that was not when ``more`` says so from the counts (SQLite's: its mark moved).
+    ``submit`` commits them as background work; ``settle`` returns once the ops queued
+    before it have committed; ``noted`` asks (a read) whether any part is noted, so that a
+    search with nothing to index writes nothing."""
 
     def __init__(
         self, submit: Submit, batch: Sequence[str], settle: Callable[[], Awaitable[object]],
@@ -51,7 +51,7 @@ class Indexer:
     ) -> None:  # fmt: skip
         self._submit = submit
         self._batch = list(batch)
-        self._more = more or _filled
+        self._more = more or _never
         self._settle = settle
         self._noted = noted
         self._delay = DEFAULT_DELAY
@@ -127,7 +127,7 @@ class Indexer:
             self.batches += 1
             done = counts[-1] if counts else 0
             self.indexed += max(done, 0)
-            if not counts or not self._more(counts, BATCH_ROWS):
+            if not counts or (done < BATCH_ROWS and not self._more(counts)):
                 return
 
     async def close(self) -> None:

@@ -13,8 +13,6 @@ changed a session it caches; and ``relay`` holds notifications too large for a `
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from sidecar.store.schema import INDEX_CHARS, SCHEMA_VERSION
 
 # A fixed key for ``pg_advisory_xact_lock`` while migrating ("sidecar" in ASCII).
@@ -140,16 +138,6 @@ HISTORY_BATCHED = """
 #: their current text into ``history`` (an unchanged text leaves its row and index entries
 #: alone), the rows of parts no longer of an indexed kind out, the notes dropped; its count
 #: is how many.
-#: Is any part noted for the batch (``indexer.Indexer``)?
-HISTORY_NOTED = "SELECT 1 FROM history_dirty LIMIT 1"
-
-
-def history_more(counts: Sequence[int], rows: int) -> bool:
-    """After a batch of ``rows`` (its statement's ``counts``), is another due? Yes when the
-    notes filled it."""
-    return counts[-1] >= rows
-
-
 HISTORY_BATCH = (
     f"""
     WITH d AS (
@@ -169,6 +157,9 @@ HISTORY_BATCH = (
     DELETE FROM history_dirty WHERE part_id IN (SELECT part_id FROM d)
     """,
 )
+
+#: Is any part noted for the batch (``indexer.Indexer``)?
+HISTORY_NOTED = "SELECT 1 FROM history_dirty LIMIT 1"
 
 MIGRATIONS: list[str] = [
     # 1: sessions, messages, parts

@@ -54,7 +54,6 @@ from sidecar.store.pg_schema import (
     HISTORY_NOTED,
     MIGRATION_LOCK,
     MIGRATIONS,
-    history_more,
 )
 from sidecar.store.schema import (
     FIRST_VERSION,
@@ -222,8 +221,8 @@ class PostgresBackend(Hooked):
     history_batch: Sequence[str] = HISTORY_BATCH
     history_noted = HISTORY_NOTED
 
-    def history_more(self, counts: Sequence[int], rows: int) -> bool:
-        return history_more(counts, rows)
+    def history_more(self, counts: Sequence[int]) -> bool:
+        return False  # its notes are all there is to do: only a full batch says more
 
     cheap_fresh = False  # a round trip (see ``fresh``): as dear as the read
 

@@ -326,10 +326,10 @@ HISTORY_NOTED = (
 )
 
 
-def history_more(counts: Sequence[int], rows: int) -> bool:
-    """After a batch of ``rows`` (its statements' ``counts``), is another due? Yes when the
-    mark moved (more parts may be above it) or the notes filled it."""
-    return counts[1] > 0 or counts[-1] >= rows
+def history_more(counts: Sequence[int]) -> bool:
+    """After a batch (its statements' ``counts``) that was not full, is another due? Yes when
+    the mark moved: more parts may be above it."""
+    return counts[1] > 0
 
 
 #: Around a statement that changes no part's indexed text (see above).

@@ -179,8 +179,8 @@ class SqliteBackend(Hooked):
     history_batch: Sequence[str] = HISTORY_BATCH
     history_noted = HISTORY_NOTED
 
-    def history_more(self, counts: Sequence[int], rows: int) -> bool:
-        return history_more(counts, rows)
+    def history_more(self, counts: Sequence[int]) -> bool:
+        return history_more(counts)
 
     cheap_fresh = True
 
