@@ -5,12 +5,19 @@ are steering data, ``steer.py``)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import msgspec
 
-from sidecar.store.cache import MISS, Key
-from sidecar.store.rows import Tables, cached_part, decode_stored, kind_of, rows_in
+from sidecar.store.cache import Key
+from sidecar.store.rows import (
+    Tables,
+    cached_part,
+    decode_stored,
+    kind_of,
+    remembered,
+    rows_in,
+)
 from sidecar.store.statements import PARTS_BY_IDS
 
 # ``mark_compacted`` reads back at most this many parts on the loop (``query_point``).
@@ -68,30 +75,23 @@ def _text_of(data: str) -> str:
 
 async def boundary(t: Tables, session_id: str, before: Key | None) -> Boundary | None:
     """The latest marker (before ``before``, if given) with a finished, error-free summary.
-    Asked several times a turn (each window read, each check): remembered until a write that
-    can move it (``WindowCache.memo_version``), where telling that costs less than the read
-    (``Backend.cheap_fresh``)."""
-    what = ("boundary", before)
-    if t.backend.cheap_fresh:
-        await t.backend.fresh(t.cache)
-        found = t.cache.recall(session_id, what)
-        if found is not MISS:
-            return cast(Boundary | None, found)
-    version = t.cache.memo_version(session_id, what)
+    Asked several times a turn (each window read, each check): ``remembered``, the rows it
+    is made of (its marker, its summary, its compaction part) watched."""
     args: list[Any] = [session_id]
     if before is not None:
         sql = _BOUNDARY.format(before=_BEFORE)
         args += [before.created, before.id, before.created, before.id]
     else:
         sql = _BOUNDARY.format(before="")
-    rows = await t.backend.query_point(sql, args)
-    if not rows:
-        t.cache.remember(session_id, what, version, None)
-        return None
-    created, mid, data, pid, summary = rows[0]
-    found = Boundary(Key(created, mid), _tail_start(data))
-    t.cache.remember(session_id, what, version, found, made_of=(mid, pid, summary))
-    return found
+
+    async def read() -> tuple[Boundary | None, tuple[str, ...]]:
+        rows = await t.backend.query_point(sql, args)
+        if not rows:
+            return None, ()
+        created, mid, data, pid, summary = rows[0]
+        return Boundary(Key(created, mid), _tail_start(data)), (mid, pid, summary)
+
+    return await remembered(t, session_id, ("boundary", before), read)
 
 
 async def summary_texts(t: Tables, session_id: str, limit: int) -> list[str]:

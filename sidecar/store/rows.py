@@ -8,8 +8,8 @@ A message or part row is the client's JSON as given plus the columns copied out 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 import msgspec
 
@@ -25,7 +25,7 @@ from sidecar.model.jsonguard import flatten_deep
 from sidecar.model.messages import AssistantMessage, Message, UserMessage, WithParts
 from sidecar.model.parts import Part, ToolCompleted, ToolPart
 from sidecar.store.backend import Backend, Done, OnIntegrity, Row, Statement
-from sidecar.store.cache import Decoded, WindowCache
+from sidecar.store.cache import MISS, Decoded, WindowCache
 
 _message_decoder = msgspec.json.Decoder(Message)
 _part_decoder = msgspec.json.Decoder(Part)
@@ -41,6 +41,28 @@ class Tables(Protocol):
 
     @property
     def cache(self) -> WindowCache: ...
+
+
+async def remembered(
+    t: Tables,
+    sid: str,
+    what: Hashable,
+    read: Callable[[], Awaitable[tuple[T, Iterable[str]]]],
+) -> T:
+    """A point read asked several times a turn (a session's row, its boundary): served from
+    what the window cache remembers until a write that can change it (``memo_version``),
+    where telling that costs less than the read (``Backend.cheap_fresh``). ``read`` gives
+    the value and the ids of the rows it was made of, whose every rewrite is watched."""
+    if not t.backend.cheap_fresh:
+        return (await read())[0]
+    await t.backend.fresh(t.cache)
+    found = t.cache.recall(sid, what)
+    if found is not MISS:
+        return cast(T, found)
+    version = t.cache.memo_version(sid, what)
+    value, made_of = await read()
+    t.cache.remember(sid, what, version, value, made_of)
+    return value
 
 
 # Rows nested deeper than any frame the daemon now accepts (``server.maxDepth`` is at most

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -18,7 +18,7 @@ from sidecar.model.messages import AssistantMessage, Message
 from sidecar.model.parts import Part
 from sidecar.model.session import Session
 from sidecar.store.backend import Done, Statement
-from sidecar.store.cache import MISS, Key
+from sidecar.store.cache import Key
 from sidecar.store.rows import (
     Tables,
     Write,
@@ -26,6 +26,7 @@ from sidecar.store.rows import (
     message_error,
     message_row,
     part_row,
+    remembered,
     submit_then,
 )
 from sidecar.store.statements import DELETE_MESSAGE, TOUCH_SESSION, UPSERT_MESSAGE, UPSERT_PART
@@ -101,19 +102,14 @@ async def put_session(t: Tables, session: Session) -> None:
 
 
 async def get_session(t: Tables, session_id: str) -> Session | None:
-    """Read several times a turn: remembered until its row is written (a message raises its
-    ``updated``; ``WindowCache.memo_version``), where telling that costs less than the read
-    (``Backend.cheap_fresh``)."""
-    if t.backend.cheap_fresh:
-        await t.backend.fresh(t.cache)
-        found = t.cache.recall(session_id, "session")
-        if found is not MISS:
-            return cast(Session | None, found)
-    version = t.cache.memo_version(session_id, "session")
-    rows = await t.backend.query_point(_GET_SESSION, (session_id,))
-    session = session_of(*rows[0]) if rows else None
-    t.cache.remember(session_id, "session", version, session)
-    return session
+    """Read several times a turn: ``remembered`` until its row is written (a message raises
+    its ``updated``)."""
+
+    async def read() -> tuple[Session | None, tuple[str, ...]]:
+        rows = await t.backend.query_point(_GET_SESSION, (session_id,))
+        return (session_of(*rows[0]) if rows else None), ()
+
+    return await remembered(t, session_id, "session", read)
 
 
 async def list_sessions(
