@@ -79,7 +79,7 @@ class Outbox:
         if length < _UNCOPIED:  # no piece that large: one buffer, as most frames are
             self._out.append(b"".join((header, *body)))
         else:
-            self._queue_apart(header, body)
+            self._out.extend(_coalesced([header, *body]))
         self._out_bytes += size
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -87,20 +87,6 @@ class Outbox:
                 asyncio.get_running_loop().call_soon(self.flush)
             except RuntimeError:  # no running loop (unit tests): write at once
                 self.flush()
-
-    def _queue_apart(self, header: bytes, body: list[Buffer]) -> None:
-        """Queue a frame's header and buffers, each of ``_UNCOPIED`` bytes or more apart."""
-        run: list[Buffer] = [header]
-        for piece in body:
-            if len(piece) >= _UNCOPIED:
-                if run:
-                    self._out.append(run[0] if len(run) == 1 else b"".join(run))
-                    run = []
-                self._out.append(piece)
-            else:
-                run.append(piece)
-        if run:
-            self._out.append(run[0] if len(run) == 1 else b"".join(run))
 
     def flush(self) -> None:
         self._flush_scheduled = False
