@@ -214,7 +214,7 @@ def part_row(part: Part | PartKey, raw: bytes | str) -> tuple[Any, ...]:
     if "\x00" in part.id or "\x00" in part.session_id or "\x00" in part.message_id:
         ids = {"id": part.id, "sessionID": part.session_id, "messageID": part.message_id}
         raise _nul_in("part", ids)
-    tag = part.tag if isinstance(part, PartKey) else type(part).__struct_config__.tag
+    tag = part.tag if isinstance(part, PartKey) else kind_of(part)
     return (part.id, part.message_id, part.session_id, tag, _text(raw))
 
 

@@ -223,7 +223,7 @@ async def put_many(
     # Every row applied: the cache takes them as it takes single writes (a compaction's
     # marker and summary no longer send the next read of the window to SQLite).
     rows = [row for _, stmt_rows in statements for row in stmt_rows]
-    for (info, _), row in zip(messages, rows, strict=False):
+    for (info, _), row in zip(messages, rows[: len(messages)], strict=True):
         key = Key(info.time.created, info.id)
         t.cache.message_written(info.session_id, key, row[-1], moves=moves(info))
     for (part, _), row in zip(parts, rows[len(messages) :], strict=True):
