@@ -77,14 +77,14 @@ async def boundary(t: Tables, session_id: str, before: Key | None) -> Boundary |
     """The latest marker (before ``before``, if given) with a finished, error-free summary.
     Asked several times a turn (each window read, each check): ``remembered``, the rows it
     is made of (its marker, its summary, its compaction part) watched."""
-    args: list[Any] = [session_id]
-    if before is not None:
-        sql = _BOUNDARY.format(before=_BEFORE)
-        args += [before.created, before.id, before.created, before.id]
-    else:
-        sql = _BOUNDARY.format(before="")
 
     async def read() -> tuple[Boundary | None, tuple[str, ...]]:
+        args: list[Any] = [session_id]
+        if before is not None:
+            sql = _BOUNDARY.format(before=_BEFORE)
+            args += [before.created, before.id, before.created, before.id]
+        else:
+            sql = _BOUNDARY.format(before="")
         rows = await t.backend.query_point(sql, args)
         if not rows:
             return None, ()
