@@ -2,7 +2,7 @@
 
 A tool call's part is most of a store's bytes (a file read, a command's output); as JSON it
 compresses 2-4x. A tool part whose JSON is ``PACK_BYTES`` or more is stored as its JSON
-deflated (``zlib``, level 1: the cheapest, most of the gain) in ``z``, and ``data`` holds a
+deflated (the zlib format, level 1: the cheapest, most of the gain) in ``z``, and ``data`` holds a
 light JSON of what SQL reads in place (its tool, status and times, its output's estimate).
 Reads see the part's JSON byte for byte through the ``part_json`` view
 (``sidecar_inflate(z)``, which never inflates past ``LARGE_BYTES``): the bytes served are the
@@ -26,6 +26,7 @@ from __future__ import annotations
 import sqlite3
 import zlib
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
 import msgspec
@@ -33,6 +34,16 @@ import msgspec
 from sidecar.model.buffers import LARGE_BYTES
 from sidecar.model.tokens import estimate
 from sidecar.store.statements import SET_PART_DATA, UPSERT_PART, upsert_part
+
+#: The deflate that writes and reads ``z``: ISA-L's (``isal``), which writes the same zlib
+#: format as the stdlib's, about 3x faster at level 1 and a little smaller (a 60 KB tool
+#: output: 138 us against 457), and inflates in about half the time; the stdlib's where
+#: ISA-L's wheel is not installed. Either reads what the other wrote.
+CODEC: ModuleType
+try:
+    from isal import isal_zlib as CODEC
+except ImportError:  # pragma: no cover - a platform without ISA-L's wheel
+    CODEC = zlib
 
 #: A tool part's JSON of this many characters or more is stored deflated.
 PACK_BYTES = 4096
@@ -67,7 +78,7 @@ def packed(data: Any) -> tuple[str, bytes] | None:
     raw = data.encode()
     if len(raw) >= LARGE_BYTES:  # (what is inflated stays bounded: ``functions``)
         return None
-    deflated = zlib.compress(raw, 1)
+    deflated = CODEC.compress(raw, 1)
     if len(deflated) > len(raw) * _WORTH:
         return None
     try:
@@ -128,7 +139,7 @@ def functions() -> dict[str, Callable[..., Any]]:
         if z != last[0]:
             # Never more than a part the daemon compresses: a damaged or hostile file's
             # row fails its read instead of being inflated whole.
-            inflater = zlib.decompressobj()
+            inflater = CODEC.decompressobj()
             raw = inflater.decompress(z, LARGE_BYTES)
             if inflater.unconsumed_tail or not inflater.eof:
                 raise ValueError(f"a compressed part inflates past {LARGE_BYTES} bytes")

@@ -185,3 +185,29 @@ def test_a_compressed_part_that_inflates_past_large_bytes_is_refused_not_inflate
     with pytest.raises(sqlite3.OperationalError):
         conn.execute("SELECT sidecar_inflate(?)", (bomb,)).fetchone()
     conn.close()
+
+
+async def test_a_compressed_part_is_standard_zlib_whichever_deflate_wrote_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``z`` is the zlib format, readable by the stdlib alone, whether ISA-L's deflate (the
+    fast one ``packed`` uses where its wheel is installed) or the stdlib's wrote it; a store
+    written by one is served byte for byte by the other."""
+    assert packed.CODEC is not zlib, "ISA-L's deflate is the one in use where it is installed"
+    db = tmp_path / "z.db"
+    store = await Store.open(db)
+    try:
+        await _session(store)
+        fast = await _put(store, _tool("prt_fast", OUTPUT))
+        monkeypatch.setattr(packed, "CODEC", zlib)
+        plain = await _put(store, _tool("prt_std", OUTPUT + "\n"))
+        for pid, raw in (("prt_fast", fast), ("prt_std", plain)):
+            z = _z(db, pid)
+            assert z is not None and zlib.decompress(z) == raw
+            assert await _served(store, pid) == raw
+        monkeypatch.undo()  # inflated by ISA-L: the stdlib's row, and its own
+        for pid, raw in (("prt_fast", fast), ("prt_std", plain)):
+            store.cache.clear()
+            assert await _served(store, pid) == raw
+    finally:
+        await store.close()
