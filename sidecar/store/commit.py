@@ -16,11 +16,11 @@ nothing queued, no request waiting for its first step: ``may_join`` says so) com
 its caller's step, saving the two loop iterations of the queue. The one slow thing SQLite does
 on commit, a checkpoint (it fsyncs), is switched off on the connection; the writer asks a
 second connection, on its own aiosqlite thread, to run it, and goes on committing meanwhile
-(a PASSIVE checkpoint never blocks writers). One it starts because it went idle holds the
-writes that come meanwhile instead, so that it copies every frame and the next write restarts
-the WAL: otherwise a frontend's stream of writes lands behind each checkpoint and the WAL file
-grows to the size that calls for a truncation. With ``synchronous=FULL`` every commit fsyncs
-and none is inline.
+(a PASSIVE checkpoint never blocks writers). One it starts because it went idle, once the WAL
+is ``IDLE_HOLD_FRAMES`` long, holds the writes that come meanwhile instead, so that it copies
+every frame and the next write restarts the WAL: otherwise a frontend's stream of writes lands
+behind each checkpoint and the WAL file grows to the size that calls for a truncation. With
+``synchronous=FULL`` every commit fsyncs and none is inline.
 """
 
 from __future__ import annotations
@@ -56,6 +56,10 @@ CHECKPOINT_PAGES = 256
 WAL_RESTART_FRAMES = 2 * CHECKPOINT_PAGES
 # Pages written since the last checkpoint that make the writer checkpoint when it goes idle.
 IDLE_CHECKPOINT_PAGES = 32
+# An idle checkpoint holds the writes that come while it runs (so that it copies every frame
+# and the WAL restarts) once the WAL is about this long. The writes it holds wait for its
+# fsyncs: every fourth or so holds, and the WAL file stays near this size (512 KiB).
+IDLE_HOLD_FRAMES = 4 * IDLE_CHECKPOINT_PAGES
 # Commits between two reads of the WAL file's size after a commit (``GroupCommit._wal_due``).
 WAL_STAT_COMMITS = 8
 # A WAL file larger than this makes the next checkpoint a holding, truncating one.
@@ -315,6 +319,7 @@ class GroupCommit(Committer):
     def _start_checkpoint(self, *, idle: bool = False) -> None:
         if self._wal_pages >= CHECKPOINT_PAGES:
             self._truncate_refused = False  # an interval has passed: try truncating again
+        frames = self.wal_frames + self._wal_pages  # about how long the WAL is now
         self._wal_pages = 0
         if self._checkpointer is None:
             return
@@ -329,12 +334,12 @@ class GroupCommit(Committer):
         hold = (self.wal_frames >= WAL_RESTART_FRAMES or self._wal_too_big()) and not self._busy
         if hold:
             self._busy = True
-        elif idle:
+        elif idle and frames >= IDLE_HOLD_FRAMES:
             # Nothing is queued: writes that come meanwhile wait for this one, which then
             # copies every frame, so the next write starts the WAL over (a PASSIVE checkpoint
             # waits for no reader: one that keeps frames in use only leaves them uncopied).
             # Without the wait a stream of writes lands behind each checkpoint and the WAL
-            # grows to ``WAL_RESTART_BYTES`` between truncations (B30p: ~2 MiB beside a
+            # grows to ``WAL_RESTART_BYTES`` between truncations (A30p: ~2 MiB beside a
             # 1.2 MB database).
             self._held = True
         self._checkpointing = asyncio.ensure_future(self._checkpoint(self._checkpointer, hold))
@@ -380,11 +385,14 @@ class GroupCommit(Committer):
         try:
             rows = await conn.execute_fetchall(_TRUNCATE if hold else _CHECKPOINT)
             self.checkpoints += 1
-            busy, frames, _ = next(iter(rows))
+            busy, frames, copied = next(iter(rows))
             if hold:
                 self._truncate_refused = bool(busy)
-            # After a TRUNCATE that got through, the WAL is empty (it reports -1 frames).
-            self.wal_frames = max(0, int(frames)) if busy or not hold else 0
+            # After a TRUNCATE that got through, the WAL is empty (it reports -1 frames);
+            # after one that held the writes and copied every frame, the next write
+            # restarts it.
+            restarts = not busy and (hold or (self._held and copied == frames))
+            self.wal_frames = 0 if restarts else max(0, int(frames))
         except sqlite3.Error as exc:  # pragma: no cover - retried after later writes
             log.warning("WAL checkpoint failed: %s", exc)
         finally:
