@@ -335,12 +335,8 @@ class GroupCommit(Committer):
         if hold:
             self._busy = True
         elif idle and frames >= IDLE_HOLD_FRAMES:
-            # Nothing is queued: writes that come meanwhile wait for this one, which then
-            # copies every frame, so the next write starts the WAL over (a PASSIVE checkpoint
-            # waits for no reader: one that keeps frames in use only leaves them uncopied).
-            # Without the wait a stream of writes lands behind each checkpoint and the WAL
-            # grows to ``WAL_RESTART_BYTES`` between truncations (A30p: ~2 MiB beside a
-            # 1.2 MB database).
+            # Writes that come meanwhile wait: it copies every frame, so the next write starts
+            # the WAL over (PASSIVE waits for no reader, whose frames are only left uncopied).
             self._held = True
         self._checkpointing = asyncio.ensure_future(self._checkpoint(self._checkpointer, hold))
 
