@@ -172,15 +172,22 @@ def start_pi(
 
 
 def context_reads(wire: Path) -> list[dict[str, Any]]:
-    """The params of each `session/context` request in `wire` (LSP frames, as sent)."""
-    parser, out = FrameParser(), []
-    parser.feed(wire.read_bytes())
-    while (body := parser.next()) is not None:
-        assert not isinstance(body, FrameError), body
-        sent = json.loads(bytes(body))
-        if sent.get("method") == "session/context":
-            out.append(sent["params"])
-    assert parser.inside_frame is None, parser.inside_frame
+    """The params of each `session/context` request sent (LSP frames), connection after
+    connection: each `sidecar connect` the extension starts tees its input to a file of its
+    own, `wire` + `.<start time in ns>.<pid>` (one shared file interleaved the frames of a
+    connection still closing with those of the next, as two processes appended to it)."""
+    out: list[dict[str, Any]] = []
+    started = sorted(wire.parent.glob(f"{wire.name}.*"), key=lambda f: int(f.name.split(".")[-2]))
+    assert started, f"no {wire.name}.* written"
+    for log in started:
+        parser = FrameParser()
+        parser.feed(log.read_bytes())
+        while (body := parser.next()) is not None:
+            assert not isinstance(body, FrameError), (log, body)
+            sent = json.loads(bytes(body))
+            if sent.get("method") == "session/context":
+                out.append(sent["params"])
+        assert parser.inside_frame is None, (log, parser.inside_frame)
     return out
 
 
@@ -200,9 +207,10 @@ def test_pi_runs_on_the_daemons_window(tmp_path: Path) -> None:
     daemon = Daemon(tmp_path / "d")
     llm = FakeLLM(log_dir=tmp_path / "llm").start()
     try:
-        # Through `tee`: what the extension sends the daemon is on record.
+        # Through `tee`: what the extension sends the daemon is on record, a file for each
+        # connection (`context_reads`).
         wire = tmp_path / "to-daemon.log"
-        sidecar = ["sh", "-c", 'tee -a "$0" | exec "$@"', str(wire)]
+        sidecar = ["sh", "-c", 'tee "$0.$(date +%s%N).$$" | exec "$@"', str(wire)]
         sidecar += [sys.executable, "-m", "sidecar", "connect", "--socket", str(daemon.sock)]
         pi, proj = start_pi(tmp_path, llm, sidecar, helper)
         for i in range(1, TURNS + 1):
