@@ -106,7 +106,7 @@ class Automatic:
         automatic work it causes at once, so a read dispatched behind the write waits for it;
         returns the write's completion (``Done``: the work runs only if it committed, with no
         error), or None when no work follows."""
-        self._behind_boundary(info)
+        self._behind_boundary(info.session_id, Key(info.time.created, info.id))
         if not isinstance(info, AssistantMessage):
             self.face.turns.end(info.session_id)  # the session's next user message
             return None
@@ -130,11 +130,8 @@ class Automatic:
 
         return done
 
-    def _behind_boundary(self, info: Message) -> None:
-        """Report a new message that sorts behind the compaction boundary made here."""
-        self._report_behind(info.session_id, Key(info.time.created, info.id))
-
-    def _report_behind(self, sid: str, key: Key) -> None:
+    def _behind_boundary(self, sid: str, key: Key) -> None:
+        """Report a message (its key) that sorts behind the compaction boundary made here."""
         cut = self._cuts.get(sid)
         if cut is None:
             return
@@ -334,7 +331,7 @@ class Automatic:
         self._cuts[sid] = (cut, marker)
         # Their keys only: the window between would bring the cut message's parts too.
         for key in await self.store.keys_between(sid, cut, marker):
-            self._report_behind(sid, key)
+            self._behind_boundary(sid, key)
 
     def next_time(self, session_id: str) -> int:
         """``time.created`` for a message whose writer left it out: now, but never before
