@@ -122,16 +122,6 @@ def to_parts(
     through as stored — unknown fields included, and without re-encoding them — and each
     message's entry is remembered while its Structs are the same objects (see ``to_openai``).
     """
-
-    def info(m: WithParts) -> Any:
-        raw = raws.get(m.info.id) if raws is not None else None
-        return msgspec.Raw(raw) if raw is not None else msgspec.to_builtins(m.info)
-
-    def part(p: parts.Part) -> Any:
-        cleared = _clear(p, stub)
-        raw = raws.get(p.id) if raws is not None and cleared is p else None
-        return msgspec.Raw(raw) if raw is not None else msgspec.to_builtins(cleared)
-
     out: list[dict[str, Any]] = []
     for m in window:
         key = (id(m.info), tuple(map(id, m.parts)), stub)
@@ -140,11 +130,26 @@ def to_parts(
             if hit is not None:
                 out.append(hit)
                 continue
-        entry = {"info": info(m), "parts": [part(p) for p in m.parts]}
+        entry = parts_entry(m, raws, stub)
         if raws is not None:
             _parts_memo.put(key, (m.info, *m.parts), entry)
         out.append(entry)
     return out
+
+
+def parts_entry(
+    m: WithParts, raws: Mapping[str, str | bytes] | None, stub: Stub = "opencode"
+) -> dict[str, Any]:
+    """One message of ``to_parts``: its stored JSON where ``raws`` has it and it is sent as
+    stored, else its Structs encoded."""
+    raw = raws.get(m.info.id) if raws is not None else None
+    info = msgspec.Raw(raw) if raw is not None else msgspec.to_builtins(m.info)
+    out: list[Any] = []
+    for p in m.parts:
+        cleared = _clear(p, stub)
+        raw = raws.get(p.id) if raws is not None and cleared is p else None
+        out.append(msgspec.Raw(raw) if raw is not None else msgspec.to_builtins(cleared))
+    return {"info": info, "parts": out}
 
 
 # -- neutral form ------------------------------------------------------------------------------
@@ -171,11 +176,11 @@ class _Assistant:
     calls: list[_Call] = field(default_factory=list)
 
 
-def _call_id(part: parts.ToolPart) -> str:
+def call_id(part: parts.ToolPart) -> str:
     return part.call_id or part.id
 
 
-def _sent(msg: WithParts) -> bool:
+def sent(msg: WithParts) -> bool:
     """OpenCode skips failed assistant messages, except an abort that produced something."""
     info = msg.info
     if not isinstance(info, AssistantMessage) or info.error is None:
@@ -192,7 +197,7 @@ def _has_text(part: parts.TextPart) -> bool:
 
 def _call(part: parts.ToolPart, mode: Stub = "opencode") -> _Call:
     state = part.state
-    cid, name = _call_id(part), part.tool
+    cid, name = call_id(part), part.tool
     if isinstance(state, parts.ToolCompleted):
         if state.time.compacted:
             return _Call(cid, name, state.input, stub(part, mode), False)
@@ -202,18 +207,18 @@ def _call(part: parts.ToolPart, mode: Stub = "opencode") -> _Call:
     return _Call(cid, name, state.input, INTERRUPTED, True)  # pending/running: never finished
 
 
-def _keeper(window: Sequence[WithParts], sent: Sequence[bool]) -> dict[str, parts.ToolPart]:
+def _keeper(window: Sequence[WithParts], oks: Sequence[bool]) -> dict[str, parts.ToolPart]:
     """Duplicate callIDs (OpenCode #40235): the last part with an id wins, earlier ones vanish."""
     keeper: dict[str, parts.ToolPart] = {}
-    for msg, ok in zip(window, sent, strict=True):
+    for msg, ok in zip(window, oks, strict=True):
         if ok and isinstance(msg.info, AssistantMessage):
             for part in msg.parts:
                 if isinstance(part, parts.ToolPart):
-                    keeper[_call_id(part)] = part
+                    keeper[call_id(part)] = part
     return keeper
 
 
-def _message_turns(
+def message_turns(
     msg: WithParts, ok: bool, keeper: Mapping[str, parts.ToolPart], mode: Stub = "opencode"
 ) -> list[_User | _Assistant]:
     out: list[_User | _Assistant] = []
@@ -230,7 +235,7 @@ def _message_turns(
                 segment = _Assistant()
             elif isinstance(part, parts.TextPart) and _has_text(part):
                 segment.texts.append(part.text)
-            elif isinstance(part, parts.ToolPart) and keeper.get(_call_id(part)) is part:
+            elif isinstance(part, parts.ToolPart) and keeper.get(call_id(part)) is part:
                 segment.calls.append(_call(part, mode))
         if segment.texts or segment.calls:
             out.append(segment)
@@ -238,12 +243,10 @@ def _message_turns(
 
 
 def _turns(window: Sequence[WithParts], mode: Stub = "opencode") -> list[_User | _Assistant]:
-    sent = [_sent(m) for m in window]
-    keeper = _keeper(window, sent)
+    oks = [sent(m) for m in window]
+    keeper = _keeper(window, oks)
     return [
-        t
-        for msg, ok in zip(window, sent, strict=True)
-        for t in _message_turns(msg, ok, keeper, mode)
+        t for msg, ok in zip(window, oks, strict=True) for t in message_turns(msg, ok, keeper, mode)
     ]
 
 
@@ -324,12 +327,12 @@ def to_openai(
     objects and none of its calls lost to a duplicate id, so a window rendered every turn costs
     only its new messages. The returned dicts may be shared: do not mutate them.
     """
-    sent = [_sent(m) for m in window]
-    keeper = _keeper(window, sent)
+    oks = [sent(m) for m in window]
+    keeper = _keeper(window, oks)
     out: list[dict[str, Any]] = []
-    for msg, ok in zip(window, sent, strict=True):
+    for msg, ok in zip(window, oks, strict=True):
         memo = not strip_media and all(
-            keeper.get(_call_id(p)) is p for p in msg.parts if isinstance(p, parts.ToolPart)
+            keeper.get(call_id(p)) is p for p in msg.parts if isinstance(p, parts.ToolPart)
         )
         key = (id(msg.info), tuple(map(id, msg.parts)), stub)
         if memo:
@@ -337,13 +340,25 @@ def to_openai(
             if hit is not None:  # its objects live: the ids in the key are still theirs
                 out.extend(hit)
                 continue
-        rendered: list[dict[str, Any]] = []
-        for turn in _message_turns(msg, ok, keeper, stub):
-            rendered.extend(_openai_turn(turn, strip_media))
+        rendered = openai_message(msg, ok, keeper, stub, strip_media)
         if memo:
             _openai_memo.put(key, (msg.info, *msg.parts), rendered)
         out.extend(rendered)
     return out
+
+
+def openai_message(
+    msg: WithParts,
+    ok: bool,
+    keeper: Mapping[str, parts.ToolPart],
+    stub: Stub = "opencode",
+    strip_media: bool = False,
+) -> list[dict[str, Any]]:
+    """One stored message of ``to_openai`` (``ok``: ``sent``; ``keeper``: ``keeper``)."""
+    rendered: list[dict[str, Any]] = []
+    for turn in message_turns(msg, ok, keeper, stub):
+        rendered.extend(_openai_turn(turn, strip_media))
+    return rendered
 
 
 def _openai_turn(turn: _User | _Assistant, strip_media: bool) -> list[dict[str, Any]]:
@@ -394,6 +409,13 @@ def to_anthropic(
     """Messages API ``messages``: ``tool_use`` blocks answered by ``tool_result`` blocks at the
     head of the next user message; same-role neighbours merged, since roles must alternate."""
     out: list[dict[str, Any]] = []
+    for turn in _turns(window, stub):
+        anthropic_turn(out, turn, strip_media)
+    return out
+
+
+def anthropic_turn(out: list[dict[str, Any]], turn: _User | _Assistant, strip_media: bool) -> None:
+    """Append one neutral turn to ``out``; only its last message can still change (a merge)."""
 
     def add(role: str, blocks: list[dict[str, Any]]) -> None:
         if out and out[-1]["role"] == role:
@@ -401,29 +423,27 @@ def to_anthropic(
         else:
             out.append({"role": role, "content": blocks})
 
-    for turn in _turns(window, stub):
-        if isinstance(turn, _User):
-            add("user", [_anthropic_block(i, strip_media) for i in turn.items])
-            continue
-        blocks: list[dict[str, Any]] = [{"type": "text", "text": t} for t in turn.texts]
-        blocks += [
-            {"type": "tool_use", "id": c.id, "name": c.name, "input": c.input} for c in turn.calls
-        ]
-        add("assistant", blocks)
-        if not turn.calls:
-            continue
-        results: list[dict[str, Any]] = []
-        for c in turn.calls:
-            result: dict[str, Any] = {
-                "type": "tool_result",
-                "tool_use_id": c.id,
-                "content": c.result,
-            }
-            if c.is_error:
-                result["is_error"] = True
-            results.append(result)
-        media: list[str | parts.FilePart] = [a for c in turn.calls for a in c.attachments]
-        if media:
-            results += [_anthropic_block(i, strip_media) for i in [TOOL_MEDIA_TEXT, *media]]
-        add("user", results)
-    return out
+    if isinstance(turn, _User):
+        add("user", [_anthropic_block(i, strip_media) for i in turn.items])
+        return
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": t} for t in turn.texts]
+    blocks += [
+        {"type": "tool_use", "id": c.id, "name": c.name, "input": c.input} for c in turn.calls
+    ]
+    add("assistant", blocks)
+    if not turn.calls:
+        return
+    results: list[dict[str, Any]] = []
+    for c in turn.calls:
+        result: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": c.id,
+            "content": c.result,
+        }
+        if c.is_error:
+            result["is_error"] = True
+        results.append(result)
+    media: list[str | parts.FilePart] = [a for c in turn.calls for a in c.attachments]
+    if media:
+        results += [_anthropic_block(i, strip_media) for i in [TOOL_MEDIA_TEXT, *media]]
+    add("user", results)
