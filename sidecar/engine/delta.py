@@ -19,6 +19,7 @@ import os
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
+from sidecar.model.buffers import Elements
 from sidecar.model.rpc import ContextResult
 
 MAX_REVISIONS = 64
@@ -67,10 +68,15 @@ class Revisions:
         """``result`` with its ``revision`` set and, for ``since``, cut to a delta if it can."""
         messages = result.messages
         token = f"{self._prefix}.{next(self._count)}"
-        size = 4 * result.estimated_tokens + 1024
-        served = _Served(session_id, result.format, messages, _tail_from(result), size)
+        # A window rendered as it was read (``streamed``) is not held: no delta from or to it.
+        streamed = bool(messages) and isinstance(messages[0], Elements)
+        if streamed:
+            served = _Served(session_id, result.format, [], 1, 1024)
+        else:
+            size = 4 * result.estimated_tokens + 1024
+            served = _Served(session_id, result.format, messages, _tail_from(result), size)
         self._served[token] = served
-        self._bytes += size
+        self._bytes += served.size
         while len(self._served) > 1 and (
             len(self._served) > self._limit or self._bytes > self._max_bytes
         ):
@@ -80,7 +86,7 @@ class Revisions:
             return result
         old = self._served.get(since)
         result.delta = False
-        if old is None or old.session_id != session_id or old.format != result.format:
+        if streamed or old is None or old.session_id != session_id or old.format != result.format:
             return result
         start = _common_prefix(old.messages, messages)
         if start < old.tail_from:

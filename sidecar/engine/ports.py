@@ -17,13 +17,14 @@ from sidecar.model.messages import Message, WithParts
 from sidecar.model.parts import Part
 from sidecar.model.rpc import StoredMessage
 from sidecar.model.session import Session
-from sidecar.store import Boundary, Done, Key, LightMessage, PartKey
+from sidecar.store import Boundary, Done, Key, LightMessage, PartKey, Streamed
 
 
 class WindowCachePort(Protocol):
     """The store's window cache, as the write door drops a session's entry."""
 
     def invalidate(self, sid: str) -> None: ...
+    def has(self, sid: str) -> bool: ...
 
 
 class StorePort(Protocol):
@@ -69,6 +70,7 @@ class StorePort(Protocol):
         end: Key | None = None,
         raws: dict[str, str] | None = None,
     ) -> list[WithParts]: ...
+    async def stream_window(self, session_id: str, start: Key | None = None) -> Streamed | None: ...
     def newest_first(
         self, session_id: str, end: Key | None = None, page: int = ...
     ) -> AsyncIterator[list[WithParts]]: ...

@@ -17,7 +17,7 @@ from typing import Protocol
 from sidecar.engine import breakdown as breakdown_mod
 from sidecar.engine import context as context_mod
 from sidecar.engine import overflow as overflow_mod
-from sidecar.engine import overhead, steer
+from sidecar.engine import overhead, steer, streamed
 from sidecar.engine.auto import Automatic
 from sidecar.engine.fit import limit_for_window
 from sidecar.engine.ports import StorePort
@@ -70,10 +70,24 @@ class Reads:
         return (0, "none") if learned is None else (learned, "learned")
 
     async def window(
-        self, session: Session, fmt: ContextFormat, cfg: Config, fit: bool, extra: int
+        self,
+        session: Session,
+        fmt: ContextFormat,
+        cfg: Config,
+        fit: bool,
+        extra: int,
+        stream: bool = False,
     ) -> ContextResult:
+        """``stream``: a window too large to keep may be rendered as it is read
+        (``streamed``), its ``messages`` then only for an encoder."""
         stub = cfg.compaction.pruned_stub
-        result, window, _ = await context_mod.build_with_window(self.store, session, fmt, stub)
+        # A session with a window in the cache is served from it (the turn after turn case).
+        cold = stream and not self.store.cache.has(session.id)
+        got = await streamed.build(self.store, session, fmt, stub) if cold else None
+        if got is None:
+            result, window, _ = await context_mod.build_with_window(self.store, session, fmt, stub)
+        else:
+            result, window = got  # ``window``: what ``fit`` reads of it (``streamed.Lite``)
         if not fit:
             return result
         cfg = steer.for_window(cfg, window)

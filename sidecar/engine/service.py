@@ -207,16 +207,19 @@ class Engine:
         fit: bool = True,
         overhead_tokens: int | None = None,
         since: str | None = None,
+        stream: bool = False,
     ) -> ContextResult:
         """``session/context``: the window, with its revision; ``wait``: after earlier writes'
         automatic work; ``fit``: see ``Reads.window``; ``overhead_tokens``: the frontend's
         overhead (None: the learned one); ``since``: a revision served before (then only
-        what changed after it, when it can: ``delta``)."""
+        what changed after it, when it can: ``delta``); ``stream``: a window too large to keep
+        may be rendered as it is read, its ``messages`` then only for an encoder
+        (``streamed``)."""
         if wait:
             await self.idle(session_id)
         session = await self.store.require_session(session_id)
         extra, source = self.overhead_of(session, overhead_tokens)
-        result = await self.reads.window(session, fmt, cfg or self.config(), fit, extra)
+        result = await self.reads.window(session, fmt, cfg or self.config(), fit, extra, stream)
         result.overhead_tokens, result.overhead_source = extra, source
         self.overheads.served(session_id, result.estimated_tokens)
         return self.revisions.serve(session_id, result, since)

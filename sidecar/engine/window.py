@@ -12,7 +12,7 @@ from sidecar.engine.filter import filter_compacted
 from sidecar.engine.ports import StorePort
 from sidecar.model.messages import WithParts
 from sidecar.model.session import Session
-from sidecar.store import Key
+from sidecar.store import Boundary, Key
 
 
 async def revert_key(store: StorePort, session: Session) -> Key | None:
@@ -44,18 +44,27 @@ async def load_history(store: StorePort, session: Session) -> list[WithParts]:
     return cut_reverted(await store.window(session.id), session, rkey)
 
 
+async def window_start(
+    store: StorePort, session: Session, rkey: Key | None = None
+) -> tuple[Boundary | None, Key | None]:
+    """The newest effective compaction boundary before ``rkey`` and the key the window is
+    read from: its marker, or the collapse tail it points back at when that is older."""
+    boundary = await store.boundary(session.id, before=rkey)
+    if boundary is None:
+        return None, None
+    start = boundary.marker
+    if boundary.tail_start_id:
+        tail = await store.message_key(boundary.tail_start_id)
+        if tail is not None and tail < start:
+            start = tail
+    return boundary, start
+
+
 async def load_window(
     store: StorePort, session: Session, raws: dict[str, str] | None = None
 ) -> list[WithParts]:
     """The filtered, chronological context window (``raws``: see ``Store.window``)."""
     rkey = await revert_key(store, session)
-    start: Key | None = None
-    boundary = await store.boundary(session.id, before=rkey)
-    if boundary is not None:
-        start = boundary.marker
-        if boundary.tail_start_id:
-            tail = await store.message_key(boundary.tail_start_id)
-            if tail is not None and tail < start:
-                start = tail
+    _, start = await window_start(store, session, rkey)
     msgs = await store.window(session.id, start, raws=raws)
     return filter_compacted(cut_reverted(msgs, session, rkey))

@@ -36,3 +36,11 @@ class Shared:
     def raw(self) -> msgspec.Raw:
         """The JSON as one ``msgspec.Raw`` (a copy: for what cannot take pieces)."""
         return msgspec.Raw(b"".join(self.buffers))
+
+
+class Elements(Shared):
+    """Consecutive elements of a JSON array, comma-separated, as buffers: in a list it stands
+    for all of them, so a long array is sent as a few large buffers (a window served as it
+    is read, ``engine/streamed.py``). Only an encoder writes it; nothing reads it back."""
+
+    __slots__ = ()

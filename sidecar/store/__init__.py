@@ -33,7 +33,7 @@ from sidecar.store.url import (
     sqlite_path,
     unreachable,
 )
-from sidecar.store.windows import PAGE, LightMessage, LightPart
+from sidecar.store.windows import PAGE, LightMessage, LightPart, Streamed
 
 __all__ = [
     "LARGE_BYTES",
@@ -51,6 +51,7 @@ __all__ = [
     "PartKey",
     "ReadOnlyStore",
     "Store",
+    "Streamed",
     "Tally",
     "UnsupportedDatabase",
     "WindowCache",

@@ -223,6 +223,15 @@ class WindowCache:
         self.hits += 1
         return entry
 
+    def has(self, sid: str) -> bool:
+        """Is any window of the session held (a hint: not checked for freshness)?"""
+        return sid in self._entries
+
+    def holds(self, sid: str, start: Key | None) -> bool:
+        """Would ``get`` and ``assembled`` serve the window from ``start`` (nothing counted)?"""
+        entry = self._entries.get(sid)
+        return entry is not None and _covers(entry.start, start)
+
     def get(self, sid: str, start: Key | None) -> tuple[list[Row], list[PartRow]] | None:
         entry = self._hit(sid, start)
         return None if entry is None else entry.rows()

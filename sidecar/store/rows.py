@@ -297,6 +297,16 @@ def assemble(msgs: Any, parts: Any, raws: dict[str, str] | None = None) -> list[
     return out
 
 
+def uncached(mid: str, data: str, parts: list[tuple[str, str]]) -> tuple[WithParts, dict[str, str]]:
+    """One message with its parts decoded outside the decode cache (a window too large to
+    keep, ``windows.Streamed``), and the stored JSON of each row not read flattened, by id."""
+    msg = WithParts(info=decode_message(data), parts=[decode_part(d) for _, d in parts])
+    raws = {pid: d for pid, d in parts if pid not in _flattened}
+    if mid not in _flattened:
+        raws[mid] = data
+    return msg, raws
+
+
 def chunks(items: list[str], size: int) -> list[list[str]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 

@@ -60,6 +60,8 @@ class Store:
         backend.watch(self.cache)
         # The largest window or page a read loads (the server sets ``server.maxReplyBytes``).
         self.max_read_bytes = DEFAULT_MAX_REPLY_BYTES
+        # A window read cold with more stored JSON than this is served as it is read.
+        self.stream_over = windows.STREAM_OVER_BYTES
         # The first-open indexing of history (``start_history_backfill``), and who hears its
         # progress ``(indexed, total)`` (the server: ``$/progress`` to every client).
         self._backfill: asyncio.Future[None] | None = None
@@ -382,6 +384,16 @@ class Store:
         window from ``start`` to the end is served from ``WindowCache`` when it can be.
         """
         return await windows.window(self, self.max_read_bytes, session_id, start, end, raws)
+
+    async def stream_window(
+        self, session_id: str, start: Key | None = None
+    ) -> windows.Streamed | None:
+        """The window from ``start`` one message at a time (``Streamed``: the caller must
+        ``aclose`` it) when the cache does not hold it and it has more than ``stream_over``
+        bytes of stored JSON; else None, and ``window`` serves it from the cache."""
+        return await windows.stream_window(
+            self, self.max_read_bytes, self.stream_over, session_id, start
+        )
 
     def newest_first(
         self, session_id: str, end: Key | None = None, page: int = PAGE

@@ -5,6 +5,7 @@ delegates here)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AsyncExitStack
 from typing import Any, NamedTuple
 
 from sidecar.errors import TooLarge
@@ -18,6 +19,7 @@ from sidecar.store.rows import (
     cached_message,
     cached_part,
     rows_in,
+    uncached,
 )
 
 # Rows fetched per round trip when the store walks a session backwards.
@@ -215,11 +217,24 @@ async def window(
     rows = await _fetch(
         t, _WINDOW.format(cond=cond), [*args, *args], _Budget(max_bytes, session_id), 4
     )
+    return _assembled(t, session_id, start, end, version, rows, raws)
+
+
+def _assembled(
+    t: Tables,
+    session_id: str,
+    start: Key | None,
+    end: Key | None,
+    version: Any,
+    rows: list[Any],
+    raws: dict[str, str] | None,
+) -> list[WithParts]:
+    """The window ``_WINDOW``'s rows make, remembered by the cache when it runs to the end."""
     msg_rows = [(created, mid, data) for created, mid, kind, _, data in rows if kind == 0]
     parts = [(mid, pid, data) for _, mid, kind, pid, data in rows if kind == 1]
     found = assemble([(mid, data) for _, mid, data in msg_rows], parts, raws)
     if end is None:
-        cache.put(
+        t.cache.put(
             session_id,
             start,
             version,
@@ -227,6 +242,90 @@ async def window(
             parts,
         )
     return found
+
+
+#: A window read cold whose stored JSON passes this is served as it is read (``Streamed``).
+STREAM_OVER_BYTES = 4 << 20
+
+
+async def stream_window(
+    t: Tables, max_bytes: int, over: int, session_id: str, start: Key | None
+) -> Streamed | None:
+    """The window from ``start`` as a ``Streamed`` when the cache does not hold it and its
+    stored JSON passes ``over`` bytes (the caller must ``aclose`` it); else None, the window
+    then cached (unless a write raced with the read) for ``window`` to serve."""
+    cache = t.cache
+    await fresh(t, session_id)
+    if cache.holds(session_id, start):
+        return None
+    version = cache.version(session_id)
+    cond, args = _range(session_id, start, None)
+    budget = _Budget(max_bytes, session_id)
+    stack = AsyncExitStack()
+    held = True  # until the stream is handed over
+    try:
+        chunks = await stack.enter_async_context(
+            t.backend.stream(_WINDOW.format(cond=cond), [*args, *args])
+        )
+        rest: Any = aiter(chunks)
+        stack.push_async_callback(rest.aclose)
+        rows: list[Any] = []
+        size = 0
+        async for chunk in rest:
+            spent = sum(len(row[4]) for row in chunk)
+            budget.spend(spent)
+            rows.extend(chunk)
+            size += spent
+            if size > over:
+                held = False
+                return Streamed(rows, rest, budget, stack)
+    finally:
+        if held:
+            await stack.aclose()
+    _assembled(t, session_id, start, None, version, rows, None)
+    return None
+
+
+class Streamed:
+    """A window's messages as its rows arrive, each decoded once (not through the decode
+    cache) and let go with its rows once handed over: a window far larger than any model's
+    (a session without limits, read cold) is never in memory whole, as JSON or as Structs."""
+
+    def __init__(self, rows: list[Any], rest: Any, budget: _Budget, stack: AsyncExitStack) -> None:
+        self._rows: list[Any] | None = rows
+        self._rest = rest
+        self._budget = budget
+        self._stack = stack
+
+    async def messages(self) -> AsyncIterator[tuple[WithParts, dict[str, str]]]:
+        """Each message with its parts, chronological, and the stored JSON of those not read
+        flattened (``assemble``'s ``raws``), by id."""
+        head: Any = None
+        parts: list[Any] = []
+        async for row in self._each_row():
+            if row[2] == 0:
+                if head is not None:
+                    yield uncached(head[1], head[4], parts)
+                head, parts = row, []
+            else:
+                parts.append((row[3], row[4]))
+        if head is not None:
+            yield uncached(head[1], head[4], parts)
+
+    async def _each_row(self) -> AsyncIterator[Any]:
+        held, self._rows = self._rows or [], None
+        held.reverse()
+        while held:
+            yield held.pop()
+        async for chunk in self._rest:
+            self._budget.spend(sum(len(row[4]) for row in chunk))
+            chunk.reverse()
+            while chunk:
+                yield chunk.pop()
+
+    async def aclose(self) -> None:
+        self._rows = None
+        await self._stack.aclose()  # the rows' generator, then the statement
 
 
 async def _fetch(t: Tables, sql: str, args: list[Any], budget: _Budget, data: int) -> list[Any]:

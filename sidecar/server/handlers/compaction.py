@@ -33,6 +33,7 @@ async def context(ctx: Context, p: SessionContextParams) -> ContextResult:
         fit=p.fit,
         overhead_tokens=p.overhead_tokens,
         since=p.since,
+        stream=True,  # the reply is only encoded
     )
 
 

@@ -1,0 +1,226 @@
+"""``session/context`` of a window too large to keep, rendered as it is read.
+
+A window read cold (not in the window cache) with more stored JSON than
+``Store.stream_over`` is a session without limits, or one that was never compacted: far
+larger than any model's window. Decoded whole, it is its JSON, its Structs and its rendering
+in memory at once, several times the reply. Here each message is decoded, measured, rendered
+and encoded as its rows arrive, then let go: what stays is the reply's bytes, in runs of
+about ``RUN_BYTES`` that the outbox sends without copying them again (``Elements``).
+
+The reply is the one the whole-window path gives, byte for byte
+(``tests/engine/test_streamed_window.py``). ``filter_compacted`` and the duplicate-call rule
+of the chat formats look ahead: a window that needs them (a reverted session, a collapse
+tail read before its marker, a compaction marker after the window's first message, a
+call id met twice) is left to the whole-window path, which reads it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+
+from sidecar.engine import render
+from sidecar.engine.ports import StorePort
+from sidecar.engine.tokens import MESSAGE_OVERHEAD, estimate_part
+from sidecar.engine.window import window_start
+from sidecar.model.buffers import Elements
+from sidecar.model.conversation import compaction_part, is_finished_summary, is_marker, is_summary
+from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
+from sidecar.model.parts import CompactionPart, ToolPart
+from sidecar.model.rpc import ContextFormat, ContextResult
+from sidecar.model.session import Session
+from sidecar.store import Streamed
+
+#: The reply's bytes are sealed in runs of about this size: few buffers, none copied again.
+RUN_BYTES = 1 << 20
+
+
+class _Whole(Exception):
+    """The window needs the whole-window path (a rule that looks ahead)."""
+
+
+class _Twice(Exception):
+    """A call id met twice: which part keeps it depends on what follows (``_keepers``)."""
+
+
+# A call id -> the id of the part that keeps it (``render._keeper``'s rule, by part id).
+Keepers = dict[str, str]
+
+
+async def build(
+    store: StorePort, session: Session, fmt: ContextFormat, stub: render.Stub = "opencode"
+) -> tuple[ContextResult, list[WithParts]] | None:
+    """The rendered window and what ``fit`` reads of it (``Lite``), when it is streamed;
+    None when the whole-window path serves it (cached, small, or needing a look-ahead).
+
+    One pass renders; a call id met twice (OpenCode #40235: the last part with it wins)
+    costs a pass that finds the keepers first, then one that renders with them."""
+    if session.revert is not None:
+        return None
+    boundary, start = await window_start(store, session)
+    if boundary is not None and start != boundary.marker:
+        return None  # a collapse tail goes before its marker: the window is reordered
+    marker_id = boundary.marker.id if boundary else None
+    keepers: Keepers | None = None
+    while True:
+        stream = await store.stream_window(session.id, start)
+        if stream is None:
+            return None
+        try:
+            try:
+                return await _render(stream, fmt, stub, marker_id, keepers)
+            except _Twice:
+                pass  # (``keepers`` is None: it is only raised without them)
+        except _Whole:
+            return None
+        finally:
+            await stream.aclose()
+        stream = await store.stream_window(session.id, start)
+        if stream is None:
+            return None
+        try:
+            keepers = await _keepers(stream, marker_id)
+        except _Whole:
+            return None
+        finally:
+            await stream.aclose()
+
+
+async def _window(
+    stream: Streamed, marker_id: str | None
+) -> AsyncIterator[tuple[WithParts, dict[str, str]]]:
+    """``filter_compacted`` of the stream (``marker_id``: the boundary's marker, which must
+    come first), where it needs no look-ahead."""
+    first = True
+    async for msg, raws in stream.messages():
+        if first and marker_id is not None:
+            if msg.info.id != marker_id:
+                raise _Whole
+        elif compaction_part(msg) is not None:
+            raise _Whole  # is it answered later? ``filter_compacted`` looks ahead
+        elif is_summary(msg) and not is_finished_summary(msg.info):
+            first = False
+            continue  # ``filter_compacted`` drops it
+        first = False
+        yield msg, raws
+
+
+def _tool_parts(msg: WithParts) -> list[ToolPart]:
+    """The tool parts ``render._keeper`` counts: those of a sent assistant message."""
+    if not isinstance(msg.info, AssistantMessage) or not render.sent(msg):
+        return []
+    return [p for p in msg.parts if isinstance(p, ToolPart)]
+
+
+async def _keepers(stream: Streamed, marker_id: str | None) -> Keepers:
+    keepers: Keepers = {}
+    async for msg, _ in _window(stream, marker_id):
+        for p in _tool_parts(msg):
+            keepers[render.call_id(p)] = p.id
+    return keepers
+
+
+async def _render(
+    stream: Streamed,
+    fmt: ContextFormat,
+    stub: render.Stub,
+    marker_id: str | None,
+    keepers: Keepers | None,
+) -> tuple[ContextResult, list[WithParts]]:
+    """``context.render_result`` of ``filter_compacted`` of the stream, one message at a time.
+    ``keepers``: from a pass before this one (None: a call id met twice is ``_Twice``); the
+    window must not have changed since (else ``_Whole``)."""
+    runs = _Runs()
+    lite = Lite()
+    met: set[str] = set()  # call ids met (without keepers), or whose keeper was met
+    chat: list[dict[str, Any]] = []  # anthropic: the message a merge may still extend
+    total = 0
+    async for msg, raws in _window(stream, marker_id):
+        total += MESSAGE_OVERHEAD + sum(estimate_part(p) for p in msg.parts)
+        total += render.stub_extra((msg,), stub)
+        lite.see(msg)
+        ok = render.sent(msg)
+        keeper: dict[str, ToolPart] = {}
+        for p in _tool_parts(msg) if fmt != "parts" else ():
+            cid = render.call_id(p)
+            if cid in met:  # after its keeper: the window changed since, or no keepers
+                raise _Whole if keepers is not None else _Twice
+            if keepers is None or keepers.get(cid) == p.id:
+                met.add(cid)
+                keeper[cid] = p
+            elif cid not in keepers:
+                raise _Whole  # a call the keepers' pass did not see
+        if fmt == "openai":
+            for item in render.openai_message(msg, ok, keeper, stub):
+                runs.add(item)
+        elif fmt == "anthropic":
+            for turn in render.message_turns(msg, ok, keeper, stub):
+                render.anthropic_turn(chat, turn, False)
+            while len(chat) > 1:
+                runs.add(chat.pop(0))
+        else:
+            runs.add(render.parts_entry(msg, raws, stub))
+    if keepers is not None and len(met) != len(keepers):  # (never for ``parts``)
+        raise _Whole  # a keeper gone since
+    for item in chat:
+        runs.add(item)
+    result = ContextResult(
+        format=fmt, messages=runs.sealed(), estimated_tokens=total, boundary_message_id=marker_id
+    )
+    return result, lite.window()
+
+
+class _Runs:
+    """The array's elements encoded one by one into buffers of about ``RUN_BYTES``."""
+
+    def __init__(self) -> None:
+        self._sealed: list[Any] = []
+        self._buf = bytearray()
+        self._encoder = msgspec.json.Encoder()
+
+    def add(self, value: Any) -> None:
+        buf = self._buf
+        if buf:
+            buf += b","
+        self._encoder.encode_into(value, buf, -1)
+        if len(buf) >= RUN_BYTES:
+            self._seal()
+
+    def _seal(self) -> None:
+        if self._buf:
+            # A copy of its length: the bytearray grew with room to spare, let go here.
+            self._sealed.append(Elements(bytes(self._buf)))
+            self._buf = bytearray()
+
+    def sealed(self) -> list[Any]:
+        self._seal()
+        return self._sealed
+
+
+class Lite:
+    """What ``fit`` reads of a window (``steer.turn_of``, ``fit.limit_for_window``): its
+    latest user message that is not a marker and its latest message naming a model, each
+    without content."""
+
+    def __init__(self) -> None:
+        self._seen = 0
+        self._user: tuple[int, WithParts] | None = None
+        self._model: tuple[int, WithParts] | None = None
+
+    def see(self, msg: WithParts) -> None:
+        info, at = msg.info, self._seen
+        self._seen += 1
+        light = WithParts(info=info, parts=[p for p in msg.parts if isinstance(p, CompactionPart)])
+        if isinstance(info, UserMessage):
+            if not is_marker(msg):
+                self._user = (at, light)
+            if info.model is not None:
+                self._model = (at, light)
+        elif isinstance(info, AssistantMessage) and not info.summary and info.model_id:
+            self._model = (at, light)
+
+    def window(self) -> list[WithParts]:
+        kept = dict(m for m in (self._user, self._model) if m is not None)
+        return [kept[at] for at in sorted(kept)]
