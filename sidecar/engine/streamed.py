@@ -16,7 +16,8 @@ call id met twice) is left to the whole-window path, which reads it again.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import Any
 
 import msgspec
@@ -90,11 +91,11 @@ async def build(
 
 async def _window(
     stream: Streamed, marker_id: str | None
-) -> AsyncIterator[tuple[WithParts, dict[str, str]]]:
+) -> AsyncGenerator[tuple[WithParts, dict[str, str]], None]:
     """``filter_compacted`` of the stream (``marker_id``: the boundary's marker, which must
     come first), where it needs no look-ahead."""
     first = True
-    async for msg, raws in stream.messages():
+    async for msg, raws in stream.messages():  # (``Streamed.aclose`` ends it)
         if first and marker_id is not None:
             if msg.info.id != marker_id:
                 raise _Whole
@@ -116,9 +117,10 @@ def _tool_parts(msg: WithParts) -> list[ToolPart]:
 
 async def _keepers(stream: Streamed, marker_id: str | None) -> Keepers:
     keepers: Keepers = {}
-    async for msg, _ in _window(stream, marker_id):
-        for p in _tool_parts(msg):
-            keepers[render.call_id(p)] = p.id
+    async with aclosing(_window(stream, marker_id)) as window:
+        async for msg, _ in window:
+            for p in _tool_parts(msg):
+                keepers[render.call_id(p)] = p.id
     return keepers
 
 
@@ -132,44 +134,70 @@ async def _render(
     """``context.render_result`` of ``filter_compacted`` of the stream, one message at a time.
     ``keepers``: from a pass before this one (None: a call id met twice is ``_Twice``); the
     window must not have changed since (else ``_Whole``)."""
-    runs = _Runs()
+    out = _Out(fmt, stub)
     lite = Lite()
     met: set[str] = set()  # call ids met (without keepers), or whose keeper was met
-    chat: list[dict[str, Any]] = []  # anthropic: the message a merge may still extend
     total = 0
-    async for msg, raws in _window(stream, marker_id):
-        total += MESSAGE_OVERHEAD + sum(estimate_part(p) for p in msg.parts)
-        total += render.stub_extra((msg,), stub)
-        lite.see(msg)
-        ok = render.sent(msg)
-        keeper: dict[str, ToolPart] = {}
-        for p in _tool_parts(msg) if fmt != "parts" else ():
-            cid = render.call_id(p)
-            if cid in met:  # after its keeper: the window changed since, or no keepers
-                raise _Whole if keepers is not None else _Twice
-            if keepers is None or keepers.get(cid) == p.id:
-                met.add(cid)
-                keeper[cid] = p
-            elif cid not in keepers:
-                raise _Whole  # a call the keepers' pass did not see
-        if fmt == "openai":
-            for item in render.openai_message(msg, ok, keeper, stub):
-                runs.add(item)
-        elif fmt == "anthropic":
-            for turn in render.message_turns(msg, ok, keeper, stub):
-                render.anthropic_turn(chat, turn, False)
-            while len(chat) > 1:
-                runs.add(chat.pop(0))
-        else:
-            runs.add(render.parts_entry(msg, raws, stub))
-    if keepers is not None and len(met) != len(keepers):  # (never for ``parts``)
+    async with aclosing(_window(stream, marker_id)) as window:
+        async for msg, raws in window:
+            total += MESSAGE_OVERHEAD + sum(estimate_part(p) for p in msg.parts)
+            total += render.stub_extra((msg,), stub)
+            lite.see(msg)
+            out.message(msg, raws, {} if fmt == "parts" else _kept(msg, keepers, met))
+    if keepers is not None and len(met) != len(keepers):
         raise _Whole  # a keeper gone since
-    for item in chat:
-        runs.add(item)
     result = ContextResult(
-        format=fmt, messages=runs.sealed(), estimated_tokens=total, boundary_message_id=marker_id
+        format=fmt, messages=out.sealed(), estimated_tokens=total, boundary_message_id=marker_id
     )
     return result, lite.window()
+
+
+def _kept(msg: WithParts, keepers: Keepers | None, met: set[str]) -> dict[str, ToolPart]:
+    """The calls of ``msg`` the chat formats send (``render._keeper`` of the window), by id;
+    ``met`` is added to."""
+    keeper: dict[str, ToolPart] = {}
+    for p in _tool_parts(msg):
+        cid = render.call_id(p)
+        if cid in met:  # after its keeper: the window changed since, or no keepers
+            raise _Whole if keepers is not None else _Twice
+        if keepers is None or keepers.get(cid) == p.id:
+            met.add(cid)
+            keeper[cid] = p
+        elif cid not in keepers:
+            raise _Whole  # a call the keepers' pass did not see
+    return keeper
+
+
+class _Out:
+    """The rendered messages, each encoded as soon as no later message can change it."""
+
+    def __init__(self, fmt: ContextFormat, stub: render.Stub) -> None:
+        self._fmt = fmt
+        self._stub = stub
+        self._runs = _Runs()
+        self._chat: list[dict[str, Any]] = []  # anthropic: the message a merge may extend
+
+    def message(self, msg: WithParts, raws: dict[str, str], keeper: dict[str, ToolPart]) -> None:
+        runs, stub = self._runs, self._stub
+        if self._fmt == "parts":
+            runs.add(render.parts_entry(msg, raws, stub))
+            return
+        ok = render.sent(msg)
+        if self._fmt == "openai":
+            for item in render.openai_message(msg, ok, keeper, stub):
+                runs.add(item)
+            return
+        chat = self._chat
+        for turn in render.message_turns(msg, ok, keeper, stub):
+            render.anthropic_turn(chat, turn, False)
+        while len(chat) > 1:
+            runs.add(chat.pop(0))
+
+    def sealed(self) -> list[Any]:
+        for item in self._chat:
+            self._runs.add(item)
+        self._chat = []
+        return self._runs.sealed()
 
 
 class _Runs:

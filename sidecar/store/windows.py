@@ -4,7 +4,7 @@ delegates here)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack
 from typing import Any, NamedTuple
 
@@ -293,38 +293,44 @@ class Streamed:
 
     def __init__(self, rows: list[Any], rest: Any, budget: _Budget, stack: AsyncExitStack) -> None:
         self._rows: list[Any] | None = rows
+        self._messages: AsyncGenerator[tuple[WithParts, dict[str, str]], None] | None = None
         self._rest = rest
         self._budget = budget
         self._stack = stack
 
-    async def messages(self) -> AsyncIterator[tuple[WithParts, dict[str, str]]]:
+    def messages(self) -> AsyncGenerator[tuple[WithParts, dict[str, str]], None]:
         """Each message with its parts, chronological, and the stored JSON of those not read
-        flattened (``assemble``'s ``raws``), by id."""
+        flattened (``assemble``'s ``raws``), by id. Once only; ``aclose`` ends it."""
+        self._messages = self._each_message()
+        return self._messages
+
+    async def _each_message(self) -> AsyncGenerator[tuple[WithParts, dict[str, str]], None]:
         head: Any = None
-        parts: list[Any] = []
-        async for row in self._each_row():
-            if row[2] == 0:
-                if head is not None:
-                    yield uncached(head[1], head[4], parts)
-                head, parts = row, []
-            else:
-                parts.append((row[3], row[4]))
+        parts: list[tuple[str, str]] = []
+        held, self._rows = self._rows or [], None
+        held.reverse()
+        chunk: list[Any] = held  # rows are popped as they are handed over, then let go
+        while True:
+            while chunk:
+                row = chunk.pop()
+                if row[2] == 0:
+                    if head is not None:
+                        yield uncached(head[1], head[4], parts)
+                    head, parts = row, []
+                else:
+                    parts.append((row[3], row[4]))
+            chunk = await anext(self._rest, [])
+            if not chunk:
+                break
+            self._budget.spend(sum(len(row[4]) for row in chunk))
+            chunk.reverse()
         if head is not None:
             yield uncached(head[1], head[4], parts)
 
-    async def _each_row(self) -> AsyncIterator[Any]:
-        held, self._rows = self._rows or [], None
-        held.reverse()
-        while held:
-            yield held.pop()
-        async for chunk in self._rest:
-            self._budget.spend(sum(len(row[4]) for row in chunk))
-            chunk.reverse()
-            while chunk:
-                yield chunk.pop()
-
     async def aclose(self) -> None:
         self._rows = None
+        if self._messages is not None:
+            await self._messages.aclose()
         await self._stack.aclose()  # the rows' generator, then the statement
 
 
