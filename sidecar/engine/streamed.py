@@ -8,10 +8,11 @@ and encoded as its rows arrive, then let go: what stays is the reply's bytes, in
 about ``RUN_BYTES`` that the outbox sends without copying them again (``Elements``).
 
 The reply is the one the whole-window path gives, byte for byte
-(``tests/engine/test_streamed_window.py``). ``filter_compacted`` and the duplicate-call rule
-of the chat formats look ahead: a window that needs them (a reverted session, a collapse
-tail read before its marker, a compaction marker after the window's first message, a
-call id met twice) is left to the whole-window path, which reads it again.
+(``tests/engine/test_streamed_window.py``). ``filter_compacted`` looks ahead: a window that
+needs it to (a reverted session, a collapse tail read before its marker, a compaction marker
+after the window's first message) is left to the whole-window path, which reads it again. So
+does the chat formats' duplicate-call rule: a call id met twice costs one more pass, which
+finds each id's keeper before the pass that renders.
 """
 
 from __future__ import annotations
