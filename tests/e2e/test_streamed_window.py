@@ -13,6 +13,7 @@ from .test_context_delta import FORMATS, session_of, turn
 
 TURNS = 56
 OUTPUT = 80_000  # characters of each turn's tool output: 4.5 MB of window in all
+LARGE = 1_100_000
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -21,7 +22,9 @@ async def test_a_cold_window_over_four_mib_reaches_the_client_whole(
 ) -> None:
     writer = await spawner()
     sid = await session_of(writer, turns=2, output=OUTPUT)
-    await writer.context(sid, fmt)  # small: read whole, and cached
+    # Over 1 MiB: stored as it came, in place (a BLOB row), not deflated like the others.
+    await turn(writer, sid, "a large output", output=LARGE)
+    await writer.context(sid, fmt)  # still under 4 MiB: read whole, and cached
     for i in range(2, TURNS):
         await turn(writer, sid, f"step {i}", output=OUTPUT)
     cached = await writer.context(sid, fmt)  # from the cache: the whole-window path
