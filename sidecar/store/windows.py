@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 from sidecar.errors import TooLarge
 from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
 from sidecar.model.parts import ToolCompleted, ToolPart
+from sidecar.store.backend import Chunks
 from sidecar.store.cache import Key
 from sidecar.store.rows import (
     Tables,
@@ -34,6 +35,10 @@ class _Budget:
     def __init__(self, limit: int, session_id: str) -> None:
         self.left = self.limit = limit
         self.session_id = session_id
+
+    @property
+    def spent(self) -> int:
+        return self.limit - self.left
 
     def spend(self, size: int) -> None:
         self.left -= size
@@ -267,18 +272,14 @@ async def stream_window(
         chunks = await stack.enter_async_context(
             t.backend.stream(_WINDOW.format(cond=cond), [*args, *args])
         )
-        rest: Any = aiter(chunks)
+        rest = _spent(chunks, budget, 4)
         stack.push_async_callback(rest.aclose)
         rows: list[Any] = []
-        size = 0
         async for chunk in rest:
-            spent = sum(len(row[4]) for row in chunk)
-            budget.spend(spent)
             rows.extend(chunk)
-            size += spent
-            if size > over:
+            if budget.spent > over:
                 held = False
-                return Streamed(rows, rest, budget, stack)
+                return Streamed(rows, rest, stack)
     finally:
         if held:
             await stack.aclose()
@@ -291,11 +292,12 @@ class Streamed:
     cache) and let go with its rows once handed over: a window far larger than any model's
     (a session without limits, read cold) is never in memory whole, as JSON or as Structs."""
 
-    def __init__(self, rows: list[Any], rest: Any, budget: _Budget, stack: AsyncExitStack) -> None:
+    def __init__(
+        self, rows: list[Any], rest: AsyncGenerator[list[Any], None], stack: AsyncExitStack
+    ) -> None:
         self._rows: list[Any] | None = rows
         self._messages: AsyncGenerator[tuple[WithParts, dict[str, str]], None] | None = None
-        self._rest = rest
-        self._budget = budget
+        self._rest = rest  # the rows still to come, paid for from the read budget
         self._stack = stack
 
     def messages(self) -> AsyncGenerator[tuple[WithParts, dict[str, str]], None]:
@@ -322,7 +324,6 @@ class Streamed:
             chunk = await anext(self._rest, [])
             if not chunk:
                 break
-            self._budget.spend(sum(len(row[4]) for row in chunk))
             chunk.reverse()
         if head is not None:
             yield uncached(head[1], head[4], parts)
@@ -339,10 +340,17 @@ async def _fetch(t: Tables, sql: str, args: list[Any], budget: _Budget, data: in
     budget: a window too large to serve never sits in memory whole."""
     out: list[Any] = []
     async with t.backend.stream(sql, args) as chunks:
-        async for chunk in chunks:
-            budget.spend(sum(len(row[data]) for row in chunk))
+        async for chunk in _spent(chunks, budget, data):
             out.extend(chunk)
     return out
+
+
+async def _spent(chunks: Chunks, budget: _Budget, data: int) -> AsyncGenerator[list[Any], None]:
+    """``chunks``, each paid for from ``budget`` (its rows' JSON, column ``data``) before it
+    is handed on."""
+    async for chunk in chunks:
+        budget.spend(sum(len(row[data]) for row in chunk))
+        yield chunk
 
 
 async def parts_between(t: Tables, session_id: str, first: Key, last: Key) -> Any:
