@@ -211,11 +211,17 @@ def _keeper(window: Sequence[WithParts], oks: Sequence[bool]) -> dict[str, parts
     """Duplicate callIDs (OpenCode #40235): the last part with an id wins, earlier ones vanish."""
     keeper: dict[str, parts.ToolPart] = {}
     for msg, ok in zip(window, oks, strict=True):
-        if ok and isinstance(msg.info, AssistantMessage):
-            for part in msg.parts:
-                if isinstance(part, parts.ToolPart):
-                    keeper[call_id(part)] = part
+        for part in kept_calls(msg, ok):
+            keeper[call_id(part)] = part
     return keeper
+
+
+def kept_calls(msg: WithParts, ok: bool) -> list[parts.ToolPart]:
+    """The tool parts the duplicate-call rule counts: those of a sent (``ok``) assistant
+    message."""
+    if not ok or not isinstance(msg.info, AssistantMessage):
+        return []
+    return [p for p in msg.parts if isinstance(p, parts.ToolPart)]
 
 
 def message_turns(

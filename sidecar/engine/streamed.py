@@ -29,7 +29,7 @@ from sidecar.engine.tokens import MESSAGE_OVERHEAD, estimate_part
 from sidecar.engine.window import window_start
 from sidecar.model.buffers import Elements
 from sidecar.model.conversation import compaction_part, is_finished_summary, is_marker, is_summary
-from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
+from sidecar.model.messages import UserMessage, WithParts
 from sidecar.model.parts import CompactionPart, ToolPart
 from sidecar.model.rpc import ContextFormat, ContextResult
 from sidecar.model.session import Session
@@ -109,18 +109,11 @@ async def _window(
         yield msg, raws
 
 
-def _tool_parts(msg: WithParts) -> list[ToolPart]:
-    """The tool parts ``render._keeper`` counts: those of a sent assistant message."""
-    if not isinstance(msg.info, AssistantMessage) or not render.sent(msg):
-        return []
-    return [p for p in msg.parts if isinstance(p, ToolPart)]
-
-
 async def _keepers(stream: Streamed, marker_id: str | None) -> Keepers:
     keepers: Keepers = {}
     async with aclosing(_window(stream, marker_id)) as window:
         async for msg, _ in window:
-            for p in _tool_parts(msg):
+            for p in render.kept_calls(msg, render.sent(msg)):
                 keepers[render.call_id(p)] = p.id
     return keepers
 
@@ -144,7 +137,8 @@ async def _render(
             total += MESSAGE_OVERHEAD + sum(estimate_part(p) for p in msg.parts)
             total += render.stub_extra((msg,), stub)
             lite.see(msg)
-            out.message(msg, raws, {} if fmt == "parts" else _kept(msg, keepers, met))
+            ok = render.sent(msg)
+            out.message(msg, raws, ok, {} if fmt == "parts" else _kept(msg, ok, keepers, met))
     if keepers is not None and len(met) != len(keepers):
         raise _Whole  # a keeper gone since
     result = ContextResult(
@@ -153,11 +147,11 @@ async def _render(
     return result, lite.window()
 
 
-def _kept(msg: WithParts, keepers: Keepers | None, met: set[str]) -> dict[str, ToolPart]:
-    """The calls of ``msg`` the chat formats send (``render._keeper`` of the window), by id;
-    ``met`` is added to."""
+def _kept(msg: WithParts, ok: bool, keepers: Keepers | None, met: set[str]) -> dict[str, ToolPart]:
+    """The calls of ``msg`` (``ok``: sent) the chat formats send (``render._keeper`` of the
+    window), by id; ``met`` is added to."""
     keeper: dict[str, ToolPart] = {}
-    for p in _tool_parts(msg):
+    for p in render.kept_calls(msg, ok):
         cid = render.call_id(p)
         if cid in met:  # after its keeper: the window changed since, or no keepers
             raise _Whole if keepers is not None else _Twice
@@ -178,12 +172,14 @@ class _Out:
         self._runs = _Runs()
         self._chat: list[dict[str, Any]] = []  # anthropic: the message a merge may extend
 
-    def message(self, msg: WithParts, raws: dict[str, str], keeper: dict[str, ToolPart]) -> None:
+    def message(
+        self, msg: WithParts, raws: dict[str, str], ok: bool, keeper: dict[str, ToolPart]
+    ) -> None:
+        """Render ``msg`` (``ok``: sent; ``keeper``: its calls that are sent)."""
         runs, stub = self._runs, self._stub
         if self._fmt == "parts":
             runs.add(render.parts_entry(msg, raws, stub))
             return
-        ok = render.sent(msg)
         if self._fmt == "openai":
             for item in render.openai_message(msg, ok, keeper, stub):
                 runs.add(item)
@@ -241,14 +237,18 @@ class Lite:
     def see(self, msg: WithParts) -> None:
         info, at = msg.info, self._seen
         self._seen += 1
-        light = WithParts(info=info, parts=[p for p in msg.parts if isinstance(p, CompactionPart)])
         if isinstance(info, UserMessage):
-            if not is_marker(msg):
-                self._user = (at, light)
-            if info.model is not None:
-                self._model = (at, light)
-        elif isinstance(info, AssistantMessage) and not info.summary and info.model_id:
-            self._model = (at, light)
+            turn, model = not is_marker(msg), info.model is not None
+        else:
+            turn, model = False, not info.summary and bool(info.model_id)
+        if not (turn or model):
+            return
+        kept = WithParts(info=info, parts=[p for p in msg.parts if isinstance(p, CompactionPart)])
+        light = (at, kept)
+        if turn:
+            self._user = light
+        if model:
+            self._model = light
 
     def window(self) -> list[WithParts]:
         kept = dict(m for m in (self._user, self._model) if m is not None)
