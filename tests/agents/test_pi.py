@@ -409,13 +409,16 @@ def test_pi_rejoins_a_restarted_daemon(tmp_path: Path) -> None:
     """The daemon killed between turns: the next model call is on a new daemon (`connect`
     starts one on the same socket and database), holding the whole branch, nothing twice, with
     the extension's config file applied again (a 20,000-token trigger: turns of about 13,000
-    tokens compact, which the 60,000 window alone would not)."""
+    tokens compact, which the 60,000 window alone would not). The old `connect` outlives its
+    daemon until the extension's next request reaches it (late_exit.py): the request it takes
+    unanswered goes again on a new connection, and the user is told nothing."""
     pi_setup()
     home = tmp_path / "d"
     daemon = Daemon(home)
     try:
         with FakeLLM() as llm:
-            sidecar = [sys.executable, "-m", "sidecar", "connect", "--socket", str(daemon.sock)]
+            sidecar = [sys.executable, str(Path(__file__).with_name("late_exit.py"))]
+            sidecar += [sys.executable, "-m", "sidecar", "connect", "--socket", str(daemon.sock)]
             sidecar += ["--db", str(daemon.db)]
             config = {"compaction": {"triggerTokens": 20_000}}
             pi, proj = start_pi(tmp_path, llm, sidecar, config=config)

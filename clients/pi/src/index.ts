@@ -23,6 +23,7 @@ import {
   connectSidecar,
   ErrorCodes,
   isRpcError,
+  SidecarExitedError,
   type ContextWindow,
   type SidecarClient,
 } from "compaction-sidecar-client";
@@ -308,11 +309,28 @@ export default function compactionSidecar(pi: ExtensionAPI): void {
     return false;
   };
 
+  /**
+   * `fn` on the daemon. A connection made before this call can have ended without the
+   * extension knowing yet (the daemon stopped between two events, and `connect` exits only
+   * once it notices): what that connection took unanswered goes once more, on a new one.
+   */
+  const withClient = async <T>(what: string, fn: (c: SidecarClient) => Promise<T>): Promise<T> => {
+    opts ??= options(pi);
+    for (let attempt = 0; ; attempt++) {
+      const reused = client !== undefined;
+      try {
+        const c = await withTimeout(connect(), opts.timeoutMs, "connect");
+        return await withTimeout(fn(c), opts.timeoutMs, what);
+      } catch (err) {
+        if (!(reused && attempt === 0 && err instanceof SidecarExitedError)) throw err;
+        drop();
+      }
+    }
+  };
+
   const guard = async <T>(ctx: ExtensionContext, what: string, fn: (c: SidecarClient) => Promise<T>): Promise<T | undefined> => {
     try {
-      opts ??= options(pi);
-      const c = await withTimeout(connect(), opts.timeoutMs, "connect");
-      const out = await withTimeout(fn(c), opts.timeoutMs, what);
+      const out = await withClient(what, fn);
       healthy = true;
       failed = false;
       return out;
@@ -370,11 +388,6 @@ export default function compactionSidecar(pi: ExtensionAPI): void {
     drop();
   });
 
-  const bound = async (ctx: ExtensionContext) => {
-    const c = await connect();
-    const h = await sync(c, ctx);
-    return { c, sessionID: h.sessionID };
-  };
   const text = (t: string) => ({ content: [{ type: "text" as const, text: t }], details: {} });
   /** A recall tool on the current branch's session: `run` answers with the text the model reads. */
   const sessionTool = <P extends TSchema>(
@@ -384,8 +397,7 @@ export default function compactionSidecar(pi: ExtensionAPI): void {
     pi.registerTool({
       ...tool,
       async execute(_id, params, _signal, _onUpdate, ctx) {
-        const { c, sessionID } = await bound(ctx);
-        return text(await run(c, sessionID, params));
+        return text(await withClient(tool.name, async (c) => run(c, (await sync(c, ctx)).sessionID, params)));
       },
     });
   /** The stored message a history_search hit names, and optionally one part of it. */
