@@ -4,7 +4,8 @@ then exit 0 without passing them on.
 This makes a race deterministic: a client writes its next request to a transport whose daemon
 is already gone but which has not yet told the client so (pi's extension over `connect`, the
 daemon stopped between two turns). Used as the extension's sidecar command:
-`python late_exit.py <program> <args>...`.
+`python late_exit.py [--pidfile=PATH] <program> <args>...` (PATH: where the program's pid is
+written, for a test that kills it).
 """
 
 from __future__ import annotations
@@ -16,8 +17,13 @@ import threading
 
 
 def main() -> None:
-    child = subprocess.Popen(sys.argv[1:], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    argv = sys.argv[1:]
+    pidfile = argv.pop(0).removeprefix("--pidfile=") if argv[0].startswith("--pidfile=") else None
+    child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert child.stdin is not None and child.stdout is not None
+    if pidfile is not None:
+        with open(pidfile, "w") as f:
+            f.write(str(child.pid))
     out = child.stdout
     ended = threading.Event()
 

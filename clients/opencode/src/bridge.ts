@@ -7,7 +7,9 @@
  *   re-sends whatever it has that the daemon has not acknowledged (same id and same JSON).
  * - The transform must never throw (a throw fails the user's turn): any failure leaves
  *   OpenCode's own messages in place, is logged once, and the connection is dropped; the next
- *   step connects again (in the background, so a dead daemon never stalls a turn).
+ *   step connects again (in the background, so a dead daemon never stalls a turn). Only a
+ *   connection that ended unnoticed (its daemon gone just before the step) makes the step
+ *   wait for a new one, once.
  * - OpenCode calls the transform for its own summary request too (a manual `/compact`), right
  *   after `experimental.session.compacting` for that session: that call is left alone.
  * - When the transform runs, the step's (empty) assistant message is already stored and
@@ -20,6 +22,7 @@ import {
   connectSidecar,
   ErrorCodes,
   isRpcError,
+  SidecarExitedError,
   type ContextWindow,
   type SidecarClient,
 } from "compaction-sidecar-client";
@@ -370,31 +373,43 @@ export class Bridge {
 
   /** Replace OpenCode's messages with the daemon's window for that session; never throws. */
   async transform(output: { messages: WireMessage[] }): Promise<void> {
-    let link: Link | undefined;
-    try {
-      const messages = output.messages;
-      if (!Array.isArray(messages) || messages.length === 0) return;
-      const sessionID = messages[0]?.info?.sessionID;
-      if (typeof sessionID !== "string") return;
-      if (this.summarizing.delete(sessionID)) return; // OpenCode's own summary request
-      link = await this.linkForStep();
-      if (!link) return;
-      await this.resync(link, sessionID, messages);
-      const window = await link.window(sessionID).refresh();
-      const handed = new Set(messages.map((m) => m.info.id));
-      const next = (window.messages as unknown as WireMessage[])
-        .filter((m) => handed.has(m.info.id) || !this.mirrored.has(m.info.id as string))
-        .map((m) => structuredClone(m));
-      if (next.length === 0) return;
-      messages.splice(0, messages.length, ...next);
-      this.logged.delete("transform");
-    } catch (err) {
-      this.once(
-        "transform",
-        `the daemon's window is unavailable (${describe(err)}); this step sends OpenCode's own messages`,
-      );
-      if (link) this.drop(link);
+    const messages = output.messages;
+    if (!Array.isArray(messages) || messages.length === 0) return;
+    const sessionID = messages[0]?.info?.sessionID;
+    if (typeof sessionID !== "string") return;
+    if (this.summarizing.delete(sessionID)) return; // OpenCode's own summary request
+    for (let attempt = 0; ; attempt++) {
+      let link: Link | undefined;
+      try {
+        link = await this.linkForStep();
+        if (!link) return;
+        await this.swap(link, sessionID, messages);
+        this.logged.delete("transform");
+        return;
+      } catch (err) {
+        if (link) this.drop(link);
+        // The daemon went away since the last step and its old connection took this step's
+        // requests unanswered before the plugin knew: once more, on the connection `drop`
+        // started (which the next `linkForStep` waits for).
+        if (attempt === 0 && err instanceof SidecarExitedError) continue;
+        this.once(
+          "transform",
+          `the daemon's window is unavailable (${describe(err)}); this step sends OpenCode's own messages`,
+        );
+        return;
+      }
     }
+  }
+
+  /** The step's messages mirrored, then swapped in place for the daemon's window. */
+  private async swap(link: Link, sessionID: string, messages: WireMessage[]): Promise<void> {
+    await this.resync(link, sessionID, messages);
+    const window = await link.window(sessionID).refresh();
+    const handed = new Set(messages.map((m) => m.info.id));
+    const next = (window.messages as unknown as WireMessage[])
+      .filter((m) => handed.has(m.info.id) || !this.mirrored.has(m.info.id as string))
+      .map((m) => structuredClone(m));
+    if (next.length > 0) messages.splice(0, messages.length, ...next);
   }
 }
 

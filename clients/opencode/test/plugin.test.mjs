@@ -57,11 +57,11 @@ function assistant(sessionID, id, parentID, text, t) {
 async function pluginOnDaemon(t, program = (db) => ({ command: PYTHON, args: ["-m", "sidecar", "serve", "--db", db] })) {
   const dir = mkdtempSync(join(tmpdir(), "sidecar-opencode-"));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const { input } = fakeInput();
+  const { input, logs } = fakeInput();
   const hooks = await plugin(input, program(join(dir, "s.db"), dir));
   t.after(() => hooks.dispose());
   await hooks.config({ provider: {} });
-  return { hooks, dir };
+  return { hooks, dir, logs };
 }
 
 /** A session's first two messages and the next user prompt: what OpenCode hands the first step. */
@@ -169,4 +169,41 @@ test("steps after the first read only what changed (since); what OpenCode change
   assert.equal(reads.length, 2);
   assert.equal(reads[0].since, undefined);
   assert.equal(typeof reads[1].since, "string");
+});
+
+test("a step the old connection took unanswered (its daemon gone, unnoticed yet) goes on a new one", async (t) => {
+  // tests/agents/late_exit.py keeps the program's stdio open after its daemon is killed, until
+  // the plugin's next request reaches it: the race of a daemon stopped just before a step.
+  const late = join(import.meta.dirname, "..", "..", "..", "tests", "agents", "late_exit.py");
+  let pidfile;
+  const { hooks, logs } = await pluginOnDaemon(t, (db, dir) => {
+    pidfile = join(dir, "daemon.pid");
+    const args = [late, `--pidfile=${pidfile}`, PYTHON, "-m", "sidecar", "serve", "--db", db];
+    return { command: PYTHON, args };
+  });
+  const sid = "ses_plugin_stale";
+  const t0 = 1_700_000_000_000;
+  const { step: step1 } = firstStep(sid, t0);
+  await hooks["experimental.chat.messages.transform"]({}, { messages: structuredClone(step1) });
+  const first = Number(readFileSync(pidfile, "utf8"));
+  process.kill(first, "SIGKILL");
+  // late_exit.py reaps it: from then on the pid is gone.
+  for (;;) {
+    try {
+      process.kill(first, 0);
+    } catch {
+      break;
+    }
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  const step2 = [...step1, assistant(sid, "msg_04", "msg_03", "two", t0 + 30), user(sid, "msg_05", "third", t0 + 40)];
+  const messages = structuredClone(step2);
+  await hooks["experimental.chat.messages.transform"]({}, { messages });
+  assert.deepEqual(messages.map((m) => m.info.id), ["msg_01", "msg_02", "msg_03", "msg_04", "msg_05"]);
+  assert.deepEqual(logs.filter((l) => l.message.includes("unavailable")), []);
+  // A new daemon (a new program) served the step, from the same store.
+  assert.notEqual(Number(readFileSync(pidfile, "utf8")), first);
+  // (msg_05, the open turn, is left out of recall.)
+  const found = await hooks.tool.history_search.execute({ query: "two" }, { sessionID: sid });
+  assert.match(found, /msg_04 prt_msg_04 assistant/);
 });
