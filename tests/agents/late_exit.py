@@ -1,5 +1,6 @@
 """Run a program with its stdio relayed; once it has exited, stay until the next bytes arrive,
-then exit 0 without passing them on.
+then exit 0 without passing them on. (If it exits with bytes passed on since it last wrote,
+this exits at once, as the program's own pipes would end.)
 
 This makes a race deterministic: a client writes its next request to a transport whose daemon
 is already gone but which has not yet told the client so (pi's extension over `connect`, the
@@ -25,24 +26,36 @@ def main() -> None:
         with open(pidfile, "w") as f:
             f.write(str(child.pid))
     out = child.stdout
-    ended = threading.Event()
+    lock = threading.Lock()
+    ended = False
+    # Bytes passed on since the program last wrote: a request it may take unanswered.
+    asked = False
 
     def relay_out() -> None:
+        nonlocal ended, asked
         while chunk := os.read(out.fileno(), 65536):
+            with lock:
+                asked = False
             os.write(1, chunk)
         child.wait()
-        ended.set()
+        with lock:
+            ended = True
+            if asked:
+                os._exit(0)  # it ended with a request unanswered: so does this transport
 
-    threading.Thread(target=relay_out, daemon=True).start()
+    relay = threading.Thread(target=relay_out, daemon=True)
+    relay.start()
     while chunk := os.read(0, 65536):
-        if ended.is_set():
-            os._exit(0)  # the request is taken and never answered
+        with lock:
+            if ended:
+                os._exit(0)  # the request is taken and never answered
+            asked = True
         try:
             child.stdin.write(chunk)
             child.stdin.flush()
         except BrokenPipeError:
-            ended.wait()
-            os._exit(0)
+            relay.join()  # what it wrote before it went is passed on first
+            os._exit(0)  # the request is never answered
     child.stdin.close()
     child.wait()
 
