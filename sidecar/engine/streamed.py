@@ -17,9 +17,9 @@ finds each id's keeper before the pass that renders.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -34,6 +34,8 @@ from sidecar.model.parts import CompactionPart, ToolPart
 from sidecar.model.rpc import ContextFormat, ContextResult
 from sidecar.model.session import Session
 from sidecar.store import Streamed
+
+T = TypeVar("T")
 
 #: The reply's bytes are sealed in runs of about this size: few buffers, none copied again.
 RUN_BYTES = 1 << 20
@@ -65,29 +67,26 @@ async def build(
     if boundary is not None and start != boundary.marker:
         return None  # a collapse tail goes before its marker: the window is reordered
     marker_id = boundary.marker.id if boundary else None
-    keepers: Keepers | None = None
-    while True:
+
+    async def over(read: Callable[[Streamed], Awaitable[T]]) -> T | None:
+        """``read`` of one pass over the window; None: the whole-window path serves it."""
         stream = await store.stream_window(session.id, start)
         if stream is None:
             return None
         try:
-            try:
-                return await _render(stream, fmt, stub, marker_id, keepers)
-            except _Twice:
-                pass  # (``keepers`` is None: it is only raised without them)
+            return await read(stream)
         except _Whole:
             return None
         finally:
             await stream.aclose()
-        stream = await store.stream_window(session.id, start)
-        if stream is None:
-            return None
-        try:
-            keepers = await _keepers(stream, marker_id)
-        except _Whole:
-            return None
-        finally:
-            await stream.aclose()
+
+    try:
+        return await over(lambda s: _render(s, fmt, stub, marker_id, None))
+    except _Twice:
+        keepers = await over(lambda s: _keepers(s, marker_id))
+    if keepers is None:
+        return None
+    return await over(lambda s: _render(s, fmt, stub, marker_id, keepers))
 
 
 async def _window(
