@@ -13,8 +13,9 @@ from sidecar.model.rpc import (
 
 
 class Host(Protocol):
-    def publish(self, session_id: str, event: Event) -> None:
-        """Send ``event`` to the session's subscribers (its type names the notification)."""
+    def publish(self, session_id: str, event: Event, skip: object | None = None) -> None:
+        """Send ``event`` to the session's subscribers (its type names the notification),
+        all but ``skip``: the writer whose write it echoes, when it declared ``echo`` false."""
         ...
 
     def log(self, text: str) -> None:

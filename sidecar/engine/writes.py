@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -79,6 +79,16 @@ COMPACTION = WriteKind("compaction")
 Indexer = Callable[[WriteKind, str], None]
 
 
+class Writer(Protocol):
+    """The client an ingest write came from: subscribed to the session once it commits, and
+    left out of the write's own notification when it declared ``capabilities.echo`` false."""
+
+    @property
+    def echo(self) -> bool: ...
+
+    def subscribe(self, session_id: str) -> None: ...
+
+
 def _message_event(stored: Any) -> Event:
     return MessageUpdatedEvent(message=stored)
 
@@ -116,8 +126,15 @@ class WriteDoor:
         if kind.turn:
             self._touch(session_id)
 
-    def after(self, kind: WriteKind, session_id: str, events: Sequence[Event] = ()) -> None:
-        """What follows a committed write of ``kind`` to the session."""
+    def after(
+        self,
+        kind: WriteKind,
+        session_id: str,
+        events: Sequence[Event] = (),
+        skip: Writer | None = None,
+    ) -> None:
+        """What follows a committed write of ``kind`` to the session; its ``events`` go to
+        every subscriber but ``skip``."""
         if not kind.cache_kept:
             self.store.cache.invalidate(session_id)
         self.revisions.wrote(session_id)
@@ -125,7 +142,7 @@ class WriteDoor:
             self._invalidate_prepared(session_id)
         self.index(kind, session_id)
         for event in events:
-            self.host.publish(session_id, event)
+            self.host.publish(session_id, event, skip)
 
     async def write(
         self,
@@ -148,13 +165,14 @@ class WriteDoor:
         event: Callable[[Any], Event],
         then: Done[Any],
         committed: Done[None] | None,
-        subscribe: Callable[[str], None] | None,
+        writer: Writer | None,
     ) -> Done[None]:
         """The ingest path's commit callback: ``committed`` (the automatic work the write
-        causes) is told, ``subscribe`` (the writer's subscription) runs, what follows the
-        write is applied (``event(reply)`` to subscribers), and ``then(reply, None)``
-        answers; a failed write only answers ``then(None, exc)``. One closure a write and
-        the event made only once committed: a queued write holds as few objects as it can."""
+        causes) is told, the writer is subscribed, what follows the write is applied
+        (``event(reply)`` to subscribers, the writer too unless it declared no echo), and
+        ``then(reply, None)`` answers; a failed write only answers ``then(None, exc)``. One
+        closure a write and the event made only once committed: a queued write holds as few
+        objects as it can."""
 
         def done(_: None, exc: BaseException | None) -> None:
             if committed is not None:
@@ -162,9 +180,12 @@ class WriteDoor:
             if exc is not None:
                 then(None, exc)
                 return
-            if subscribe is not None:
-                subscribe(session_id)
-            self.after(kind, session_id, (event(reply),))
+            skip = None
+            if writer is not None:
+                writer.subscribe(session_id)
+                if not writer.echo:
+                    skip = writer
+            self.after(kind, session_id, (event(reply),), skip)
             then(reply, None)
 
         return done
@@ -177,7 +198,7 @@ class WriteDoor:
         raw: bytes,
         cfg: Config | None,
         then: Done[Any],
-        subscribe: Callable[[str], None] | None = None,
+        writer: Writer | None = None,
     ) -> None:
         """``message/update``: queue the row; once committed the work it causes may run (see
         ``will_store``, registered before the write is queued so a read behind it waits), the
@@ -187,7 +208,7 @@ class WriteDoor:
         sid = info.session_id
         self.before(MESSAGE, sid)
         done = self._on_commit(
-            MESSAGE, sid, msgspec.Raw(raw), _message_event, then, work, subscribe
+            MESSAGE, sid, msgspec.Raw(raw), _message_event, then, work, writer
         )
         self.store.put_message_then(info, raw, done)
 
@@ -197,14 +218,14 @@ class WriteDoor:
         raw: str | Shared,
         stored: Any,
         then: Done[Any],
-        subscribe: Callable[[str], None] | None = None,
+        writer: Writer | None = None,
     ) -> None:
         """``part/update``'s hot path: queue the row (``raw``); once committed, ``stored``
         (the client's bytes, whatever encodes as them) is echoed in ``part/updated`` and the
         reply."""
         sid = part.session_id
         self.before(PART, sid)
-        done = self._on_commit(PART, sid, stored, _part_event, then, None, subscribe)
+        done = self._on_commit(PART, sid, stored, _part_event, then, None, writer)
         self.store.put_part_then(part, raw, done)
 
     async def put_session(self, session: Session) -> None:

@@ -40,6 +40,10 @@ class Empty(Base, kw_only=True):
 class ClientCapabilities(Base, kw_only=True):
     compacting_hook: bool = False
     summarizer: bool = False
+    #: False: the client's own ``message/update`` and ``part/update`` are answered by their
+    #: replies only, not sent back to it as ``message/updated``/``part/updated`` too (a
+    #: mirror such as an agent plugin has no use for them).
+    echo: bool = True
 
 
 class ClientInfo(Base, kw_only=True):

@@ -91,6 +91,10 @@ class Connection:
     def subscribe(self, session_id: str) -> None:
         self.hub.subscribe(self, session_id)
 
+    @property
+    def echo(self) -> bool:
+        return self.capabilities.echo
+
     def unsubscribe(self, session_id: str) -> None:
         self.hub.unsubscribe(self, session_id)
 

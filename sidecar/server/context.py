@@ -55,6 +55,10 @@ class Context(Protocol):
 
     def subscribe(self, session_id: str) -> None: ...
 
+    @property
+    def echo(self) -> bool:
+        """False: this client's own writes are not echoed back to it (``capabilities.echo``)."""
+
     def unsubscribe(self, session_id: str) -> None: ...
 
     def client_count(self) -> int: ...

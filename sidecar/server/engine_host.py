@@ -39,8 +39,8 @@ class EngineHost:
 
     # -- Host ------------------------------------------------------------------------------
 
-    def publish(self, session_id: str, event: Event) -> None:
-        self._hub.publish(session_id, notification_method(event), event)
+    def publish(self, session_id: str, event: Event, skip: object | None = None) -> None:
+        self._hub.publish(session_id, notification_method(event), event, skip)
 
     def log(self, text: str) -> None:
         self._hub.log_message(text)

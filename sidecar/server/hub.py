@@ -71,9 +71,12 @@ class Hub:
         everyone = self._by_session.get(ALL)
         return subs | everyone if everyone else set(subs)  # union only when "*" is watched
 
-    def publish(self, session_id: str, method: str, params: Any) -> None:
-        """To this daemon's subscribers, and to the other daemons' through ``relay``."""
-        self.deliver(session_id, method, params)
+    def publish(
+        self, session_id: str, method: str, params: Any, skip: object | None = None
+    ) -> None:
+        """To this daemon's subscribers but ``skip`` (a writer that asked for no echo of
+        its own writes), and to the other daemons' through ``relay``."""
+        self.deliver(session_id, method, params, skip)
         if self.relay is not None:
             part = getattr(params, "part", None)
             if isinstance(part, Shared) and part.large and part.part_id:
@@ -82,10 +85,13 @@ class Hub:
             else:
                 self.relay(session_id, method, _json(params))
 
-    def deliver(self, session_id: str, method: str, params: Any) -> None:
+    def deliver(
+        self, session_id: str, method: str, params: Any, skip: object | None = None
+    ) -> None:
         """To this daemon's subscribers only (an event another daemon relayed here)."""
         for conn in self.subscribers(session_id):
-            conn.notify(method, params)
+            if conn is not skip:
+                conn.notify(method, params)
 
     def deliver_relayed(self, session_id: str, method: str, params: bytes) -> None:
         self.deliver(session_id, method, msgspec.Raw(params))

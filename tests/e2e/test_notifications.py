@@ -116,3 +116,41 @@ async def test_wait_for_returns_each_notification_once(unix_daemon: SocketDaemon
     got = [(await client.wait_for("message/updated"))["message"]["id"] for _ in range(3)]
     assert got == ids
     assert len(client.notifications("message/updated")) == 3
+
+
+async def test_a_writer_that_declared_echo_false_hears_no_echo_of_its_own_writes(
+    unix_daemon: SocketDaemon,
+) -> None:
+    """``capabilities.echo: false``: the writer's own ``message/update`` and ``part/update``
+    come back as replies only; every other subscriber still hears them, and the writer still
+    hears what others write and what the daemon itself changes."""
+    quiet = await unix_daemon.connect(capabilities={"echo": False})
+    other = await unix_daemon.connect()
+    session = await quiet.create_session(title="quiet writer")
+    await other.subscribe(session.id)
+
+    message = await put_message(quiet, user_message(session.id))
+    part = await put_part(quiet, text_part(session.id, message["id"], "mine"))
+    assert (await other.wait_for("message/updated", about(message["id"])))["message"] == message
+    assert (await other.wait_for("part/updated"))["part"] == part
+
+    # Another client's write reaches the quiet writer (it is subscribed by writing).
+    theirs = await put_message(other, user_message(session.id, by="other"))
+    assert (await quiet.wait_for("message/updated", about(theirs["id"])))["message"] == theirs
+    # In publish order, so nothing of its own came before it.
+    assert [n["message"]["id"] for n in quiet.notifications("message/updated")] == [theirs["id"]]
+    assert quiet.notifications("part/updated") == []
+
+    # The daemon's own changes are not echoes: a removal the quiet writer asked for is heard.
+    await quiet.remove_part(session.id, message["id"], part["id"])
+    got = await quiet.wait_for("part/removed")
+    assert got == {"sessionID": session.id, "messageID": message["id"], "partID": part["id"]}
+
+
+async def test_echo_is_per_connection(unix_daemon: SocketDaemon) -> None:
+    """A second connection of the same daemon that did not declare it still hears its own."""
+    await unix_daemon.connect(capabilities={"echo": False})
+    loud = await unix_daemon.connect()
+    session = await loud.create_session()
+    message = await put_message(loud, user_message(session.id))
+    assert [n["message"]["id"] for n in loud.notifications("message/updated")] == [message["id"]]

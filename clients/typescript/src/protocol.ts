@@ -410,6 +410,7 @@ export interface ClientInfo {
 export interface ClientCapabilities {
   compactingHook?: boolean;
   summarizer?: boolean;
+  echo?: boolean;
 }
 /**
  * This interface was referenced by `Protocol`'s JSON-Schema

@@ -113,9 +113,9 @@ async def _answered(queue: Callable[[Done[Any]], None], done: Done[Any]) -> None
 
 def _store_message(ctx: Context, info: Message, raw: bytes, done: Done[Any]) -> None:
     """Through the engine's write door: once committed the writer is subscribed to the
-    session, everyone subscribed hears ``message/updated``, then the reply; else only the
-    error reply."""
-    ctx.engine.writes.put_message(info, raw, ctx.config.current, done, ctx.subscribe)
+    session, everyone subscribed hears ``message/updated`` (the writer too, unless it
+    declared ``echo`` false), then the reply; else only the error reply."""
+    ctx.engine.writes.put_message(info, raw, ctx.config.current, done, ctx)
 
 
 def part_update(
@@ -171,7 +171,7 @@ def _store_part(ctx: Context, part: PartKey, stored: Shared, done: Done[Any]) ->
     holds, in ``part/updated`` and in the reply; the row is written from its buffers, and a
     large part is relayed to other daemons by its id: never copied."""
     stored.part_id = part.id
-    ctx.engine.writes.put_part(part, stored, stored, done, ctx.subscribe)
+    ctx.engine.writes.put_part(part, stored, stored, done, ctx)
 
 
 class _Id(msgspec.Struct):

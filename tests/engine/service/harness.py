@@ -33,7 +33,7 @@ class RecordingHost:
     logs: list[str] = field(default_factory=list)
     hook_results: list[CompactingHookResult] = field(default_factory=list)
 
-    def publish(self, session_id: str, event: Event) -> None:
+    def publish(self, session_id: str, event: Event, skip: object | None = None) -> None:
         self.events.append((session_id, notification_method(event), event))
 
     def log(self, text: str) -> None:
