@@ -1,8 +1,10 @@
 """The peer's ``drive_sidecar.py``, reading each step's window as a frontend that keeps it does:
 ``session/context`` with ``since`` (the last reply's ``revision``), the delta applied on the
 client (keep the first ``start`` messages, append the rest), as the OpenCode plugin and the
-clients' ``ContextWindow`` do. The driver still sees the whole window, so its step-by-step
-comparison with OpenCode's own requests checks the assembly too.
+clients' ``ContextWindow`` do. Like the plugin it declares ``capabilities.echo`` false: its own
+writes are answered, not echoed back (the daemon's own messages and events still come). The
+driver still sees the whole window, so its step-by-step comparison with OpenCode's own requests
+checks the assembly too.
 
     python bench/_since_driver.py PEER_DIR [drive_sidecar.py's arguments]
 """
@@ -22,6 +24,8 @@ _windows: dict[tuple[str, str], tuple[str, list[Any]]] = {}
 
 
 def request(self: Any, method: str, params: Any = None, timeout: float = 120.0) -> Any:
+    if method == "initialize":
+        params = {**params, "capabilities": {**params.get("capabilities", {}), "echo": False}}
     if method != "session/context" or not isinstance(params, dict) or "since" in params:
         return _request(self, method, params, timeout)
     key = (params["sessionID"], params.get("format", "parts"))

@@ -9,6 +9,9 @@ driven by the same client (an ``asyncio.SubprocessProtocol`` that parses frames 
   ``message/update``; the workload is ``part/update`` of a ~200-byte text part with a fresh
   ascending part id each time. Its ``part/updated`` notifications (the writer is subscribed to
   the session) are read and discarded;
+* ``quiet``: the same daemon, its client declaring ``capabilities.echo`` false in
+  ``initialize`` (as the OpenCode plugin and the pi extension do), so its writes are answered
+  and not echoed back (no target: the verdicts are the default client's);
 * ``bench/_echo_server.py``: inline handler, ``result`` = ``params.part``;
 * ``bench/_durable_server.py``, the durable floor (no target; for comparison): the echo plus
   what makes an answer mean "stored": the part validated into a Struct, upserted into SQLite
@@ -306,10 +309,12 @@ class Target:
         cmd: Callable[[str], list[str]],
         daemon: bool,
         databases: Databases | None = None,
+        capabilities: dict[str, Any] | None = None,
     ) -> None:
         self.name = name
         self.cmd = cmd
         self.daemon = daemon
+        self.capabilities = capabilities or {}
         self.databases = databases  # PostgreSQL: a fresh database per measurement
         self.spawns = 0
 
@@ -331,7 +336,8 @@ class Target:
             transport, peer = await spawn(self.cmd(db), err)
         try:
             sid, mid = b"ses_bench_%04d" % self.spawns, b"msg_bench_%04d" % self.spawns
-            await peer.call("initialize", {"processId": os.getpid(), "capabilities": {}})
+            hello = {"processId": os.getpid(), "capabilities": self.capabilities}
+            await peer.call("initialize", hello)
             peer.notify("initialized", {})
             await peer.call("session/create", {"id": sid.decode(), "title": "ingest bench"})
             message = {
@@ -506,6 +512,15 @@ def durable_ratios(
     )
 
 
+def quiet_ratio(ratio: float, spec: str, to_daemon: float, unit: str = "") -> None:
+    """The quiet client's figure against the echo's (no target: the targets are the
+    default client's), and against the default client's."""
+    print(
+        f"  ratio quiet/echo: {format(ratio, spec)}{unit} (no target; the client declared "
+        f"capabilities.echo false); quiet/daemon: {to_daemon:.2f}x"
+    )
+
+
 def line(label: str, loads: list[Load]) -> tuple[float, float]:
     rate, p50, p99, rates = summarize(loads)
     runs = ", ".join(f"{r:,.0f}" for r in rates)
@@ -548,11 +563,16 @@ async def main() -> None:
         return [PY, "-c", COMMIT_WRAPPER, "serve", "--db", db]
 
     daemon = Target("daemon", daemon_cmd, daemon=True)
+    # The same daemon, its client declaring ``capabilities.echo`` false (as the agent plugins
+    # do): its writes are answered only, never echoed back as ``part/updated``.
+    quiet = Target("quiet", daemon_cmd, daemon=True, capabilities={"echo": False})
     echo = Target("echo", lambda db: ECHO_CMD, daemon=False)
     durable = Target("durable", lambda db: [PY, DURABLE, db], daemon=False)
     pg_dbs = Databases(args.db) if args.db else None
     pg = Target("daemon-pg", daemon_cmd, daemon=True, databases=pg_dbs) if pg_dbs else None
-    targets = (daemon, pg, durable, echo) if pg is not None else (daemon, durable, echo)
+    targets = (
+        (daemon, quiet, pg, durable, echo) if pg is not None else (daemon, quiet, durable, echo)
+    )
     t_start = time.perf_counter()
     names = [t.name for t in targets]
     pipe: dict[str, list[Load]] = {n: [] for n in names}
@@ -577,7 +597,7 @@ async def main() -> None:
             loads[target.name].append(load)
             if target.daemon:
                 notes += nn
-                if c is not None and kind is not None:
+                if c is not None and kind is not None and target is not quiet:
                     into = commits if target is daemon else pg_commits
                     into[kind].append((n + warmup + 2, c))
 
@@ -604,10 +624,12 @@ async def main() -> None:
     )
     print(f"pipelined: N={args.n:,}, {args.inflight} in flight (+{WARMUP_PIPELINED} warm-up)")
     d_rate, _ = line("daemon", pipe["daemon"])
+    q_rate, _ = line("quiet", pipe["quiet"])
     f_rate, _ = line("durable", pipe["durable"])
     e_rate, _ = line("raw echo", pipe["echo"])
     ratio = d_rate / e_rate
     print(f"  ratio daemon/echo rate: {ratio:.1%} (target >= 25%)  {verdict(ratio >= 0.25)}")
+    quiet_ratio(q_rate / e_rate, ".1%", q_rate / d_rate)
     durable_ratios(d_rate, f_rate, e_rate, "rate", ".1%")
     per_pair(pipe, 0, ".1%", pg is not None)
     print(
@@ -615,17 +637,21 @@ async def main() -> None:
         f"of that message right behind it, {args.inflight} in flight"
     )
     d_rate, _ = line("daemon", mixed["daemon"])
+    q_rate, _ = line("quiet", mixed["quiet"])
     f_rate, _ = line("durable", mixed["durable"])
     e_rate, _ = line("raw echo", mixed["echo"])
     print(f"  ratio daemon/echo rate: {d_rate / e_rate:.1%} (no target; for comparison)")
+    quiet_ratio(q_rate / e_rate, ".1%", q_rate / d_rate)
     durable_ratios(d_rate, f_rate, e_rate, "rate", ".1%")
     per_pair(mixed, 0, ".1%", pg is not None)
     print(f"sequential: {args.seq:,} round trips (+{WARMUP_SEQ} warm-up)")
     _, d_p50 = line("daemon", seqs["daemon"])
+    _, q_p50 = line("quiet", seqs["quiet"])
     _, f_p50 = line("durable", seqs["durable"])
     _, e_p50 = line("raw echo", seqs["echo"])
     ratio = d_p50 / e_p50
     print(f"  ratio daemon/echo p50: {ratio:.2f}x (target <= 3x)  {verdict(ratio <= 3)}")
+    quiet_ratio(q_p50 / e_p50, ".2f", q_p50 / d_p50, "x")
     durable_ratios(d_p50, f_p50, e_p50, "p50", ".2f", "x")
     per_pair(seqs, 1, ".2f", pg is not None, "x")
     for label, samples in (("", st), (" [bytecode cached]", st_cached)):

@@ -26,9 +26,10 @@ is the platform binary (``opencode-linux-x64``'s ``bin/opencode``, see the peer'
                                   [--latest PATH] [--bin VENV/bin] [--peer DIR] [--keep DIR]
                                   [--full-windows]
 
-The driver reads each step's window with ``since`` and assembles it from the deltas
-(``_since_driver.py``), as the OpenCode plugin does; ``--full-windows`` has it read the whole
-window every step, as the peer's driver does by itself. The output says which.
+The driver declares ``capabilities.echo`` false and reads each step's window with ``since``,
+assembling it from the deltas (``_since_driver.py``), as the OpenCode plugin does;
+``--full-windows`` has it read the whole window every step, as the peer's driver does by
+itself. The output says which.
 
 ``--latest`` runs a newer OpenCode on each scenario too (its storage is no longer the JSON
 files the replay reads: the daemon's figures stay those of replaying ``--opencode``'s run)
@@ -60,8 +61,8 @@ TURN_TARGET = 25.0
 LATEST_TARGET = 40.0
 RSS_TARGET = 15.0
 READS = {  # how the driver reads each step's window (``--full-windows``)
-    True: "the driver reads each step's window with since and assembles it, as the OpenCode "
-    "plugin does",
+    True: "the driver declares capabilities.echo false and reads each step's window with since "
+    "and assembles it, as the OpenCode plugin does",
     False: "the driver reads the whole window each step, no since",
 }
 

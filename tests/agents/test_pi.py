@@ -171,11 +171,11 @@ def start_pi(
     return PiRPC(argv, proj, env, tmp_path / "pi.stderr"), proj
 
 
-def context_reads(wire: Path) -> list[dict[str, Any]]:
-    """The params of each `session/context` request sent (LSP frames), connection after
-    connection: each `sidecar connect` the extension starts tees its input to a file of its
-    own, `wire` + `.<start time in ns>.<pid>` (one shared file interleaved the frames of a
-    connection still closing with those of the next, as two processes appended to it)."""
+def sent(wire: Path) -> list[dict[str, Any]]:
+    """Every frame the extension sent the daemon (LSP frames), connection after connection:
+    each `sidecar connect` the extension starts tees its input to a file of its own, `wire` +
+    `.<start time in ns>.<pid>` (one shared file interleaved the frames of a connection still
+    closing with those of the next, as two processes appended to it)."""
     out: list[dict[str, Any]] = []
     started = sorted(wire.parent.glob(f"{wire.name}.*"), key=lambda f: int(f.name.split(".")[-2]))
     assert started, f"no {wire.name}.* written"
@@ -184,11 +184,14 @@ def context_reads(wire: Path) -> list[dict[str, Any]]:
         parser.feed(log.read_bytes())
         while (body := parser.next()) is not None:
             assert not isinstance(body, FrameError), (log, body)
-            sent = json.loads(bytes(body))
-            if sent.get("method") == "session/context":
-                out.append(sent["params"])
+            out.append(json.loads(bytes(body)))
         assert parser.inside_frame is None, (log, parser.inside_frame)
     return out
+
+
+def context_reads(wire: Path) -> list[dict[str, Any]]:
+    """The params of each `session/context` request sent."""
+    return [f["params"] for f in sent(wire) if f.get("method") == "session/context"]
 
 
 def notices(pi: PiRPC) -> list[dict[str, Any]]:
@@ -339,6 +342,10 @@ def test_pi_runs_on_the_daemons_window(tmp_path: Path) -> None:
     assert "after the manual compaction" in last.text()
     (newest,) = [m for m in pi_fork["messages"] if m["info"]["id"] == manual[0]["messageID"]]
     assert summary_in(last) == "\n".join(p["text"] for p in newest["parts"] if p["type"] == "text")
+
+    # The mirror is answered, never echoed: each connection declared `echo: false`.
+    hellos = [f for f in sent(wire) if f.get("method") == "initialize"]
+    assert hellos and all(f["params"]["capabilities"] == {"echo": False} for f in hellos), hellos
 
     # Each daemon session's window is read whole once, then only what changed (`since`).
     reads: dict[str, list[dict[str, Any]]] = {}

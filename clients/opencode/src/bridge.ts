@@ -150,6 +150,8 @@ export class Bridge {
         stderr: "ignore",
         startTimeout: this.settings.startTimeout,
         clientInfo: { name: "compaction-sidecar-opencode", version: VERSION },
+        // The mirror never reads its own writes back: their replies are enough.
+        capabilities: { echo: false },
         initializationOptions: Object.keys(this.models).length ? { models: this.models } : {},
       });
       const link = new Link(client);

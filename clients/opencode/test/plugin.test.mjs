@@ -131,10 +131,17 @@ test("the transform swaps in the daemon's window and leaves OpenCode's summary r
 });
 
 test("steps after the first read only what changed (since); what OpenCode changes in its copy stays out", async (t) => {
-  // The daemon behind `tee`: what the plugin sends it is on record.
+  // The daemon between two `tee`s: what the plugin sends it and what it answers are on record.
   const { hooks, dir } = await pluginOnDaemon(t, (db, dir) => ({
     command: "sh",
-    args: ["-c", 'tee "$0" | exec "$1" -m sidecar serve --db "$2"', join(dir, "to-daemon.log"), PYTHON, db],
+    args: [
+      "-c",
+      'tee "$0" | "$1" -m sidecar serve --db "$2" | tee "$3"',
+      join(dir, "to-daemon.log"),
+      PYTHON,
+      db,
+      join(dir, "from-daemon.log"),
+    ],
   }));
   const wire = join(dir, "to-daemon.log");
   const sid = "ses_plugin_since";
@@ -162,13 +169,23 @@ test("steps after the first read only what changed (since); what OpenCode change
   // `tee` writes a frame to the daemon before the file: once the program has ended (dispose
   // waits for it), the file holds every frame.
   await hooks.dispose();
-  const reads = readFileSync(wire, "utf8")
-    .split(/Content-Length: \d+\r\n\r\n/)
-    .filter((body) => body.includes('"session/context"'))
-    .map((body) => JSON.parse(body).params);
+  const frames = (file) =>
+    readFileSync(file, "utf8")
+      .split(/Content-Length: \d+\r\n\r\n/)
+      .filter((body) => body.length)
+      .map((body) => JSON.parse(body));
+  const sent = frames(wire);
+  const reads = sent.filter((f) => f.method === "session/context").map((f) => f.params);
   assert.equal(reads.length, 2);
   assert.equal(reads[0].since, undefined);
   assert.equal(typeof reads[1].since, "string");
+  // The mirror declared `echo: false`: its writes are answered, never echoed back to it.
+  const writes = sent.filter((f) => f.method === "part/update" || f.method === "message/update");
+  assert.ok(writes.length >= 8, `${writes.length} writes`);
+  const answered = new Set(frames(join(dir, "from-daemon.log")).map((f) => f.id));
+  assert.ok(writes.every((w) => answered.has(w.id)));
+  const heard = frames(join(dir, "from-daemon.log")).map((f) => f.method).filter(Boolean);
+  assert.deepEqual(heard.filter((m) => m === "part/updated" || m === "message/updated"), []);
 });
 
 test("a step the old connection took unanswered (its daemon gone, unnoticed yet) goes on a new one", async (t) => {

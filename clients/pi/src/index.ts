@@ -131,6 +131,8 @@ export default function compactionSidecar(pi: ExtensionAPI): void {
           if (stderr.length > 20) stderr.shift();
         },
         clientInfo: { name: "compaction-sidecar-pi", version: "0.1.0" },
+        // The mirror never reads its own writes back: their replies are enough.
+        capabilities: { echo: false },
       });
       try {
         if (o.config) await c.updateConfig(o.config);
