@@ -2,8 +2,8 @@
 
 A write changes more than its rows: the window cache (``Store.cache``), the delta revisions
 ``since`` refers to, a summary prepared ahead of an overflow (``compaction.prepare``), the
-session's turn clock (the automatic work waiting for the turn's end), the history index, and
-the session's subscribers. Each ``WriteKind`` says which of these it touches; ``WriteDoor``
+session's turn clock (the automatic work waiting for the turn's end) and the session's
+subscribers. Each ``WriteKind`` says which of these it touches; ``WriteDoor``
 applies them in one order, so no caller (a handler, an engine unit) has to remember them:
 
 1. ``before``: the turn clock (a write of the turn being written), before the write is
@@ -11,11 +11,10 @@ applies them in one order, so no caller (a handler, an engine unit) has to remem
 2. the write itself (an awaited op, or, on the ingest path, a queued one answered from the
    commit callback, which stays zero-copy and task-free);
 3. ``after`` (once committed): the window cache (dropped when the store's commit does not keep
-   it for this kind), the revisions, the prepared summary, the history indexer hook, then the
-   events to subscribers.
+   it for this kind), the revisions, the prepared summary, then the events to subscribers.
 
-The history index itself is still written in the part's own transaction by the store's
-commit; ``index`` is the named step where a background indexer plugs in.
+The history index is the store's own: a commit notes what it wrote, and the store's indexer
+(``sidecar.store.indexer``) brings the index up to date in batches of its own.
 """
 
 from __future__ import annotations
@@ -76,9 +75,6 @@ SESSION_DELETE = WriteKind("session.delete", cache_kept=False, history=True)
 PRUNE = WriteKind("prune")
 COMPACTION = WriteKind("compaction")
 
-Indexer = Callable[[WriteKind, str], None]
-
-
 class Writer(Protocol):
     """The client an ingest write came from: subscribed to the session once it commits, and
     left out of the write's own notification when it declared ``capabilities.echo`` false."""
@@ -97,13 +93,9 @@ def _part_event(stored: Any) -> Event:
     return PartUpdatedEvent(part=stored)
 
 
-def _no_index(_kind: WriteKind, _session_id: str) -> None:
-    """The history index is written by the store's commit, in the write's transaction."""
-
-
 class WriteDoor:
     """The one entry for writes (see the module docstring). ``touch`` is the turn clock,
-    ``invalidate_prepared`` the prepared summaries' drop; ``index`` may be replaced."""
+    ``invalidate_prepared`` the prepared summaries' drop."""
 
     def __init__(
         self,
@@ -120,7 +112,6 @@ class WriteDoor:
         self._touch = touch
         self._invalidate_prepared = invalidate_prepared
         self._will_store = will_store  # the automatic work a message write causes
-        self.index: Indexer = _no_index
 
     def before(self, kind: WriteKind, session_id: str) -> None:
         if kind.turn:
@@ -140,7 +131,6 @@ class WriteDoor:
         self.revisions.wrote(session_id)
         if kind.history:
             self._invalidate_prepared(session_id)
-        self.index(kind, session_id)
         for event in events:
             self.host.publish(session_id, event, skip)
 

@@ -28,6 +28,19 @@ async def _prepared(engine: Engine, sid: str) -> asyncio.Task[Any]:
     return task
 
 
+def _watch(door: writes.WriteDoor) -> list[tuple[str, str]]:
+    """``(kind, session)`` of each write the door applies what follows to, in order."""
+    seen: list[tuple[str, str]] = []
+    after = door.after
+
+    def watched(kind: WriteKind, session_id: str, *rest: Any) -> None:
+        seen.append((kind.name, session_id))
+        after(kind, session_id, *rest)
+
+    door.after = watched  # type: ignore[method-assign,assignment]
+    return seen
+
+
 async def test_a_new_write_kind_gets_every_invalidation(store: Store) -> None:
     h = Harness(store)
     engine = h.engine
@@ -35,8 +48,7 @@ async def test_a_new_write_kind_gets_every_invalidation(store: Store) -> None:
     sid = s.id
     await engine.context(sid, "parts")  # the window is cached now
     assert store.cache.get(sid, None) is not None
-    indexed: list[tuple[str, str]] = []
-    engine.writes.index = lambda kind, session_id: indexed.append((kind.name, session_id))
+    followed = _watch(engine.writes)
     turn = engine._turn(sid)  # automatic work waits for this turn's end
     touched_at = turn.last
     task = await _prepared(engine, sid)
@@ -64,7 +76,7 @@ async def test_a_new_write_kind_gets_every_invalidation(store: Store) -> None:
         task.cancelled() and engine.preparer._prepared.get(sid) is None
     )  # prepared summary dropped
     assert turn.last > touched_at  # the turn clock touched
-    assert indexed == [("test.retitle", sid)]  # the indexer hook called
+    assert followed == [("test.retitle", sid)]  # what follows a write applied once
     assert (sid, "session/status", event) in h.host.events  # the notification sent
     turn.cancel()
 
@@ -72,8 +84,7 @@ async def test_a_new_write_kind_gets_every_invalidation(store: Store) -> None:
 async def test_a_failed_write_has_no_consequence(store: Store) -> None:
     h = Harness(store)
     s, _a = await h.first_turn(finish=None)
-    indexed: list[str] = []
-    h.engine.writes.index = lambda kind, session_id: indexed.append(kind.name)
+    followed = _watch(h.engine.writes)
     generation = h.engine.revisions.generation(s.id)
 
     async def op() -> tuple[None, list[Event]]:
@@ -83,7 +94,7 @@ async def test_a_failed_write_has_no_consequence(store: Store) -> None:
         await h.engine.writes.write(writes.PIN, s.id, op)
     except ValueError:
         pass
-    assert indexed == [] and h.engine.revisions.generation(s.id) == generation
+    assert followed == [] and h.engine.revisions.generation(s.id) == generation
     assert h.host.events == []
 
 
@@ -92,8 +103,7 @@ async def test_every_engine_write_goes_through_the_door(store: Store) -> None:
     h = Harness(store)
     engine = h.engine
     s, a = await h.first_turn(finish=None)
-    seen: list[str] = []
-    engine.writes.index = lambda kind, session_id: seen.append(kind.name)
+    followed = _watch(engine.writes)
     part = (await store.window(s.id))[-1].parts[-1]
     await engine.pin(s.id, a.id, part.id, True)
     await engine.revert(s.id, a.id, None)
@@ -101,5 +111,7 @@ async def test_every_engine_write_goes_through_the_door(store: Store) -> None:
     forked = await engine.writes.fork(s.id, None)
     await engine.writes.remove_part(s.id, a.id, part.id)
     await engine.writes.remove_message(s.id, a.id)
-    assert seen == ["pin", "revert", "unrevert", "fork", "part.remove", "message.remove"]
+    assert [kind for kind, _sid in followed] == [
+        *("pin", "revert", "unrevert", "fork", "part.remove", "message.remove")
+    ]
     assert forked.id != s.id
