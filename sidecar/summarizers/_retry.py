@@ -18,6 +18,7 @@ credentials may sit), with the status and a short provider message, redacted of 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import logging
 import random
@@ -43,6 +44,8 @@ Sleep = Callable[[float], Awaitable[None]]
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
 ERROR_BODY_CAP = 16 * 1024
 JSON_BODY_CAP = 32 * 1024 * 1024
+#: How long the rest of a stream is read after its last event (``finish``).
+FINISH_SECONDS = 0.25
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +150,18 @@ async def iter_sse(
             yield sse.event or "message", sse.data
     except SSEError as exc:
         raise SummaryError(f"not a stream of server-sent events: {exc}") from None
+
+
+async def finish(events: AsyncIterator[tuple[str, str]]) -> None:
+    """After the reply's last event (``[DONE]``, ``message_stop``): read the stream to its
+    end, which is at once or within ``FINISH_SECONDS``. httpx puts a connection back in its
+    pool only once its response was read whole; left half-read, it is closed, and the next
+    summary pays a new TCP (and TLS) handshake. Whatever comes or fails meanwhile is of no
+    consequence: the summary is complete; a stream that goes on is closed, as before."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(FINISH_SECONDS):
+            async for _ in events:
+                pass
 
 
 class _Capped:

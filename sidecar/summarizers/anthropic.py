@@ -11,7 +11,13 @@ import msgspec
 
 from sidecar.model.tokens import CacheTokens, Tokens
 from sidecar.summarizers._http import HttpSummarizer, StreamState, count
-from sidecar.summarizers._retry import JSON_BODY_CAP, is_json_response, iter_sse, read_capped
+from sidecar.summarizers._retry import (
+    JSON_BODY_CAP,
+    finish,
+    is_json_response,
+    iter_sse,
+    read_capped,
+)
 from sidecar.summarizers._text import redact, trim
 from sidecar.summarizers.base import (
     SummaryError,
@@ -93,7 +99,8 @@ class AnthropicSummarizer(HttpSummarizer):
                 usage.start(data.get("usage"))
             state.completed = True
         else:
-            async for event, raw_data in iter_sse(resp, state.max_stream_chars, state.over_budget):
+            events = iter_sse(resp, state.max_stream_chars, state.over_budget)
+            async for event, raw_data in events:
                 data = _decode(raw_data)
                 if not isinstance(data, dict):
                     continue
@@ -114,6 +121,7 @@ class AnthropicSummarizer(HttpSummarizer):
                     self._raise(data)
                 elif kind == "message_stop":
                     state.completed = True
+                    await finish(events)
                     break
         state.tokens = usage.tokens()
         return state.check_complete(self.provider_id)

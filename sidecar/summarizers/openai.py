@@ -11,7 +11,13 @@ import msgspec
 
 from sidecar.model.tokens import CacheTokens, Tokens
 from sidecar.summarizers._http import HttpSummarizer, StreamState, as_dict, count
-from sidecar.summarizers._retry import JSON_BODY_CAP, is_json_response, iter_sse, read_capped
+from sidecar.summarizers._retry import (
+    JSON_BODY_CAP,
+    finish,
+    is_json_response,
+    iter_sse,
+    read_capped,
+)
 from sidecar.summarizers._text import redact, trim
 from sidecar.summarizers.base import Progress, SummaryError, SummaryRequest, chat_messages
 
@@ -76,9 +82,11 @@ class OpenAISummarizer(HttpSummarizer):
             self._apply_full(_decode(raw), state)
             state.completed = True
             return state
-        async for _event, data in iter_sse(resp, state.max_stream_chars, state.over_budget):
+        events = iter_sse(resp, state.max_stream_chars, state.over_budget)
+        async for _event, data in events:
             if data.strip() == "[DONE]":
                 state.completed = True
+                await finish(events)
                 break
             for chunk in _decode_chunks(data):
                 self._apply_chunk(chunk, state)

@@ -75,6 +75,7 @@ class ScriptedServer:
         self.replies: list[Reply] = []
         self.requests: list[Request] = []
         self.aborted = 0  # connections the client closed while a reply was still being sent
+        self.connections = 0  # connections accepted
         self.client_gone = asyncio.Event()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -115,6 +116,7 @@ class ScriptedServer:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
+        self.connections += 1
         prefix = b""  # a byte of the next request the close-watcher may have read
         try:
             while True:

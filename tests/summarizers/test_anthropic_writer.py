@@ -155,6 +155,16 @@ async def test_exact_request_streaming_and_usage(
     }
 
 
+async def test_summaries_in_a_row_share_one_connection(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    """Read to its end after ``message_stop``: the connection goes back to the pool."""
+    server.script(stream("first"), stream("second"))
+    w = writer(server, http)
+    assert [(await w.summarize(req())).text for _ in range(2)] == ["first", "second"]
+    assert server.connections == 1
+
+
 async def test_prompt_joins_a_trailing_user_message(
     server: ScriptedServer, http: httpx.AsyncClient
 ) -> None:

@@ -131,6 +131,36 @@ async def test_exact_request_and_streaming_assembly(
     assert messages[-1] == {"role": "user", "content": DEFAULT_PROMPT}
 
 
+async def test_summaries_in_a_row_share_one_connection(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    """The stream is read to its end after ``[DONE]``, so the connection goes back to the
+    pool: the next compaction's request skips a new TCP (and, to a real provider, TLS)
+    handshake."""
+    server.script(stream("first"), stream("second"), stream("third"))
+    w = writer(server, http)
+    texts = [(await w.summarize(req())).text for _ in range(3)]
+    assert texts == ["first", "second", "third"]
+    assert server.connections == 1
+
+
+async def test_a_stream_that_goes_on_after_done_is_left(
+    server: ScriptedServer, http: httpx.AsyncClient
+) -> None:
+    """A server that keeps the stream open after ``[DONE]`` does not hold the summary: the
+    rest is read for a moment only, then the connection is closed, as a half-read one is."""
+    reply = stream("done anyway")
+    assert reply.events is not None
+    reply.events.append(3600.0)  # the stream's end comes an hour later
+    server.script(reply, stream("next"))
+    w = writer(server, http)
+    async with asyncio.timeout(60):  # a hang guard, far above the wait for the rest
+        assert (await w.summarize(req())).text == "done anyway"
+        await server.client_gone.wait()  # it closed that connection
+        assert (await w.summarize(req())).text == "next"
+    assert server.connections == 2
+
+
 async def test_usage_capture_moves_cached_tokens_out_of_input(
     server: ScriptedServer, http: httpx.AsyncClient
 ) -> None:
