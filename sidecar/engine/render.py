@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
@@ -316,7 +316,19 @@ def _openai_content(items: Sequence[str | parts.FilePart], strip_media: bool) ->
     return pieces
 
 
-_openai_memo: LiveMemo[list[dict[str, Any]]] = LiveMemo(_MEMO_LIMIT)
+_Calls = tuple[tuple[str, parts.ToolPart], ...]
+
+
+class _Rendered(NamedTuple):
+    """A message's chat-completions rendering, with what the duplicate-call rule needs to
+    know of it: whether it is ``sent``, and its calls (``kept_calls``) by call id."""
+
+    ok: bool
+    calls: _Calls
+    messages: list[dict[str, Any]]
+
+
+_openai_memo: LiveMemo[_Rendered] = LiveMemo(_MEMO_LIMIT)
 
 
 def to_openai(
@@ -331,24 +343,34 @@ def to_openai(
 
     A message's rendering is remembered while its (shared, unchanging) Structs are the same
     objects and none of its calls lost to a duplicate id, so a window rendered every turn costs
-    only its new messages. The returned dicts may be shared: do not mutate them.
+    only its new messages; with it, whether the message is sent and its calls, so a
+    remembered message is not looked at again. The returned dicts may be shared: do not
+    mutate them.
     """
-    oks = [sent(m) for m in window]
-    keeper = _keeper(window, oks)
-    out: list[dict[str, Any]] = []
-    for msg, ok in zip(window, oks, strict=True):
-        memo = not strip_media and all(
-            keeper.get(call_id(p)) is p for p in msg.parts if isinstance(p, parts.ToolPart)
-        )
+    seen: list[
+        tuple[WithParts, tuple[int, tuple[int, ...], Stub], bool, _Calls, _Rendered | None]
+    ] = []
+    keeper: dict[str, parts.ToolPart] = {}  # ``_keeper``: the last part with a call id wins
+    for msg in window:
         key = (id(msg.info), tuple(map(id, msg.parts)), stub)
-        if memo:
-            hit = _openai_memo.get(key)
-            if hit is not None:  # its objects live: the ids in the key are still theirs
-                out.extend(hit)
-                continue
+        hit = None if strip_media else _openai_memo.get(key)
+        if hit is None:
+            ok = sent(msg)
+            calls = tuple((call_id(p), p) for p in kept_calls(msg, ok))
+        else:  # its objects live: the ids in the key are still theirs
+            ok, calls = hit.ok, hit.calls
+        for cid, part in calls:
+            keeper[cid] = part
+        seen.append((msg, key, ok, calls, hit))
+    out: list[dict[str, Any]] = []
+    for msg, key, ok, calls, hit in seen:
+        whole = all(keeper[cid] is part for cid, part in calls)
+        if hit is not None and whole:
+            out.extend(hit.messages)
+            continue
         rendered = openai_message(msg, ok, keeper, stub, strip_media)
-        if memo:
-            _openai_memo.put(key, (msg.info, *msg.parts), rendered)
+        if whole and not strip_media:
+            _openai_memo.put(key, (msg.info, *msg.parts), _Rendered(ok, calls, rendered))
         out.extend(rendered)
     return out
 

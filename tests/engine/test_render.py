@@ -585,3 +585,21 @@ def test_openai_memo_follows_changed_parts_and_later_duplicates() -> None:
     s.assistant(tool("bash", "v3", call="dup"))
     results = [m["content"] for m in to_openai(s.messages) if m["role"] == "tool"]
     assert results == ["v3"]
+
+
+def test_a_remembered_message_loses_and_regains_a_call_to_a_duplicate() -> None:
+    """The memo keeps a message's calls: a later duplicate hides its call without a fresh look
+    at the message, and once that duplicate is gone the remembered rendering is whole again."""
+    s = Session()
+    s.user("go")
+    s.assistant(tool("bash", "first", call="dup"))
+    alone = list(s.messages)
+    s.assistant(tool("bash", "second", call="dup"))
+
+    def results(window: list[WithParts]) -> list[Any]:
+        return [m["content"] for m in to_openai(window) if m["role"] == "tool"]
+
+    assert results(alone) == ["first"]
+    assert results(s.messages) == ["second"]
+    assert results(alone) == ["first"]
+    assert to_openai(alone) == to_openai(alone, strip_media=True)  # the memo as rendered anew
