@@ -104,4 +104,10 @@ def estimate_messages(msgs: Sequence[WithParts]) -> int:
     Deliberately a little generous (messages the renderer skips still count), since it is used
     to decide whether a window fits.
     """
-    return sum(MESSAGE_OVERHEAD + sum(_cached_estimate(p) for p in m.parts) for m in msgs)
+    total = MESSAGE_OVERHEAD * len(msgs)
+    known = _memo.get  # (``_cached_estimate`` without a call per part: every read sums it)
+    for m in msgs:
+        for part in m.parts:
+            cost = known(id(part))
+            total += cost if cost is not None else _cached_estimate(part)
+    return total
