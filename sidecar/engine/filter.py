@@ -15,22 +15,24 @@ from collections.abc import Sequence
 from sidecar.model.conversation import (
     answers,
     compaction_part,
-    is_finished_summary,
     is_summary,
 )
-from sidecar.model.messages import AssistantMessage, UserMessage, WithParts
+from sidecar.model.messages import AssistantMessage, WithParts
 
 
 def _cut(chronological: Sequence[WithParts]) -> tuple[int, int] | None:
     """(marker index, index of its earliest finished summary) of the newest effective marker."""
     summaries: dict[str, int] = {}  # marker id -> earliest finished summary index seen so far
+    # (``is_finished_summary`` and ``compaction_part`` written out for the common message,
+    # which is neither: every read of a window walks it.)
     for i in range(len(chronological) - 1, -1, -1):
         msg = chronological[i]
         info = msg.info
-        if isinstance(info, UserMessage) and info.id in summaries and compaction_part(msg):
+        if isinstance(info, AssistantMessage):
+            if info.summary and info.finish and info.error is None:
+                summaries[info.parent_id] = i
+        elif info.id in summaries and compaction_part(msg):
             return i, summaries[info.id]
-        if isinstance(info, AssistantMessage) and is_finished_summary(msg.info):
-            summaries[info.parent_id] = i
     return None
 
 
@@ -80,14 +82,21 @@ def filter_compacted(chronological: Sequence[WithParts]) -> list[WithParts]:
 def _drop_unanswered(msgs: Sequence[WithParts]) -> list[WithParts]:
     """Without the markers of compactions that have not (or never) finished, and their failed
     summaries: a pending or failed compaction must not change what the model sees."""
-    finished = {
-        m.info.parent_id
-        for m in msgs
-        if isinstance(m.info, AssistantMessage) and is_finished_summary(m.info)
-    }
-    return [
-        m
-        for m in msgs
-        if not (compaction_part(m) is not None and m.info.id not in finished)
-        and not (is_summary(m) and not is_finished_summary(m.info))
-    ]
+    finished: set[str] = set()
+    markers: list[int] = []
+    summaries: list[int] = []  # (unfinished ones are dropped, finished ones' markers kept)
+    for i, m in enumerate(msgs):
+        info = m.info
+        if isinstance(info, AssistantMessage):
+            if info.summary:
+                if info.finish and info.error is None:  # ``is_finished_summary``
+                    finished.add(info.parent_id)
+                else:
+                    summaries.append(i)
+        elif compaction_part(m) is not None:
+            markers.append(i)
+    drop = {i for i in markers if msgs[i].info.id not in finished}
+    drop.update(summaries)
+    if not drop:
+        return list(msgs)
+    return [m for i, m in enumerate(msgs) if i not in drop]
