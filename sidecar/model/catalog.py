@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -129,17 +130,40 @@ def _refreshed_at(path: str, mtime_ns: int) -> dict[str, ModelLimit] | None:
         return None  # unreadable: the packaged data stands in
 
 
+#: How long a lookup trusts its last look at the refreshed file (its path computed, a stat:
+#: ~10 us, and a daemon looks limits up several times a turn). A ``models refresh`` made by
+#: another process is seen within it; one made in this process at once.
+RECHECK_SECONDS = 1.0
+_clock = time.monotonic
+
+
 class _RefreshedCache:
+    """The refreshed catalog, read again when its file changes, looked at again at most once
+    per ``RECHECK_SECONDS`` for the same data dir (the environment that names it)."""
+
+    def __init__(self) -> None:
+        self._looked = -RECHECK_SECONDS
+        self._env: tuple[str | None, str | None] | None = None
+        self._found: dict[str, ModelLimit] | None = None
+
     def __call__(self) -> dict[str, ModelLimit] | None:
+        now = _clock()
+        env = (os.environ.get("XDG_DATA_HOME"), os.environ.get("HOME"))
+        if env == self._env and now - self._looked < RECHECK_SECONDS:
+            return self._found
         path = refreshed_path()
         try:
             mtime = path.stat().st_mtime_ns
         except OSError:
-            return None
-        return _refreshed_at(str(path), mtime)
+            found = None
+        else:
+            found = _refreshed_at(str(path), mtime)
+        self._looked, self._env, self._found = now, env, found
+        return found
 
     def cache_clear(self) -> None:
         _refreshed_at.cache_clear()
+        self._env = None
 
 
 _refreshed = _RefreshedCache()

