@@ -23,8 +23,8 @@ from sidecar.model.messages import AssistantMessage, WithParts
 def _cut(chronological: Sequence[WithParts]) -> tuple[int, int] | None:
     """(marker index, index of its earliest finished summary) of the newest effective marker."""
     summaries: dict[str, int] = {}  # marker id -> earliest finished summary index seen so far
-    # (``is_finished_summary`` and ``compaction_part`` written out for the common message,
-    # which is neither: every read of a window walks it.)
+    # (``is_finished_summary`` written out, ``compaction_part`` asked only of a user message
+    # a summary answers: every read of a window walks it, and most messages are neither.)
     for i in range(len(chronological) - 1, -1, -1):
         msg = chronological[i]
         info = msg.info

@@ -75,6 +75,7 @@ SESSION_DELETE = WriteKind("session.delete", cache_kept=False, history=True)
 PRUNE = WriteKind("prune")
 COMPACTION = WriteKind("compaction")
 
+
 class Writer(Protocol):
     """The client an ingest write came from: subscribed to the session once it commits, and
     left out of the write's own notification when it declared ``capabilities.echo`` false."""
@@ -197,9 +198,7 @@ class WriteDoor:
         work = self._will_store(info, cfg)
         sid = info.session_id
         self.before(MESSAGE, sid)
-        done = self._on_commit(
-            MESSAGE, sid, msgspec.Raw(raw), _message_event, then, work, writer
-        )
+        done = self._on_commit(MESSAGE, sid, msgspec.Raw(raw), _message_event, then, work, writer)
         self.store.put_message_then(info, raw, done)
 
     def put_part(
