@@ -45,11 +45,13 @@ def truncate_to_fit(window: Sequence[WithParts], usable: int) -> tuple[list[With
     One huge read or log is the usual cause; ordinary outputs are left verbatim, so a window
     that is simply long is reported (``overflow``) rather than silently mangled."""
     total = estimate_messages(window)
-    out = [WithParts(info=m.info, parts=list(m.parts)) for m in window]
+    # The parts lists first, the messages made from them once they are final: a ``WithParts``
+    # is never changed once made (the renderers' memos know one by its identity).
+    lists = [list(m.parts) for m in window]
     cut: list[str] = []
     candidates: list[tuple[int, int, int]] = []  # (-tokens, message index, part index)
-    for mi, m in enumerate(out):
-        for pi, p in enumerate(m.parts):
+    for mi, msg_parts in enumerate(lists):
+        for pi, p in enumerate(msg_parts):
             if isinstance(p, ToolPart) and isinstance(p.state, ToolCompleted):
                 size = estimate(p.state.output)
                 if not p.state.time.compacted and size > usable // OVERSIZED_SHARE:
@@ -58,7 +60,7 @@ def truncate_to_fit(window: Sequence[WithParts], usable: int) -> tuple[list[With
     for neg, mi, pi in candidates:
         if total <= usable:
             break
-        part = out[mi].parts[pi]
+        part = lists[mi][pi]
         assert isinstance(part, ToolPart) and isinstance(part.state, ToolCompleted)
         output = part.state.output
         excess_chars = (total - usable) * 4 + len(TRUNCATED) + 16
@@ -67,7 +69,7 @@ def truncate_to_fit(window: Sequence[WithParts], usable: int) -> tuple[list[With
             continue
         text = output[:keep] + TRUNCATED.format(n=len(output) - keep)
         state = msgspec.structs.replace(part.state, output=text)
-        out[mi].parts[pi] = msgspec.structs.replace(part, state=state)
+        lists[mi][pi] = msgspec.structs.replace(part, state=state)
         total += estimate(text) + neg
         cut.append(part.id)
-    return out, cut
+    return [WithParts(info=m.info, parts=ps) for m, ps in zip(window, lists, strict=True)], cut

@@ -108,7 +108,9 @@ def _clear(part: parts.Part, mode: Stub = "opencode") -> parts.Part:
 
 
 _MEMO_LIMIT = 50_000
-# A message's rendering by the ids of its Structs, while they live (``engine/memo.py``).
+# A message's rendering by its ``WithParts``, while it lives (``engine/memo.py``): the window
+# cache hands back the same one until the message or one of its parts is written, and no one
+# changes a ``WithParts`` once made.
 _parts_memo: LiveMemo[dict[str, Any]] = LiveMemo(_MEMO_LIMIT)
 
 
@@ -120,11 +122,11 @@ def to_parts(
 
     With ``raws`` (stored JSON by id, from the store) unchanged messages and parts are passed
     through as stored — unknown fields included, and without re-encoding them — and each
-    message's entry is remembered while its Structs are the same objects (see ``to_openai``).
+    message's entry is remembered while it is the same ``WithParts`` (see ``to_openai``).
     """
     out: list[dict[str, Any]] = []
     for m in window:
-        key = (id(m.info), tuple(map(id, m.parts)), stub)
+        key = (id(m), stub)
         if raws is not None:  # objects from the store: the same objects, the same JSON
             hit = _parts_memo.get(key)
             if hit is not None:
@@ -132,7 +134,7 @@ def to_parts(
                 continue
         entry = parts_entry(m, raws, stub)
         if raws is not None:
-            _parts_memo.put(key, (m.info, *m.parts), entry)
+            _parts_memo.put(key, (m,), entry)
         out.append(entry)
     return out
 
@@ -341,18 +343,15 @@ def to_openai(
     assistant content is the step's text, ``""`` when the step only calls tools: what
     OpenCode's provider SDK sends (its recorded requests in ``tests/fixtures/opencode-*``).
 
-    A message's rendering is remembered while its (shared, unchanging) Structs are the same
-    objects and none of its calls lost to a duplicate id, so a window rendered every turn costs
-    only its new messages; with it, whether the message is sent and its calls, so a
-    remembered message is not looked at again. The returned dicts may be shared: do not
-    mutate them.
+    A message's rendering is remembered while it is the same ``WithParts`` (see ``_parts_memo``)
+    and none of its calls lost to a duplicate id, so a window rendered every turn costs only
+    its new messages; with it, whether the message is sent and its calls, so a remembered
+    message is not looked at again. The returned dicts may be shared: do not mutate them.
     """
-    seen: list[
-        tuple[WithParts, tuple[int, tuple[int, ...], Stub], bool, _Calls, _Rendered | None]
-    ] = []
+    seen: list[tuple[WithParts, tuple[int, Stub], bool, _Calls, _Rendered | None]] = []
     keeper: dict[str, parts.ToolPart] = {}  # ``_keeper``: the last part with a call id wins
     for msg in window:
-        key = (id(msg.info), tuple(map(id, msg.parts)), stub)
+        key = (id(msg), stub)
         hit = None if strip_media else _openai_memo.get(key)
         if hit is None:
             ok = sent(msg)
@@ -370,7 +369,7 @@ def to_openai(
             continue
         rendered = openai_message(msg, ok, keeper, stub, strip_media)
         if whole and not strip_media:
-            _openai_memo.put(key, (msg.info, *msg.parts), _Rendered(ok, calls, rendered))
+            _openai_memo.put(key, (msg,), _Rendered(ok, calls, rendered))
         out.extend(rendered)
     return out
 

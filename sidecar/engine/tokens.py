@@ -84,6 +84,9 @@ def _estimate_tool(part: ToolPart) -> int:
 
 _MEMO_LIMIT = 100_000
 _memo: LiveMemo[int] = LiveMemo(_MEMO_LIMIT)
+# A message's parts summed, by its ``WithParts`` (the window cache hands back the same one
+# until the message or one of its parts is written; no one changes one once made).
+_message_memo: LiveMemo[int] = LiveMemo(_MEMO_LIMIT)
 
 
 def _cached_estimate(part: Part) -> int:
@@ -105,9 +108,11 @@ def estimate_messages(msgs: Sequence[WithParts]) -> int:
     to decide whether a window fits.
     """
     total = MESSAGE_OVERHEAD * len(msgs)
-    known = _memo.get  # (``_cached_estimate`` without a call per part: every read sums it)
+    known = _message_memo.get  # (without a call per message: every read sums the window)
     for m in msgs:
-        for part in m.parts:
-            cost = known(id(part))
-            total += cost if cost is not None else _cached_estimate(part)
+        cost = known(id(m))
+        if cost is None:
+            cost = sum(_cached_estimate(p) for p in m.parts)
+            _message_memo.put(id(m), (m,), cost)
+        total += cost
     return total

@@ -61,7 +61,7 @@ class AssistantMessage(MessageBase, tag="assistant", kw_only=True):
 Message = UserMessage | AssistantMessage
 
 
-class WithParts(msgspec.Struct, kw_only=True):
+class WithParts(msgspec.Struct, kw_only=True, weakref=True):
     """A message with its parts in id order: the unit the engine reads and renders."""
 
     info: Message

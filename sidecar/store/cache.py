@@ -262,6 +262,11 @@ class WindowCache:
             out.append(msg)
         return out
 
+    def stored(self, sid: str) -> tuple[list[Row], list[PartRow]]:
+        """The rows of the window ``assembled`` just gave (not counted again): the stored JSON
+        beside the shared messages, for the ``parts`` format."""
+        return self._entries[sid].rows()
+
     def newest_first(
         self, sid: str
     ) -> tuple[Key | None, Iterator[tuple[str, str, list[tuple[str, str]]]]] | None:

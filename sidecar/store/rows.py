@@ -284,17 +284,23 @@ def assemble(msgs: Any, parts: Any, raws: dict[str, str] | None = None) -> list[
     by id); ``raws``, when given, is filled with the stored JSON of each by id."""
     by_message: dict[str, list[Part]] = {}
     for mid, pid, data in parts:
-        part = cached_part(pid, data)
-        by_message.setdefault(mid, []).append(part)
-        if raws is not None and part.id not in _flattened:
-            raws[part.id] = data
+        by_message.setdefault(mid, []).append(cached_part(pid, data))
     out = [
         WithParts(info=cached_message(mid, data), parts=by_message.get(mid, []))
         for mid, data in msgs
     ]
     if raws is not None:
-        raws.update((mid, data) for mid, data in msgs if mid not in _flattened)
+        stored_json(msgs, parts, raws)
     return out
+
+
+def stored_json(msgs: Any, parts: Any, raws: dict[str, str]) -> None:
+    """``raws`` filled with the stored JSON of each row by id, but those read flattened (their
+    decoded Structs are sent instead)."""
+    for _mid, pid, data in parts:
+        if pid not in _flattened:
+            raws[pid] = data
+    raws.update((mid, data) for mid, data in msgs if mid not in _flattened)
 
 
 def uncached(mid: str, data: str, parts: list[tuple[str, str]]) -> tuple[WithParts, dict[str, str]]:

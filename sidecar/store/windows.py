@@ -20,6 +20,7 @@ from sidecar.store.rows import (
     cached_message,
     cached_part,
     rows_in,
+    stored_json,
     uncached,
 )
 
@@ -208,11 +209,12 @@ async def window(
     ``max_bytes`` of JSON (``TooLarge``). See ``Store.window``."""
     cache = t.cache
     await fresh(t, session_id)
-    if end is None and raws is None:
-        if (found := cache.assembled(session_id, start, assemble_one)) is not None:
-            return found
-    elif end is None and (cached := cache.get(session_id, start)) is not None:
-        return assemble(cached[0], cached[1], raws)
+    # The cache's own shared messages, the same objects read after read until written (the
+    # renderers remember each by its identity); with ``raws``, the rows' JSON beside them.
+    if end is None and (found := cache.assembled(session_id, start, assemble_one)) is not None:
+        if raws is not None:
+            stored_json(*cache.stored(session_id), raws)
+        return found
     version = cache.version(session_id)
     cond, args = _range(session_id, start, end)
     # One statement, so one snapshot: as two (messages, then their parts), a commit made

@@ -143,6 +143,25 @@ async def test_a_cached_window_reassembles_only_the_messages_written_since(store
     await _check(store, "s")
 
 
+async def test_a_read_with_its_stored_json_gets_the_same_shared_messages(store: Store) -> None:
+    """The ``parts`` format reads the stored JSON beside the window (``raws``): served from the
+    cache, it gets the cache's shared messages, the same objects as a read without it (the
+    renderers remember a message by its identity), and the JSON SQLite holds."""
+    await store.put_session(Session(id="s", title="", time=SessionTime(created=1, updated=1)))
+    m = UserMessage(id="m1", session_id="s", time=MessageTime(created=10))
+    await store.put_message(m, enc(m) + b" ")  # stored as sent, spacing included
+    part = TextPart(id="p1", session_id="s", message_id="m1", text="hello")
+    await store.put_part(part, enc(part))
+    await store.window("s")  # from SQLite: cached
+    plain = await store.window("s")
+    raws: dict[str, str] = {}
+    with_json = await store.window("s", raws=raws)
+    assert [a is b for a, b in zip(with_json, plain, strict=True)] == [True]
+    fresh: dict[str, str] = {}
+    await store.window("s", None, FAR, raws=fresh)  # an explicit end: a fresh SQLite read
+    assert raws == fresh and raws["m1"].endswith(" ") and set(raws) == {"m1", "p1"}
+
+
 async def test_only_one_sessions_window_is_kept_assembled(store: Store) -> None:
     """The assembled messages (decoded Structs) are kept for the session read last only, so
     what they hold stays within one window, whatever the number of cached sessions."""
