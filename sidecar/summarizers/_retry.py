@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import email.utils
 import logging
 import random
@@ -46,6 +47,10 @@ ERROR_BODY_CAP = 16 * 1024
 JSON_BODY_CAP = 32 * 1024 * 1024
 #: How long the rest of a stream is read after its last event (``finish``).
 FINISH_SECONDS = 0.25
+# The running attempt's deadline (its ``asyncio.timeout``), which ``finish`` keeps clear of.
+_attempt: contextvars.ContextVar[asyncio.Timeout | None] = contextvars.ContextVar(
+    "attempt", default=None
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,9 +162,17 @@ async def finish(events: AsyncIterator[tuple[str, str]]) -> None:
     end, which is at once or within ``FINISH_SECONDS``. httpx puts a connection back in its
     pool only once its response was read whole; left half-read, it is closed, and the next
     summary pays a new TCP (and TLS) handshake. Whatever comes or fails meanwhile is of no
-    consequence: the summary is complete; a stream that goes on is closed, as before."""
+    consequence: the summary is complete; a stream that goes on is closed, as before. The wait
+    ends well before the attempt's deadline: a summary read whole is never lost to it."""
+    wait = FINISH_SECONDS
+    deadline = _attempt.get()
+    when = deadline.when() if deadline is not None else None
+    if when is not None:
+        wait = min(wait, (when - asyncio.get_running_loop().time()) / 2)
+    if wait <= 0:
+        return
     with contextlib.suppress(Exception):
-        async with asyncio.timeout(FINISH_SECONDS):
+        async with asyncio.timeout(wait):
             async for _ in events:
                 pass
 
@@ -256,6 +269,7 @@ async def post_with_retry(
         if remaining <= 0:
             raise _DeadlineExceeded(exceeded, retryable=True)
         cm = asyncio.timeout(remaining)
+        entered = _attempt.set(cm)
         try:
             async with cm:
                 return await once()
@@ -272,6 +286,8 @@ async def post_with_retry(
         except httpx.HTTPError as exc:  # e.g. a body that fails to decode: not transient
             detail = trim(redact(str(exc), secrets), 200)
             raise SummaryError(f"{where}: {type(exc).__name__}: {detail}") from None
+        finally:
+            _attempt.reset(entered)
 
     def error(state: tenacity.RetryCallState) -> SummaryError:
         assert state.outcome is not None

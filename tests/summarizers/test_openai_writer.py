@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from sidecar.model.config import SummarizerConfig
+from sidecar.summarizers import _retry
 from sidecar.summarizers.base import (
     DEFAULT_PROMPT,
     MERGE_INSTRUCTION,
@@ -159,6 +160,21 @@ async def test_a_stream_that_goes_on_after_done_is_left(
         await server.client_gone.wait()  # it closed that connection
         assert (await w.summarize(req())).text == "next"
     assert server.connections == 2
+
+
+async def test_waiting_for_the_end_of_a_stream_never_costs_a_finished_summary(
+    server: ScriptedServer, http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait for a stream's end after ``[DONE]`` stays inside the attempt's deadline: a
+    summary read whole is returned even when the deadline is nearer than that wait."""
+    monkeypatch.setattr(_retry, "FINISH_SECONDS", 30.0)
+    reply = stream("in time")
+    assert reply.events is not None
+    reply.events.append(3600.0)  # the stream's end never comes
+    server.script(reply)
+    w = writer(server, http, timeout=10.0, deadline=2.0)  # nearer than ``FINISH_SECONDS``
+    async with asyncio.timeout(60):  # a hang guard
+        assert (await w.summarize(req())).text == "in time"
 
 
 async def test_usage_capture_moves_cached_tokens_out_of_input(
