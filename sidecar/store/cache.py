@@ -228,18 +228,14 @@ class WindowCache:
         return sid in self._entries
 
     def holds(self, sid: str, start: Key | None) -> bool:
-        """Would ``get`` and ``assembled`` serve the window from ``start`` (nothing counted)?"""
+        """Would ``assembled`` serve the window from ``start`` (nothing counted)?"""
         entry = self._entries.get(sid)
         return entry is not None and _covers(entry.start, start)
-
-    def get(self, sid: str, start: Key | None) -> tuple[list[Row], list[PartRow]] | None:
-        entry = self._hit(sid, start)
-        return None if entry is None else entry.rows()
 
     def assembled(
         self, sid: str, start: Key | None, build: Callable[[str, str, list[tuple[str, str]]], T]
     ) -> list[T] | None:
-        """The window as ``get`` would give it, each message made by ``build(id, JSON,
+        """The window from ``start``, if held, each message made by ``build(id, JSON,
         [(part id, JSON), ...])`` only when it (or one of its parts) was written since it was
         last built: a window read every step re-assembles only its new messages."""
         entry = self._hit(sid, start)
