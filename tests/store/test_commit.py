@@ -208,6 +208,45 @@ async def test_writes_wait_behind_an_idle_checkpoint_and_the_writer_stays_readab
     assert [p.id for p in (await store.window("ses_1"))[0].parts] == ["prt_0", "prt_1"]
 
 
+async def test_every_idle_checkpoint_holds_the_writes_so_the_wal_restarts(
+    tmp_path: Path, store: Store
+) -> None:
+    """The writer checkpoints when it goes idle only once ``IDLE_CHECKPOINT_PAGES`` were
+    written (a checkpoint's fsyncs cost the same whatever it copies), and such a checkpoint
+    holds the writes that come meanwhile even on a WAL it restarted last time: the write after
+    it starts the WAL over, so each commit goes on writing into a short WAL."""
+    await _seed(store)
+    w = store.backend._commit
+    w._wal_pages = commit_mod.IDLE_CHECKPOINT_PAGES - 8  # (a small write adds a few)
+    await _text(store, "prt_0")
+    assert w._checkpointing is None, "idle, but not enough written yet"
+    gate = asyncio.Event()
+    real = w._checkpointer.execute_fetchall  # type: ignore[union-attr]
+
+    async def gated(sql: str, *args: Any) -> Any:
+        rows = await real(sql, *args)
+        await gate.wait()
+        return rows
+
+    w._checkpointer.execute_fetchall = gated  # type: ignore[union-attr, method-assign]
+    try:
+        w.wal_frames = 0  # the last checkpoint restarted the WAL
+        w._wal_pages = commit_mod.IDLE_CHECKPOINT_PAGES - 1
+        await _text(store, "prt_1")  # idle past the interval: it checkpoints
+        assert w._checkpointing is not None
+        write = asyncio.ensure_future(_text(store, "prt_2"))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not write.done(), "held behind the idle checkpoint"
+        salt = _wal_salt(tmp_path)
+        gate.set()
+        await write
+        assert _wal_salt(tmp_path) != salt, "the write after it started the WAL over"
+    finally:
+        gate.set()
+        w._checkpointer.execute_fetchall = real  # type: ignore[union-attr, method-assign]
+
+
 async def test_close_waits_for_queued_writes(tmp_path: Path) -> None:
     store = await Store.open(tmp_path / "s.db")
     await _seed(store)
