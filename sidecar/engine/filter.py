@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from sidecar.model.conversation import (
     answers,
     compaction_part,
+    is_finished_summary,
     is_summary,
 )
 from sidecar.model.messages import AssistantMessage, WithParts
@@ -23,13 +24,14 @@ from sidecar.model.messages import AssistantMessage, WithParts
 def _cut(chronological: Sequence[WithParts]) -> tuple[int, int] | None:
     """(marker index, index of its earliest finished summary) of the newest effective marker."""
     summaries: dict[str, int] = {}  # marker id -> earliest finished summary index seen so far
-    # (``is_finished_summary`` written out, ``compaction_part`` asked only of a user message
-    # a summary answers: every read of a window walks it, and most messages are neither.)
+    # (``is_finished_summary`` asked only of a summary, ``compaction_part`` only of a user
+    # message a summary answers: every read of a window walks it, and most messages are
+    # neither.)
     for i in range(len(chronological) - 1, -1, -1):
         msg = chronological[i]
         info = msg.info
         if isinstance(info, AssistantMessage):
-            if info.summary and info.finish and info.error is None:
+            if info.summary and is_finished_summary(info):
                 summaries[info.parent_id] = i
         elif info.id in summaries and compaction_part(msg):
             return i, summaries[info.id]
@@ -89,7 +91,7 @@ def _drop_unanswered(msgs: Sequence[WithParts]) -> list[WithParts]:
         info = m.info
         if isinstance(info, AssistantMessage):
             if info.summary:
-                if info.finish and info.error is None:  # ``is_finished_summary``
+                if is_finished_summary(info):
                     finished.add(info.parent_id)
                 else:
                     summaries.append(i)
